@@ -1,0 +1,107 @@
+package cmd
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// Exit statuses semrun decides itself; the child's own pass through.
+const (
+	exitFailure       = 125 // semrun's own failure before the child started
+	exitNotExecutable = 126
+	exitNotFound      = 127
+)
+
+// usageError is bad input: a flag, a value, a missing command.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// busyError means no permit was obtained; code is --busy-exit-code.
+type busyError struct {
+	code int
+	why  string
+}
+
+func (e *busyError) Error() string { return e.why }
+
+// lostError means the permit was lost and the child terminated; code is
+// --lost-exit-code.
+type lostError struct {
+	key   string
+	code  int
+	cause error
+}
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("key %q: permit lost (%v); command terminated", e.key, e.cause)
+}
+
+// interruptedError means a signal ended the wait for a permit.
+type interruptedError struct {
+	key string
+	sig syscall.Signal
+}
+
+func (e *interruptedError) Error() string {
+	return fmt.Sprintf("%s while waiting for key %q; nothing held", unix.SignalName(e.sig), e.key)
+}
+
+// childExit is how the child ended: its exit status, or the signal that killed it.
+type childExit struct {
+	code int
+	sig  syscall.Signal
+}
+
+func (e *childExit) Error() string {
+	if e.sig != 0 {
+		return "command killed by " + unix.SignalName(e.sig)
+	}
+	return fmt.Sprintf("command exited with status %d", e.code)
+}
+
+// exitStatus is the one place where outcomes become exit statuses. It
+// returns the status, the signal semrun must die of (0 for none), and the
+// line to print on stderr (empty when the status is the child's own).
+func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
+	var (
+		child       *childExit
+		busy        *busyError
+		lost        *lostError
+		interrupted *interruptedError
+		start       *runner.StartError
+	)
+	switch {
+	case err == nil:
+		return 0, 0, ""
+	case errors.As(err, &child):
+		if child.sig != 0 {
+			return 128 + int(child.sig), child.sig, ""
+		}
+		return child.code, 0, ""
+	case errors.As(err, &busy):
+		return busy.code, 0, busy.why
+	case errors.As(err, &lost):
+		return lost.code, 0, lost.Error()
+	case errors.As(err, &interrupted):
+		return 128 + int(interrupted.sig), 0, interrupted.Error()
+	case errors.As(err, &start) && start.NotFound:
+		return exitNotFound, 0, fmt.Sprintf("%s: command not found", start.Command)
+	case errors.As(err, &start):
+		return exitNotExecutable, 0, start.Error()
+	case errors.Is(err, semaphore.ErrUnreachable):
+		return exitFailure, 0, err.Error()
+	}
+	return exitFailure, 0, err.Error()
+}

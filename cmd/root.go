@@ -1,0 +1,121 @@
+// Package cmd is semrun's command line: flags, configuration, and the one
+// place where outcomes become exit statuses.
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// Streams are the standard files semrun and its child use.
+type Streams struct {
+	In       *os.File
+	Out, Err *os.File
+}
+
+// commonOptions are the settings every command that talks to a store has.
+type commonOptions struct {
+	redisURL       string
+	prefix         string
+	connectTimeout time.Duration
+	config         string
+	verbose, quiet bool
+	sources        sources
+}
+
+// Main runs semrun with the process's arguments and returns its exit status.
+func Main() int {
+	return Run(context.Background(), os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+}
+
+// Run runs semrun with args and returns its exit status. When the child was
+// killed by a signal, Run makes semrun die of the same signal, and returns
+// 128+N only where that is not possible.
+func Run(ctx context.Context, args []string, s Streams) int {
+	root := NewCmdRoot(s)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	code, sig, msg := exitStatus(err)
+	if msg != "" {
+		fmt.Fprintf(s.Err, "semrun: %s\n", msg)
+	}
+	if sig != 0 {
+		runner.DieOf(sig)
+	}
+	return code
+}
+
+// NewCmdRoot builds the semrun command: run a command under a permit, with
+// status, version and completion as subcommands.
+func NewCmdRoot(s Streams) *cobra.Command {
+	common := &commonOptions{sources: sources{}}
+	root := newCmdRun(s, common)
+	pf := root.PersistentFlags()
+	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
+	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
+	pf.DurationVar(&common.connectTimeout, "connect-timeout", 10*time.Second, "give up on an unreachable store after this")
+	pf.StringVar(&common.config, "config", "", "config file (YAML; default: the user's semrun/config.yaml)")
+	pf.BoolVarP(&common.verbose, "verbose", "v", false, "say what happens on stderr")
+	pf.BoolVarP(&common.quiet, "quiet", "q", false, "say nothing but errors")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := applyConfig(cmd, common.sources); err != nil {
+			return err
+		}
+		return common.validate()
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.SilenceErrors, root.SilenceUsage = true, true
+	root.SetIn(s.In)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	root.AddCommand(newCmdStatus(common), newCmdVersion())
+	return root
+}
+
+func (c *commonOptions) validate() error {
+	if _, _, err := semaphore.ParseRedisURL(c.redisURL); err != nil {
+		return usageErrorf("%s: %v", c.sources.name("redis"), err)
+	}
+	if c.connectTimeout <= 0 {
+		return usageErrorf("%s: must be positive", c.sources.show("connect-timeout", c.connectTimeout))
+	}
+	if c.prefix == "" {
+		return usageErrorf("%s: must not be empty", c.sources.name("prefix"))
+	}
+	if c.verbose && c.quiet {
+		return usageErrorf("--verbose and --quiet: choose one")
+	}
+	return nil
+}
+
+// logger writes semrun's own lines to stderr, as --verbose and --quiet say.
+type logger struct {
+	w              io.Writer
+	verbose, quiet bool
+}
+
+func (c *commonOptions) logger(w io.Writer) *logger {
+	return &logger{w: w, verbose: c.verbose, quiet: c.quiet}
+}
+
+// Warnf says something is off; --quiet silences it.
+func (l *logger) Warnf(format string, args ...any) {
+	if !l.quiet {
+		fmt.Fprintf(l.w, "semrun: warning: "+format+"\n", args...)
+	}
+}
+
+// Infof says what happens, with --verbose only.
+func (l *logger) Infof(format string, args ...any) {
+	if l.verbose {
+		fmt.Fprintf(l.w, "semrun: "+format+"\n", args...)
+	}
+}

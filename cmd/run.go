@@ -1,0 +1,279 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// forwarded are the signals that reach the child's process group, and that
+// end a wait for a permit.
+var forwarded = []os.Signal{
+	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+}
+
+// Variables the child gets, deliberately not the configuration variables:
+// a semrun inside the child must not inherit its parent's key or capacity.
+const (
+	envHeldKey      = "SEMRUN_HELD_KEY"
+	envHeldPermits  = "SEMRUN_HELD_PERMITS"
+	envFencingToken = "SEMRUN_FENCING_TOKEN"
+)
+
+const (
+	defaultKillAfter    = 10 * time.Second
+	defaultLostExitCode = 112
+	maxTTL              = 24 * time.Hour
+	maxPermits          = 1_000_000
+)
+
+type runOptions struct {
+	*commonOptions
+	streams Streams
+
+	key          string
+	permits      int
+	ttl          time.Duration
+	timeout      time.Duration
+	noWait       bool
+	busyExitCode int
+	lostExitCode int
+	onLost       string
+	killAfter    time.Duration
+	command      []string
+}
+
+func newCmdRun(s Streams, common *commonOptions) *cobra.Command {
+	o := &runOptions{commonOptions: common, streams: s}
+	cmd := &cobra.Command{
+		Use:   "semrun [flags] -- COMMAND [ARG...]",
+		Short: "Run a command while holding one of N fleet-wide permits",
+		Long: `semrun runs COMMAND while it holds one of N permits of a key kept in Redis,
+so that at most N copies run at once across every machine that shares the key.
+It renews its lease while COMMAND runs, forwards signals to it, gives the permit
+back when it exits, and exits with COMMAND's status.`,
+		Example: `  semrun --key pdf --permits 3 -- ./render.sh
+  semrun -k nightly --no-wait --busy-exit-code 0 -- ./backup.sh`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("no command given: semrun [flags] -- COMMAND [ARG...]")
+			}
+			if cmd.ArgsLenAtDash() != 0 {
+				return usageErrorf("unexpected argument %q: the command must follow --", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.command = args
+			if err := o.validate(cmd); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.key, "key", "k", "", "semaphore name (required)")
+	f.IntVarP(&o.permits, "permits", "n", 1, "at most N holders of this key fleet-wide")
+	f.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease: a holder that vanishes frees its seat after this")
+	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting for a permit after this (0: wait forever)")
+	f.BoolVar(&o.noWait, "no-wait", false, "try once, don't wait")
+	f.IntVar(&o.busyExitCode, "busy-exit-code", 75, "exit status when no permit was obtained (0: skip quietly)")
+	f.IntVar(&o.lostExitCode, "lost-exit-code", defaultLostExitCode, "exit status when the permit was lost and the command terminated")
+	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
+	f.DurationVar(&o.killAfter, "kill-after", defaultKillAfter, "after SIGTERM on a lost permit, SIGKILL if still running (default: 10s, at most half the TTL)")
+	return cmd
+}
+
+func (o *runOptions) validate(cmd *cobra.Command) error {
+	show := o.sources.show
+	if err := semaphore.CheckKey(o.key); err != nil {
+		if o.key == "" && !cmd.Flags().Changed("key") && o.sources["key"] == "" {
+			return usageErrorf("--key is required")
+		}
+		return usageErrorf("%s: %v", show("key", fmt.Sprintf("%q", o.key)), err)
+	}
+	if held, ok := os.LookupEnv(envHeldKey); ok && held == o.key {
+		return usageErrorf("%s: already held by the semrun this command runs under; waiting would wait for itself", show("key", fmt.Sprintf("%q", o.key)))
+	}
+	if o.permits < 1 || o.permits > maxPermits {
+		return usageErrorf("%s: must be from 1 to %d", show("permits", o.permits), maxPermits)
+	}
+	if o.ttl < time.Second || o.ttl > maxTTL {
+		return usageErrorf("%s: must be from 1s to %v", show("ttl", o.ttl), maxTTL)
+	}
+	if o.ttl%time.Millisecond != 0 {
+		return usageErrorf("%s: must be whole milliseconds", show("ttl", o.ttl))
+	}
+	if o.timeout < 0 {
+		return usageErrorf("%s: must not be negative", show("timeout", o.timeout))
+	}
+	for _, c := range []struct {
+		flag string
+		code int
+	}{{"busy-exit-code", o.busyExitCode}, {"lost-exit-code", o.lostExitCode}} {
+		if c.code < 0 || c.code > 255 {
+			return usageErrorf("%s: must be from 0 to 255", show(c.flag, c.code))
+		}
+	}
+	if o.onLost != "terminate" && o.onLost != "continue" {
+		return usageErrorf("%s: must be terminate or continue", show("on-lost", fmt.Sprintf("%q", o.onLost)))
+	}
+	if err := runner.Check(o.command[0]); err != nil {
+		return err
+	}
+	limit := runner.MaxKillAfter(o.ttl)
+	if cmd.Flags().Changed("kill-after") || o.sources["kill-after"] != "" {
+		if o.killAfter < 0 || o.killAfter > limit {
+			return usageErrorf("%s: must be from 0 to half the --ttl (%v), so that the command is killed before its lease can lapse", show("kill-after", o.killAfter), limit)
+		}
+	} else {
+		o.killAfter = min(defaultKillAfter, limit)
+	}
+	return nil
+}
+
+func (o *runOptions) run(ctx context.Context) error {
+	log := o.logger(o.streams.Err)
+	store, err := semaphore.NewRedis(semaphore.RedisOptions{
+		URL: o.redisURL, Prefix: o.prefix, ConnectTimeout: o.connectTimeout, Warnf: log.Warnf,
+	})
+	if err != nil {
+		return usageErrorf("%s: %v", o.sources.name("redis"), err)
+	}
+	defer store.Close()
+
+	// Signals are caught from before the wait, so one that arrives while
+	// waiting ends the wait, and none is lost between wait and child.
+	signals := make(chan os.Signal, 16)
+	signal.Notify(signals, forwarded...)
+	defer signal.Stop(signals)
+
+	began := time.Now()
+	lease, err := o.acquire(ctx, store, signals, log)
+	if err != nil {
+		return err
+	}
+	log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), lease.Token())
+
+	onLost := runner.Terminate
+	if o.onLost == "continue" {
+		onLost = runner.Continue
+	}
+	res, runErr := runner.Run(ctx, runner.Spec{
+		Args: o.command, Env: o.childEnv(os.Environ(), lease.Token()),
+		Stdin: o.streams.In, Stdout: o.streams.Out, Stderr: o.streams.Err,
+		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
+		Signals: signals, Warnf: log.Warnf,
+	}, lease)
+
+	// A failed release never changes the exit status: the seat lapses
+	// within the TTL on its own.
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, o.ttl))
+	defer cancel()
+	if err := lease.Release(releaseCtx); err != nil {
+		log.Warnf("%v; the seat frees itself within %v", err, o.ttl)
+	} else {
+		log.Infof("key %q: permit released", o.key)
+	}
+
+	if runErr != nil {
+		return runErr
+	}
+	if res.Terminated {
+		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost}
+	}
+	return &childExit{code: res.ExitCode, sig: res.Signal}
+}
+
+// acquire waits for a permit until one is held, --timeout passes, or a
+// signal arrives.
+func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals <-chan os.Signal, log *logger) (semaphore.Lease, error) {
+	host, _ := os.Hostname()
+	req := semaphore.Request{
+		Key: o.key, Permits: o.permits, TTL: o.ttl, NoWait: o.noWait,
+		Holder: semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])},
+	}
+	if !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())) {
+		req.OnWait = func(held, capacity int) {
+			fmt.Fprintf(o.streams.Err, "semrun: waiting for key %q (%d of %d permits held)\n", o.key, held, capacity)
+		}
+	}
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.timeout > 0 {
+		waitCtx, cancel = context.WithTimeout(waitCtx, o.timeout)
+		defer cancel()
+	}
+	type acquired struct {
+		lease semaphore.Lease
+		err   error
+	}
+	done := make(chan acquired, 1)
+	go func() {
+		lease, err := store.Acquire(waitCtx, req)
+		done <- acquired{lease, err}
+	}()
+	var a acquired
+	select {
+	case a = <-done:
+	case sig := <-signals:
+		cancel()
+		if a = <-done; a.err == nil {
+			releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
+			defer cancel()
+			_ = a.lease.Release(releaseCtx)
+		}
+		return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
+	}
+	switch {
+	case a.err == nil:
+		return a.lease, nil
+	case errors.Is(a.err, semaphore.ErrBusy):
+		return nil, &busyError{code: o.busyExitCode, why: fmt.Sprintf("key %q: all %d permits held (--no-wait)", o.key, o.permits)}
+	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:
+		return nil, &busyError{code: o.busyExitCode, why: fmt.Sprintf("key %q: no permit within %v (--timeout)", o.key, o.timeout)}
+	}
+	return nil, a.err
+}
+
+// childEnv is semrun's environment for the child, less the variables that
+// choose what semrun holds and the secrets it used, plus the SEMRUN_HELD_*
+// variables and the fencing token.
+func (o *runOptions) childEnv(environ []string, token int64) []string {
+	drop := map[string]bool{
+		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true,
+		envHeldKey: true, envHeldPermits: true, envFencingToken: true,
+	}
+	if u, err := url.Parse(os.Getenv(envNames["redis"])); err == nil && u.User != nil {
+		if _, hasPassword := u.User.Password(); hasPassword {
+			drop[envNames["redis"]] = true
+		}
+	}
+	env := make([]string, 0, len(environ)+3)
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !drop[name] {
+			env = append(env, kv)
+		}
+	}
+	return append(env,
+		envHeldKey+"="+o.key,
+		envHeldPermits+"="+strconv.Itoa(o.permits),
+		envFencingToken+"="+strconv.FormatInt(token, 10),
+	)
+}

@@ -1,0 +1,119 @@
+//go:build unix
+
+package runner
+
+import (
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// waitEvent is a change of the child's state.
+type waitEvent struct {
+	status  unix.WaitStatus
+	stopped bool
+	// resumed is signalled when the job was continued after a stop.
+	resumed chan struct{}
+}
+
+// start starts cmd and reports its changes of state on events. With
+// jobControl, a stop of the child is reported too, and waiting resumes
+// once the event's resumed channel is signalled.
+func start(cmd *exec.Cmd, jobControl bool, events chan<- waitEvent) error {
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal fires when the thread that started the
+		// child exits, so that thread stays locked to this goroutine until
+		// the child is reaped.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		pid := cmd.Process.Pid
+		flags := 0
+		if jobControl {
+			flags = unix.WUNTRACED
+		}
+		for {
+			var ws unix.WaitStatus
+			_, err := unix.Wait4(pid, &ws, flags, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				// Cannot happen for our own child; report it as killed.
+				events <- waitEvent{status: unix.WaitStatus(syscall.SIGKILL)}
+				return
+			}
+			if ws.Stopped() {
+				resumed := make(chan struct{})
+				events <- waitEvent{stopped: true, resumed: resumed}
+				<-resumed
+				continue
+			}
+			_ = cmd.Process.Release()
+			events <- waitEvent{status: ws}
+			return
+		}
+	}()
+	return <-started
+}
+
+// terminal is the controlling terminal semrun shares with its child when
+// semrun runs in the terminal's foreground; nil otherwise.
+type terminal struct {
+	fd int
+}
+
+// newTerminal returns the terminal on stdin when semrun is in its
+// foreground process group, so the child's group can take the foreground:
+// Ctrl-C then reaches the child once, and the child can read the terminal.
+func newTerminal(stdin *os.File) *terminal {
+	if stdin == nil {
+		return nil
+	}
+	fd := int(stdin.Fd())
+	pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	if err != nil || pgrp != unix.Getpgrp() {
+		return nil
+	}
+	return &terminal{fd: fd}
+}
+
+// setForeground makes pgrp the terminal's foreground group. SIGTTOU is
+// ignored meanwhile: a background group may not do this otherwise.
+func (t *terminal) setForeground(pgrp int) {
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	_ = unix.IoctlSetPointerInt(t.fd, unix.TIOCSPGRP, pgrp)
+}
+
+// reclaim takes the terminal back for semrun once the child is done.
+func (t *terminal) reclaim() {
+	if t != nil {
+		t.setForeground(unix.Getpgrp())
+	}
+}
+
+// suspend stops semrun after its child was stopped from the terminal, so
+// the shell sees the whole job stopped; it returns when semrun is continued.
+func (t *terminal) suspend() {
+	t.reclaim()
+	_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
+}
+
+// resume gives the terminal back to the child when the shell continued the
+// job in the foreground, and continues the child.
+func (t *terminal) resume(pgid int) {
+	if pgrp, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && pgrp == unix.Getpgrp() {
+		t.setForeground(pgid)
+	}
+	_ = unix.Kill(-pgid, unix.SIGCONT)
+}

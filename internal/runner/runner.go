@@ -1,0 +1,243 @@
+// Package runner runs a command while a semaphore lease is held: it starts
+// the child in its own process group, forwards signals to that group, renews
+// the lease, and stops the child before the store could give its seat away.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// OnLost says what happens to the child when its permit is lost.
+type OnLost int
+
+const (
+	// Terminate sends SIGTERM to the child's process group, then SIGKILL
+	// after the kill-after grace period.
+	Terminate OnLost = iota
+	// Continue warns and lets the child run on without a permit.
+	Continue
+)
+
+// Spec is what to run and how.
+type Spec struct {
+	// Args is the command and its arguments; Args[0] is looked up in PATH.
+	Args []string
+	// Env is the child's whole environment.
+	Env                   []string
+	Stdin, Stdout, Stderr *os.File
+	// TTL is the lease; it decides how often the lease is renewed.
+	TTL time.Duration
+	// KillAfter is the grace period between SIGTERM and SIGKILL.
+	KillAfter time.Duration
+	OnLost    OnLost
+	// Signals are forwarded to the child's process group.
+	Signals <-chan os.Signal
+	// Warnf receives warnings: a lost permit with Continue, failed renewals.
+	Warnf func(format string, args ...any)
+}
+
+// Result is how the child ended.
+type Result struct {
+	// ExitCode is the child's exit status when it exited by itself.
+	ExitCode int
+	// Signal is the signal that ended the child, 0 when it exited.
+	Signal syscall.Signal
+	// Lost is why the permit was lost while the child ran; nil if it was not.
+	Lost error
+	// Terminated is true when the child was stopped because of Lost.
+	Terminated bool
+}
+
+// StartError means the child could not be started.
+type StartError struct {
+	Command string
+	// NotFound distinguishes "no such command" from "cannot execute".
+	NotFound bool
+	Err      error
+}
+
+func (e *StartError) Error() string {
+	reason := e.Err
+	var execErr *exec.Error
+	var pathErr *fs.PathError
+	switch {
+	case errors.As(reason, &execErr):
+		reason = execErr.Err
+	case errors.As(reason, &pathErr):
+		reason = pathErr.Err
+	}
+	return fmt.Sprintf("%s: %v", e.Command, reason)
+}
+func (e *StartError) Unwrap() error { return e.Err }
+
+// ErrPresumedLost means no renewal succeeded in time: the store may be
+// about to give the seat away, so the permit counts as lost.
+var ErrPresumedLost = errors.New("no renewal succeeded in time")
+
+// RenewEvery is how often a lease of ttl is renewed.
+func RenewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// Margin is how much before the lease's end the child must be gone: room
+// for clocks that tick at slightly different rates and for the kill to land.
+func Margin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// MaxKillAfter is the longest grace period a lease of ttl allows: after the
+// last renewal that succeeded, one renewal and its retries must fit before
+// the child is told to stop, and the SIGKILL must land before the lease ends.
+func MaxKillAfter(ttl time.Duration) time.Duration { return ttl / 2 }
+
+// Check tells whether command can be started, so that a command that
+// cannot is refused before any permit is taken. It returns a *StartError.
+func Check(command string) error {
+	if _, err := exec.LookPath(command); err != nil {
+		return startError(command, err)
+	}
+	return nil
+}
+
+// Run runs the child while lease is held and returns how it ended. It
+// returns a *StartError when the child could not be started. ctx ending
+// stops the renewals only; the child's end is always waited for.
+func Run(ctx context.Context, spec Spec, lease semaphore.Lease) (Result, error) {
+	cmd := exec.Command(spec.Args[0], spec.Args[1:]...)
+	if cmd.Err != nil {
+		return Result{}, startError(spec.Args[0], cmd.Err)
+	}
+	cmd.Env = spec.Env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, spec.Stdout, spec.Stderr
+	term := newTerminal(spec.Stdin)
+	cmd.SysProcAttr = procAttr(term)
+
+	events := make(chan waitEvent, 1)
+	if err := start(cmd, term != nil, events); err != nil {
+		return Result{}, startError(spec.Args[0], err)
+	}
+	pgid := cmd.Process.Pid
+	defer term.reclaim()
+
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	defer stopRenewing()
+	lost := make(chan error, 1)
+	if !lease.Deadline().IsZero() {
+		go keepAlive(renewCtx, spec, lease, lost)
+	}
+
+	var res Result
+	var kill <-chan time.Time
+	onLost := func(err error) {
+		lost = nil
+		stopRenewing()
+		res.Lost = err
+		if spec.OnLost == Continue {
+			spec.Warnf("permit lost (%v); the command runs on without it", err)
+			return
+		}
+		res.Terminated = true
+		signalGroup(pgid, syscall.SIGTERM)
+		kill = time.After(spec.KillAfter)
+	}
+	for {
+		select {
+		case sig := <-spec.Signals:
+			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+		case err := <-lost:
+			onLost(err)
+		case <-kill:
+			signalGroup(pgid, syscall.SIGKILL)
+		case ev := <-events:
+			if ev.stopped {
+				// Suspended from the terminal: suspend the job as a whole.
+				term.suspend()
+				if lost != nil && !lease.Deadline().IsZero() && time.Now().After(lossAt(spec, lease)) {
+					// Suspended past the lease: the seat may be someone
+					// else's now, so the child must not run on.
+					onLost(ErrPresumedLost)
+				}
+				term.resume(pgid)
+				ev.resumed <- struct{}{}
+				continue
+			}
+			if res.Terminated {
+				// What the child left in its group must not outlive the lease either.
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
+			res.ExitCode, res.Signal = ev.status.ExitStatus(), 0
+			if ev.status.Signaled() {
+				res.ExitCode, res.Signal = -1, ev.status.Signal()
+			}
+			return res, nil
+		}
+	}
+}
+
+// signalGroup sends sig to the child's group, and SIGCONT so that a
+// stopped child can act on it.
+func signalGroup(pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
+}
+
+func startError(command string, err error) error {
+	return &StartError{
+		Command:  command,
+		NotFound: errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist),
+		Err:      err,
+	}
+}
+
+// lossAt is when the child must be told to stop if no renewal succeeds
+// before: early enough that SIGKILL lands before the lease could end.
+func lossAt(spec Spec, lease semaphore.Lease) time.Time {
+	return lease.Deadline().Add(-spec.KillAfter - Margin(spec.TTL))
+}
+
+// keepAlive renews the lease until ctx ends, and reports on lost once when
+// the store says the permit is gone or no renewal succeeded in time.
+func keepAlive(ctx context.Context, spec Spec, lease semaphore.Lease, lost chan<- error) {
+	every := RenewEvery(spec.TTL)
+	retry := max(spec.TTL/12, 50*time.Millisecond)
+	next := every
+	for {
+		giveUp := lossAt(spec, lease)
+		wait := min(next, time.Until(giveUp))
+		if wait <= 0 {
+			lost <- fmt.Errorf("%w (%v without a successful renewal)", ErrPresumedLost, spec.TTL-spec.KillAfter-Margin(spec.TTL))
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if time.Now().After(giveUp) {
+			continue
+		}
+		// The call must end before the child has to be told to stop.
+		call, cancel := context.WithDeadline(ctx, giveUp)
+		err := lease.Renew(call)
+		cancel()
+		switch {
+		case err == nil:
+			next = every
+		case errors.Is(err, semaphore.ErrLost):
+			lost <- err
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			spec.Warnf("renewal failed, retrying: %v", err)
+			next = retry
+		}
+	}
+}

@@ -1,0 +1,171 @@
+package semaphore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// testPrefix namespaces every key the tests write.
+const testPrefix = "test:"
+
+var keySeq atomic.Int64
+
+// uniqueKey returns a semaphore key no other test uses.
+func uniqueKey(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), keySeq.Add(1))
+}
+
+// newStore returns a store for url with the test prefix and a short connect
+// timeout, closed when t ends.
+func newStore(t testing.TB, url string, o semaphore.RedisOptions) *semaphore.Redis {
+	t.Helper()
+	o.URL = url
+	if o.Prefix == "" {
+		o.Prefix = testPrefix
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = 2 * time.Second
+	}
+	s, err := semaphore.NewRedis(o)
+	if err != nil {
+		t.Fatalf("NewRedis(%q): got error %v, want nil", url, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// rawClient talks to the server behind the store's back.
+func rawClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// storeKeys are the Redis keys of a semaphore, as documented in acquire.lua.
+// The tests find them by scanning, never by trusting this naming alone.
+type storeKeys struct{ holders, info, token string }
+
+func keysOf(prefix, escaped string) storeKeys {
+	base := prefix + "{" + escaped + "}:"
+	return storeKeys{base + "holders", base + "info", base + "token"}
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// acquire takes a permit with NoWait and fails t if none is granted.
+func acquire(t testing.TB, s semaphore.Store, req semaphore.Request) semaphore.Lease {
+	t.Helper()
+	req.NoWait = true
+	l, err := s.Acquire(ctxTimeout(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatalf("Acquire(key %q, n=%d): got error %v, want a permit", req.Key, req.Permits, err)
+	}
+	return l
+}
+
+// waitFor polls cond every 20ms until it holds or bound passes.
+func waitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still false after %v, want true", what, bound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// serverMicros is the server's clock in microseconds.
+func serverMicros(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("TIME: got error %v, want nil", err)
+	}
+	return now.UnixMicro()
+}
+
+// crc16 is CRC-16/XMODEM (poly 0x1021, init 0), the checksum of the Redis
+// Cluster key-slot algorithm.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// hashSlot is the Redis Cluster slot of key: only the part between the first
+// '{' and the first '}' after it is hashed, if that part is not empty.
+func hashSlot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	return int(crc16(key) % 16384)
+}
+
+func TestHashSlotMatchesClusterSpec(t *testing.T) {
+	// Reference values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	if got := crc16("123456789"); got != 0x31C3 {
+		t.Errorf("crc16(123456789): got %#x, want 0x31c3", got)
+	}
+	for key, want := range map[string]int{
+		"foo":                  12182,
+		"bar":                  5061,
+		"{foo}bar":             12182,
+		"a{foo}b{bar}":         12182,
+		"{user1000}.following": hashSlot("user1000"),
+	} {
+		if got := hashSlot(key); got != want {
+			t.Errorf("hashSlot(%q): got %d, want %d", key, got, want)
+		}
+	}
+	if hashSlot("{}foo") == hashSlot("foo") {
+		t.Errorf("hashSlot({}foo) == hashSlot(foo): an empty tag must hash the whole key")
+	}
+}
+
+// warnings collects what a store passes to Warnf.
+type warnings struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (w *warnings) Warnf(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, fmt.Sprintf(format, args...))
+}
+
+func (w *warnings) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	got := w.got
+	w.got = nil
+	return got
+}

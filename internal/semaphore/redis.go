@@ -1,0 +1,409 @@
+package semaphore
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+	//go:embed status.lua
+	statusLua    string
+	statusScript = redis.NewScript(statusLua)
+)
+
+// RedisOptions configure a Redis store.
+type RedisOptions struct {
+	// URL is redis://[user:pass@]host:port/db, rediss:// or unix:///path.
+	URL string
+	// Prefix namespaces every key semrun writes.
+	Prefix string
+	// ConnectTimeout bounds how long an unreachable store is retried.
+	ConnectTimeout time.Duration
+	// Warnf, when set, receives warnings (callers asking different capacities).
+	Warnf func(format string, args ...any)
+}
+
+// Redis is a Store whose permits live in Redis, one sorted set per key,
+// touched only by the atomic scripts embedded in this package.
+type Redis struct {
+	client         redis.Scripter
+	closer         func() error
+	prefix         string
+	addr           string // redacted, for messages
+	connectTimeout time.Duration
+	warnf          func(format string, args ...any)
+}
+
+var silenceLibrary sync.Once
+
+// NewRedis returns a store for o.URL. It does not connect yet, so a command
+// that fails validation later has held nothing and waited for nothing.
+func NewRedis(o RedisOptions) (*Redis, error) {
+	opt, addr, err := ParseRedisURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	// go-redis logs dial failures to stderr on its own; semrun decides what is printed.
+	silenceLibrary.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
+	// RESP2 without HELLO and CLIENT SETINFO saves two round trips per run.
+	opt.Protocol = 2
+	opt.DisableIdentity = true
+	opt.ContextTimeoutEnabled = true
+	opt.PoolSize = 4
+	// Retries are decided here, against the connect timeout, not inside go-redis.
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	if o.ConnectTimeout > 0 && o.ConnectTimeout < opt.DialTimeout {
+		opt.DialTimeout = o.ConnectTimeout
+	}
+	c := redis.NewClient(opt)
+	return NewRedisWithClient(c, c.Close, addr, o), nil
+}
+
+// NewRedisWithClient returns a store over an existing client; addr names it
+// in messages and must hold no secret. Tests use it to inject failures.
+func NewRedisWithClient(c redis.Scripter, closer func() error, addr string, o RedisOptions) *Redis {
+	warnf := o.Warnf
+	if warnf == nil {
+		warnf = func(string, ...any) {}
+	}
+	if closer == nil {
+		closer = func() error { return nil }
+	}
+	return &Redis{client: c, closer: closer, prefix: o.Prefix, addr: addr, connectTimeout: o.ConnectTimeout, warnf: warnf}
+}
+
+// ParseRedisURL checks raw and returns the client options with the URL to
+// show in messages, its password redacted. Errors never quote raw, which
+// may hold a password.
+func ParseRedisURL(raw string) (*redis.Options, string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // url.Error quotes the whole URL, password included
+		}
+		return nil, "", fmt.Errorf("malformed URL: %w", err)
+	}
+	shown := u.Redacted()
+	switch u.Scheme {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return nil, shown, fmt.Errorf("%s: no host", shown)
+		}
+	case "unix":
+		if u.Path == "" {
+			return nil, shown, fmt.Errorf("%s: no socket path", shown)
+		}
+	case "":
+		return nil, shown, fmt.Errorf("%s: no scheme (want redis://, rediss:// or unix://)", shown)
+	default:
+		return nil, shown, fmt.Errorf("%s: unknown scheme %q (want redis, rediss or unix)", shown, u.Scheme)
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, shown, fmt.Errorf("%s: %s", shown, strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	return opt, shown, nil
+}
+
+// Addr is the store's address with any password redacted.
+func (r *Redis) Addr() string { return r.addr }
+
+// Close closes the store's connections.
+func (r *Redis) Close() error { return r.closer() }
+
+var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// keys names a semaphore's keys. They share one hash tag, so one Cluster
+// slot; braces in the key are escaped so that no key can break the tag.
+func (r *Redis) keys(key string) []string {
+	base := r.prefix + "{" + keyEscaper.Replace(key) + "}:"
+	return []string{base + "holders", base + "info", base + "token"}
+}
+
+// newPermitID returns 130 bits from crypto/rand: a client that does not
+// hold a permit cannot guess its id to renew or release it.
+func newPermitID() string { return rand.Text() }
+
+// Acquire implements Store. Waiting is a retry loop with capped, jittered
+// backoff that also wakes when the earliest lease can lapse.
+func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
+	id := newPermitID()
+	keys := r.keys(req.Key)
+	meta, err := json.Marshal(req.Holder)
+	if err != nil {
+		return nil, fmt.Errorf("encode holder info: %w", err)
+	}
+	wait := backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}
+	told := false
+	for {
+		sent := time.Now()
+		res, err := r.callRetrying(ctx, acquireScript, keys, id, req.Permits, req.TTL.Milliseconds(), meta)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The script may have run before ctx ended: give back what
+				// may have been granted rather than hold a seat for a TTL.
+				r.abandon(ctx, keys, id)
+			}
+			return nil, fmt.Errorf("acquire key %q: %w", req.Key, err)
+		}
+		g, err := parseGrant(res)
+		if err != nil {
+			return nil, fmt.Errorf("acquire key %q: %w", req.Key, err)
+		}
+		if g.previous != int64(req.Permits) && !told {
+			r.warnf("key %q: this call asks for %d permits, the previous caller asked for %d", req.Key, req.Permits, g.previous)
+		}
+		if g.granted {
+			return &redisLease{r: r, key: req.Key, keys: keys, id: id, ttl: req.TTL, token: g.token, deadline: sent.Add(req.TTL)}, nil
+		}
+		if req.NoWait {
+			return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, g.held, req.Permits, ErrBusy)
+		}
+		if !told && req.OnWait != nil {
+			req.OnWait(int(g.held), req.Permits)
+		}
+		told = true
+		delay := wait.step()
+		if lapse := time.Duration(g.lapseIn)*time.Millisecond + time.Millisecond; g.lapseIn > 0 && lapse < delay {
+			delay = lapse
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return nil, fmt.Errorf("wait for key %q: %w", req.Key, err)
+		}
+	}
+}
+
+type grant struct {
+	granted  bool
+	token    int64
+	held     int64
+	previous int64
+	lapseIn  int64
+}
+
+func parseGrant(res any) (grant, error) {
+	v, ok := res.([]any)
+	if !ok || len(v) != 5 {
+		return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
+	}
+	var n [5]int64
+	for i := range v {
+		if n[i], ok = v[i].(int64); !ok {
+			return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
+		}
+	}
+	return grant{granted: n[0] == 1, token: n[1], held: n[2], previous: n[3], lapseIn: n[4]}, nil
+}
+
+// abandon releases id after ctx ended, under a short deadline of its own.
+func (r *Redis) abandon(ctx context.Context, keys []string, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = releaseScript.Run(ctx, r.client, keys[:2], id).Err()
+}
+
+// callRetrying runs a script, retrying failures that may heal (connection
+// refused, timeouts, a loading server) for at most the connect timeout.
+func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string, args ...any) (any, error) {
+	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
+	giveUp := time.Now().Add(r.connectTimeout)
+	var failing error
+	stopped := func() error {
+		cause := context.Cause(ctx)
+		if failing != nil && errors.Is(cause, context.DeadlineExceeded) {
+			// The caller's deadline ran out while the store was failing:
+			// that is the store's fault, not a busy semaphore.
+			return fmt.Errorf("%w: %s: %w", ErrUnreachable, r.addr, failing)
+		}
+		return cause
+	}
+	for {
+		attempt, cancel := context.WithDeadline(ctx, giveUp)
+		res, err := s.Run(attempt, r.client, keys, args...).Result()
+		cancel()
+		switch {
+		case err == nil:
+			return res, nil
+		case ctx.Err() != nil:
+			return nil, stopped()
+		case !retryable(err):
+			return nil, fmt.Errorf("%s: %w", r.addr, err)
+		}
+		failing = err
+		delay := wait.step()
+		if time.Until(giveUp) < delay {
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, r.addr, err)
+		}
+		if sleep(ctx, delay) != nil {
+			return nil, stopped()
+		}
+	}
+}
+
+// retryable tells failures that may heal from those that will not (bad
+// password, missing permission, a script error).
+func retryable(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true // the network: refused, reset, timed out
+	}
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
+		if strings.HasPrefix(rerr.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Status implements Store.
+func (r *Redis) Status(ctx context.Context, keys []string) ([]KeyStatus, error) {
+	out := make([]KeyStatus, 0, len(keys))
+	for _, key := range keys {
+		res, err := r.callRetrying(ctx, statusScript, r.keys(key)[:2])
+		if err != nil {
+			return nil, fmt.Errorf("status of key %q: %w", key, err)
+		}
+		st, err := parseStatus(key, res)
+		if err != nil {
+			return nil, fmt.Errorf("status of key %q: %w", key, err)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func parseStatus(key string, res any) (KeyStatus, error) {
+	v, ok := res.([]any)
+	if !ok || len(v) < 2 || len(v)%2 != 0 {
+		return KeyStatus{}, fmt.Errorf("unexpected reply %v from status script", res)
+	}
+	now, _ := v[0].(int64)
+	capacity, _ := v[1].(int64)
+	st := KeyStatus{Key: key, Capacity: int(max(capacity, 0)), Holders: []Holder{}}
+	for i := 2; i < len(v); i += 2 {
+		expiry, _ := v[i].(int64)
+		info, _ := v[i+1].(string)
+		h, err := parseHolder(info, now)
+		if err != nil {
+			return KeyStatus{}, err
+		}
+		h.ExpiresIn = time.Duration(expiry-now) * time.Millisecond
+		st.Holders = append(st.Holders, h)
+	}
+	st.Held = len(st.Holders)
+	return st, nil
+}
+
+// parseHolder reads "<permits> <token> <granted ms> <meta>" (see acquire.lua).
+func parseHolder(info string, now int64) (Holder, error) {
+	f := strings.SplitN(info, " ", 4)
+	if len(f) != 4 {
+		return Holder{}, fmt.Errorf("malformed holder record %q", info)
+	}
+	var h Holder
+	var nums [3]int64
+	for i := range nums {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return Holder{}, fmt.Errorf("malformed holder record %q: %w", info, err)
+		}
+		nums[i] = n
+	}
+	h.Permits, h.Token, h.Age = int(nums[0]), nums[1], time.Duration(now-nums[2])*time.Millisecond
+	if f[3] != "" {
+		if err := json.Unmarshal([]byte(f[3]), &h.HolderInfo); err != nil {
+			return Holder{}, fmt.Errorf("malformed holder record %q: %w", info, err)
+		}
+	}
+	return h, nil
+}
+
+type redisLease struct {
+	r     *Redis
+	key   string
+	keys  []string
+	id    string
+	ttl   time.Duration
+	token int64
+
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (l *redisLease) Token() int64 { return l.token }
+
+func (l *redisLease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *redisLease) Renew(ctx context.Context) error {
+	sent := time.Now()
+	res, err := renewScript.Run(ctx, l.r.client, l.keys, l.id, l.ttl.Milliseconds()).Int64()
+	if err != nil {
+		return fmt.Errorf("renew key %q on %s: %w", l.key, l.r.addr, err)
+	}
+	if res != 1 {
+		return fmt.Errorf("renew key %q: %w", l.key, ErrLost)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := sent.Add(l.ttl); d.After(l.deadline) {
+		l.deadline = d
+	}
+	return nil
+}
+
+func (l *redisLease) Release(ctx context.Context) error {
+	if err := releaseScript.Run(ctx, l.r.client, l.keys[:2], l.id).Err(); err != nil {
+		return fmt.Errorf("release key %q on %s: %w", l.key, l.r.addr, err)
+	}
+	return nil
+}
+
+// backoff doubles a delay up to max, each step jittered by ±25% so that
+// waiters started together do not retry together.
+type backoff struct{ next, max time.Duration }
+
+func (b *backoff) step() time.Duration {
+	d := b.next
+	b.next = min(b.next*2, b.max)
+	return d*3/4 + mrand.N(d/2+1)
+}
+
+// sleep waits for d or until ctx is done, returning ctx's cause then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,116 @@
+// Package semaphore keeps counting semaphores whose permits are leases: at
+// most N holders of a key at once, and a holder that vanishes frees its seat
+// when its lease lapses.
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Errors callers tell apart with errors.Is.
+var (
+	// ErrBusy means no permit was obtained: every seat was held when the
+	// caller would not wait, or the wait ran out.
+	ErrBusy = errors.New("semaphore: no permit available")
+	// ErrLost means the permit is no longer held: it lapsed or was removed.
+	ErrLost = errors.New("semaphore: permit lost")
+	// ErrUnreachable means the store could not be reached for longer than
+	// the connect timeout.
+	ErrUnreachable = errors.New("semaphore: store unreachable")
+)
+
+// MaxKeyLen bounds a key so that every store can name it.
+const MaxKeyLen = 200
+
+// Request asks for one permit of a key.
+type Request struct {
+	Key string
+	// Permits is the capacity N: at most N holders of Key at once.
+	Permits int
+	// TTL is the lease: a holder that stops renewing loses its seat after it.
+	TTL time.Duration
+	// NoWait makes Acquire try once and return ErrBusy instead of waiting.
+	NoWait bool
+	// Holder describes the holder for status output (host, pid, command).
+	Holder HolderInfo
+	// OnWait, when set, is called once when the caller has to wait.
+	OnWait func(held, capacity int)
+}
+
+// HolderInfo is what status shows about a holder. It must hold no secret.
+type HolderInfo struct {
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+}
+
+// Store hands out permits. Every store obeys the same rules, so the runner
+// and commands never need to know which one they talk to.
+type Store interface {
+	// Acquire returns a held permit. It waits until one is free, ctx is done
+	// (returning ctx's error) or, with NoWait, returns ErrBusy at once.
+	Acquire(ctx context.Context, req Request) (Lease, error)
+	// Status reports on each key.
+	Status(ctx context.Context, keys []string) ([]KeyStatus, error)
+	// Close releases the store's connections.
+	Close() error
+}
+
+// Lease is one held permit.
+type Lease interface {
+	// Token is the fencing token of this grant: it strictly increases with
+	// every grant of the key.
+	Token() int64
+	// Deadline is the local monotonic instant at which the store may give
+	// the seat to someone else unless the lease is renewed first. It is
+	// computed from when the last successful renewal was sent, never from
+	// when its answer arrived. The zero time means the lease never lapses.
+	Deadline() time.Time
+	// Renew extends the lease by its TTL. It returns an error wrapping
+	// ErrLost when the permit is gone; other errors leave it in doubt.
+	Renew(ctx context.Context) error
+	// Release gives the permit back. Releasing twice is harmless.
+	Release(ctx context.Context) error
+}
+
+// KeyStatus describes one semaphore.
+type KeyStatus struct {
+	Key string `json:"key"`
+	// Capacity is the N the latest caller asked for; 0 when unknown.
+	Capacity int      `json:"capacity"`
+	Held     int      `json:"held"`
+	Holders  []Holder `json:"holders"`
+}
+
+// Holder describes one live permit; permit ids are never shown.
+type Holder struct {
+	HolderInfo
+	// Permits is the capacity this holder asked for.
+	Permits   int           `json:"permits"`
+	Token     int64         `json:"token"`
+	Age       time.Duration `json:"age_ns"`
+	ExpiresIn time.Duration `json:"expires_in_ns"`
+}
+
+// CheckKey tells whether key can name a semaphore.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("must not be empty")
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("is %d bytes long, at most %d allowed", len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return errors.New("is not valid UTF-8")
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("contains the control character %U", r)
+		}
+	}
+	return nil
+}
