@@ -1,0 +1,815 @@
+package semaphore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// These tests run the store against a real redis-server (see redistest).
+// Each test starts its own server, so they run in parallel and may FLUSHALL.
+
+// bug reports a known defect of the code under test. It skips the test so
+// the suite stays green, unless SEMRUN_SHOW_BUGS is set, when it fails it.
+func bug(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := "BUG: " + fmt.Sprintf(format, args...)
+	if os.Getenv("SEMRUN_SHOW_BUGS") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// setup starts a redis-server and returns it with a store and a raw client.
+func setup(t *testing.T, o semaphore.RedisOptions) (*redistest.Server, *semaphore.Redis, *redis.Client) {
+	t.Helper()
+	srv := redistest.New(t)
+	return srv, newStore(t, srv.URL(), o), rawClient(t, srv.Addr)
+}
+
+// members returns the permit ids held for k with their expiry (server ms).
+func members(t *testing.T, c *redis.Client, k storeKeys) []redis.Z {
+	t.Helper()
+	z, err := c.ZRangeWithScores(context.Background(), k.holders, 0, -1).Result()
+	if err != nil {
+		t.Fatalf("ZRANGE %s: got error %v, want nil", k.holders, err)
+	}
+	return z
+}
+
+func zcard(t *testing.T, c *redis.Client, key string) int64 {
+	t.Helper()
+	n, err := c.ZCard(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("ZCARD %s: got error %v, want nil", key, err)
+	}
+	return n
+}
+
+func exists(t *testing.T, c *redis.Client, keys ...string) int64 {
+	t.Helper()
+	n, err := c.Exists(context.Background(), keys...).Result()
+	if err != nil {
+		t.Fatalf("EXISTS %v: got error %v, want nil", keys, err)
+	}
+	return n
+}
+
+func release(t *testing.T, l semaphore.Lease) {
+	t.Helper()
+	if err := l.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release: got error %v, want nil", err)
+	}
+}
+
+func TestRedisAtMostNGrants(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	const n = 3
+	req := semaphore.Request{Key: key, Permits: n, TTL: 10 * time.Second, NoWait: true}
+
+	var held []semaphore.Lease
+	for range n {
+		held = append(held, acquire(t, st, req))
+	}
+	if got := zcard(t, raw, k.holders); got != n {
+		t.Fatalf("holders after %d grants: got %d, want %d", n, got, n)
+	}
+	l, err := st.Acquire(ctxTimeout(t, 5*time.Second), req)
+	if !errors.Is(err, semaphore.ErrBusy) || l != nil {
+		t.Fatalf("acquire %d of %d: got (%v, %v), want (nil, ErrBusy)", n+1, n, l, err)
+	}
+	if got := zcard(t, raw, k.holders); got != n {
+		t.Fatalf("holders after a busy acquire: got %d, want %d", got, n)
+	}
+
+	release(t, held[0])
+	held[0] = acquire(t, st, req)
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), req); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("acquire after release and re-grant: got %v, want ErrBusy", err)
+	}
+	if got := zcard(t, raw, k.holders); got != n {
+		t.Fatalf("holders at the end: got %d, want %d", got, n)
+	}
+}
+
+func TestRedisConcurrentHoldersNeverExceedN(t *testing.T) {
+	t.Parallel()
+	_, st, _ := setup(t, semaphore.RedisOptions{})
+	key := uniqueKey(t)
+	const n, workers, rounds = 3, 8, 3
+
+	var (
+		current, peak atomic.Int64
+		mu            sync.Mutex
+		tokens        []int64
+		wg            sync.WaitGroup
+		errs          = make(chan error, workers*rounds)
+	)
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				l, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: n, TTL: 10 * time.Second})
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("waiting acquire: got %w, want a permit", err)
+					return
+				}
+				c := current.Add(1)
+				for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
+				}
+				mu.Lock()
+				tokens = append(tokens, l.Token())
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				current.Add(-1)
+				if err := l.Release(context.Background()); err != nil {
+					errs <- fmt.Errorf("release: got %w, want nil", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := peak.Load(); got > n || got < 1 {
+		t.Errorf("most holders at once: got %d, want between 1 and %d", got, n)
+	}
+	slices.Sort(tokens)
+	if got := len(slices.Compact(slices.Clone(tokens))); got != len(tokens) {
+		t.Errorf("distinct fencing tokens: got %d, want %d (one per grant)", got, len(tokens))
+	}
+}
+
+func TestRedisFencingTokensIncrease(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	req := semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second}
+
+	var last int64
+	grant := func(when string) semaphore.Lease {
+		t.Helper()
+		before := serverMicros(t, raw)
+		l := acquire(t, st, req)
+		if l.Token() <= last {
+			t.Fatalf("token %s: got %d, want more than the previous %d", when, l.Token(), last)
+		}
+		if l.Token() < before {
+			t.Fatalf("token %s: got %d, want at least the server clock %d µs (seeded from the clock)", when, l.Token(), before)
+		}
+		last = l.Token()
+		return l
+	}
+
+	a := grant("first grant")
+	release(t, a)
+	a = grant("after a release")
+	b := grant("second concurrent holder")
+	release(t, a)
+	release(t, b)
+
+	if err := raw.FlushAll(ctx).Err(); err != nil {
+		t.Fatalf("FLUSHALL: got error %v, want nil", err)
+	}
+	c := grant("after FLUSHALL")
+	release(t, c)
+
+	// Let every key of the semaphore expire on its own.
+	for _, key := range []string{k.holders, k.info, k.token} {
+		if err := raw.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
+			t.Fatalf("PEXPIRE %s: got error %v, want nil", key, err)
+		}
+	}
+	waitFor(t, 2*time.Second, "all keys expired", func() bool {
+		return exists(t, raw, k.holders, k.info, k.token) == 0
+	})
+	grant("after the keys expired")
+}
+
+func TestRedisRenew(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	ctx := ctxTimeout(t, 10*time.Second)
+	const ttl = 3 * time.Second
+
+	t.Run("extends", func(t *testing.T) {
+		key := uniqueKey(t)
+		k := keysOf(testPrefix, key)
+		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+		z0 := members(t, raw, k)
+		if len(z0) != 1 {
+			t.Fatalf("holders after a grant: got %d, want 1", len(z0))
+		}
+		d0 := l.Deadline()
+		time.Sleep(20 * time.Millisecond) // let both clocks move on
+
+		sent := time.Now()
+		if err := l.Renew(ctx); err != nil {
+			t.Fatalf("Renew: got error %v, want nil", err)
+		}
+		answered := time.Now()
+		z1 := members(t, raw, k)
+		if len(z1) != 1 || z1[0].Member != z0[0].Member {
+			t.Fatalf("holders after renew: got %v, want the same single permit %v", z1, z0)
+		}
+		if z1[0].Score <= z0[0].Score {
+			t.Errorf("lease expiry after renew: got %v ms, want later than %v ms", z1[0].Score, z0[0].Score)
+		}
+		if d := l.Deadline(); !d.After(d0) || d.Before(sent.Add(ttl)) || d.After(answered.Add(ttl)) {
+			t.Errorf("Deadline after renew: got %v, want after %v, within [sent+TTL %v, answered+TTL %v]",
+				d, d0, sent.Add(ttl), answered.Add(ttl))
+		}
+		nowMs := serverMicros(t, raw) / 1000
+		for _, key := range []string{k.holders, k.info, k.token} {
+			pttl, err := raw.PTTL(ctx, key).Result()
+			if err != nil {
+				t.Fatalf("PTTL %s: got error %v, want nil", key, err)
+			}
+			if want := time.Duration(int64(z1[0].Score)-nowMs) * time.Millisecond; pttl < want {
+				t.Errorf("PTTL %s after renew: got %v, want at least the lease's remaining %v", key, pttl, want)
+			}
+		}
+	})
+
+	lost := func(t *testing.T, l semaphore.Lease, k storeKeys, keys ...string) {
+		t.Helper()
+		if err := l.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
+			t.Fatalf("Renew of a removed permit: got %v, want ErrLost", err)
+		}
+		if got := zcard(t, raw, k.holders); got != 0 {
+			t.Errorf("holders after a failed renew: got %d, want 0 (renew must not re-create the permit)", got)
+		}
+		if got := exists(t, raw, keys...); got != 0 {
+			t.Errorf("keys %v existing after a failed renew: got %d, want 0", keys, got)
+		}
+	}
+
+	t.Run("after FLUSHALL", func(t *testing.T) {
+		key := uniqueKey(t)
+		k := keysOf(testPrefix, key)
+		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+		if err := raw.FlushAll(ctx).Err(); err != nil {
+			t.Fatalf("FLUSHALL: got error %v, want nil", err)
+		}
+		lost(t, l, k, k.holders, k.info, k.token)
+	})
+
+	t.Run("after DEL", func(t *testing.T) {
+		key := uniqueKey(t)
+		k := keysOf(testPrefix, key)
+		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+		if err := raw.Del(ctx, k.holders).Err(); err != nil {
+			t.Fatalf("DEL: got error %v, want nil", err)
+		}
+		lost(t, l, k, k.holders)
+	})
+
+	t.Run("after release", func(t *testing.T) {
+		key := uniqueKey(t)
+		k := keysOf(testPrefix, key)
+		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+		release(t, l)
+		lost(t, l, k, k.holders)
+	})
+
+	t.Run("store down is not lost", func(t *testing.T) {
+		srv := redistest.New(t)
+		st := newStore(t, srv.URL(), semaphore.RedisOptions{})
+		l := acquire(t, st, semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: ttl})
+		srv.Kill()
+		err := l.Renew(ctxTimeout(t, 2*time.Second))
+		if err == nil || errors.Is(err, semaphore.ErrLost) {
+			t.Fatalf("Renew with the store down: got %v, want an error that is not ErrLost (in doubt)", err)
+		}
+	})
+}
+
+func TestRedisCrashedHolderFreesSeat(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	const ttl = time.Second
+
+	t.Run("waiting acquire gets the seat", func(t *testing.T) {
+		t.Parallel()
+		key := uniqueKey(t)
+		k := keysOf(testPrefix, key)
+		a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+		za := members(t, raw, k)
+		if len(za) != 1 {
+			t.Fatalf("holders after a grant: got %d, want 1", len(za))
+		}
+		var waits []string
+		b, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{
+			Key: key, Permits: 1, TTL: 10 * time.Second,
+			OnWait: func(held, capacity int) { waits = append(waits, fmt.Sprintf("%d/%d", held, capacity)) },
+		})
+		if err != nil {
+			t.Fatalf("waiting Acquire behind a holder that stopped renewing: got %v, want a permit", err)
+		}
+		granted := time.Now()
+		if nowMs := serverMicros(t, raw) / 1000; float64(nowMs) < za[0].Score {
+			t.Errorf("seat given at server time %d ms, want not before the lapsed lease's expiry %v ms", nowMs, za[0].Score)
+		}
+		if d := a.Deadline(); d.After(granted) {
+			t.Errorf("old holder's Deadline: got %v, want not after the moment the seat was given away (%v)", d, granted)
+		}
+		if !slices.Equal(waits, []string{"1/1"}) {
+			t.Errorf("OnWait calls (held/capacity): got %v, want [1/1]", waits)
+		}
+		if b.Token() <= a.Token() {
+			t.Errorf("token of the new holder: got %d, want more than %d", b.Token(), a.Token())
+		}
+		if err := a.Renew(ctxTimeout(t, 5*time.Second)); !errors.Is(err, semaphore.ErrLost) {
+			t.Errorf("Renew of the lapsed lease: got %v, want ErrLost", err)
+		}
+		zb := members(t, raw, k)
+		if len(zb) != 1 || zb[0].Member == za[0].Member {
+			t.Errorf("holders: got %v, want only the new holder (not %v)", zb, za[0].Member)
+		}
+	})
+
+	t.Run("no-wait acquire succeeds once the lease lapsed", func(t *testing.T) {
+		t.Parallel()
+		key := uniqueKey(t)
+		acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+		start := time.Now()
+		req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, NoWait: true}
+		waitFor(t, 3*time.Second, "no-wait acquire after the holder's TTL", func() bool {
+			_, err := st.Acquire(ctxTimeout(t, time.Second), req)
+			if err != nil && !errors.Is(err, semaphore.ErrBusy) {
+				t.Fatalf("no-wait acquire: got %v, want nil or ErrBusy", err)
+			}
+			return err == nil
+		})
+		if d := time.Since(start); d < ttl/2 {
+			t.Errorf("seat freed after %v, want not before the lease (%v) ran out", d, ttl)
+		}
+	})
+}
+
+func TestRedisAcquireTimeoutWhileBusy(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+	want := members(t, raw, k)
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	l, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) || l != nil {
+		t.Fatalf("Acquire while busy until ctx deadline: got (%v, %v), want (nil, context.DeadlineExceeded)", l, err)
+	}
+	if errors.Is(err, semaphore.ErrUnreachable) {
+		t.Errorf("Acquire while busy: got %v, want no ErrUnreachable from a healthy store", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Acquire returned after %v, want soon after its 300ms deadline", d)
+	}
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel2)
+	if _, err := st.Acquire(ctx2, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire while busy until ctx canceled: got %v, want context.Canceled", err)
+	}
+
+	if got := members(t, raw, k); !slices.Equal(got, want) {
+		t.Errorf("holders after the timed-out waits: got %v, want only the first holder %v", got, want)
+	}
+	status, err := st.Status(ctxTimeout(t, 5*time.Second), []string{key})
+	if err != nil || len(status) != 1 || status[0].Held != 1 || status[0].Holders[0].Token != a.Token() {
+		t.Errorf("Status after the timed-out waits: got (%+v, %v), want one holder with token %d", status, err, a.Token())
+	}
+}
+
+// tagOf returns the hash tag Redis Cluster would hash for key, and whether
+// it has one.
+func tagOf(key string) (string, bool) {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			return key[s+1 : s+1+e], true
+		}
+	}
+	return "", false
+}
+
+func scanKeys(t *testing.T, c *redis.Client, pattern string) []string {
+	t.Helper()
+	var all []string
+	iter := c.Scan(context.Background(), 0, pattern, 100).Iterator()
+	for iter.Next(context.Background()) {
+		all = append(all, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("SCAN %s: got error %v, want nil", pattern, err)
+	}
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
+func TestRedisKeysShareOneSlotAndExpire(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	if err := semaphore.CheckKey(""); err == nil {
+		t.Errorf(`CheckKey(""): got nil, want an error`)
+	}
+	userKeys := []string{"}x", "{a}", "a{b}c", "%7B", "%7D", "a}", "a", "{", "}", "{}", "}{", "a:b", "a}:holders", "x}:info", "ü{é}"}
+	owner := map[string]string{} // Redis key -> user key
+	tags := map[string]string{}  // hash tag -> user key
+	for _, uk := range userKeys {
+		acquire(t, st, semaphore.Request{Key: uk, Permits: 2, TTL: 5 * time.Second})
+		var written []string
+		for _, rk := range scanKeys(t, raw, testPrefix+"*") {
+			if _, ok := owner[rk]; !ok {
+				written = append(written, rk)
+				owner[rk] = uk
+			}
+		}
+		if len(written) != 3 {
+			t.Errorf("key %q: got new Redis keys %q, want 3 of its own (holders, info, token) shared with no other key", uk, written)
+			continue
+		}
+		// A second holder with a longer lease: the keys must outlive it.
+		acquire(t, st, semaphore.Request{Key: uk, Permits: 2, TTL: 8 * time.Second})
+		if again := len(scanKeys(t, raw, testPrefix+"*")); again != len(owner) {
+			t.Errorf("key %q: a second holder added keys: got %d keys, want %d", uk, again, len(owner))
+		}
+
+		tag, ok := tagOf(written[0])
+		if !ok {
+			t.Errorf("key %q: Redis key %q has no hash tag, want one", uk, written[0])
+		}
+		if prev, dup := tags[tag]; dup {
+			t.Errorf("keys %q and %q: got the same hash tag %q, want distinct semaphores", prev, uk, tag)
+		}
+		tags[tag] = uk
+		slot := hashSlot(written[0])
+		var longest float64
+		for _, rk := range written {
+			if got, _ := tagOf(rk); got != tag {
+				t.Errorf("key %q: Redis key %q has hash tag %q, want %q like %q", uk, rk, got, tag, written[0])
+			}
+			if got := hashSlot(rk); got != slot {
+				t.Errorf("key %q: Redis key %q is in slot %d, want %d like %q", uk, rk, got, slot, written[0])
+			}
+			if strings.HasSuffix(rk, ":holders") {
+				z, err := raw.ZRangeWithScores(ctx, rk, -1, -1).Result()
+				if err != nil || len(z) != 1 {
+					t.Fatalf("ZRANGE %s -1 -1: got (%v, %v), want one holder", rk, z, err)
+				}
+				longest = z[0].Score
+			}
+		}
+		if longest == 0 {
+			t.Errorf("key %q: got no holders key among %q, want one", uk, written)
+			continue
+		}
+		remaining := time.Duration(int64(longest)-serverMicros(t, raw)/1000) * time.Millisecond
+		for _, rk := range written {
+			pttl, err := raw.PTTL(ctx, rk).Result()
+			if err != nil {
+				t.Fatalf("PTTL %s: got error %v, want nil", rk, err)
+			}
+			if pttl <= 0 || pttl < remaining {
+				t.Errorf("key %q: PTTL of %q: got %v, want > 0 and at least the longest live lease's %v", uk, rk, pttl, remaining)
+			}
+		}
+	}
+}
+
+func TestRedisPrefixCannotBreakHashTag(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	raw := rawClient(t, srv.Addr)
+	// "{}" first in the prefix makes an empty hash tag, so Redis Cluster
+	// hashes each whole key and a semaphore's keys land in different slots.
+	const prefix = "{}semrun:"
+	st := newStore(t, srv.URL(), semaphore.RedisOptions{Prefix: prefix})
+	acquire(t, st, semaphore.Request{Key: "k", Permits: 1, TTL: 5 * time.Second})
+	written := scanKeys(t, raw, "*")
+	if len(written) != 3 {
+		t.Fatalf("keys written: got %q, want 3", written)
+	}
+	slots := map[int]bool{}
+	for _, rk := range written {
+		slots[hashSlot(rk)] = true
+	}
+	if len(slots) != 1 {
+		bug(t, "prefix %q: a semaphore's keys %q are in %d different slots, want 1 (the prefix is not escaped, and its empty {} tag wins)",
+			prefix, written, len(slots))
+	}
+}
+
+func TestRedisScriptFlush(t *testing.T) {
+	t.Parallel()
+	srv, st, raw := setup(t, semaphore.RedisOptions{})
+	ctx := ctxTimeout(t, 10*time.Second)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second}
+	flush := func() {
+		t.Helper()
+		if err := raw.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatalf("SCRIPT FLUSH: got error %v, want nil", err)
+		}
+	}
+
+	flush()
+	a := acquire(t, st, req)
+	flush()
+	if err := a.Renew(ctx); err != nil {
+		t.Fatalf("Renew after SCRIPT FLUSH: got %v, want nil", err)
+	}
+	flush()
+	if status, err := st.Status(ctx, []string{key}); err != nil || status[0].Held != 1 {
+		t.Fatalf("Status after SCRIPT FLUSH: got (%+v, %v), want one holder", status, err)
+	}
+	flush()
+	if _, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("busy Acquire after SCRIPT FLUSH: got %v, want ErrBusy", err)
+	}
+	flush()
+	release(t, a)
+	if got := zcard(t, raw, k.holders); got != 0 {
+		t.Fatalf("holders after Release following SCRIPT FLUSH: got %d, want 0", got)
+	}
+	flush()
+	b := acquire(t, st, req)
+	if b.Token() <= a.Token() {
+		t.Errorf("token after SCRIPT FLUSH: got %d, want more than %d", b.Token(), a.Token())
+	}
+
+	// A restarted server has forgotten both the scripts and the data.
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart redis-server: got error %v, want nil", err)
+	}
+	c := acquire(t, st, req)
+	if c.Token() <= b.Token() {
+		t.Errorf("token after a restart that lost the data: got %d, want more than %d", c.Token(), b.Token())
+	}
+	if err := b.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
+		t.Errorf("Renew of a permit the restarted server lost: got %v, want ErrLost", err)
+	}
+}
+
+// closedPort returns a loopback port nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatalf("close listener: %v", err)
+	}
+	return port
+}
+
+func TestRedisUnreachable(t *testing.T) {
+	t.Parallel()
+	port := closedPort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	url := fmt.Sprintf("redis://user:s3cret@%s/0", addr)
+	req := semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second}
+
+	check := func(t *testing.T, what string, err error, took time.Duration) {
+		t.Helper()
+		if !errors.Is(err, semaphore.ErrUnreachable) {
+			t.Errorf("%s: got %v, want ErrUnreachable", what, err)
+		}
+		if errors.Is(err, semaphore.ErrBusy) {
+			t.Errorf("%s: got %v, want no ErrBusy when the store is down", what, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), addr) {
+			t.Errorf("%s: got message %q, want it to name %s", what, err, addr)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: got message %q, want no password in it", what, err)
+		}
+		if took > 5*time.Second {
+			t.Errorf("%s: returned after %v, want within 5s", what, took)
+		}
+	}
+
+	t.Run("connect timeout", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, url, semaphore.RedisOptions{ConnectTimeout: 300 * time.Millisecond})
+		if got := st.Addr(); !strings.Contains(got, addr) || strings.Contains(got, "s3cret") {
+			t.Errorf("Addr(): got %q, want %s without the password", got, addr)
+		}
+		start := time.Now()
+		l, err := st.Acquire(ctxTimeout(t, 10*time.Second), req)
+		check(t, "Acquire", err, time.Since(start))
+		if l != nil {
+			t.Errorf("Acquire: got lease %v, want nil", l)
+		}
+		start = time.Now()
+		_, err = st.Status(ctxTimeout(t, 10*time.Second), []string{req.Key})
+		check(t, "Status", err, time.Since(start))
+	})
+
+	t.Run("caller deadline first", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, url, semaphore.RedisOptions{ConnectTimeout: 30 * time.Second})
+		start := time.Now()
+		_, err := st.Acquire(ctxTimeout(t, 300*time.Millisecond), req)
+		check(t, "Acquire", err, time.Since(start))
+	})
+}
+
+func TestRedisZeroConnectTimeout(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	st, err := semaphore.NewRedis(semaphore.RedisOptions{URL: srv.URL(), Prefix: testPrefix})
+	if err != nil {
+		t.Fatalf("NewRedis: got error %v, want nil", err)
+	}
+	defer st.Close()
+	l, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second, NoWait: true})
+	if err != nil {
+		bug(t, "Acquire on a healthy server with RedisOptions.ConnectTimeout left 0: got %v, want a permit "+
+			"(callRetrying's per-attempt deadline is now+0, so every call fails at once)", err)
+	}
+	release(t, l)
+}
+
+func TestRedisStatus(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	ctx := ctxTimeout(t, 10*time.Second)
+	key, idle := uniqueKey(t), uniqueKey(t)
+	k := keysOf(testPrefix, key)
+
+	infoA := semaphore.HolderInfo{Host: "host-a", PID: 101, Command: "backup --full /srv"}
+	infoB := semaphore.HolderInfo{Host: "host-b", PID: 202, Command: `say "hi there" {x} %d`}
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, Holder: infoA})
+	b := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 20 * time.Second, Holder: infoB})
+
+	status, err := st.Status(ctx, []string{key, idle})
+	if err != nil {
+		t.Fatalf("Status: got error %v, want nil", err)
+	}
+	if len(status) != 2 {
+		t.Fatalf("Status of 2 keys: got %d entries, want 2", len(status))
+	}
+	s := status[0]
+	if s.Key != key || s.Capacity != 2 || s.Held != 2 || len(s.Holders) != 2 {
+		t.Fatalf("Status: got key %q capacity %d held %d holders %d, want %q, 2, 2, 2", s.Key, s.Capacity, s.Held, len(s.Holders), key)
+	}
+	want := map[int64]struct {
+		info semaphore.HolderInfo
+		ttl  time.Duration
+	}{a.Token(): {infoA, 10 * time.Second}, b.Token(): {infoB, 20 * time.Second}}
+	for _, h := range s.Holders {
+		w, ok := want[h.Token]
+		if !ok {
+			t.Errorf("holder token: got %d, want one of %d, %d", h.Token, a.Token(), b.Token())
+			continue
+		}
+		delete(want, h.Token)
+		if h.HolderInfo != w.info {
+			t.Errorf("holder %d: got %+v, want %+v", h.Token, h.HolderInfo, w.info)
+		}
+		if h.Permits != 2 {
+			t.Errorf("holder %d permits: got %d, want 2", h.Token, h.Permits)
+		}
+		if h.ExpiresIn <= 0 || h.ExpiresIn > w.ttl {
+			t.Errorf("holder %d ExpiresIn: got %v, want in (0, %v]", h.Token, h.ExpiresIn, w.ttl)
+		}
+		if h.Age < 0 || h.Age > 5*time.Second {
+			t.Errorf("holder %d Age: got %v, want in [0, 5s]", h.Token, h.Age)
+		}
+	}
+	if i := status[1]; i.Key != idle || i.Capacity != 0 || i.Held != 0 || i.Holders == nil || len(i.Holders) != 0 {
+		t.Errorf("Status of an unused key: got %+v, want key %q, capacity 0, held 0, empty non-nil holders", i, idle)
+	}
+
+	out, err := json.Marshal(status)
+	if err != nil {
+		t.Fatalf("json.Marshal(status): %v", err)
+	}
+	if !strings.Contains(string(out), `"holders":[]`) {
+		t.Errorf("JSON of an unused key: got %s, want \"holders\":[]", out)
+	}
+	z := members(t, raw, k)
+	if len(z) != 2 {
+		t.Fatalf("holders in Redis: got %d, want 2", len(z))
+	}
+	for _, m := range z {
+		id := m.Member.(string)
+		if len(id) != 26 {
+			t.Errorf("permit id length: got %d (%q), want 26 (130 random bits)", len(id), id)
+		}
+		if strings.Contains(string(out), id) {
+			t.Errorf("Status JSON: got %s, want no permit id (%q) in it", out, id)
+		}
+	}
+
+	// Capacity is what the latest caller asked for, granted or not.
+	acquire(t, st, semaphore.Request{Key: key, Permits: 3, TTL: 10 * time.Second})
+	if _, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("Acquire asking n=1 with 3 held: got %v, want ErrBusy", err)
+	}
+	status, err = st.Status(ctx, []string{key})
+	if err != nil || status[0].Capacity != 1 || status[0].Held != 3 {
+		t.Errorf("Status after callers asked 3 then 1: got (%+v, %v), want capacity 1, held 3", status, err)
+	}
+}
+
+func TestRedisCapacityDisagreement(t *testing.T) {
+	t.Parallel()
+	w := &warnings{}
+	_, st, raw := setup(t, semaphore.RedisOptions{Warnf: w.Warnf})
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	req := func(n int) semaphore.Request {
+		return semaphore.Request{Key: key, Permits: n, TTL: 10 * time.Second, NoWait: true}
+	}
+
+	acquire(t, st, req(2))
+	acquire(t, st, req(2))
+	if got := w.take(); len(got) != 0 {
+		t.Fatalf("warnings when all callers ask n=2: got %q, want none", got)
+	}
+
+	acquire(t, st, req(3)) // 2 held, 3 allowed: granted
+	got := w.take()
+	if len(got) != 1 {
+		t.Fatalf("warnings after a caller asks n=3 where n=2 was asked: got %q, want exactly 1", got)
+	}
+	if !strings.Contains(got[0], key) || !strings.Contains(got[0], "3") || !strings.Contains(got[0], "2") {
+		t.Errorf("warning: got %q, want it to name the key, 3 and 2", got[0])
+	}
+
+	// A waiting caller that disagrees retries many times but warns once.
+	wait := req(1)
+	wait.NoWait = false
+	if _, err := st.Acquire(ctxTimeout(t, 400*time.Millisecond), wait); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting Acquire n=1 with 3 held: got %v, want context.DeadlineExceeded", err)
+	}
+	if got := w.take(); len(got) != 1 {
+		t.Errorf("warnings from one waiting Acquire that disagrees: got %q, want exactly 1", got)
+	}
+
+	// The store never admits more than the largest N asked for.
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), req(3)); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("Acquire n=3 with 3 held: got %v, want ErrBusy", err)
+	}
+	if got := zcard(t, raw, k.holders); got != 3 {
+		t.Errorf("holders: got %d, want 3 (the largest n asked)", got)
+	}
+}
+
+func TestRedisReleaseTwice(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second}
+
+	a := acquire(t, st, req)
+	release(t, a)
+	release(t, a)
+	if got := zcard(t, raw, k.holders); got != 0 {
+		t.Fatalf("holders after releasing twice: got %d, want 0", got)
+	}
+	b := acquire(t, st, req)
+	release(t, a) // a stale lease must not free b's seat
+	if got := zcard(t, raw, k.holders); got != 1 {
+		t.Fatalf("holders after a stale release: got %d, want 1 (b still holds)", got)
+	}
+	if err := b.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Renew of b after a's stale release: got %v, want nil", err)
+	}
+	if err := a.Renew(ctxTimeout(t, 5*time.Second)); !errors.Is(err, semaphore.ErrLost) {
+		t.Fatalf("Renew of a released lease: got %v, want ErrLost", err)
+	}
+}

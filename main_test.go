@@ -1,0 +1,391 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rogpeppe/go-internal/testscript"
+	"golang.org/x/sys/unix"
+
+	"github.com/semrun/semrun/cmd"
+	"github.com/semrun/semrun/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"semrun": func() { os.Exit(cmd.Main()) },
+		"jobrec": jobrec,
+	})
+}
+
+// TestScripts runs the end-to-end scripts in testdata/script against the
+// real semrun binary and real redis-server processes.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Setup: func(env *testscript.Env) error {
+			env.Values[stateKey{}] = &scriptState{vars: slices.Clone(env.Vars), procs: map[string]*proc{}}
+			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			if cond == "redis" {
+				// In CI a missing redis-server fails the script instead of skipping it.
+				return redistest.Available() == nil || redistest.Required(), nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"redis":    cmdRedis,
+			"exits":    cmdExits,
+			"start":    cmdStart,
+			"signal":   cmdSignal,
+			"await":    cmdAwait,
+			"waitfile": cmdWaitfile,
+			"gone":     cmdGone,
+			"overlap":  cmdOverlap,
+		},
+	})
+}
+
+type stateKey struct{}
+
+// scriptState is what the custom commands of one script share.
+type scriptState struct {
+	vars  []string // the script's environment at setup
+	redis *redistest.Server
+	procs map[string]*proc
+}
+
+func state(ts *testscript.TestScript) *scriptState { return ts.Value(stateKey{}).(*scriptState) }
+
+// environ is the script's current environment, for processes started
+// outside testscript's exec.
+func (s *scriptState) environ(ts *testscript.TestScript) []string {
+	names := []string{"SEMRUN_REDIS_URL", "REDIS_ADDR"}
+	for _, kv := range s.vars {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	var env []string
+	for _, name := range names {
+		if v := ts.Getenv(name); v != "" && !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") }) {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env
+}
+
+// jobrec LOG HOLD: a child that appends its start and end, on the
+// system-wide monotonic clock, and its fencing token, to LOG.
+func jobrec() {
+	hold, err := time.ParseDuration(os.Args[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "jobrec LOG HOLD:", err)
+		os.Exit(2)
+	}
+	record := func(event string) {
+		var ts unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+		f, err := os.OpenFile(os.Args[1], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Fprintf(f, "%s %d %s\n", event, ts.Nano(), os.Getenv("SEMRUN_FENCING_TOKEN"))
+		f.Close()
+	}
+	record("start")
+	time.Sleep(hold)
+	record("end")
+}
+
+// redis start: start a redis-server for this script and point
+// SEMRUN_REDIS_URL at it. redis stop|kill|restart|pause|resume: control it.
+// redis COMMAND ARGS...: send one command and print its reply.
+func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 0 {
+		ts.Fatalf("usage: redis start|stop|kill|restart|pause|resume|COMMAND ARGS...")
+	}
+	st := state(ts)
+	if args[0] == "start" {
+		if err := redistest.Available(); err != nil {
+			ts.Fatalf("redis-server is required: %v", err)
+		}
+		s, err := redistest.Start(ts.MkAbs("."))
+		ts.Check(err)
+		ts.Defer(s.Stop)
+		st.redis = s
+		ts.Setenv("SEMRUN_REDIS_URL", s.URL())
+		ts.Setenv("REDIS_ADDR", s.Addr)
+		return
+	}
+	if st.redis == nil {
+		ts.Fatalf("redis %s: no server started", args[0])
+	}
+	switch args[0] {
+	case "stop":
+		st.redis.Stop()
+	case "kill":
+		st.redis.Kill()
+	case "restart":
+		ts.Check(st.redis.Restart())
+	case "pause":
+		ts.Check(st.redis.Pause())
+	case "resume":
+		ts.Check(st.redis.Resume())
+	default:
+		c := redis.NewClient(&redis.Options{Addr: st.redis.Addr, Protocol: 2, DisableIdentity: true})
+		defer c.Close()
+		cmdArgs := make([]any, len(args))
+		for i, a := range args {
+			cmdArgs[i] = a
+		}
+		v, err := c.Do(context.Background(), cmdArgs...).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if !neg {
+				ts.Fatalf("redis %s: %v", strings.Join(args, " "), err)
+			}
+			return
+		}
+		if neg {
+			ts.Fatalf("redis %s: unexpected success", strings.Join(args, " "))
+		}
+		fmt.Fprintln(ts.Stdout(), formatReply(v))
+	}
+}
+
+func formatReply(v any) string {
+	if list, ok := v.([]any); ok {
+		parts := make([]string, len(list))
+		for i, e := range list {
+			parts[i] = formatReply(e)
+		}
+		return strings.Join(parts, "\n")
+	}
+	return fmt.Sprint(v)
+}
+
+// checkStatus compares how a process ended with want: an exit status, or
+// a signal name such as SIGTERM for a death by that signal.
+func checkStatus(ts *testscript.TestScript, what string, err error, want string) {
+	got := "0"
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		ws := exitErr.Sys().(syscall.WaitStatus)
+		got = strconv.Itoa(ws.ExitStatus())
+		if ws.Signaled() {
+			got = unix.SignalName(ws.Signal())
+			if ws.CoreDump() {
+				got += "+core"
+			}
+		}
+	} else if err != nil {
+		ts.Fatalf("%s: %v", what, err)
+	}
+	if got != want {
+		ts.Fatalf("%s: got status %s, want %s", what, got, want)
+	}
+}
+
+// exits WANT CMD ARGS...: run CMD and check how it ended (see checkStatus).
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits STATUS|SIGNAME CMD ARGS...")
+	}
+	checkStatus(ts, args[1], ts.Exec(args[1], args[2:]...), args[0])
+}
+
+// proc is a process started in the background by start.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr strings.Builder
+	done           chan error
+}
+
+// start NAME CMD ARGS...: start CMD in the background, named NAME.
+func cmdStart(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: start NAME CMD ARGS...")
+	}
+	st := state(ts)
+	if st.procs[args[0]] != nil {
+		ts.Fatalf("start: %s already started", args[0])
+	}
+	path, err := exec.LookPath(args[1])
+	if err != nil {
+		// LookPath saw the test's PATH, not the script's.
+		path = args[1]
+		for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
+			if _, err := os.Stat(filepath.Join(dir, args[1])); err == nil {
+				path = filepath.Join(dir, args[1])
+				break
+			}
+		}
+	}
+	p := &proc{cmd: exec.Command(path, args[2:]...), done: make(chan error, 1)}
+	p.cmd.Dir = ts.MkAbs(".")
+	p.cmd.Env = st.environ(ts)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	// A grandchild left behind must not keep the output pipes, and us, waiting.
+	p.cmd.WaitDelay = time.Second
+	ts.Check(p.cmd.Start())
+	st.procs[args[0]] = p
+	go func() { p.done <- p.cmd.Wait() }()
+	ts.Defer(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.done <- nil
+	})
+}
+
+// signal NAME SIG: send SIG (TERM, HUP, KILL...) to a started process.
+func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: signal NAME SIG")
+	}
+	p := state(ts).procs[args[0]]
+	if p == nil {
+		ts.Fatalf("signal: no process %s", args[0])
+	}
+	sig := unix.SignalNum("SIG" + strings.TrimPrefix(args[1], "SIG"))
+	if sig == 0 {
+		ts.Fatalf("signal: unknown signal %s", args[1])
+	}
+	ts.Check(p.cmd.Process.Signal(sig))
+}
+
+// await NAME WANT: wait (at most 60s) for a started process to end, check
+// how it ended, and make its output what stdout and stderr match next.
+func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: await NAME STATUS|SIGNAME")
+	}
+	p := state(ts).procs[args[0]]
+	if p == nil {
+		ts.Fatalf("await: no process %s", args[0])
+	}
+	var err error
+	select {
+	case err = <-p.done:
+		p.done <- err
+	case <-time.After(60 * time.Second):
+		ts.Fatalf("await %s: still running after 60s", args[0])
+	}
+	fmt.Fprint(ts.Stdout(), p.stdout.String())
+	fmt.Fprint(ts.Stderr(), p.stderr.String())
+	checkStatus(ts, args[0], err, args[1])
+}
+
+// waitfile FILE...: wait (at most 30s) until each file exists.
+func cmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, f := range args {
+		for {
+			_, err := os.Stat(ts.MkAbs(f))
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("waitfile: %s did not appear within 30s", f)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// gone PIDFILE TIMEOUT: check that the process whose pid is in PIDFILE
+// ends within TIMEOUT.
+func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: gone PIDFILE TIMEOUT")
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
+	ts.Check(err)
+	limit, err := time.ParseDuration(args[1])
+	ts.Check(err)
+	deadline := time.Now().Add(limit)
+	for unix.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			ts.Fatalf("gone: process %d still runs after %v", pid, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// overlap LOG N: from jobrec's LOG, check that at most N jobs ran at once
+// and that N did at some point; fencing tokens are unique, and rise with
+// every start when N is 1.
+func cmdOverlap(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: overlap LOG N")
+	}
+	want, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	type event struct {
+		at    int64
+		delta int
+		token int64
+	}
+	var events []event
+	sc := bufio.NewScanner(strings.NewReader(ts.ReadFile(args[0])))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 3 {
+			ts.Fatalf("overlap: malformed line %q", sc.Text())
+		}
+		at, err := strconv.ParseInt(f[1], 10, 64)
+		ts.Check(err)
+		token, err := strconv.ParseInt(f[2], 10, 64)
+		ts.Check(err)
+		d := 1
+		if f[0] == "end" {
+			d = -1
+		}
+		events = append(events, event{at, d, token})
+	}
+	// At equal times an end comes first: touching runs do not overlap.
+	slices.SortFunc(events, func(a, b event) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.delta - b.delta
+	})
+	running, most, starts := 0, 0, 0
+	var lastToken int64
+	seen := map[int64]bool{}
+	for _, e := range events {
+		running += e.delta
+		most = max(most, running)
+		if e.delta != 1 {
+			continue
+		}
+		starts++
+		if seen[e.token] {
+			ts.Fatalf("overlap: fencing token %d handed out twice", e.token)
+		}
+		seen[e.token] = true
+		// One at a time, jobs start in the order of their grants.
+		if want == 1 && e.token <= lastToken {
+			ts.Fatalf("overlap: fencing token %d after %d", e.token, lastToken)
+		}
+		lastToken = e.token
+	}
+	if most != want {
+		ts.Fatalf("overlap: got at most %d jobs at once, want %d", most, want)
+	}
+	fmt.Fprintf(ts.Stdout(), "%d jobs, at most %d at once\n", starts, most)
+}
