@@ -20,11 +20,16 @@ type waitEvent struct {
 	resumed chan struct{}
 }
 
-// start starts cmd and reports its changes of state on events. With
-// jobControl, a stop of the child is reported too, and waiting resumes
-// once the event's resumed channel is signalled.
-func start(cmd *exec.Cmd, jobControl bool, events chan<- waitEvent) error {
-	started := make(chan error, 1)
+// start starts cmd, returns its pid, and reports its changes of state on
+// events. With jobControl, a stop of the child is reported too, and waiting
+// resumes once the event's resumed channel is signalled. The caller must
+// not use cmd.Process: it is released once the child is reaped.
+func start(cmd *exec.Cmd, jobControl bool, events chan<- waitEvent) (int, error) {
+	type startResult struct {
+		pid int
+		err error
+	}
+	started := make(chan startResult, 1)
 	go func() {
 		// The parent-death signal fires when the thread that started the
 		// child exits, so that thread stays locked to this goroutine until
@@ -32,11 +37,11 @@ func start(cmd *exec.Cmd, jobControl bool, events chan<- waitEvent) error {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		if err := cmd.Start(); err != nil {
-			started <- err
+			started <- startResult{err: err}
 			return
 		}
-		started <- nil
 		pid := cmd.Process.Pid
+		started <- startResult{pid: pid}
 		flags := 0
 		if jobControl {
 			flags = unix.WUNTRACED
@@ -63,7 +68,8 @@ func start(cmd *exec.Cmd, jobControl bool, events chan<- waitEvent) error {
 			return
 		}
 	}()
-	return <-started
+	r := <-started
+	return r.pid, r.err
 }
 
 // terminal is the controlling terminal semrun shares with its child when

@@ -118,10 +118,10 @@ func Run(ctx context.Context, spec Spec, lease semaphore.Lease) (Result, error) 
 	cmd.SysProcAttr = procAttr(term)
 
 	events := make(chan waitEvent, 1)
-	if err := start(cmd, term != nil, events); err != nil {
+	pgid, err := start(cmd, term != nil, events)
+	if err != nil {
 		return Result{}, startError(spec.Args[0], err)
 	}
-	pgid := cmd.Process.Pid
 	defer term.reclaim()
 
 	renewCtx, stopRenewing := context.WithCancel(ctx)

@@ -1,0 +1,195 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// fixture is a real redis-server with a store and one held lease.
+type fixture struct {
+	srv   *redistest.Server
+	store *semaphore.Redis
+	lease semaphore.Lease
+	key   string
+}
+
+func newFixture(t *testing.T, ttl time.Duration) *fixture {
+	t.Helper()
+	srv := redistest.New(t)
+	store, err := semaphore.NewRedis(semaphore.RedisOptions{URL: srv.URL(), Prefix: "test:", ConnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	key := strings.ReplaceAll(t.Name(), "/", "-")
+	lease, err := store.Acquire(context.Background(), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{srv: srv, store: store, lease: lease, key: key}
+}
+
+func (f *fixture) held(t *testing.T) int {
+	t.Helper()
+	st, err := f.store.Status(context.Background(), []string{f.key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st[0].Held
+}
+
+func spec(t *testing.T, ttl time.Duration, args ...string) runner.Spec {
+	return runner.Spec{
+		Args: args, Env: os.Environ(),
+		Stdin: nil, Stdout: os.Stdout, Stderr: os.Stderr,
+		TTL: ttl, KillAfter: runner.MaxKillAfter(ttl) / 2,
+		Warnf: t.Logf,
+	}
+}
+
+func TestExitStatusAndSignal(t *testing.T) {
+	f := newFixture(t, 3*time.Second)
+	res, err := runner.Run(context.Background(), spec(t, 3*time.Second, "sh", "-c", "exit 7"), f.lease)
+	if err != nil || res.ExitCode != 7 || res.Signal != 0 || res.Lost != nil {
+		t.Fatalf("got %+v, %v; want exit 7", res, err)
+	}
+	res, err = runner.Run(context.Background(), spec(t, 3*time.Second, "sh", "-c", "kill -USR2 $$"), f.lease)
+	if err != nil || res.Signal != syscall.SIGUSR2 {
+		t.Fatalf("got %+v, %v; want death by SIGUSR2", res, err)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	f := newFixture(t, 3*time.Second)
+	var se *runner.StartError
+	_, err := runner.Run(context.Background(), spec(t, 3*time.Second, "no-such-command-here"), f.lease)
+	if !errors.As(err, &se) || !se.NotFound {
+		t.Fatalf("got %v, want a not-found StartError", err)
+	}
+	if err := runner.Check(t.TempDir()); !errors.As(err, &se) || se.NotFound {
+		t.Fatalf("Check(directory) = %v, want a cannot-execute StartError", err)
+	}
+}
+
+// The lease outlives its TTL while the child runs, renewed every TTL/3.
+func TestRenewalKeepsThePermit(t *testing.T) {
+	f := newFixture(t, time.Second)
+	res, err := runner.Run(context.Background(), spec(t, time.Second, "sleep", "2.5"), f.lease)
+	if err != nil || res.ExitCode != 0 || res.Lost != nil {
+		t.Fatalf("got %+v, %v; want a clean exit with the permit kept", res, err)
+	}
+	if got := f.held(t); got != 1 {
+		t.Fatalf("got %d holders after 2.5 TTLs, want 1", got)
+	}
+}
+
+// Forwarded signals reach the child's process group, grandchildren too.
+func TestForwardsSignals(t *testing.T) {
+	f := newFixture(t, 3*time.Second)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	signals := make(chan os.Signal, 1)
+	s := spec(t, 3*time.Second, "sh", "-c", `trap 'exit 9' USR1; touch "$0"; while :; do sleep 0.05; done`, ready)
+	s.Signals = signals
+	go func() {
+		waitFile(t, ready)
+		signals <- syscall.SIGUSR1
+	}()
+	res, err := runner.Run(context.Background(), s, f.lease)
+	if err != nil || res.ExitCode != 9 {
+		t.Fatalf("got %+v, %v; want exit 9 from the child's trap", res, err)
+	}
+}
+
+func TestLostPermitTerminatesChild(t *testing.T) {
+	f := newFixture(t, 3*time.Second)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
+		defer c.Close()
+		c.FlushAll(context.Background())
+	}()
+	res, err := runner.Run(context.Background(), spec(t, 3*time.Second, "sleep", "30"), f.lease)
+	if err != nil || !res.Terminated || res.Signal != syscall.SIGTERM || !errors.Is(res.Lost, semaphore.ErrLost) {
+		t.Fatalf("got %+v, %v; want the child terminated for a lost permit", res, err)
+	}
+}
+
+func TestLostPermitContinue(t *testing.T) {
+	f := newFixture(t, 3*time.Second)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
+		defer c.Close()
+		c.FlushAll(context.Background())
+	}()
+	s := spec(t, 3*time.Second, "sh", "-c", "sleep 1.5; exit 4")
+	s.OnLost = runner.Continue
+	res, err := runner.Run(context.Background(), s, f.lease)
+	if err != nil || res.Terminated || res.ExitCode != 4 || !errors.Is(res.Lost, semaphore.ErrLost) {
+		t.Fatalf("got %+v, %v; want the child to finish with 4, the loss reported", res, err)
+	}
+}
+
+// A child that ignores SIGTERM is killed after the grace period.
+func TestKillAfter(t *testing.T) {
+	f := newFixture(t, 3*time.Second)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	go func() {
+		waitFile(t, ready)
+		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
+		defer c.Close()
+		c.FlushAll(context.Background())
+	}()
+	s := spec(t, 3*time.Second, "sh", "-c", `trap '' TERM; touch "$0"; while :; do sleep 0.05; done`, ready)
+	s.KillAfter = 200 * time.Millisecond
+	res, err := runner.Run(context.Background(), s, f.lease)
+	if err != nil || !res.Terminated || res.Signal != syscall.SIGKILL {
+		t.Fatalf("got %+v, %v; want SIGKILL after the grace period", res, err)
+	}
+}
+
+// With the store unreachable (paused), the permit is presumed lost and the
+// child is gone before the lease could lapse on the server.
+func TestPresumedLossEndsChildBeforeLeaseLapses(t *testing.T) {
+	ttl := 3 * time.Second
+	f := newFixture(t, ttl)
+	if err := f.srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer f.srv.Resume()
+	s := spec(t, ttl, "sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`)
+	s.KillAfter = 500 * time.Millisecond
+	res, err := runner.Run(context.Background(), s, f.lease)
+	ended := time.Now()
+	if err != nil || !res.Terminated || !errors.Is(res.Lost, runner.ErrPresumedLost) {
+		t.Fatalf("got %+v, %v; want the child stopped for a presumed loss", res, err)
+	}
+	// The lease's deadline counts from the send time of the last renewal
+	// that succeeded, so the server cannot have freed the seat before it.
+	if deadline := f.lease.Deadline(); !ended.Before(deadline) {
+		t.Fatalf("child ended %v after the lease's earliest lapse, want before it", ended.Sub(deadline))
+	}
+}
+
+func waitFile(t *testing.T, path string) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Errorf("%s did not appear", path)
+}
