@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,6 +59,7 @@ func TestScripts(t *testing.T) {
 			"waitfile": cmdWaitfile,
 			"gone":     cmdGone,
 			"overlap":  cmdOverlap,
+			"pty":      cmdPty,
 		},
 	})
 }
@@ -216,6 +219,16 @@ type proc struct {
 	done           chan error
 }
 
+// lookPath finds a program on the script's PATH, which the test's lacks.
+func lookPath(ts *testscript.TestScript, name string) string {
+	for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return filepath.Join(dir, name)
+		}
+	}
+	return name
+}
+
 // start NAME CMD ARGS...: start CMD in the background, named NAME.
 func cmdStart(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {
@@ -225,18 +238,7 @@ func cmdStart(ts *testscript.TestScript, neg bool, args []string) {
 	if st.procs[args[0]] != nil {
 		ts.Fatalf("start: %s already started", args[0])
 	}
-	path, err := exec.LookPath(args[1])
-	if err != nil {
-		// LookPath saw the test's PATH, not the script's.
-		path = args[1]
-		for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
-			if _, err := os.Stat(filepath.Join(dir, args[1])); err == nil {
-				path = filepath.Join(dir, args[1])
-				break
-			}
-		}
-	}
-	p := &proc{cmd: exec.Command(path, args[2:]...), done: make(chan error, 1)}
+	p := &proc{cmd: exec.Command(lookPath(ts, args[1]), args[2:]...), done: make(chan error, 1)}
 	p.cmd.Dir = ts.MkAbs(".")
 	p.cmd.Env = st.environ(ts)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
@@ -388,4 +390,87 @@ func cmdOverlap(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("overlap: got at most %d jobs at once, want %d", most, want)
 	}
 	fmt.Fprintf(ts.Stdout(), "%d jobs, at most %d at once\n", starts, most)
+}
+
+// lockedBuffer is a buffer one goroutine writes while another reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// pty READY SEND CMD ARGS...: run CMD as the leader of a new session whose
+// controlling terminal is a new pseudo-terminal, in its foreground as a
+// shell would start it; once file READY exists, type SEND (Go string
+// escapes: "\x03" is Ctrl-C); wait for CMD to exit 0 and print what the
+// terminal showed.
+func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 3 {
+		ts.Fatalf("usage: pty READY SEND CMD ARGS...")
+	}
+	send, err := strconv.Unquote(`"` + args[1] + `"`)
+	ts.Check(err)
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	ts.Check(err)
+	defer master.Close()
+	ts.Check(unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	ts.Check(err)
+	tty, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	ts.Check(err)
+
+	c := exec.Command(lookPath(ts, args[2]), args[3:]...)
+	c.Dir = ts.MkAbs(".")
+	c.Env = state(ts).environ(ts)
+	c.Stdin, c.Stdout, c.Stderr = tty, tty, tty
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	err = c.Start()
+	tty.Close()
+	ts.Check(err)
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	ts.Defer(func() { _ = c.Process.Kill() })
+
+	var screen lockedBuffer
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(&screen, master) // ends with EIO once the terminal's last user is gone
+		close(copied)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(ts.MkAbs(args[0])); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("pty: %s did not appear; the terminal showed:\n%s", args[0], screen.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, err = master.Write([]byte(send))
+	ts.Check(err)
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		ts.Fatalf("pty: %s still runs after 20s; the terminal showed:\n%s", args[2], screen.String())
+	}
+	select {
+	case <-copied:
+	case <-time.After(time.Second):
+	}
+	fmt.Fprint(ts.Stdout(), strings.ReplaceAll(screen.String(), "\r\n", "\n"))
+	if (err != nil) != neg {
+		ts.Fatalf("pty: %s ended with %v", args[2], err)
+	}
 }

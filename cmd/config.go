@@ -68,7 +68,7 @@ func applyConfig(cmd *cobra.Command, src sources) error {
 	}
 	// The config file's own location may come from the environment.
 	if f := flags.Lookup("config"); f != nil && !f.Changed {
-		if path, ok := os.LookupEnv(envNames["config"]); ok {
+		if path := os.Getenv(envNames["config"]); path != "" {
 			if err := f.Value.Set(path); err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func applyConfig(cmd *cobra.Command, src sources) error {
 		}
 		name := fmt.Sprintf("%s in %s", f.Name, file)
 		if env, ok := envNames[f.Name]; ok {
-			if _, set := os.LookupEnv(env); set {
+			if os.Getenv(env) != "" { // as for viper, an empty variable is unset
 				name = env
 			}
 		}
