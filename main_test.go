@@ -320,12 +320,27 @@ func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
 	limit, err := time.ParseDuration(args[1])
 	ts.Check(err)
 	deadline := time.Now().Add(limit)
-	for unix.Kill(pid, 0) == nil {
+	for alive(pid) {
 		if time.Now().After(deadline) {
 			ts.Fatalf("gone: process %d still runs after %v", pid, limit)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// alive tells whether pid runs; a zombie no longer does, whoever is to
+// reap it.
+func alive(pid int) bool {
+	if unix.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // no /proc: trust kill
+	}
+	// The state follows the command name, which is in parentheses.
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+	return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
 }
 
 // overlap LOG N: from jobrec's LOG, check that at most N jobs ran at once
