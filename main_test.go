@@ -425,17 +425,17 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// pty READY SEND CMD ARGS...: run CMD as the leader of a new session whose
+// pty STEPS CMD ARGS...: run CMD as the leader of a new session whose
 // controlling terminal is a new pseudo-terminal, in its foreground as a
-// shell would start it; once file READY exists, type SEND (Go string
-// escapes: "\x03" is Ctrl-C); wait for CMD to exit 0 and print what the
+// login shell would be; play the lines of file STEPS ("wait FILE" until it
+// exists, "send TEXT" typed with Go string escapes such as \x03 for
+// Ctrl-C, "sleep DURATION"); wait for CMD to exit 0, and print what the
 // terminal showed.
 func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) < 3 {
-		ts.Fatalf("usage: pty READY SEND CMD ARGS...")
+	if len(args) < 2 {
+		ts.Fatalf("usage: pty STEPS CMD ARGS...")
 	}
-	send, err := strconv.Unquote(`"` + args[1] + `"`)
-	ts.Check(err)
+	steps := strings.Split(strings.TrimSpace(ts.ReadFile(args[0])), "\n")
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	ts.Check(err)
 	defer master.Close()
@@ -445,7 +445,7 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 	tty, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
 	ts.Check(err)
 
-	c := exec.Command(lookPath(ts, args[2]), args[3:]...)
+	c := exec.Command(lookPath(ts, args[1]), args[2:]...)
 	c.Dir = ts.MkAbs(".")
 	c.Env = state(ts).environ(ts)
 	c.Stdin, c.Stdout, c.Stderr = tty, tty, tty
@@ -463,22 +463,37 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 		_, _ = io.Copy(&screen, master) // ends with EIO once the terminal's last user is gone
 		close(copied)
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(ts.MkAbs(args[0])); err == nil {
-			break
+	for _, step := range steps {
+		verb, arg, _ := strings.Cut(step, " ")
+		switch verb {
+		case "wait":
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				if _, err := os.Stat(ts.MkAbs(arg)); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					ts.Fatalf("pty: %s did not appear; the terminal showed:\n%s", arg, screen.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		case "send":
+			text, err := strconv.Unquote(`"` + strings.ReplaceAll(arg, `"`, `\"`) + `"`)
+			ts.Check(err)
+			_, err = master.Write([]byte(text))
+			ts.Check(err)
+		case "sleep":
+			d, err := time.ParseDuration(arg)
+			ts.Check(err)
+			time.Sleep(d)
+		default:
+			ts.Fatalf("pty: unknown step %q", step)
 		}
-		if time.Now().After(deadline) {
-			ts.Fatalf("pty: %s did not appear; the terminal showed:\n%s", args[0], screen.String())
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	_, err = master.Write([]byte(send))
-	ts.Check(err)
 	select {
 	case err = <-done:
 	case <-time.After(20 * time.Second):
-		ts.Fatalf("pty: %s still runs after 20s; the terminal showed:\n%s", args[2], screen.String())
+		ts.Fatalf("pty: %s still runs after 20s; the terminal showed:\n%s", args[1], screen.String())
 	}
 	select {
 	case <-copied:
@@ -486,6 +501,6 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	fmt.Fprint(ts.Stdout(), strings.ReplaceAll(screen.String(), "\r\n", "\n"))
 	if (err != nil) != neg {
-		ts.Fatalf("pty: %s ended with %v", args[2], err)
+		ts.Fatalf("pty: %s ended with %v", args[1], err)
 	}
 }
