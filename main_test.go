@@ -466,6 +466,7 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 	for _, step := range steps {
 		verb, arg, _ := strings.Cut(step, " ")
 		switch verb {
+		case "":
 		case "wait":
 			deadline := time.Now().Add(20 * time.Second)
 			for {

@@ -109,10 +109,16 @@ func (t *terminal) reclaim() {
 }
 
 // suspend stops semrun after its child was stopped from the terminal, so
-// the shell sees the whole job stopped; it returns when semrun is continued.
+// the shell sees the whole job stopped; it returns once semrun is continued.
+// A stop sent to oneself can take effect after kill returns, so the return
+// waits for the SIGCONT that ends the stop.
 func (t *terminal) suspend() {
+	continued := make(chan os.Signal, 1)
+	signal.Notify(continued, syscall.SIGCONT)
+	defer signal.Stop(continued)
 	t.reclaim()
 	_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
+	<-continued
 }
 
 // resume gives the terminal back to the child when the shell continued the
