@@ -28,7 +28,8 @@ func usageErrorf(format string, args ...any) error {
 	return &usageError{fmt.Errorf(format, args...)}
 }
 
-// busyError means no permit was obtained; code is --busy-exit-code.
+// busyError means no permit was obtained; code is --busy-exit-code, and
+// why is empty for a quiet skip.
 type busyError struct {
 	code int
 	why  string

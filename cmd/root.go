@@ -66,10 +66,7 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	pf.BoolVarP(&common.verbose, "verbose", "v", false, "say what happens on stderr")
 	pf.BoolVarP(&common.quiet, "quiet", "q", false, "say nothing but errors")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
-		if err := applyConfig(cmd, common.sources); err != nil {
-			return err
-		}
-		return common.validate()
+		return applyConfig(cmd, common.sources)
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.SilenceErrors, root.SilenceUsage = true, true
@@ -80,6 +77,7 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	return root
 }
 
+// validate checks the settings of commands that talk to a store.
 func (c *commonOptions) validate() error {
 	if _, _, err := semaphore.ParseRedisURL(c.redisURL); err != nil {
 		return usageErrorf("%s: %v", c.sources.name("redis"), err)

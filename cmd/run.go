@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,9 @@ const (
 	envHeldKey      = "SEMRUN_HELD_KEY"
 	envHeldPermits  = "SEMRUN_HELD_PERMITS"
 	envFencingToken = "SEMRUN_FENCING_TOKEN"
+	// envHeldKeys lists, one a line, the keys held by every semrun this
+	// one runs under, so that a nested semrun never waits for an ancestor.
+	envHeldKeys = "SEMRUN_HELD_KEYS"
 )
 
 const (
@@ -80,6 +84,9 @@ back when it exits, and exits with COMMAND's status.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.command = args
+			if err := o.commonOptions.validate(); err != nil {
+				return err
+			}
 			if err := o.validate(cmd); err != nil {
 				return err
 			}
@@ -95,7 +102,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.IntVar(&o.busyExitCode, "busy-exit-code", 75, "exit status when no permit was obtained (0: skip quietly)")
 	f.IntVar(&o.lostExitCode, "lost-exit-code", defaultLostExitCode, "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
-	f.DurationVar(&o.killAfter, "kill-after", defaultKillAfter, "after SIGTERM on a lost permit, SIGKILL if still running (default: 10s, at most half the TTL)")
+	f.DurationVar(&o.killAfter, "kill-after", defaultKillAfter, "after SIGTERM on a lost permit, SIGKILL if still running; at most half the --ttl, and lowered to that when not set")
 	return cmd
 }
 
@@ -107,7 +114,7 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 		}
 		return usageErrorf("%s: %v", show("key", fmt.Sprintf("%q", o.key)), err)
 	}
-	if held, ok := os.LookupEnv(envHeldKey); ok && held == o.key {
+	if slices.Contains(heldKeys(), o.key) {
 		return usageErrorf("%s: already held by the semrun this command runs under; waiting would wait for itself", show("key", fmt.Sprintf("%q", o.key)))
 	}
 	if o.permits < 1 || o.permits > maxPermits {
@@ -210,7 +217,7 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	}
 	if !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())) {
 		req.OnWait = func(held, capacity int) {
-			fmt.Fprintf(o.streams.Err, "semrun: waiting for key %q (%d of %d permits held)\n", o.key, held, capacity)
+			fmt.Fprintf(o.streams.Err, "semrun: waiting for key %q (%d of %s held)\n", o.key, held, permits(capacity, ""))
 		}
 	}
 	waitCtx, cancel := context.WithCancel(ctx)
@@ -229,26 +236,60 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 		done <- acquired{lease, err}
 	}()
 	var a acquired
-	select {
-	case a = <-done:
-	case sig := <-signals:
-		cancel()
-		if a = <-done; a.err == nil {
-			releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
-			defer cancel()
-			_ = a.lease.Release(releaseCtx)
+	for waiting := true; waiting; {
+		select {
+		case a = <-done:
+			waiting = false
+		case sig := <-signals:
+			if sig == syscall.SIGWINCH {
+				continue // a resized terminal is no reason to give up
+			}
+			cancel()
+			if a = <-done; a.err == nil {
+				releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
+				defer cancel()
+				_ = a.lease.Release(releaseCtx)
+			}
+			return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
 		}
-		return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
 	}
 	switch {
 	case a.err == nil:
 		return a.lease, nil
 	case errors.Is(a.err, semaphore.ErrBusy):
-		return nil, &busyError{code: o.busyExitCode, why: fmt.Sprintf("key %q: all %d permits held (--no-wait)", o.key, o.permits)}
+		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
 	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:
-		return nil, &busyError{code: o.busyExitCode, why: fmt.Sprintf("key %q: no permit within %v (--timeout)", o.key, o.timeout)}
+		return nil, o.busy(log, fmt.Sprintf("key %q: no permit within %v (--timeout)", o.key, o.timeout))
 	}
 	return nil, a.err
+}
+
+// busy is the outcome of a run that got no permit. With --busy-exit-code 0
+// it is a quiet skip, said only with --verbose, since cron mails any output.
+func (o *runOptions) busy(log *logger, why string) error {
+	if o.busyExitCode == 0 {
+		log.Infof("%s; skipped", why)
+		return &busyError{code: 0}
+	}
+	return &busyError{code: o.busyExitCode, why: why}
+}
+
+// permits says "1 permit" or "all 3 permits", with all before a plural.
+func permits(n int, all string) string {
+	if n == 1 {
+		return "1 permit"
+	}
+	return fmt.Sprintf("%s%d permits", all, n)
+}
+
+// heldKeys are the keys the semruns this one runs under hold. Keys have no
+// control characters, so a newline separates them unambiguously.
+func heldKeys() []string {
+	keys := strings.FieldsFunc(os.Getenv(envHeldKeys), func(r rune) bool { return r == '\n' })
+	if k := os.Getenv(envHeldKey); k != "" && !slices.Contains(keys, k) {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // childEnv is semrun's environment for the child, less the variables that
@@ -257,7 +298,7 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 func (o *runOptions) childEnv(environ []string, token int64) []string {
 	drop := map[string]bool{
 		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true,
-		envHeldKey: true, envHeldPermits: true, envFencingToken: true,
+		envHeldKey: true, envHeldPermits: true, envFencingToken: true, envHeldKeys: true,
 	}
 	if u, err := url.Parse(os.Getenv(envNames["redis"])); err == nil && u.User != nil {
 		if _, hasPassword := u.User.Password(); hasPassword {
@@ -273,6 +314,7 @@ func (o *runOptions) childEnv(environ []string, token int64) []string {
 	}
 	return append(env,
 		envHeldKey+"="+o.key,
+		envHeldKeys+"="+strings.Join(append(heldKeys(), o.key), "\n"),
 		envHeldPermits+"="+strconv.Itoa(o.permits),
 		envFencingToken+"="+strconv.FormatInt(token, 10),
 	)

@@ -29,6 +29,9 @@ func newCmdStatus(common *commonOptions) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, keys []string) error {
+			if err := common.validate(); err != nil {
+				return err
+			}
 			store, err := semaphore.NewRedis(semaphore.RedisOptions{
 				URL: common.redisURL, Prefix: common.prefix, ConnectTimeout: common.connectTimeout,
 			})

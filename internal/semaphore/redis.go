@@ -107,7 +107,11 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 		}
 		return nil, "", fmt.Errorf("malformed URL: %w", err)
 	}
-	shown := u.Redacted()
+	shown := redactURL(u)
+	if u.Opaque != "" {
+		// "user:pass@host:6379" parses as scheme "user" with an opaque rest.
+		return nil, shown, fmt.Errorf("%s: not a URL of the form redis://host:port/db", shown)
+	}
 	switch u.Scheme {
 	case "redis", "rediss":
 		if u.Host == "" {
@@ -129,6 +133,17 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 	return opt, shown, nil
 }
 
+// redactURL shows u without its password, its query (options may hold
+// secrets) or, for an opaque URL, anything after the scheme.
+func redactURL(u *url.URL) string {
+	if u.Opaque != "" {
+		return u.Scheme + ":…"
+	}
+	shown := *u
+	shown.RawQuery, shown.ForceQuery = "", false
+	return shown.Redacted()
+}
+
 // Addr is the store's address with any password redacted.
 func (r *Redis) Addr() string { return r.addr }
 
@@ -138,9 +153,10 @@ func (r *Redis) Close() error { return r.closer() }
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // keys names a semaphore's keys. They share one hash tag, so one Cluster
-// slot; braces in the key are escaped so that no key can break the tag.
+// slot; braces in the prefix and the key are escaped so that neither can
+// break the tag.
 func (r *Redis) keys(key string) []string {
-	base := r.prefix + "{" + keyEscaper.Replace(key) + "}:"
+	base := keyEscaper.Replace(r.prefix) + "{" + keyEscaper.Replace(key) + "}:"
 	return []string{base + "holders", base + "info", base + "token"}
 }
 
@@ -253,12 +269,14 @@ func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string
 		case !retryable(err):
 			return nil, fmt.Errorf("%s: %w", r.addr, err)
 		}
-		failing = err
-		delay := wait.step()
-		if time.Until(giveUp) < delay {
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, r.addr, err)
+		if failing == nil || !errors.Is(err, context.DeadlineExceeded) {
+			failing = err // the attempt cut short at giveUp says less than the one before
 		}
-		if sleep(ctx, delay) != nil {
+		left := time.Until(giveUp)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, r.addr, failing)
+		}
+		if sleep(ctx, min(wait.step(), left)) != nil {
 			return nil, stopped()
 		}
 	}
