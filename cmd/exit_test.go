@@ -1,0 +1,44 @@
+package cmd
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+func TestExitStatus(t *testing.T) {
+	_, notFound := exec.LookPath("no-such-command-here")
+	tests := []struct {
+		name    string
+		err     error
+		code    int
+		sig     syscall.Signal
+		printed bool
+	}{
+		{"success", nil, 0, 0, false},
+		{"child status", &childExit{code: 7}, 7, 0, false},
+		{"child signal", &childExit{code: -1, sig: syscall.SIGTERM}, 143, syscall.SIGTERM, false},
+		{"busy", &busyError{code: 75, why: "busy"}, 75, 0, true},
+		{"quiet skip", &busyError{code: 0}, 0, 0, false},
+		{"lost", &lostError{key: "k", code: 112, cause: semaphore.ErrLost}, 112, 0, true},
+		{"interrupted", &interruptedError{key: "k", sig: syscall.SIGINT}, 130, 0, true},
+		{"not found", &runner.StartError{Command: "x", NotFound: true, Err: notFound}, 127, 0, true},
+		{"not executable", &runner.StartError{Command: "x", Err: errors.New("permission denied")}, 126, 0, true},
+		{"usage", usageErrorf("--permits 0: bad"), 125, 0, true},
+		{"unreachable", fmt.Errorf("acquire: %w", semaphore.ErrUnreachable), 125, 0, true},
+		{"anything else", errors.New("boom"), 125, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, sig, msg := exitStatus(tt.err)
+			if code != tt.code || sig != tt.sig || (msg != "") != tt.printed {
+				t.Errorf("exitStatus(%v) = %d, %v, %q; want %d, %v, printed %v", tt.err, code, sig, msg, tt.code, tt.sig, tt.printed)
+			}
+		})
+	}
+}
