@@ -39,7 +39,8 @@ type RedisOptions struct {
 	URL string
 	// Prefix namespaces every key semrun writes.
 	Prefix string
-	// ConnectTimeout bounds how long an unreachable store is retried.
+	// ConnectTimeout bounds how long an unreachable store is retried;
+	// DefaultConnectTimeout when not positive.
 	ConnectTimeout time.Duration
 	// Warnf, when set, receives warnings (callers asking different capacities).
 	Warnf func(format string, args ...any)
@@ -55,6 +56,10 @@ type Redis struct {
 	connectTimeout time.Duration
 	warnf          func(format string, args ...any)
 }
+
+// DefaultConnectTimeout is how long an unreachable store is retried unless
+// RedisOptions say otherwise.
+const DefaultConnectTimeout = 10 * time.Second
 
 var silenceLibrary sync.Once
 
@@ -85,6 +90,9 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 // NewRedisWithClient returns a store over an existing client; addr names it
 // in messages and must hold no secret. Tests use it to inject failures.
 func NewRedisWithClient(c redis.Scripter, closer func() error, addr string, o RedisOptions) *Redis {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
 	warnf := o.Warnf
 	if warnf == nil {
 		warnf = func(string, ...any) {}
@@ -104,6 +112,10 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err // url.Error quotes the whole URL, password included
+		}
+		var escErr url.EscapeError
+		if errors.As(err, &escErr) {
+			err = errors.New("invalid %-escape") // it quotes the escape, maybe from a password
 		}
 		return nil, "", fmt.Errorf("malformed URL: %w", err)
 	}
@@ -167,6 +179,9 @@ func newPermitID() string { return rand.Text() }
 // Acquire implements Store. Waiting is a retry loop with capped, jittered
 // backoff that also wakes when the earliest lease can lapse.
 func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
+	if err := req.check(); err != nil {
+		return nil, err
+	}
 	id := newPermitID()
 	keys := r.keys(req.Key)
 	meta, err := json.Marshal(req.Holder)
@@ -237,7 +252,8 @@ func parseGrant(res any) (grant, error) {
 
 // abandon releases id after ctx ended, under a short deadline of its own.
 func (r *Redis) abandon(ctx context.Context, keys []string, id string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	// Short: a caller who gave up on waiting, or was signalled, wants out now.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
 	defer cancel()
 	_ = releaseScript.Run(ctx, r.client, keys[:2], id).Err()
 }

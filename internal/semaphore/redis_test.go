@@ -1,12 +1,14 @@
 package semaphore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -522,8 +524,7 @@ func TestRedisPrefixCannotBreakHashTag(t *testing.T) {
 		slots[hashSlot(rk)] = true
 	}
 	if len(slots) != 1 {
-		bug(t, "prefix %q: a semaphore's keys %q are in %d different slots, want 1 (the prefix is not escaped, and its empty {} tag wins)",
-			prefix, written, len(slots))
+		t.Errorf("prefix %q: got a semaphore's keys %q in %d different slots, want 1", prefix, written, len(slots))
 	}
 }
 
@@ -608,8 +609,8 @@ func TestRedisUnreachable(t *testing.T) {
 		if errors.Is(err, semaphore.ErrBusy) {
 			t.Errorf("%s: got %v, want no ErrBusy when the store is down", what, err)
 		}
-		if err != nil && !strings.Contains(err.Error(), addr) {
-			t.Errorf("%s: got message %q, want it to name %s", what, err, addr)
+		if shown := "redis://user:xxxxx@" + addr + "/0"; err != nil && !strings.Contains(err.Error(), shown) {
+			t.Errorf("%s: got message %q, want it to name the store as %s", what, err, shown)
 		}
 		if err != nil && strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%s: got message %q, want no password in it", what, err)
@@ -645,6 +646,36 @@ func TestRedisUnreachable(t *testing.T) {
 	})
 }
 
+func TestRedisLibraryWritesNothingToStderr(t *testing.T) {
+	if os.Getenv("SEMRUN_TEST_HELPER") == t.Name() {
+		// In the child: fail to reach a store, then say how it went on stdout.
+		st, err := semaphore.NewRedis(semaphore.RedisOptions{
+			URL: fmt.Sprintf("redis://127.0.0.1:%d/0", closedPort(t)), ConnectTimeout: 300 * time.Millisecond,
+		})
+		if err == nil {
+			_, err = st.Acquire(context.Background(), semaphore.Request{Key: "k", Permits: 1, TTL: time.Second})
+			_ = st.Close()
+		}
+		fmt.Printf("unreachable=%v\n", errors.Is(err, semaphore.ErrUnreachable))
+		return
+	}
+	t.Parallel()
+	ctx := ctxTimeout(t, 20*time.Second)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SEMRUN_TEST_HELPER="+t.Name())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("child test process: got %v (stdout %q, stderr %q), want success", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "unreachable=true") {
+		t.Errorf("child stdout: got %q, want unreachable=true", stdout.String())
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr while failing to reach the store: got %q, want nothing (libraries must not log on their own)", stderr.String())
+	}
+}
+
 func TestRedisZeroConnectTimeout(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
@@ -655,8 +686,7 @@ func TestRedisZeroConnectTimeout(t *testing.T) {
 	defer st.Close()
 	l, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second, NoWait: true})
 	if err != nil {
-		bug(t, "Acquire on a healthy server with RedisOptions.ConnectTimeout left 0: got %v, want a permit "+
-			"(callRetrying's per-attempt deadline is now+0, so every call fails at once)", err)
+		t.Fatalf("Acquire on a healthy server with RedisOptions.ConnectTimeout left 0: got %v, want a permit", err)
 	}
 	release(t, l)
 }
@@ -786,6 +816,26 @@ func TestRedisCapacityDisagreement(t *testing.T) {
 	if got := zcard(t, raw, k.holders); got != 3 {
 		t.Errorf("holders: got %d, want 3 (the largest n asked)", got)
 	}
+	if got := w.take(); len(got) != 1 {
+		t.Errorf("warnings after n=3 where n=1 was asked last: got %q, want exactly 1", got)
+	}
+
+	// Two waiters that disagree with the last caller (n=3) and with each
+	// other: each warns once, though each retry finds the other's n recorded.
+	var wg sync.WaitGroup
+	for _, n := range []int{1, 2} {
+		wg.Go(func() {
+			r := req(n)
+			r.NoWait = false
+			if _, err := st.Acquire(ctxTimeout(t, 500*time.Millisecond), r); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("waiting Acquire n=%d with 3 held: got %v, want context.DeadlineExceeded", n, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := w.take(); len(got) != 2 {
+		t.Errorf("warnings from two waiting callers asking n=1 and n=2: got %d %q, want exactly 2", len(got), got)
+	}
 }
 
 func TestRedisReleaseTwice(t *testing.T) {
@@ -812,4 +862,98 @@ func TestRedisReleaseTwice(t *testing.T) {
 	if err := a.Renew(ctxTimeout(t, 5*time.Second)); !errors.Is(err, semaphore.ErrLost) {
 		t.Fatalf("Renew of a released lease: got %v, want ErrLost", err)
 	}
+}
+
+func TestRedisAcquireRefusesInvalidRequests(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	ctx := ctxTimeout(t, 10*time.Second)
+	var problems []string
+	for _, req := range []semaphore.Request{
+		{Key: "", Permits: 1, TTL: 5 * time.Second},
+		{Key: "ctl\nkey", Permits: 1, TTL: 5 * time.Second},
+		{Key: strings.Repeat("k", semaphore.MaxKeyLen+1), Permits: 1, TTL: 5 * time.Second},
+		{Key: "zero-permits", Permits: 0, TTL: 5 * time.Second},
+		{Key: "negative-permits", Permits: -1, TTL: 5 * time.Second},
+		{Key: "zero-ttl", Permits: 1, TTL: 0},
+		{Key: "sub-ms-ttl", Permits: 1, TTL: 500 * time.Microsecond},
+	} {
+		req.NoWait = true
+		l, err := st.Acquire(ctx, req)
+		if err == nil || errors.Is(err, semaphore.ErrBusy) {
+			problems = append(problems, fmt.Sprintf("Acquire(key %.20q, n=%d, ttl=%v): got (lease %v, %v), want a validation error",
+				req.Key, req.Permits, req.TTL, l != nil, err))
+		}
+	}
+	for _, rk := range scanKeys(t, raw, "*") {
+		pttl := raw.PTTL(ctx, rk).Val()
+		problems = append(problems, fmt.Sprintf("key %.40q written (PTTL %v, slot %d), want nothing written", rk, pttl, hashSlot(rk)))
+	}
+	if len(problems) > 0 {
+		t.Fatalf("Acquire must refuse invalid requests and write nothing:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+func TestRedisHungStore(t *testing.T) {
+	t.Parallel()
+
+	t.Run("caller deadline bounds the wait", func(t *testing.T) {
+		t.Parallel()
+		srv, st, _ := setup(t, semaphore.RedisOptions{ConnectTimeout: 30 * time.Second})
+		acquire(t, st, semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second}) // connected
+		if err := srv.Pause(); err != nil {
+			t.Fatalf("pause redis-server: %v", err)
+		}
+		start := time.Now()
+		_, err := st.Acquire(ctxTimeout(t, 200*time.Millisecond), semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second})
+		took := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, semaphore.ErrUnreachable) {
+			t.Errorf("Acquire on a hung store: got %v, want context.DeadlineExceeded or ErrUnreachable", err)
+		}
+		// The store gets up to a second to take back what may have been granted.
+		if took > 3*time.Second {
+			t.Errorf("Acquire on a hung store with a 200ms deadline: returned after %v, want within 3s", took)
+		}
+	})
+
+	t.Run("renew in doubt", func(t *testing.T) {
+		t.Parallel()
+		srv, st, _ := setup(t, semaphore.RedisOptions{ConnectTimeout: 30 * time.Second})
+		l := acquire(t, st, semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second})
+		if err := srv.Pause(); err != nil {
+			t.Fatalf("pause redis-server: %v", err)
+		}
+		err := l.Renew(ctxTimeout(t, 200*time.Millisecond))
+		if err == nil || errors.Is(err, semaphore.ErrLost) {
+			t.Errorf("Renew on a hung store: got %v, want an error that is not ErrLost", err)
+		}
+	})
+
+	t.Run("no ghost permit after giving up", func(t *testing.T) {
+		t.Parallel()
+		srv, st, raw := setup(t, semaphore.RedisOptions{ConnectTimeout: 300 * time.Millisecond})
+		key := uniqueKey(t)
+		k := keysOf(testPrefix, key)
+		acquire(t, st, semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second}) // connected
+		if err := srv.Pause(); err != nil {
+			t.Fatalf("pause redis-server: %v", err)
+		}
+		_, err := st.Acquire(ctxTimeout(t, 10*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+		if !errors.Is(err, semaphore.ErrUnreachable) {
+			t.Errorf("Acquire on a store hung past the connect timeout: got %v, want ErrUnreachable", err)
+		}
+		if err := srv.Resume(); err != nil {
+			t.Fatalf("resume redis-server: %v", err)
+		}
+		// The request the server had already received runs now; the permit
+		// it grants belongs to no one and must not keep the seat for 30s.
+		deadline := time.Now().Add(time.Second)
+		for zcard(t, raw, k.holders) != 0 {
+			if time.Now().After(deadline) {
+				bug(t, "Acquire gave up with %v, yet once the store answered again a permit nobody holds keeps the only seat "+
+					"for its whole TTL (holders = %d, want 0): Acquire abandons the permit id only when ctx ended", err, zcard(t, raw, k.holders))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }

@@ -15,7 +15,7 @@ import (
 // Errors callers tell apart with errors.Is.
 var (
 	// ErrBusy means no permit was obtained: every seat was held when the
-	// caller would not wait, or the wait ran out.
+	// caller would not wait. A wait cut short returns its context's error.
 	ErrBusy = errors.New("semaphore: no permit available")
 	// ErrLost means the permit is no longer held: it lapsed or was removed.
 	ErrLost = errors.New("semaphore: permit lost")
@@ -95,6 +95,20 @@ type Holder struct {
 	Token     int64         `json:"token"`
 	Age       time.Duration `json:"age_ns"`
 	ExpiresIn time.Duration `json:"expires_in_ns"`
+}
+
+// check refuses a request no store can serve.
+func (r Request) check() error {
+	if err := CheckKey(r.Key); err != nil {
+		return fmt.Errorf("key %q: %w", r.Key, err)
+	}
+	if r.Permits < 1 {
+		return fmt.Errorf("key %q: %d permits, want at least 1", r.Key, r.Permits)
+	}
+	if r.TTL < time.Millisecond {
+		return fmt.Errorf("key %q: lease %v, want at least 1ms", r.Key, r.TTL)
+	}
+	return nil
 }
 
 // CheckKey tells whether key can name a semaphore.

@@ -1,0 +1,348 @@
+package semaphore_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// These tests run the same embedded scripts on miniredis, whose clock the
+// test sets: TIME answers m.SetTime's instant, and key TTLs only run down
+// on m.FastForward. clock.advance moves both together, like real time.
+
+type clock struct {
+	t   *testing.T
+	m   *miniredis.Miniredis
+	now time.Time
+}
+
+// base is a whole millisecond, so lease arithmetic in ms is exact.
+var base = time.Date(2031, 3, 4, 5, 6, 7, 8_000_000, time.UTC)
+
+func newClock(t *testing.T) (*clock, *semaphore.Redis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	m.SetTime(base)
+	return &clock{t: t, m: m, now: base}, newStore(t, "redis://"+m.Addr(), semaphore.RedisOptions{})
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.now = c.now.Add(d)
+	c.m.SetTime(c.now)
+	c.m.FastForward(d)
+}
+
+func (c *clock) ms() float64 { return float64(c.now.UnixMilli()) }
+
+// holders returns the permit ids of k, failing the test on a wrong type.
+func (c *clock) holders(k storeKeys) []string {
+	c.t.Helper()
+	if !c.m.Exists(k.holders) {
+		return nil
+	}
+	ids, err := c.m.ZMembers(k.holders)
+	if err != nil {
+		c.t.Fatalf("ZMEMBERS %s: got error %v, want nil", k.holders, err)
+	}
+	return ids
+}
+
+func (c *clock) score(k storeKeys, id string) float64 {
+	c.t.Helper()
+	s, err := c.m.ZScore(k.holders, id)
+	if err != nil {
+		c.t.Fatalf("ZSCORE %s %s: got error %v, want nil", k.holders, id, err)
+	}
+	return s
+}
+
+// only returns the single holder of k.
+func (c *clock) only(k storeKeys) string {
+	c.t.Helper()
+	ids := c.holders(k)
+	if len(ids) != 1 {
+		c.t.Fatalf("holders of %s: got %q, want exactly one", k.holders, ids)
+	}
+	return ids[0]
+}
+
+const leaseTTL = 10 * time.Second
+
+func TestClockRenewOneMsBeforeExpiry(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+	id := c.only(k)
+	if got, want := c.score(k, id), c.ms()+float64(leaseTTL.Milliseconds()); got != want {
+		t.Fatalf("lease expiry: got %v ms, want now+TTL = %v ms", got, want)
+	}
+
+	c.advance(leaseTTL - time.Millisecond)
+	if err := a.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Renew 1ms before expiry: got %v, want nil", err)
+	}
+	if got, want := c.score(k, id), c.ms()+float64(leaseTTL.Milliseconds()); got != want {
+		t.Errorf("lease expiry after renew: got %v ms, want now+TTL = %v ms", got, want)
+	}
+	// Renewed: the old expiry passes without losing the seat.
+	c.advance(time.Millisecond)
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("Acquire at the original expiry of a renewed lease: got %v, want ErrBusy", err)
+	}
+	if err := a.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Errorf("second Renew: got %v, want nil", err)
+	}
+}
+
+func TestClockLeaseLapsesAtExpiry(t *testing.T) {
+	c, st := newClock(t)
+	ctx := ctxTimeout(t, 5*time.Second)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+	aID := c.only(k)
+	expiry := c.score(k, aID)
+
+	c.advance(leaseTTL) // now == expiry: the lease has lapsed
+	if c.ms() != expiry {
+		t.Fatalf("internal: clock %v ms, want exactly the expiry %v ms", c.ms(), expiry)
+	}
+	status, err := st.Status(ctx, []string{key})
+	if err != nil || status[0].Held != 0 {
+		t.Errorf("Status at expiry: got (%+v, %v), want held 0", status, err)
+	}
+	if err := a.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
+		t.Fatalf("Renew at now == expiry: got %v, want ErrLost", err)
+	}
+	if got := c.score(k, aID); got != expiry {
+		t.Errorf("expiry after a failed renew: got %v, want it untouched at %v", got, expiry)
+	}
+
+	b := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+	bID := c.only(k)
+	if bID == aID {
+		t.Fatalf("holder after a new acquire at expiry: got the old permit %q, want a new one", aID)
+	}
+	if fields, _ := c.m.HKeys(k.info); slices.Contains(fields, aID) {
+		t.Errorf("info fields after the sweep: got %q, want the lapsed permit's record gone", fields)
+	}
+	if b.Token() <= a.Token() {
+		t.Errorf("token of the new holder: got %d, want more than %d", b.Token(), a.Token())
+	}
+	release(t, a) // stale: must not free b's seat
+	if got := c.holders(k); !slices.Equal(got, []string{bID}) {
+		t.Errorf("holders after the lapsed holder released: got %q, want only %q", got, bID)
+	}
+}
+
+func TestClockRenewAfterExpiry(t *testing.T) {
+	c, st := newClock(t)
+	ctx := ctxTimeout(t, 5*time.Second)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+
+	c.advance(leaseTTL + time.Millisecond)
+	if err := a.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
+		t.Fatalf("Renew 1ms after expiry: got %v, want ErrLost", err)
+	}
+
+	// Unused, the keys expire on their own; a late renew does not revive them.
+	c.advance(2 * time.Second)
+	for _, rk := range []string{k.holders, k.info, k.token} {
+		if c.m.Exists(rk) {
+			t.Errorf("key %s %v after the last lease lapsed: got it still there, want it expired", rk, 2*time.Second)
+		}
+	}
+	if err := a.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
+		t.Fatalf("Renew after the keys expired: got %v, want ErrLost", err)
+	}
+	if keys := c.m.Keys(); len(keys) != 0 {
+		t.Errorf("keys after a renew of an expired lease: got %q, want none", keys)
+	}
+}
+
+func TestClockStatusAtTheEdge(t *testing.T) {
+	c, st := newClock(t)
+	ctx := ctxTimeout(t, 5*time.Second)
+	key := uniqueKey(t)
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 4, TTL: leaseTTL, Holder: semaphore.HolderInfo{Host: "h", PID: 7, Command: "c"}})
+
+	c.advance(leaseTTL - time.Millisecond)
+	status, err := st.Status(ctx, []string{key})
+	if err != nil || len(status) != 1 || len(status[0].Holders) != 1 {
+		t.Fatalf("Status 1ms before expiry: got (%+v, %v), want one holder", status, err)
+	}
+	h := status[0].Holders[0]
+	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 7, Command: "c"}, Permits: 4, Token: a.Token(), Age: leaseTTL - time.Millisecond, ExpiresIn: time.Millisecond}
+	if h != want || status[0].Capacity != 4 || status[0].Held != 1 {
+		t.Errorf("Status 1ms before expiry: got %+v (capacity %d, held %d), want %+v (capacity 4, held 1)", h, status[0].Capacity, status[0].Held, want)
+	}
+	c.advance(time.Millisecond)
+	status, err = st.Status(ctx, []string{key})
+	if err != nil || status[0].Held != 0 || len(status[0].Holders) != 0 || status[0].Capacity != 4 {
+		t.Errorf("Status at expiry: got (%+v, %v), want no holder, capacity 4", status, err)
+	}
+}
+
+func TestClockReleaseTwice(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+	release(t, a)
+	release(t, a)
+	if got := c.holders(k); len(got) != 0 {
+		t.Errorf("holders after releasing twice: got %q, want none", got)
+	}
+	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+}
+
+func TestClockTokensSeededFromClock(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	req := semaphore.Request{Key: key, Permits: 3, TTL: leaseTTL}
+
+	var last int64
+	check := func(l semaphore.Lease, when string) {
+		t.Helper()
+		if floor := c.now.UnixMicro(); l.Token() < floor {
+			t.Errorf("token %s: got %d, want at least the server time %d µs", when, l.Token(), floor)
+		}
+		if l.Token() <= last {
+			t.Errorf("token %s: got %d, want more than the previous %d", when, l.Token(), last)
+		}
+		last = l.Token()
+	}
+	// Three grants in the same server microsecond.
+	for range 3 {
+		check(acquire(t, st, req), "at a frozen clock")
+	}
+
+	// All keys expire once the leases lapse and nobody renews.
+	c.advance(leaseTTL + 2*time.Second)
+	if c.m.Exists(k.token) {
+		t.Fatalf("token key after every lease lapsed: got it still there, want it expired")
+	}
+	check(acquire(t, st, req), "after the keys expired")
+
+	c.m.FlushAll()
+	c.advance(time.Millisecond)
+	check(acquire(t, st, req), "after FLUSHALL")
+}
+
+func TestClockKeysOutliveLongestLease(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second})
+	c.advance(5 * time.Second)
+	short := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: leaseTTL})
+
+	// The long lease has 25s left; the short grant must not cut the keys' TTL below it.
+	for _, rk := range []string{k.holders, k.info, k.token} {
+		if got := c.m.TTL(rk); got < 25*time.Second {
+			t.Errorf("TTL of %s: got %v, want at least the longest lease's remaining 25s", rk, got)
+		}
+	}
+	c.advance(5 * time.Second)
+	if err := short.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("Renew: got %v, want nil", err)
+	}
+	for _, rk := range []string{k.holders, k.info, k.token} {
+		if got := c.m.TTL(rk); got < 20*time.Second {
+			t.Errorf("TTL of %s after renewing the shorter lease: got %v, want at least the longest lease's remaining 20s", rk, got)
+		}
+	}
+	// Both leases lapse; soon after, nothing is left.
+	c.advance(21 * time.Second)
+	if keys := c.m.Keys(); len(keys) > 0 {
+		t.Errorf("keys 1s after the last lease lapsed: got %q, want none", keys)
+	}
+}
+
+func TestClockWaiterWakesWhenLeaseLapses(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+
+	type result struct {
+		l   semaphore.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	ctx := ctxTimeout(t, 10*time.Second)
+	go func() {
+		l, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+		done <- result{l, err}
+	}()
+	// The server clock stands still: however long the waiter polls, the seat stays taken.
+	select {
+	case r := <-done:
+		t.Fatalf("waiter before the lease lapsed: got (%v, %v), want it still waiting", r.l, r.err)
+	case <-time.After(150 * time.Millisecond):
+	}
+	c.advance(leaseTTL)
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("waiter after the lease lapsed: got %v, want a permit", r.err)
+		}
+		if r.l.Token() <= a.Token() {
+			t.Errorf("waiter's token: got %d, want more than %d", r.l.Token(), a.Token())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("waiter after the lease lapsed: still waiting after 5s, want a permit")
+	}
+}
+
+func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+	busy := semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}
+
+	// The commands one look at the semaphore costs the server.
+	n0 := c.m.CommandCount()
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), busy); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("no-wait acquire: got %v, want ErrBusy", err)
+	}
+	perLook := c.m.CommandCount() - n0
+
+	// The lease lapses 5ms from now on the server's (frozen) clock: the
+	// waiter must look again after about 5ms, not on its slower backoff
+	// schedule (10, 20, 40, 80, 160ms...), which would leave a crashed
+	// holder's seat empty for up to a polling period.
+	c.advance(leaseTTL - 5*time.Millisecond)
+	done := make(chan error, 1)
+	ctx := ctxTimeout(t, 5*time.Second)
+	go func() {
+		l, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		done <- err
+	}()
+	n1 := c.m.CommandCount()
+	time.Sleep(300 * time.Millisecond)
+	looks := (c.m.CommandCount() - n1) / perLook
+	c.advance(5 * time.Millisecond)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("waiter after the lease lapsed: got %v, want a permit", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("waiter after the lease lapsed: still waiting after 5s, want a permit")
+	}
+	if looks < 15 {
+		t.Errorf("looks in 300ms at a lease lapsing in 5ms: got %d, want at least 15 (one per ~6ms, bounded by load)", looks)
+	}
+}

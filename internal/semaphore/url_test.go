@@ -1,0 +1,112 @@
+package semaphore_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+const secret = "s3cret"
+
+func TestParseRedisURLValid(t *testing.T) {
+	for _, tc := range []struct {
+		raw, addr, network, user, password string
+		db                                 int
+		tls                                bool
+	}{
+		{raw: "redis://127.0.0.1:6379/0", addr: "127.0.0.1:6379", network: "tcp"},
+		{raw: "redis://127.0.0.1", addr: "127.0.0.1:6379", network: "tcp"},
+		{raw: "redis://user:" + secret + "@127.0.0.1:6380/2", addr: "127.0.0.1:6380", network: "tcp", user: "user", password: secret, db: 2},
+		{raw: "redis://:" + secret + "@localhost/1", addr: "localhost:6379", network: "tcp", password: secret, db: 1},
+		{raw: "rediss://user:" + secret + "@127.0.0.1:6380/0", addr: "127.0.0.1:6380", network: "tcp", user: "user", password: secret, tls: true},
+		{raw: "unix:///tmp/redis.sock", addr: "/tmp/redis.sock", network: "unix"},
+		{raw: "unix://user:" + secret + "@/tmp/redis.sock?db=3", addr: "/tmp/redis.sock", network: "unix", user: "user", password: secret, db: 3},
+	} {
+		opt, shown, err := semaphore.ParseRedisURL(tc.raw)
+		if err != nil {
+			t.Errorf("ParseRedisURL(%q): got error %v, want nil", tc.raw, err)
+			continue
+		}
+		if opt.Addr != tc.addr || opt.Network != tc.network || opt.Username != tc.user || opt.Password != tc.password || opt.DB != tc.db || (opt.TLSConfig != nil) != tc.tls {
+			t.Errorf("ParseRedisURL(%q): got addr %q network %q user %q password %q db %d tls %v, want %q %q %q %q %d %v",
+				tc.raw, opt.Addr, opt.Network, opt.Username, opt.Password, opt.DB, opt.TLSConfig != nil,
+				tc.addr, tc.network, tc.user, tc.password, tc.db, tc.tls)
+		}
+		if strings.Contains(shown, secret) {
+			t.Errorf("ParseRedisURL(%q): got shown %q, want the password redacted", tc.raw, shown)
+		}
+		if tc.password != "" && !strings.Contains(shown, "xxxxx") {
+			t.Errorf("ParseRedisURL(%q): got shown %q, want a visible redaction mark", tc.raw, shown)
+		}
+		if tc.network == "tcp" && !strings.Contains(shown, strings.Split(tc.addr, ":")[0]) {
+			t.Errorf("ParseRedisURL(%q): got shown %q, want it to name the host", tc.raw, shown)
+		}
+	}
+}
+
+func TestParseRedisURLInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		raw, mention string // mention: what the message must name
+	}{
+		{"", "scheme"},
+		{"127.0.0.1:6379", ""},
+		{"//user:" + secret + "@127.0.0.1:6379", "scheme"},
+		{"http://user:" + secret + "@127.0.0.1/0", `"http"`},
+		{"redis://user:" + secret + "@127.0.0.1:port/0", "port"},
+		{"redis://user:" + secret + "@[::1/0", "]"},
+		{"redis://user:" + secret + "@host name/0", "host"},
+		{"redis://us er:" + secret + "@127.0.0.1/0", "userinfo"},
+		{"redis://user:" + secret + "@127.0.0.1:6379/0\x00", "control"},
+		{"redis://user:" + secret + "@127.0.0.1:6379/abc", "database"},
+		{"redis://user:" + secret + "@127.0.0.1:6379/0/1", "path"},
+		{"redis://user:" + secret + "@/0", "no host"},
+		{"unix://user:" + secret + "@", "socket"},
+		{"redis://user:" + secret + "@127.0.0.1:6379/0?dial_timeout=soon", "dial_timeout"},
+		{"redis://user:" + secret + "@127.0.0.1:6379/0?bogus=1", "bogus"},
+		{"redis://127.0.0.1:6379/0?password=" + secret, "password"},
+	} {
+		opt, shown, err := semaphore.ParseRedisURL(tc.raw)
+		if err == nil || opt != nil {
+			t.Errorf("ParseRedisURL(%q): got (%v, %v), want (nil, error)", tc.raw, opt, err)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(shown, secret) {
+			t.Errorf("ParseRedisURL(%q): got message %q shown %q, want no password in either", tc.raw, err, shown)
+		}
+		if !strings.Contains(err.Error(), tc.mention) {
+			t.Errorf("ParseRedisURL(%q): got message %q, want it to mention %q", tc.raw, err, tc.mention)
+		}
+	}
+	// NewRedis refuses what ParseRedisURL refuses, with the same care.
+	if st, err := semaphore.NewRedis(semaphore.RedisOptions{URL: "http://user:" + secret + "@127.0.0.1/0", ConnectTimeout: time.Second}); err == nil || st != nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("NewRedis with an unknown scheme: got (%v, %v), want (nil, an error without the password)", st, err)
+	}
+}
+
+// url.EscapeError quotes the bad escape, which may come from a password.
+func TestParseRedisURLBadEscapeHidesPassword(t *testing.T) {
+	_, _, err := semaphore.ParseRedisURL("redis://user:pa%zq@127.0.0.1:6379/0")
+	if err == nil || strings.Contains(err.Error(), "zq") || !strings.Contains(err.Error(), "escape") {
+		t.Errorf("got %v, want an error about an escape that does not quote it", err)
+	}
+}
+
+func TestParseRedisURLWithoutSlashesHidesPassword(t *testing.T) {
+	// Forgetting "//" makes net/url read the rest as an opaque part, which
+	// URL.Redacted does not touch.
+	for _, raw := range []string{
+		"default:" + secret + "@127.0.0.1:6379",
+		"redis:user:" + secret + "@127.0.0.1:6379/0",
+	} {
+		_, shown, err := semaphore.ParseRedisURL(raw)
+		if err == nil {
+			t.Errorf("ParseRedisURL(%q): got nil error, want one", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(shown, secret) {
+			t.Errorf("ParseRedisURL(%q): got message %q shown %q, want no password in either", raw, err, shown)
+		}
+	}
+}
