@@ -254,15 +254,21 @@ func cmdStart(ts *testscript.TestScript, neg bool, args []string) {
 	})
 }
 
+// started is the process start named name.
+func started(ts *testscript.TestScript, cmd, name string) *proc {
+	p := state(ts).procs[name]
+	if p == nil {
+		ts.Fatalf("%s: no process %s", cmd, name)
+	}
+	return p
+}
+
 // signal NAME SIG: send SIG (TERM, HUP, KILL...) to a started process.
 func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: signal NAME SIG")
 	}
-	p := state(ts).procs[args[0]]
-	if p == nil {
-		ts.Fatalf("signal: no process %s", args[0])
-	}
+	p := started(ts, "signal", args[0])
 	sig := unix.SignalNum("SIG" + strings.TrimPrefix(args[1], "SIG"))
 	if sig == 0 {
 		ts.Fatalf("signal: unknown signal %s", args[1])
@@ -276,10 +282,7 @@ func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: await NAME STATUS|SIGNAME")
 	}
-	p := state(ts).procs[args[0]]
-	if p == nil {
-		ts.Fatalf("await: no process %s", args[0])
-	}
+	p := started(ts, "await", args[0])
 	var err error
 	select {
 	case err = <-p.done:

@@ -41,6 +41,15 @@ func newFixture(t *testing.T, ttl time.Duration) *fixture {
 	return &fixture{srv: srv, store: store, lease: lease, key: key}
 }
 
+// flushAll drops every key, as a store that lost its data would.
+func (f *fixture) flushAll(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
+	defer c.Close()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Errorf("FLUSHALL: %v", err)
+	}
+}
+
 func (f *fixture) held(t *testing.T) int {
 	t.Helper()
 	st, err := f.store.Status(context.Background(), []string{f.key})
@@ -117,9 +126,7 @@ func TestLostPermitTerminatesChild(t *testing.T) {
 	f := newFixture(t, 3*time.Second)
 	go func() {
 		time.Sleep(200 * time.Millisecond)
-		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
-		defer c.Close()
-		c.FlushAll(context.Background())
+		f.flushAll(t)
 	}()
 	res, err := runner.Run(context.Background(), spec(t, 3*time.Second, "sleep", "30"), f.lease)
 	if err != nil || !res.Terminated || res.Signal != syscall.SIGTERM || !errors.Is(res.Lost, semaphore.ErrLost) {
@@ -131,9 +138,7 @@ func TestLostPermitContinue(t *testing.T) {
 	f := newFixture(t, 3*time.Second)
 	go func() {
 		time.Sleep(200 * time.Millisecond)
-		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
-		defer c.Close()
-		c.FlushAll(context.Background())
+		f.flushAll(t)
 	}()
 	s := spec(t, 3*time.Second, "sh", "-c", "sleep 1.5; exit 4")
 	s.OnLost = runner.Continue
@@ -150,9 +155,7 @@ func TestKillAfter(t *testing.T) {
 	ready := filepath.Join(dir, "ready")
 	go func() {
 		waitFile(t, ready)
-		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
-		defer c.Close()
-		c.FlushAll(context.Background())
+		f.flushAll(t)
 	}()
 	s := spec(t, 3*time.Second, "sh", "-c", `trap '' TERM; touch "$0"; while :; do sleep 0.05; done`, ready)
 	s.KillAfter = 200 * time.Millisecond
