@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +61,8 @@ func TestScripts(t *testing.T) {
 			"gone":     cmdGone,
 			"overlap":  cmdOverlap,
 			"pty":      cmdPty,
+			"waitout":  cmdWaitout,
+			"pidstate": cmdPidstate,
 		},
 	})
 }
@@ -215,7 +218,7 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 // proc is a process started in the background by start.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr strings.Builder
+	stdout, stderr lockedBuffer
 	done           chan error
 }
 
@@ -344,6 +347,55 @@ func alive(pid int) bool {
 	// The state follows the command name, which is in parentheses.
 	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
 	return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
+}
+
+// procStatus is a line of /proc/PID/status, e.g. SigCgt.
+func procStatus(pid int, field string) string {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// waitout NAME REGEXP: wait (at most 30s) until the started process has
+// written a line matching REGEXP on stderr.
+func cmdWaitout(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitout NAME REGEXP")
+	}
+	p := started(ts, "waitout", args[0])
+	re, err := regexp.Compile("(?m)" + args[1])
+	ts.Check(err)
+	for deadline := time.Now().Add(30 * time.Second); !re.MatchString(p.stderr.String()); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitout: no line matching %q from %s after 30s; stderr:\n%s", args[1], args[0], p.stderr.String())
+		}
+	}
+}
+
+// pidstate PIDFILE STATE: wait (at most 10s) until the process whose pid is
+// in PIDFILE is in STATE, a letter of /proc/PID/status: T for stopped.
+func cmdPidstate(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: pidstate PIDFILE STATE")
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
+	ts.Check(err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		state := procStatus(pid, "State")
+		if strings.HasPrefix(state, args[1]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("pidstate: process %d is %q after 10s, want %s", pid, state, args[1])
+		}
+	}
 }
 
 // overlap LOG N: from jobrec's LOG, check that at most N jobs ran at once

@@ -84,15 +84,12 @@ func applyConfig(cmd *cobra.Command, src sources) error {
 		if f.Changed || f.Name == "config" || !v.IsSet(f.Name) {
 			return
 		}
-		name := fmt.Sprintf("%s in %s", f.Name, file)
-		if env, ok := envNames[f.Name]; ok {
-			if os.Getenv(env) != "" { // as for viper, an empty variable is unset
-				name = env
-			}
+		src[f.Name] = fmt.Sprintf("%s in %s", f.Name, file)
+		if env, ok := envNames[f.Name]; ok && os.Getenv(env) != "" { // as for viper, an empty variable is unset
+			src[f.Name] = env
 		}
-		src[f.Name] = name
 		if err := f.Value.Set(v.GetString(f.Name)); err != nil {
-			errs = append(errs, usageErrorf("%s=%s: %v", name, v.GetString(f.Name), err))
+			errs = append(errs, usageErrorf("%s: %v", src.show(f.Name, v.GetString(f.Name)), err))
 		}
 	})
 	return errors.Join(errs...)

@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/semrun/semrun/internal/runner"
-	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // Exit statuses semrun decides itself; the child's own pass through.
@@ -101,8 +100,6 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return exitNotFound, 0, fmt.Sprintf("%s: command not found", start.Command)
 	case errors.As(err, &start):
 		return exitNotExecutable, 0, start.Error()
-	case errors.Is(err, semaphore.ErrUnreachable):
-		return exitFailure, 0, err.Error()
 	}
 	return exitFailure, 0, err.Error()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -44,6 +43,7 @@ const (
 	defaultLostExitCode = 112
 	maxTTL              = 24 * time.Hour
 	maxPermits          = 1_000_000
+	releaseTimeout      = 2 * time.Second
 )
 
 type runOptions struct {
@@ -80,6 +80,9 @@ back when it exits, and exits with COMMAND's status.`,
 			if cmd.ArgsLenAtDash() != 0 {
 				return usageErrorf("unexpected argument %q: the command must follow --", args[0])
 			}
+			if args[0] == "" {
+				return usageErrorf("empty command after --")
+			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -102,7 +105,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.IntVar(&o.busyExitCode, "busy-exit-code", 75, "exit status when no permit was obtained (0: skip quietly)")
 	f.IntVar(&o.lostExitCode, "lost-exit-code", defaultLostExitCode, "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
-	f.DurationVar(&o.killAfter, "kill-after", defaultKillAfter, "after SIGTERM on a lost permit, SIGKILL if still running; at most half the --ttl, and lowered to that when not set")
+	f.DurationVar(&o.killAfter, "kill-after", defaultKillAfter, "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
 	return cmd
 }
 
@@ -146,7 +149,7 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 	limit := runner.MaxKillAfter(o.ttl)
 	if cmd.Flags().Changed("kill-after") || o.sources["kill-after"] != "" {
 		if o.killAfter < 0 || o.killAfter > limit {
-			return usageErrorf("%s: must be from 0 to half the --ttl (%v), so that the command is killed before its lease can lapse", show("kill-after", o.killAfter), limit)
+			return usageErrorf("%s: must be from 0 to %v (2/5 of the --ttl), so that renewals can be retried and the command killed before its lease can lapse", show("kill-after", o.killAfter), limit)
 		}
 	} else {
 		o.killAfter = min(defaultKillAfter, limit)
@@ -190,7 +193,9 @@ func (o *runOptions) run(ctx context.Context) error {
 
 	// A failed release never changes the exit status: the seat lapses
 	// within the TTL on its own.
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, o.ttl))
+	// Short: the child is done, and whoever waits for semrun should not
+	// wait long for a store that does not answer.
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
 	defer cancel()
 	if err := lease.Release(releaseCtx); err != nil {
 		log.Warnf("%v; the seat frees itself within %v", err, o.ttl)
@@ -215,8 +220,9 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 		Key: o.key, Permits: o.permits, TTL: o.ttl, NoWait: o.noWait,
 		Holder: semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])},
 	}
-	if !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())) {
-		req.OnWait = func(held, capacity int) {
+	req.OnWait = func(held, capacity int) {
+		// On a terminal a person watches; elsewhere (cron) only --verbose says it.
+		if !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())) || o.verbose {
 			fmt.Fprintf(o.streams.Err, "semrun: waiting for key %q (%d of %s held)\n", o.key, held, permits(capacity, ""))
 		}
 	}
@@ -300,17 +306,15 @@ func (o *runOptions) childEnv(environ []string, token int64) []string {
 		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true,
 		envHeldKey: true, envHeldPermits: true, envFencingToken: true, envHeldKeys: true,
 	}
-	if u, err := url.Parse(os.Getenv(envNames["redis"])); err == nil && u.User != nil {
-		if _, hasPassword := u.User.Password(); hasPassword {
-			drop[envNames["redis"]] = true
-		}
-	}
-	env := make([]string, 0, len(environ)+3)
+	env := make([]string, 0, len(environ)+4)
 	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if !drop[name] {
-			env = append(env, kv)
+		name, value, _ := strings.Cut(kv, "=")
+		// Any URL with userinfo may carry a password, even one that does
+		// not parse (a password with an unescaped /).
+		if drop[name] || name == envNames["redis"] && strings.Contains(value, "@") {
+			continue
 		}
+		env = append(env, kv)
 	}
 	return append(env,
 		envHeldKey+"="+o.key,

@@ -101,15 +101,17 @@ func (t *terminal) setForeground(pgrp int) {
 	_ = unix.IoctlSetPointerInt(t.fd, unix.TIOCSPGRP, pgrp)
 }
 
-// reclaim takes the terminal back for semrun once the child is done.
+// reclaim takes the terminal back for semrun once the child is done. On
+// a nil terminal it does nothing, as do suspend's and resume's terminal parts.
 func (t *terminal) reclaim() {
 	if t != nil {
 		t.setForeground(unix.Getpgrp())
 	}
 }
 
-// suspend stops semrun after its child was stopped from the terminal, so
-// the shell sees the whole job stopped; it returns once semrun is continued.
+// suspend stops semrun after its child was stopped (from the terminal, or
+// by a SIGTSTP sent to semrun), so the shell sees the whole job stopped; it
+// returns once semrun is continued.
 // A stop sent to oneself can take effect after kill returns, so the return
 // waits for the SIGCONT that ends the stop.
 func (t *terminal) suspend() {
@@ -124,6 +126,10 @@ func (t *terminal) suspend() {
 // resume gives the terminal back to the child when the shell continued the
 // job in the foreground, and continues the child.
 func (t *terminal) resume(pgid int) {
+	if t == nil {
+		_ = unix.Kill(-pgid, unix.SIGCONT)
+		return
+	}
 	if pgrp, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && pgrp == unix.Getpgrp() {
 		t.setForeground(pgid)
 	}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"syscall"
 	"time"
 
@@ -83,6 +84,16 @@ func (e *StartError) Unwrap() error { return e.Err }
 // about to give the seat away, so the permit counts as lost.
 var ErrPresumedLost = errors.New("no renewal succeeded in time")
 
+// Lease is the permit the child runs under.
+type Lease interface {
+	// Deadline is the local monotonic instant at which the store may give
+	// the seat away; the zero time when it never does.
+	Deadline() time.Time
+	// Renew extends the lease; an error wrapping semaphore.ErrLost means
+	// the permit is gone, any other leaves it in doubt.
+	Renew(ctx context.Context) error
+}
+
 // RenewEvery is how often a lease of ttl is renewed.
 func RenewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
 
@@ -90,14 +101,19 @@ func RenewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
 // for clocks that tick at slightly different rates and for the kill to land.
 func Margin(ttl time.Duration) time.Duration { return ttl / 10 }
 
-// MaxKillAfter is the longest grace period a lease of ttl allows: after the
-// last renewal that succeeded, one renewal and its retries must fit before
-// the child is told to stop, and the SIGKILL must land before the lease ends.
-func MaxKillAfter(ttl time.Duration) time.Duration { return ttl / 2 }
+// MaxKillAfter is the longest grace period a lease of ttl allows. After the
+// last renewal that succeeded, the next one (at TTL/3) and a window of TTL/6
+// for its retries must fit before the child is told to stop, and the SIGKILL
+// must land a margin before the lease ends: TTL/3 + TTL/6 + kill-after +
+// TTL/10 <= TTL.
+func MaxKillAfter(ttl time.Duration) time.Duration { return ttl * 2 / 5 }
 
 // Check tells whether command can be started, so that a command that
 // cannot is refused before any permit is taken. It returns a *StartError.
 func Check(command string) error {
+	if command == "" {
+		return &StartError{Command: command, NotFound: true, Err: exec.ErrNotFound}
+	}
 	if _, err := exec.LookPath(command); err != nil {
 		return startError(command, err)
 	}
@@ -107,7 +123,7 @@ func Check(command string) error {
 // Run runs the child while lease is held and returns how it ended. It
 // returns a *StartError when the child could not be started. ctx ending
 // stops the renewals only; the child's end is always waited for.
-func Run(ctx context.Context, spec Spec, lease semaphore.Lease) (Result, error) {
+func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	cmd := exec.Command(spec.Args[0], spec.Args[1:]...)
 	if cmd.Err != nil {
 		return Result{}, startError(spec.Args[0], cmd.Err)
@@ -117,6 +133,13 @@ func Run(ctx context.Context, spec Spec, lease semaphore.Lease) (Result, error) 
 	term := newTerminal(spec.Stdin)
 	cmd.SysProcAttr = procAttr(term)
 
+	// SIGTSTP sent to semrun itself (not from the terminal, which stops the
+	// child's group) must not leave the child running while semrun, stopped,
+	// cannot renew: the whole job is suspended instead.
+	tstp := make(chan os.Signal, 1)
+	signal.Notify(tstp, syscall.SIGTSTP)
+	defer signal.Stop(tstp)
+
 	events := make(chan waitEvent, 1)
 	pgid, err := start(cmd, term != nil, events)
 	if err != nil {
@@ -125,11 +148,20 @@ func Run(ctx context.Context, spec Spec, lease semaphore.Lease) (Result, error) 
 	defer term.reclaim()
 
 	renewCtx, stopRenewing := context.WithCancel(ctx)
-	defer stopRenewing()
 	lost := make(chan error, 1)
-	if !lease.Deadline().IsZero() {
-		go keepAlive(renewCtx, spec, lease, lost)
+	renewing := make(chan struct{})
+	if lease.Deadline().IsZero() {
+		close(renewing)
+	} else {
+		go func() {
+			defer close(renewing)
+			keepAlive(renewCtx, spec, lease, lost)
+		}()
 	}
+	defer func() {
+		stopRenewing()
+		<-renewing // no renewal, nor its warning, outlives Run
+	}()
 
 	var res Result
 	var kill <-chan time.Time
@@ -142,8 +174,27 @@ func Run(ctx context.Context, spec Spec, lease semaphore.Lease) (Result, error) 
 			return
 		}
 		res.Terminated = true
+		// The grace period never runs past the lease: a loss noticed late
+		// (semrun was stopped, a timer fired late) leaves less of it.
+		grace := spec.KillAfter
+		if !lease.Deadline().IsZero() {
+			grace = min(grace, time.Until(lease.Deadline().Add(-Margin(spec.TTL))))
+		}
+		if grace <= 0 {
+			signalGroup(pgid, syscall.SIGKILL)
+			return
+		}
 		signalGroup(pgid, syscall.SIGTERM)
-		kill = time.After(spec.KillAfter)
+		kill = time.After(grace)
+	}
+	// resumed runs when semrun is continued after the job was suspended:
+	// past the point where the permit counts as lost, the child is stopped
+	// before it can run on next to a new holder.
+	resumed := func() {
+		if lost != nil && !lease.Deadline().IsZero() && time.Now().After(lossAt(spec, lease)) {
+			onLost(ErrPresumedLost)
+		}
+		term.resume(pgid)
 	}
 	for {
 		select {
@@ -153,16 +204,17 @@ func Run(ctx context.Context, spec Spec, lease semaphore.Lease) (Result, error) 
 			onLost(err)
 		case <-kill:
 			signalGroup(pgid, syscall.SIGKILL)
+		case <-tstp:
+			_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+			if term == nil {
+				term.suspend()
+				resumed()
+			} // else the child's stop comes as an event, handled below
 		case ev := <-events:
 			if ev.stopped {
 				// Suspended from the terminal: suspend the job as a whole.
 				term.suspend()
-				if lost != nil && !lease.Deadline().IsZero() && time.Now().After(lossAt(spec, lease)) {
-					// Suspended past the lease: the seat may be someone
-					// else's now, so the child must not run on.
-					onLost(ErrPresumedLost)
-				}
-				term.resume(pgid)
+				resumed()
 				ev.resumed <- struct{}{}
 				continue
 			}
@@ -196,15 +248,14 @@ func startError(command string, err error) error {
 
 // lossAt is when the child must be told to stop if no renewal succeeds
 // before: early enough that SIGKILL lands before the lease could end.
-func lossAt(spec Spec, lease semaphore.Lease) time.Time {
+func lossAt(spec Spec, lease Lease) time.Time {
 	return lease.Deadline().Add(-spec.KillAfter - Margin(spec.TTL))
 }
 
 // keepAlive renews the lease until ctx ends, and reports on lost once when
 // the store says the permit is gone or no renewal succeeded in time.
-func keepAlive(ctx context.Context, spec Spec, lease semaphore.Lease, lost chan<- error) {
+func keepAlive(ctx context.Context, spec Spec, lease Lease, lost chan<- error) {
 	every := RenewEvery(spec.TTL)
-	retry := max(spec.TTL/12, 50*time.Millisecond)
 	next := every
 	for {
 		giveUp := lossAt(spec, lease)
@@ -237,7 +288,8 @@ func keepAlive(ctx context.Context, spec Spec, lease semaphore.Lease, lost chan<
 			return
 		default:
 			spec.Warnf("renewal failed, retrying: %v", err)
-			next = retry
+			// At least three more tries fit before the child must stop.
+			next = max(min(spec.TTL/12, time.Until(giveUp)/3), 50*time.Millisecond)
 		}
 	}
 }

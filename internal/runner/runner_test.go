@@ -196,3 +196,25 @@ func waitFile(t *testing.T, path string) {
 	}
 	t.Errorf("%s did not appear", path)
 }
+
+// A store that stalls for a moment around the first renewal (a failover, a
+// slow fork for a snapshot) must not cost a healthy job its permit, even with
+// the longest grace period allowed: retries fit before the child must stop.
+func TestRenewalRidesOutShortStall(t *testing.T) {
+	ttl := 3 * time.Second
+	f := newFixture(t, ttl)
+	go func() {
+		time.Sleep(runner.RenewEvery(ttl) - 100*time.Millisecond)
+		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
+		defer c.Close()
+		if err := c.Do(context.Background(), "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+			t.Errorf("CLIENT PAUSE: %v", err)
+		}
+	}()
+	s := spec(t, ttl, "sleep", "2")
+	s.KillAfter = runner.MaxKillAfter(ttl)
+	res, err := runner.Run(context.Background(), s, f.lease)
+	if err != nil || res.Lost != nil || res.ExitCode != 0 {
+		t.Fatalf("got %+v, %v; want the job to keep its permit through a 300ms stall", res, err)
+	}
+}

@@ -111,18 +111,27 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
-			err = uerr.Err // url.Error quotes the whole URL, password included
+			err = uerr.Err // url.Error quotes the whole URL
 		}
-		var escErr url.EscapeError
-		if errors.As(err, &escErr) {
-			err = errors.New("invalid %-escape") // it quotes the escape, maybe from a password
+		if !strings.Contains(raw, "@") {
+			return nil, "", fmt.Errorf("malformed URL: %w", err)
 		}
-		return nil, "", fmt.Errorf("malformed URL: %w", err)
+		if strings.Contains(err.Error(), `"`) {
+			// The error quotes part of the URL: with a password that has an
+			// unescaped / # or ?, that part is the password's.
+			return nil, "", fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
+		}
+		return nil, "", fmt.Errorf("%s: malformed URL: %w", hideUserinfo(raw), err)
 	}
 	shown := redactURL(u)
 	if u.Opaque != "" {
 		// "user:pass@host:6379" parses as scheme "user" with an opaque rest.
 		return nil, shown, fmt.Errorf("%s: not a URL of the form redis://host:port/db", shown)
+	}
+	if at := strings.LastIndex(raw, "@"); at >= 0 && (u.User == nil || !strings.HasPrefix(raw[at+1:], u.Host)) {
+		// The text before the last @ was not all read as user:password, so
+		// part of the password went into the host, path or query.
+		return nil, "", fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
 	}
 	switch u.Scheme {
 	case "redis", "rediss":
@@ -143,6 +152,17 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 		return nil, shown, fmt.Errorf("%s: %s", shown, strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	return opt, shown, nil
+}
+
+// hideUserinfo replaces everything between the scheme and the last @ of a
+// URL that did not parse, so that no part of a password is shown.
+func hideUserinfo(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	scheme, _, found := strings.Cut(raw, "://")
+	if !found || len(scheme) > at {
+		return "…" + raw[at:]
+	}
+	return scheme + "://xxxxx" + raw[at:]
 }
 
 // redactURL shows u without its password, its query (options may hold

@@ -85,6 +85,32 @@ func TestParseRedisURLInvalid(t *testing.T) {
 	}
 }
 
+// A password with an unescaped / # or ? is read partly as host, port, path
+// or query; none of it may be shown.
+func TestParseRedisURLUnescapedPasswordHidden(t *testing.T) {
+	for _, raw := range []string{
+		"redis://user:pa/" + secret + "@127.0.0.1:6379/0",
+		"redis://:Zm9v/YmFy+" + secret + "@127.0.0.1:6379/0",
+		"redis://:64999/" + secret + "@127.0.0.1:6379",
+		"redis://user:p#" + secret + "@127.0.0.1:6379/0",
+		"redis://user:p?" + secret + "@127.0.0.1:6379/0",
+		"redis://user:" + secret + "/x@127.0.0.1:6379/0",
+	} {
+		opt, shown, err := semaphore.ParseRedisURL(raw)
+		if err == nil || opt != nil {
+			t.Errorf("ParseRedisURL(%q): got (%v, %v), want an error", raw, opt, err)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(shown, secret) ||
+			strings.Contains(err.Error(), "Zm9v") || strings.Contains(err.Error(), "pa/") || strings.Contains(err.Error(), "64999") {
+			t.Errorf("ParseRedisURL(%q): got message %q shown %q, want no part of the password", raw, err, shown)
+		}
+		if !strings.Contains(err.Error(), "%2F") {
+			t.Errorf("ParseRedisURL(%q): got message %q, want it to say how to escape", raw, err)
+		}
+	}
+}
+
 // url.EscapeError quotes the bad escape, which may come from a password.
 func TestParseRedisURLBadEscapeHidesPassword(t *testing.T) {
 	_, _, err := semaphore.ParseRedisURL("redis://user:pa%zq@127.0.0.1:6379/0")
