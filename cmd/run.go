@@ -191,18 +191,7 @@ func (o *runOptions) run(ctx context.Context) error {
 		Signals: signals, Warnf: log.Warnf,
 	}, lease)
 
-	// A failed release never changes the exit status: the seat lapses
-	// within the TTL on its own.
-	// Short: the child is done, and whoever waits for semrun should not
-	// wait long for a store that does not answer.
-	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
-	defer cancel()
-	if err := lease.Release(releaseCtx); err != nil {
-		log.Warnf("%v; the seat frees itself within %v", err, o.ttl)
-	} else {
-		log.Infof("key %q: permit released", o.key)
-	}
-
+	o.release(ctx, lease, log)
 	if runErr != nil {
 		return runErr
 	}
@@ -210,6 +199,20 @@ func (o *runOptions) run(ctx context.Context) error {
 		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost}
 	}
 	return &childExit{code: res.ExitCode, sig: res.Signal}
+}
+
+// release gives the permit back. A failed release never changes the exit
+// status: the seat lapses within the TTL on its own. It gets little time,
+// since whoever waits for semrun should not wait for a store that does not
+// answer.
+func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		log.Warnf("%v; the seat frees itself within %v", err, o.ttl)
+		return
+	}
+	log.Infof("key %q: permit released", o.key)
 }
 
 // acquire waits for a permit until one is held, --timeout passes, or a
@@ -252,9 +255,7 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 			}
 			cancel()
 			if a = <-done; a.err == nil {
-				releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
-				defer cancel()
-				_ = a.lease.Release(releaseCtx)
+				o.release(ctx, a.lease, log) // granted as the signal came
 			}
 			return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
 		}
