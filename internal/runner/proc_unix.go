@@ -126,12 +126,10 @@ func (t *terminal) suspend() {
 // resume gives the terminal back to the child when the shell continued the
 // job in the foreground, and continues the child.
 func (t *terminal) resume(pgid int) {
-	if t == nil {
-		_ = unix.Kill(-pgid, unix.SIGCONT)
-		return
-	}
-	if pgrp, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && pgrp == unix.Getpgrp() {
-		t.setForeground(pgid)
+	if t != nil {
+		if pgrp, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && pgrp == unix.Getpgrp() {
+			t.setForeground(pgid)
+		}
 	}
 	_ = unix.Kill(-pgid, unix.SIGCONT)
 }

@@ -150,7 +150,8 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	lost := make(chan error, 1)
 	renewing := make(chan struct{})
-	if lease.Deadline().IsZero() {
+	lapses := !lease.Deadline().IsZero() // a lease that never lapses needs no renewal
+	if !lapses {
 		close(renewing)
 	} else {
 		go func() {
@@ -177,7 +178,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 		// The grace period never runs past the lease: a loss noticed late
 		// (semrun was stopped, a timer fired late) leaves less of it.
 		grace := spec.KillAfter
-		if !lease.Deadline().IsZero() {
+		if lapses {
 			grace = min(grace, time.Until(lease.Deadline().Add(-Margin(spec.TTL))))
 		}
 		if grace <= 0 {
@@ -191,7 +192,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	// past the point where the permit counts as lost, the child is stopped
 	// before it can run on next to a new holder.
 	resumed := func() {
-		if lost != nil && !lease.Deadline().IsZero() && time.Now().After(lossAt(spec, lease)) {
+		if lost != nil && lapses && time.Now().After(lossAt(spec, lease)) {
 			onLost(ErrPresumedLost)
 		}
 		term.resume(pgid)

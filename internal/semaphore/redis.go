@@ -119,7 +119,7 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 		if strings.Contains(err.Error(), `"`) {
 			// The error quotes part of the URL: with a password that has an
 			// unescaped / # or ?, that part is the password's.
-			return nil, "", fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
+			return nil, "", unescapedPassword(raw)
 		}
 		return nil, "", fmt.Errorf("%s: malformed URL: %w", hideUserinfo(raw), err)
 	}
@@ -131,7 +131,7 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 	if at := strings.LastIndex(raw, "@"); at >= 0 && (u.User == nil || !strings.HasPrefix(raw[at+1:], u.Host)) {
 		// The text before the last @ was not all read as user:password, so
 		// part of the password went into the host, path or query.
-		return nil, "", fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
+		return nil, "", unescapedPassword(raw)
 	}
 	switch u.Scheme {
 	case "redis", "rediss":
@@ -152,6 +152,12 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 		return nil, shown, fmt.Errorf("%s: %s", shown, strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	return opt, shown, nil
+}
+
+// unescapedPassword is the error for a URL whose password was not all read
+// as one, most likely for an unescaped / # or ? in it.
+func unescapedPassword(raw string) error {
+	return fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
 }
 
 // hideUserinfo replaces everything between the scheme and the last @ of a
