@@ -321,8 +321,7 @@ func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: gone PIDFILE TIMEOUT")
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
-	ts.Check(err)
+	pid := readPid(ts, args[0])
 	limit, err := time.ParseDuration(args[1])
 	ts.Check(err)
 	deadline := time.Now().Add(limit)
@@ -334,19 +333,21 @@ func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// readPid reads the pid a script's child wrote to file.
+func readPid(ts *testscript.TestScript, file string) int {
+	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(file)))
+	ts.Check(err)
+	return pid
+}
+
 // alive tells whether pid runs; a zombie no longer does, whoever is to
 // reap it.
 func alive(pid int) bool {
 	if unix.Kill(pid, 0) != nil {
 		return false
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // no /proc: trust kill
-	}
-	// The state follows the command name, which is in parentheses.
-	rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-	return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
+	// Without /proc the state is unknown: trust kill.
+	return !strings.HasPrefix(procStatus(pid, "State"), "Z")
 }
 
 // procStatus is a line of /proc/PID/status, e.g. SigCgt.
@@ -385,8 +386,7 @@ func cmdPidstate(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: pidstate PIDFILE STATE")
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
-	ts.Check(err)
+	pid := readPid(ts, args[0])
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		state := procStatus(pid, "State")
 		if strings.HasPrefix(state, args[1]) {
