@@ -24,6 +24,8 @@ var envNames = map[string]string{
 	"lost-exit-code":  "SEMRUN_LOST_EXIT_CODE",
 	"on-lost":         "SEMRUN_ON_LOST",
 	"kill-after":      "SEMRUN_KILL_AFTER",
+	"local":           "SEMRUN_LOCAL",
+	"lock-dir":        "SEMRUN_LOCK_DIR",
 	"redis":           "SEMRUN_REDIS_URL",
 	"prefix":          "SEMRUN_PREFIX",
 	"connect-timeout": "SEMRUN_CONNECT_TIMEOUT",
@@ -53,6 +55,21 @@ func (s sources) show(flag string, value any) string {
 		return fmt.Sprintf("%s=%v", n, value)
 	}
 	return fmt.Sprintf("%s %v in %s", flag, value, strings.TrimPrefix(n, flag+" in "))
+}
+
+// rank tells how strongly a flag was set: 3 on the command line, 2 in the
+// environment, 1 in a config file, 0 not at all.
+func (s sources) rank(flags *pflag.FlagSet, flag string) int {
+	n, ok := s[flag]
+	switch {
+	case flags.Changed(flag) && !ok:
+		return 3
+	case !ok:
+		return 0
+	case strings.HasPrefix(n, "SEMRUN_"):
+		return 2
+	}
+	return 1
 }
 
 // applyConfig fills every flag the user did not set from, in turn, its

@@ -23,6 +23,8 @@ type Streams struct {
 
 // commonOptions are the settings every command that talks to a store has.
 type commonOptions struct {
+	local          bool
+	lockDir        string
 	redisURL       string
 	prefix         string
 	connectTimeout time.Duration
@@ -59,6 +61,8 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	common := &commonOptions{sources: sources{}}
 	root := newCmdRun(s, common)
 	pf := root.PersistentFlags()
+	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
+	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" when usable, else the user's runtime directory)")
 	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
 	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
 	pf.DurationVar(&common.connectTimeout, "connect-timeout", 10*time.Second, "give up on an unreachable store after this")
@@ -77,9 +81,28 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	return root
 }
 
-// validate checks the settings of commands that talk to a store.
-func (c *commonOptions) validate() error {
-	if _, _, err := semaphore.ParseRedisURL(c.redisURL); err != nil {
+// validate checks the settings of commands that talk to a store, and
+// decides which store that is.
+func (c *commonOptions) validate(cmd *cobra.Command) error {
+	flags := cmd.Flags()
+	if c.local {
+		// A stronger setting wins (a --redis flag over SEMRUN_LOCAL); two of
+		// equal strength contradict each other.
+		switch local, redis := c.sources.rank(flags, "local"), c.sources.rank(flags, "redis"); {
+		case redis > local:
+			c.local = false
+		case redis == local:
+			return usageErrorf("%s and %s: choose one", c.sources.name("local"), c.sources.name("redis"))
+		}
+	}
+	if !c.local && flags.Changed("lock-dir") {
+		return usageErrorf("--lock-dir %s: only with --local", c.lockDir)
+	}
+	if c.local {
+		if c.lockDir == "" && c.sources.rank(flags, "lock-dir") > 0 {
+			return usageErrorf("%s: must not be empty", c.sources.name("lock-dir"))
+		}
+	} else if _, _, err := semaphore.ParseRedisURL(c.redisURL); err != nil {
 		return usageErrorf("%s: %v", c.sources.name("redis"), err)
 	}
 	if c.connectTimeout <= 0 {
@@ -92,6 +115,29 @@ func (c *commonOptions) validate() error {
 		return usageErrorf("--verbose and --quiet: choose one")
 	}
 	return nil
+}
+
+// openStore opens the store the settings chose: the host's lock directory
+// with --local, else Redis. Nothing past this point knows which it is.
+func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, error) {
+	if c.local {
+		dir := c.lockDir
+		if dir == "" {
+			dir = semaphore.DefaultLockDir()
+		}
+		s, err := semaphore.NewLocal(semaphore.LocalOptions{Dir: dir, Warnf: warnf})
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		return s, nil
+	}
+	s, err := semaphore.NewRedis(semaphore.RedisOptions{
+		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
+	})
+	if err != nil {
+		return nil, usageErrorf("%s: %v", c.sources.name("redis"), err)
+	}
+	return s, nil
 }
 
 // logger writes semrun's own lines to stderr, as --verbose and --quiet say.

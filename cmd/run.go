@@ -87,7 +87,7 @@ back when it exits, and exits with COMMAND's status.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.command = args
-			if err := o.commonOptions.validate(); err != nil {
+			if err := o.commonOptions.validate(cmd); err != nil {
 				return err
 			}
 			if err := o.validate(cmd); err != nil {
@@ -159,11 +159,9 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 
 func (o *runOptions) run(ctx context.Context) error {
 	log := o.logger(o.streams.Err)
-	store, err := semaphore.NewRedis(semaphore.RedisOptions{
-		URL: o.redisURL, Prefix: o.prefix, ConnectTimeout: o.connectTimeout, Warnf: log.Warnf,
-	})
+	store, err := o.openStore(log.Warnf)
 	if err != nil {
-		return usageErrorf("%s: %v", o.sources.name("redis"), err)
+		return err
 	}
 	defer store.Close()
 
@@ -185,7 +183,7 @@ func (o *runOptions) run(ctx context.Context) error {
 		onLost = runner.Continue
 	}
 	res, runErr := runner.Run(ctx, runner.Spec{
-		Args: o.command, Env: o.childEnv(os.Environ(), lease.Token()),
+		Args: o.command, Env: o.childEnv(os.Environ(), lease.Token()), ExtraFiles: lease.Files(),
 		Stdin: o.streams.In, Stdout: o.streams.Out, Stderr: o.streams.Err,
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
 		Signals: signals, Warnf: log.Warnf,

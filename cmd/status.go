@@ -15,12 +15,11 @@ import (
 func newCmdStatus(common *commonOptions) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "status [flags] KEY...",
-		Short: "Show the holders and capacity of keys",
+		Use:   "status [flags] [KEY...]",
+		Short: "Show the holders, waiters and capacity of keys",
+		Long: `status shows who holds and who waits for each KEY. Without a KEY, it shows
+every key the store knows (with --local: every key in the lock directory).`,
 		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usageErrorf("no key given: semrun status [flags] KEY...")
-			}
 			for _, k := range args {
 				if err := semaphore.CheckKey(k); err != nil {
 					return usageErrorf("key %q: %v", k, err)
@@ -29,14 +28,12 @@ func newCmdStatus(common *commonOptions) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, keys []string) error {
-			if err := common.validate(); err != nil {
+			if err := common.validate(cmd); err != nil {
 				return err
 			}
-			store, err := semaphore.NewRedis(semaphore.RedisOptions{
-				URL: common.redisURL, Prefix: common.prefix, ConnectTimeout: common.connectTimeout,
-			})
+			store, err := common.openStore(nil)
 			if err != nil {
-				return usageErrorf("%s: %v", common.sources.name("redis"), err)
+				return err
 			}
 			defer store.Close()
 			st, err := store.Status(cmd.Context(), keys)
@@ -65,14 +62,27 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		if k.Capacity > 0 {
 			capacity = fmt.Sprint(k.Capacity)
 		}
-		fmt.Fprintf(tw, "key %q: %d held, capacity %s\n", k.Key, k.Held, capacity)
-		if len(k.Holders) == 0 {
-			continue
+		fmt.Fprintf(tw, "key %q: %d held, capacity %s", k.Key, k.Held, capacity)
+		if len(k.Waiters) > 0 {
+			fmt.Fprintf(tw, ", %d waiting", len(k.Waiters))
 		}
-		fmt.Fprintln(tw, "  HOST\tPID\tCOMMAND\tPERMITS\tAGE\tEXPIRES IN\tTOKEN")
+		fmt.Fprintln(tw)
+		if len(k.Holders) > 0 {
+			fmt.Fprintln(tw, "  HOST\tPID\tCOMMAND\tPERMITS\tAGE\tEXPIRES IN\tTOKEN")
+		}
 		for _, h := range k.Holders {
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%v\t%v\t%d\n", h.Host, h.PID, h.Command, h.Permits,
-				h.Age.Round(time.Millisecond), h.ExpiresIn.Round(time.Millisecond), h.Token)
+			expires := "-" // held for as long as the holder lives
+			if h.ExpiresIn > 0 {
+				expires = h.ExpiresIn.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%v\t%s\t%d\n", h.Host, h.PID, h.Command, h.Permits,
+				h.Age.Round(time.Millisecond), expires, h.Token)
+		}
+		if len(k.Waiters) > 0 {
+			fmt.Fprintln(tw, "  WAITING\tPID\tCOMMAND\tPERMITS\tWAITED")
+		}
+		for _, q := range k.Waiters {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%v\n", q.Host, q.PID, q.Command, q.Permits, q.Waited.Round(time.Millisecond))
 		}
 	}
 	return tw.Flush()

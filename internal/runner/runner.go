@@ -35,6 +35,8 @@ type Spec struct {
 	// Env is the child's whole environment.
 	Env                   []string
 	Stdin, Stdout, Stderr *os.File
+	// ExtraFiles are inherited by the child as descriptors 3 and up.
+	ExtraFiles []*os.File
 	// TTL is the lease; it decides how often the lease is renewed.
 	TTL time.Duration
 	// KillAfter is the grace period between SIGTERM and SIGKILL.
@@ -130,6 +132,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	}
 	cmd.Env = spec.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, spec.Stdout, spec.Stderr
+	cmd.ExtraFiles = spec.ExtraFiles
 	term := newTerminal(spec.Stdin)
 	cmd.SysProcAttr = procAttr(term)
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -339,8 +340,11 @@ func retryable(err error) bool {
 	return false
 }
 
-// Status implements Store.
+// Status implements Store. It needs the keys: listing them is not built yet.
 func (r *Redis) Status(ctx context.Context, keys []string) ([]KeyStatus, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("no key given: listing the keys in Redis is not built yet, so name them: semrun status KEY...")
+	}
 	out := make([]KeyStatus, 0, len(keys))
 	for _, key := range keys {
 		res, err := r.callRetrying(ctx, statusScript, r.keys(key)[:2])
@@ -363,7 +367,7 @@ func parseStatus(key string, res any) (KeyStatus, error) {
 	}
 	now, _ := v[0].(int64)
 	capacity, _ := v[1].(int64)
-	st := KeyStatus{Key: key, Capacity: int(max(capacity, 0)), Holders: []Holder{}}
+	st := KeyStatus{Key: key, Capacity: int(max(capacity, 0)), Holders: []Holder{}, Waiters: []Waiter{}}
 	for i := 2; i < len(v); i += 2 {
 		expiry, _ := v[i].(int64)
 		info, _ := v[i+1].(string)
@@ -438,6 +442,9 @@ func (l *redisLease) Renew(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Files is nil: the permit lives in Redis.
+func (l *redisLease) Files() []*os.File { return nil }
 
 func (l *redisLease) Release(ctx context.Context) error {
 	if err := releaseScript.Run(ctx, l.r.client, l.keys[:2], l.id).Err(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -76,6 +77,10 @@ type Lease interface {
 	Renew(ctx context.Context) error
 	// Release gives the permit back. Releasing twice is harmless.
 	Release(ctx context.Context) error
+	// Files are open files that hold the permit, if any. A child that
+	// inherits them keeps the permit held until the last process of its
+	// job has exited, even when its parent is killed.
+	Files() []*os.File
 }
 
 // KeyStatus describes one semaphore.
@@ -85,15 +90,28 @@ type KeyStatus struct {
 	Capacity int      `json:"capacity"`
 	Held     int      `json:"held"`
 	Holders  []Holder `json:"holders"`
+	// Waiters are the callers waiting for a permit, longest waiting first,
+	// where the store keeps track of them.
+	Waiters []Waiter `json:"waiters"`
+}
+
+// Waiter describes one caller waiting for a permit.
+type Waiter struct {
+	HolderInfo
+	// Permits is the capacity this waiter asked for.
+	Permits int           `json:"permits"`
+	Waited  time.Duration `json:"waited_ns"`
 }
 
 // Holder describes one live permit; permit ids are never shown.
 type Holder struct {
 	HolderInfo
 	// Permits is the capacity this holder asked for.
-	Permits   int           `json:"permits"`
-	Token     int64         `json:"token"`
-	Age       time.Duration `json:"age_ns"`
+	Permits int           `json:"permits"`
+	Token   int64         `json:"token"`
+	Age     time.Duration `json:"age_ns"`
+	// ExpiresIn is how long the lease has left; 0 for a permit that does
+	// not expire while its holder lives (a local lock).
 	ExpiresIn time.Duration `json:"expires_in_ns"`
 }
 
