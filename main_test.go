@@ -34,43 +34,64 @@ func TestMain(m *testing.M) {
 }
 
 // TestScripts runs the end-to-end scripts in testdata/script against the
-// real semrun binary and real redis-server processes.
+// real semrun binary, once with each store: real redis-server processes,
+// and a lock directory in the script's work directory. Scripts say which
+// store they need: [store] is true when this run's store is there, [redis]
+// and [local] name the store of this run.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir:                 "testdata/script",
-		RequireExplicitExec: true,
-		RequireUniqueNames:  true,
-		Setup: func(env *testscript.Env) error {
-			env.Values[stateKey{}] = &scriptState{vars: slices.Clone(env.Vars), procs: map[string]*proc{}}
-			return nil
-		},
-		Condition: func(cond string) (bool, error) {
-			if cond == "redis" {
-				// In CI a missing redis-server fails the script instead of skipping it.
-				return redistest.Available() == nil || redistest.Required(), nil
-			}
-			return false, fmt.Errorf("unknown condition %q", cond)
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"redis":    cmdRedis,
-			"exits":    cmdExits,
-			"start":    cmdStart,
-			"signal":   cmdSignal,
-			"await":    cmdAwait,
-			"waitfile": cmdWaitfile,
-			"gone":     cmdGone,
-			"overlap":  cmdOverlap,
-			"pty":      cmdPty,
-			"waitout":  cmdWaitout,
-			"pidstate": cmdPidstate,
-		},
-	})
+	for _, store := range []string{"redis", "local"} {
+		t.Run(store, func(t *testing.T) {
+			testscript.Run(t, testscript.Params{
+				Dir:                 "testdata/script",
+				RequireExplicitExec: true,
+				RequireUniqueNames:  true,
+				Setup: func(env *testscript.Env) error {
+					if store == "local" {
+						env.Setenv("SEMRUN_LOCAL", "true")
+						env.Setenv("SEMRUN_LOCK_DIR", filepath.Join(env.WorkDir, "locks"))
+					}
+					env.Values[stateKey{}] = &scriptState{store: store, vars: slices.Clone(env.Vars), procs: map[string]*proc{}}
+					return nil
+				},
+				Condition: func(cond string) (bool, error) {
+					// In CI a missing redis-server fails the script instead of skipping it.
+					redisUp := redistest.Available() == nil || redistest.Required()
+					switch cond {
+					case "store":
+						return store == "local" || redisUp, nil
+					case "redis":
+						return store == "redis" && redisUp, nil
+					case "local":
+						return store == "local", nil
+					case "root":
+						return os.Geteuid() == 0, nil
+					}
+					return false, fmt.Errorf("unknown condition %q", cond)
+				},
+				Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+					"store":    cmdStore,
+					"redis":    cmdRedis,
+					"exits":    cmdExits,
+					"start":    cmdStart,
+					"signal":   cmdSignal,
+					"await":    cmdAwait,
+					"waitfile": cmdWaitfile,
+					"gone":     cmdGone,
+					"overlap":  cmdOverlap,
+					"pty":      cmdPty,
+					"waitout":  cmdWaitout,
+					"pidstate": cmdPidstate,
+				},
+			})
+		})
+	}
 }
 
 type stateKey struct{}
 
 // scriptState is what the custom commands of one script share.
 type scriptState struct {
+	store string   // "redis" or "local"
 	vars  []string // the script's environment at setup
 	redis *redistest.Server
 	procs map[string]*proc
@@ -117,6 +138,17 @@ func jobrec() {
 	record("start")
 	time.Sleep(hold)
 	record("end")
+}
+
+// store start: get this run's store ready: start a redis-server, or
+// nothing for the lock directory Setup chose.
+func cmdStore(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 || args[0] != "start" {
+		ts.Fatalf("usage: store start")
+	}
+	if state(ts).store == "redis" {
+		cmdRedis(ts, false, args)
+	}
 }
 
 // redis start: start a redis-server for this script and point
