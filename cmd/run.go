@@ -167,9 +167,11 @@ func (o *runOptions) run(ctx context.Context) error {
 
 	// Signals are caught from before the wait, so one that arrives while
 	// waiting ends the wait, and none is lost between wait and child.
+	// They stay caught until semrun exits: one that comes after the child
+	// has exited must not change the exit status, and a Stop would cost a
+	// round trip to the runtime's signal thread for each signal.
 	signals := make(chan os.Signal, 16)
 	signal.Notify(signals, forwarded...)
-	defer signal.Stop(signals)
 
 	began := time.Now()
 	lease, err := o.acquire(ctx, store, signals, log)

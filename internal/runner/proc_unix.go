@@ -4,7 +4,6 @@ package runner
 
 import (
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime"
 	"syscall"
@@ -20,32 +19,36 @@ type waitEvent struct {
 	resumed chan struct{}
 }
 
-// start starts cmd, returns its pid, and reports its changes of state on
-// events. With jobControl, a stop of the child is reported too, and waiting
-// resumes once the event's resumed channel is signalled. The caller must
-// not use cmd.Process: it is released once the child is reaped.
-func start(cmd *exec.Cmd, jobControl bool, events chan<- waitEvent) (int, error) {
-	type startResult struct {
-		pid int
-		err error
+// start starts the command at path, returns its pid, and reports its
+// changes of state on events. With jobControl, a stop of the child is
+// reported too, and waiting resumes once the event's resumed channel is
+// signalled. The caller must be locked to its OS thread until the child is
+// reaped: the parent-death signal fires when the thread that started the
+// child exits. syscall.ForkExec, not os/exec: the child is reaped here, and
+// os/exec's first start forks once more to probe for pidfd.
+func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, events chan<- waitEvent) (int, error) {
+	var files []uintptr
+	for _, f := range append([]*os.File{spec.Stdin, spec.Stdout, spec.Stderr}, spec.ExtraFiles...) {
+		if f == nil { // as with os/exec: the null device
+			null, err := os.Open(os.DevNull)
+			if err != nil {
+				return 0, err
+			}
+			defer null.Close()
+			f = null
+		}
+		files = append(files, f.Fd())
 	}
-	started := make(chan startResult, 1)
+	pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{Env: spec.Env, Files: files, Sys: attr})
+	runtime.KeepAlive(spec) // its files stay open until the child has them
+	if err != nil {
+		return 0, err
+	}
+	flags := 0
+	if jobControl {
+		flags = unix.WUNTRACED
+	}
 	go func() {
-		// The parent-death signal fires when the thread that started the
-		// child exits, so that thread stays locked to this goroutine until
-		// the child is reaped.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- startResult{err: err}
-			return
-		}
-		pid := cmd.Process.Pid
-		started <- startResult{pid: pid}
-		flags := 0
-		if jobControl {
-			flags = unix.WUNTRACED
-		}
 		for {
 			var ws unix.WaitStatus
 			_, err := unix.Wait4(pid, &ws, flags, nil)
@@ -63,13 +66,11 @@ func start(cmd *exec.Cmd, jobControl bool, events chan<- waitEvent) (int, error)
 				<-resumed
 				continue
 			}
-			_ = cmd.Process.Release()
 			events <- waitEvent{status: ws}
 			return
 		}
 	}()
-	r := <-started
-	return r.pid, r.err
+	return pid, nil
 }
 
 // terminal is the controlling terminal semrun shares with its child when

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -33,7 +34,8 @@ type Spec struct {
 	// Args is the command and its arguments; Args[0] is looked up in PATH.
 	Args []string
 	// Env is the child's whole environment.
-	Env                   []string
+	Env []string
+	// Stdin, Stdout and Stderr are the child's; nil is the null device.
 	Stdin, Stdout, Stderr *os.File
 	// ExtraFiles are inherited by the child as descriptors 3 and up.
 	ExtraFiles []*os.File
@@ -126,15 +128,11 @@ func Check(command string) error {
 // returns a *StartError when the child could not be started. ctx ending
 // stops the renewals only; the child's end is always waited for.
 func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
-	cmd := exec.Command(spec.Args[0], spec.Args[1:]...)
-	if cmd.Err != nil {
-		return Result{}, startError(spec.Args[0], cmd.Err)
+	path, err := exec.LookPath(spec.Args[0])
+	if err != nil {
+		return Result{}, startError(spec.Args[0], err)
 	}
-	cmd.Env = spec.Env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = spec.Stdin, spec.Stdout, spec.Stderr
-	cmd.ExtraFiles = spec.ExtraFiles
 	term := newTerminal(spec.Stdin)
-	cmd.SysProcAttr = procAttr(term)
 
 	// SIGTSTP sent to semrun itself (not from the terminal, which stops the
 	// child's group) must not leave the child running while semrun, stopped,
@@ -143,8 +141,12 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	signal.Notify(tstp, syscall.SIGTSTP)
 	defer signal.Stop(tstp)
 
+	// The parent-death signal is tied to the thread that starts the child:
+	// that thread must not exit before the child is reaped, below.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	events := make(chan waitEvent, 1)
-	pgid, err := start(cmd, term != nil, events)
+	pgid, err := start(path, spec, procAttr(term), term != nil, events)
 	if err != nil {
 		return Result{}, startError(spec.Args[0], err)
 	}

@@ -291,7 +291,7 @@ func (k *keyDir) open(name string, flag int) (*os.File, error) {
 	if k.groupMode {
 		mode = 0o660
 	}
-	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, mode)
+	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
 			return nil, fmt.Errorf("lock file %s: is a symbolic link", filepath.Join(k.path, name))
