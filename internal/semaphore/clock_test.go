@@ -191,19 +191,6 @@ func TestClockStatusAtTheEdge(t *testing.T) {
 	}
 }
 
-func TestClockReleaseTwice(t *testing.T) {
-	c, st := newClock(t)
-	key := uniqueKey(t)
-	k := keysOf(testPrefix, key)
-	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
-	release(t, a)
-	release(t, a)
-	if got := c.holders(k); len(got) != 0 {
-		t.Errorf("holders after releasing twice: got %q, want none", got)
-	}
-	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
-}
-
 func TestClockTokensSeededFromClock(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -262,13 +263,17 @@ func (s *Local) openKey(key string) (*keyDir, error) {
 	created := false
 	if err := unix.Mkdirat(int(s.dir.Fd()), name, mode); err == nil {
 		created = true
-		_ = unix.Fchmodat(int(s.dir.Fd()), name, mode, 0) // past the umask
 	} else if !errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("lock directory %s: %w", path, err)
 	}
 	dir, err := openDir(int(s.dir.Fd()), name, path)
 	if err != nil {
 		return nil, err
+	}
+	if created {
+		// Past the umask; through the descriptor, so never through a
+		// symbolic link swapped in since the mkdir.
+		_ = unix.Fchmod(int(dir.Fd()), mode)
 	}
 	k := &keyDir{dir: dir, path: path, groupMode: group}
 	if created && strings.HasPrefix(name, "#") {
@@ -291,25 +296,33 @@ func (k *keyDir) open(name string, flag int) (*os.File, error) {
 	if k.groupMode {
 		mode = 0o660
 	}
-	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	// Non-blocking, so that a FIFO planted here cannot hang the open.
+	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, mode)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
 			return nil, fmt.Errorf("lock file %s: is a symbolic link", filepath.Join(k.path, name))
 		}
 		return nil, fmt.Errorf("lock file %s: %w", filepath.Join(k.path, name), err)
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(k.path, name))
+	shown := filepath.Join(k.path, name)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err == nil {
-		if st.Mode&unix.S_IFMT != unix.S_IFREG {
-			f.Close()
-			return nil, fmt.Errorf("lock file %s: is not a regular file", f.Name())
-		}
-		if st.Uid == uint32(os.Geteuid()) && uint32(st.Mode)&0o7777 != mode && flag&os.O_CREATE != 0 {
-			_ = unix.Fchmod(fd, mode) // past the umask
-		}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lock file %s: %w", shown, err)
 	}
-	return f, nil
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lock file %s: is not a regular file", shown)
+	}
+	if st.Uid == uint32(os.Geteuid()) && uint32(st.Mode)&0o7777 != mode && flag&os.O_CREATE != 0 {
+		_ = unix.Fchmod(fd, mode) // past the umask
+	}
+	// Blocking again: a regular file gains nothing from the runtime's poller.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lock file %s: %w", shown, err)
+	}
+	return os.NewFile(uintptr(fd), shown), nil
 }
 
 // flock applies how (unix.LOCK_*) to f. It reports false, without error,
@@ -500,16 +513,16 @@ func (a *attempt) try(gate func() (bool, error)) (Lease, int, error) {
 		return nil, 0, err
 	}
 	defer func() { _, _ = flock(a.grant, unix.LOCK_UN) }()
+	if !a.told {
+		a.told = true
+		a.checkCapacity()
+	}
 	if gate != nil {
 		ok, err := gate()
 		if err != nil || !ok {
 			// Someone is in line: every seat was held when it last looked.
 			return nil, a.req.Permits, err
 		}
-	}
-	if !a.told {
-		a.told = true
-		a.checkCapacity()
 	}
 	held := 0
 	for i := range a.req.Permits {
@@ -598,14 +611,25 @@ func (a *attempt) checkCapacity() {
 // files of waiters that are gone.
 func (a *attempt) register() (func(), error) {
 	a.removeStaleWaiters()
-	name := waitPrefix + rand.Text()[:16]
-	f, err := a.k.open(name, os.O_RDWR|os.O_CREATE|os.O_EXCL)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := flock(f, unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
+	var name string
+	var f *os.File
+	for f == nil {
+		name = waitPrefix + rand.Text()[:16]
+		var err error
+		if f, err = a.k.open(name, os.O_RDWR|os.O_CREATE|os.O_EXCL); err != nil {
+			return nil, err
+		}
+		if _, err := flock(f, unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, err
+		}
+		// Between the create and the lock, another waiter may have taken
+		// the file for a dead waiter's and removed it: start again.
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Nlink == 0 {
+			f.Close()
+			f = nil
+		}
 	}
 	_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, SinceMS: time.Now().UnixMilli()}.write(f)
 	return func() {
@@ -620,7 +644,9 @@ func (a *attempt) removeStaleWaiters() {
 		if err != nil {
 			continue
 		}
-		if free, _ := flock(f, unix.LOCK_SH|unix.LOCK_NB); free {
+		// Removed only under its lock: a waiter locks its file before it
+		// checks that the file is still there.
+		if free, _ := flock(f, unix.LOCK_EX|unix.LOCK_NB); free {
 			_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
 		}
 		f.Close()
@@ -671,8 +697,9 @@ type localLease struct {
 	keyDir int // the key's directory, to ring the waiters on release
 	token  int64
 
-	once sync.Once
-	err  error
+	once     sync.Once
+	released atomic.Bool
+	err      error
 }
 
 func (l *localLease) Token() int64 { return l.token }
@@ -680,8 +707,13 @@ func (l *localLease) Token() int64 { return l.token }
 // Deadline is zero: the kernel holds the lock for as long as the holder lives.
 func (l *localLease) Deadline() time.Time { return time.Time{} }
 
-// Renew has nothing to renew.
-func (l *localLease) Renew(context.Context) error { return nil }
+// Renew has nothing to renew: the permit holds until it is released.
+func (l *localLease) Renew(context.Context) error {
+	if l.released.Load() {
+		return fmt.Errorf("renew: released: %w", ErrLost)
+	}
+	return nil
+}
 
 // Files is the seat's file: with it, a child keeps the seat held until the
 // last process of its job has exited, even when semrun is killed.
@@ -689,6 +721,7 @@ func (l *localLease) Files() []*os.File { return []*os.File{l.seat} }
 
 func (l *localLease) Release(context.Context) error {
 	l.once.Do(func() {
+		l.released.Store(true)
 		// The record is cleared before the lock is dropped, never after,
 		// when it could be the next holder's.
 		_ = l.seat.Truncate(0)
@@ -728,12 +761,16 @@ func (s *Local) keys() ([]string, error) {
 		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	entries, err := d.ReadDir(-1)
 	if err != nil {
 		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
 	}
 	var keys []string
-	for _, name := range names {
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue // not a key's: no symbolic link, no stray file
+		}
+		name := e.Name()
 		if key, ok := keyFromDirName(name); ok {
 			keys = append(keys, key)
 		} else if strings.HasPrefix(name, "#") {
@@ -815,8 +852,10 @@ func (k *keyDir) lockedRecords(prefix string) []record {
 		}
 		free, err := flock(f, unix.LOCK_SH|unix.LOCK_NB)
 		if err == nil && !free {
-			r, _ := readRecord(f)
-			out = append(out, r)
+			// No record: taken or given back this instant.
+			if r, err := readRecord(f); err == nil {
+				out = append(out, r)
+			}
 		}
 		f.Close()
 	}
