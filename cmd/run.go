@@ -171,7 +171,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	// has exited must not change the exit status, and a Stop would cost a
 	// round trip to the runtime's signal thread for each signal.
 	signals := make(chan os.Signal, 16)
-	signal.Notify(signals, forwarded...)
+	signal.Notify(signals, append(forwarded, syscall.SIGTSTP)...)
 
 	began := time.Now()
 	lease, err := o.acquire(ctx, store, signals, log)
@@ -185,7 +185,7 @@ func (o *runOptions) run(ctx context.Context) error {
 		onLost = runner.Continue
 	}
 	res, runErr := runner.Run(ctx, runner.Spec{
-		Args: o.command, Env: o.childEnv(os.Environ(), lease.Token()), ExtraFiles: lease.Files(),
+		Args: o.command, Env: o.childEnv(os.Environ(), lease.Token()), Inherit: lease.Files(),
 		Stdin: o.streams.In, Stdout: o.streams.Out, Stderr: o.streams.Err,
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
 		Signals: signals, Warnf: log.Warnf,
@@ -240,23 +240,43 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 		err   error
 	}
 	done := make(chan acquired, 1)
-	go func() {
-		lease, err := store.Acquire(waitCtx, req)
-		done <- acquired{lease, err}
-	}()
+	var stopTrying context.CancelFunc
+	try := func() {
+		var tryCtx context.Context
+		tryCtx, stopTrying = context.WithCancel(waitCtx)
+		go func() {
+			lease, err := store.Acquire(tryCtx, req)
+			done <- acquired{lease, err}
+		}()
+	}
+	// giveUp ends the try under way, giving back a permit granted as it ended.
+	giveUp := func() {
+		stopTrying()
+		if a := <-done; a.err == nil {
+			o.release(ctx, a.lease, log)
+		}
+	}
+	try()
 	var a acquired
 	for waiting := true; waiting; {
 		select {
 		case a = <-done:
+			stopTrying()
 			waiting = false
 		case sig := <-signals:
-			if sig == syscall.SIGWINCH {
+			switch sig {
+			case syscall.SIGWINCH:
 				continue // a resized terminal is no reason to give up
+			case syscall.SIGTSTP:
+				// Suspended while waiting (Ctrl-Z): a stopped waiter must
+				// not keep others waiting, so it leaves, and asks again
+				// when continued.
+				giveUp()
+				runner.Suspend()
+				try()
+				continue
 			}
-			cancel()
-			if a = <-done; a.err == nil {
-				o.release(ctx, a.lease, log) // granted as the signal came
-			}
+			giveUp()
 			return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
 		}
 	}

@@ -28,9 +28,9 @@ type waitEvent struct {
 // os/exec's first start forks once more to probe for pidfd.
 func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, events chan<- waitEvent) (int, error) {
 	var files []uintptr
-	for _, f := range append([]*os.File{spec.Stdin, spec.Stdout, spec.Stderr}, spec.ExtraFiles...) {
+	for _, f := range []*os.File{spec.Stdin, spec.Stdout, spec.Stderr} {
 		if f == nil { // as with os/exec: the null device
-			null, err := os.Open(os.DevNull)
+			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 			if err != nil {
 				return 0, err
 			}
@@ -38,6 +38,14 @@ func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, e
 			f = null
 		}
 		files = append(files, f.Fd())
+	}
+	// Files to inherit lose close-on-exec for the fork only. semrun starts
+	// no other process meanwhile that could inherit them too.
+	for _, f := range spec.Inherit {
+		if err := setCloseOnExec(f, false); err != nil {
+			return 0, err
+		}
+		defer setCloseOnExec(f, true)
 	}
 	pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{Env: spec.Env, Files: files, Sys: attr})
 	runtime.KeepAlive(spec) // its files stay open until the child has them
@@ -71,6 +79,22 @@ func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, e
 		}
 	}()
 	return pid, nil
+}
+
+func setCloseOnExec(f *os.File, on bool) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	flag := 0
+	if on {
+		flag = unix.FD_CLOEXEC
+	}
+	var fcntlErr error
+	if err := rc.Control(func(fd uintptr) { _, fcntlErr = unix.FcntlInt(fd, unix.F_SETFD, flag) }); err != nil {
+		return err
+	}
+	return fcntlErr
 }
 
 // terminal is the controlling terminal semrun shares with its child when
@@ -123,6 +147,10 @@ func (t *terminal) suspend() {
 	_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
 	<-continued
 }
+
+// Suspend stops semrun as a job-control stop does (the shell sees the job
+// stopped) and returns once semrun is continued.
+func Suspend() { (*terminal)(nil).suspend() }
 
 // resume gives the terminal back to the child when the shell continued the
 // job in the foreground, and continues the child.

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"syscall"
 	"time"
@@ -37,14 +36,17 @@ type Spec struct {
 	Env []string
 	// Stdin, Stdout and Stderr are the child's; nil is the null device.
 	Stdin, Stdout, Stderr *os.File
-	// ExtraFiles are inherited by the child as descriptors 3 and up.
-	ExtraFiles []*os.File
+	// Inherit are files the child keeps open, at the descriptor numbers
+	// they have here: the descriptors semrun itself inherited (a shell's
+	// 3>file) reach the child unchanged.
+	Inherit []*os.File
 	// TTL is the lease; it decides how often the lease is renewed.
 	TTL time.Duration
 	// KillAfter is the grace period between SIGTERM and SIGKILL.
 	KillAfter time.Duration
 	OnLost    OnLost
-	// Signals are forwarded to the child's process group.
+	// Signals are forwarded to the child's process group, but SIGTSTP,
+	// which suspends the whole job: semrun and the child's group.
 	Signals <-chan os.Signal
 	// Warnf receives warnings: a lost permit with Continue, failed renewals.
 	Warnf func(format string, args ...any)
@@ -134,13 +136,6 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	}
 	term := newTerminal(spec.Stdin)
 
-	// SIGTSTP sent to semrun itself (not from the terminal, which stops the
-	// child's group) must not leave the child running while semrun, stopped,
-	// cannot renew: the whole job is suspended instead.
-	tstp := make(chan os.Signal, 1)
-	signal.Notify(tstp, syscall.SIGTSTP)
-	defer signal.Stop(tstp)
-
 	// The parent-death signal is tied to the thread that starts the child:
 	// that thread must not exit before the child is reaped, below.
 	runtime.LockOSThread()
@@ -205,17 +200,22 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	for {
 		select {
 		case sig := <-spec.Signals:
-			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
-		case err := <-lost:
-			onLost(err)
-		case <-kill:
-			signalGroup(pgid, syscall.SIGKILL)
-		case <-tstp:
+			if sig != syscall.SIGTSTP {
+				_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+				continue
+			}
+			// SIGTSTP sent to semrun itself (not from the terminal, which
+			// stops the child's group) must not leave the child running
+			// while semrun, stopped, cannot renew: the whole job stops.
 			_ = syscall.Kill(-pgid, syscall.SIGSTOP)
 			if term == nil {
 				term.suspend()
 				resumed()
 			} // else the child's stop comes as an event, handled below
+		case err := <-lost:
+			onLost(err)
+		case <-kill:
+			signalGroup(pgid, syscall.SIGKILL)
 		case ev := <-events:
 			if ev.stopped {
 				// Suspended from the terminal: suspend the job as a whole.

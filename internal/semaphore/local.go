@@ -66,21 +66,28 @@ type Local struct {
 	warnf func(format string, args ...any)
 }
 
-// DefaultLockDir is SystemLockDir when this user can use it (it exists or
-// can be made), else the user's runtime directory, else a directory of the
-// user's own in the temporary directory.
+// DefaultLockDir is the lock directory used when none is given. It depends
+// only on the user and the host, never on the environment, so that a
+// user's cron jobs and shells always meet in the same place: root's is
+// SystemLockDir; another user's is SystemLockDir when root made it and this
+// user may write it (set up to be shared), else a directory of the user's
+// own beside it, "semrun-UID" in /run/lock (or in /tmp where there is no
+// /run/lock).
 func DefaultLockDir() string {
-	if _, err := os.Lstat(SystemLockDir); err == nil {
-		if checkDirPath(SystemLockDir) == nil {
-			return SystemLockDir
-		}
-	} else if unix.Access(filepath.Dir(SystemLockDir), unix.W_OK|unix.X_OK) == nil {
+	uid := os.Geteuid()
+	if uid == 0 {
 		return SystemLockDir
 	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(d) {
-		return filepath.Join(d, "semrun")
+	var st unix.Stat_t
+	if unix.Lstat(SystemLockDir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Uid == 0 &&
+		unix.Access(SystemLockDir, unix.W_OK|unix.X_OK) == nil {
+		return SystemLockDir
 	}
-	return filepath.Join(os.TempDir(), "semrun-"+strconv.Itoa(os.Getuid()))
+	parent := filepath.Dir(SystemLockDir)
+	if fi, err := os.Stat(parent); err != nil || !fi.IsDir() {
+		parent = "/tmp"
+	}
+	return filepath.Join(parent, "semrun-"+strconv.Itoa(uid))
 }
 
 // NewLocal opens the lock directory o.Dir, creating it when missing. A
@@ -151,20 +158,24 @@ func checkDirPath(path string) error {
 }
 
 // checkDir refuses a directory in which someone else could replace the
-// lock files: one another user owns while anyone may write it, one anyone
-// may write without the sticky bit, and one this user cannot write.
+// lock files: a directory trusted must be this user's or root's, or one a
+// group shares on purpose (setgid and group-writable); one anyone may write
+// must have the sticky bit; and this user must be able to write it.
 func checkDir(f *os.File, shown string) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("lock directory %s: %w", shown, err)
 	}
 	me := uint32(os.Geteuid())
-	worldWritable := st.Mode&0o002 != 0
+	ours := st.Uid == me || st.Uid == 0
+	groupShared := st.Mode&unix.S_ISGID != 0 && st.Mode&0o020 != 0
 	switch {
-	case worldWritable && st.Uid != me && st.Uid != 0:
+	case st.Mode&0o002 != 0 && !ours:
 		return fmt.Errorf("lock directory %s: owned by %s and writable by others", shown, userName(st.Uid))
-	case worldWritable && st.Mode&unix.S_ISVTX == 0:
+	case st.Mode&0o002 != 0 && st.Mode&unix.S_ISVTX == 0:
 		return fmt.Errorf("lock directory %s: writable by others without the sticky bit", shown)
+	case !ours && !groupShared:
+		return fmt.Errorf("lock directory %s: owned by %s, who could replace its lock files (share one between users with a setgid, group-writable directory)", shown, userName(st.Uid))
 	}
 	if err := unix.Faccessat(int(f.Fd()), ".", unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // no AT_EACCESS here
@@ -353,9 +364,12 @@ func flock(f *os.File, how int) (bool, error) {
 }
 
 // lockWait takes an exclusive lock on f, waiting in the kernel, which wakes
-// the waiter when the lock is dropped. It gives up when ctx ends; a lock
-// obtained after that is dropped at once.
+// the waiter when the lock is dropped. It gives up when ctx ends, and then
+// owns f: it closes f, dropping a lock obtained after that at once.
 func lockWait(ctx context.Context, f *os.File) error {
+	if ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB); ok || err != nil {
+		return err // the usual case, without a goroutine
+	}
 	got := make(chan error, 1)
 	go func() {
 		_, err := flock(f, unix.LOCK_EX)
@@ -436,7 +450,7 @@ func (s *Local) Acquire(ctx context.Context, req Request) (Lease, error) {
 	}()
 
 	// Nobody in line: take a free seat now, or be first in line.
-	lease, held, err := a.try(func() (bool, error) {
+	lease, held, err := a.try(ctx, func() (bool, error) {
 		ok, err := flock(queue, unix.LOCK_EX|unix.LOCK_NB)
 		inLine = ok
 		return ok, err
@@ -465,14 +479,11 @@ func (s *Local) Acquire(ctx context.Context, req Request) (Lease, error) {
 
 	// First in line: wait for a seat. The watch starts before the seats are
 	// looked at, so no release between the two goes unnoticed.
-	w, err := watchSeats(k)
-	if err != nil {
-		return nil, fmt.Errorf("wait for key %q: %w", req.Key, err)
-	}
+	w := watchSeats(k)
 	defer w.close()
 	recheck := slowRecheck
 	for {
-		lease, _, err := a.try(nil)
+		lease, _, err := a.try(ctx, nil)
 		if lease != nil || err != nil {
 			return lease, err
 		}
@@ -501,7 +512,7 @@ type attempt struct {
 
 // try takes the key's grant lock and, when gate (if any) lets it, a free
 // seat. It returns the lease, or nil and how many seats are held.
-func (a *attempt) try(gate func() (bool, error)) (Lease, int, error) {
+func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (Lease, int, error) {
 	if a.grant == nil {
 		f, err := a.k.open(grantFile, os.O_RDWR|os.O_CREATE)
 		if err != nil {
@@ -509,7 +520,13 @@ func (a *attempt) try(gate func() (bool, error)) (Lease, int, error) {
 		}
 		a.grant = f
 	}
-	if _, err := flock(a.grant, unix.LOCK_EX); err != nil {
+	// Held for microseconds, unless its holder was stopped there: the
+	// wait for it can be given up.
+	if err := lockWait(ctx, a.grant); err != nil {
+		if ctx.Err() != nil {
+			a.grant = nil // lockWait closes it
+			return nil, 0, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
+		}
 		return nil, 0, err
 	}
 	defer func() { _, _ = flock(a.grant, unix.LOCK_UN) }()
@@ -548,12 +565,11 @@ func (a *attempt) try(gate func() (bool, error)) (Lease, int, error) {
 			return nil, held, err
 		}
 		delete(a.seats, i)
-		keyDir, err := unix.Dup(int(a.k.dir.Fd()))
+		keyDir, err := unix.FcntlInt(a.k.dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			_, _ = flock(f, unix.LOCK_UN)
 			return nil, held, fmt.Errorf("lock directory %s: %w", a.k.path, err)
 		}
-		unix.CloseOnExec(keyDir)
 		// The record is for status only: a seat is held by its lock.
 		_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Token: token, SinceMS: time.Now().UnixMilli()}.write(f)
 		return &localLease{seat: f, name: seatPrefix + strconv.Itoa(i), keyDir: keyDir, token: token}, held, nil
@@ -736,8 +752,9 @@ func (l *localLease) Release(context.Context) error {
 
 // Status implements Store. With no keys, it reports on every key that has
 // a directory in the lock directory.
-func (s *Local) Status(_ context.Context, keys []string) ([]KeyStatus, error) {
-	if len(keys) == 0 {
+func (s *Local) Status(ctx context.Context, keys []string) ([]KeyStatus, error) {
+	all := len(keys) == 0
+	if all {
 		var err error
 		if keys, err = s.keys(); err != nil {
 			return nil, err
@@ -745,7 +762,10 @@ func (s *Local) Status(_ context.Context, keys []string) ([]KeyStatus, error) {
 	}
 	out := make([]KeyStatus, 0, len(keys))
 	for _, key := range keys {
-		st, err := s.status(key)
+		st, err := s.status(ctx, key)
+		if all && errors.Is(err, os.ErrPermission) {
+			continue // another user's private key
+		}
 		if err != nil {
 			return nil, fmt.Errorf("status of key %q: %w", key, err)
 		}
@@ -756,10 +776,11 @@ func (s *Local) Status(_ context.Context, keys []string) ([]KeyStatus, error) {
 
 // keys lists the keys that have a directory, in order.
 func (s *Local) keys() ([]string, error) {
-	d, err := os.Open(s.path)
+	fd, err := unix.Openat(int(s.dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
+		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
+	d := os.NewFile(uintptr(fd), s.path)
 	defer d.Close()
 	entries, err := d.ReadDir(-1)
 	if err != nil {
@@ -797,7 +818,7 @@ func (s *Local) readKeyFile(name string) (string, error) {
 	return string(b), err
 }
 
-func (s *Local) status(key string) (KeyStatus, error) {
+func (s *Local) status(ctx context.Context, key string) (KeyStatus, error) {
 	st := KeyStatus{Key: key, Holders: []Holder{}, Waiters: []Waiter{}}
 	dir, err := openDir(int(s.dir.Fd()), keyDirName(key), filepath.Join(s.path, keyDirName(key)))
 	if err != nil {
@@ -817,8 +838,15 @@ func (s *Local) status(key string) (KeyStatus, error) {
 		}
 		return st, err
 	}
-	defer grant.Close()
-	if _, err := flock(grant, unix.LOCK_EX); err != nil {
+	defer func() {
+		if grant != nil {
+			grant.Close()
+		}
+	}()
+	if err := lockWait(ctx, grant); err != nil {
+		if ctx.Err() != nil {
+			grant = nil // lockWait closes it
+		}
 		return st, err
 	}
 	if b, err := k.readSmall(capacityFile); err == nil {

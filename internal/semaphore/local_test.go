@@ -108,8 +108,14 @@ func TestLocalRefusesUnsafeLockDir(t *testing.T) {
 		{"missing, parent exists", func(t *testing.T) string { return filepath.Join(t.TempDir(), "new") }, ""},
 		{"path with a trailing slash", func(t *testing.T) string { return mkdir(t, 0o700) + "/" }, ""},
 		{"another user's, not writable by others", func(t *testing.T) string {
-			root(t) // root may write any directory
+			root(t) // root may write any directory, but its owner could swap its files
 			dir := mkdir(t, 0o755)
+			giveAway(t, dir)
+			return dir
+		}, "who could replace its lock files"},
+		{"another user's, group-shared", func(t *testing.T) string {
+			root(t)
+			dir := mkdir(t, 0o770|os.ModeSetgid)
 			giveAway(t, dir)
 			return dir
 		}, ""},
@@ -925,5 +931,59 @@ func TestLocalGivenUpWaiterLeavesQueueAlone(t *testing.T) {
 			t.Fatalf("no-wait Acquire of a free seat: got %v, want a permit", err)
 		}
 		release(t, l)
+	}
+}
+
+func TestLocalStoppedGrantHolderBlocksNoOneForever(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
+	release(t, l)
+
+	// A process stopped while it holds the grant lock (for microseconds,
+	// normally) must not make waits that end or signals unanswerable.
+	grant, err := os.OpenFile(filepath.Join(dir, key, "grant"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open grant: %v", err)
+	}
+	defer grant.Close()
+	if err := syscall.Flock(int(grant.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("flock grant: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 2)
+	go func() {
+		_, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
+		done <- err
+	}()
+	go func() {
+		_, err := st.Status(ctx, []string{key})
+		done <- err
+	}()
+	for range 2 {
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire or Status while the grant lock is held: got %v, want context.DeadlineExceeded", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Acquire or Status while the grant lock is held: still running 10s after its 100ms deadline")
+		}
+	}
+}
+
+func TestDefaultLockDirIgnoresEnvironment(t *testing.T) {
+	want := semaphore.DefaultLockDir()
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	if got := semaphore.DefaultLockDir(); got != want {
+		t.Errorf("DefaultLockDir with another environment: got %q, want %q as without", got, want)
+	}
+	if os.Geteuid() == 0 && want != semaphore.SystemLockDir {
+		t.Errorf("DefaultLockDir as root: got %q, want %q", want, semaphore.SystemLockDir)
 	}
 }

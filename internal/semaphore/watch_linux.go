@@ -14,28 +14,40 @@ import (
 
 // seatWatch tells the first waiter in line that a seat may have been freed:
 // inotify reports a seat file's last close (its holder gone, the kernel
-// dropping its lock) and the change of times a release makes.
+// dropping its lock) and the change of times a release makes. Without
+// inotify (no instance left), it looks at the seats every pollEvery.
 type seatWatch struct{ f *os.File }
 
-func watchSeats(k *keyDir) (*seatWatch, error) {
+const pollEvery = 20 * time.Millisecond
+
+func watchSeats(k *keyDir) *seatWatch {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("inotify: %w", err)
+		return &seatWatch{}
 	}
-	mask := uint32(unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR | unix.IN_DONT_FOLLOW)
-	if _, err := unix.InotifyAddWatch(fd, k.path, mask); err != nil {
+	// Through the descriptor, so the watch is on the directory checked.
+	dir := fmt.Sprintf("/proc/self/fd/%d", k.dir.Fd())
+	mask := uint32(unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
+	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("watch %s: %w", k.path, err)
+		return &seatWatch{}
 	}
 	// Non-blocking, so reads go through the runtime's poller and can time out.
-	return &seatWatch{f: os.NewFile(uintptr(fd), "inotify")}, nil
+	return &seatWatch{f: os.NewFile(uintptr(fd), "inotify")}
 }
 
-func (w *seatWatch) close() { w.f.Close() }
+func (w *seatWatch) close() {
+	if w.f != nil {
+		w.f.Close()
+	}
+}
 
 // wait returns true when a seat file was closed or released, false when d
 // passed first, and ctx's error when ctx ends.
 func (w *seatWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
+	if w.f == nil {
+		return false, sleep(ctx, pollEvery)
+	}
 	if err := w.f.SetReadDeadline(time.Now().Add(d)); err != nil {
 		return false, err
 	}
