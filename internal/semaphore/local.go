@@ -148,15 +148,6 @@ func dirError(shown string, err error) error {
 	return fmt.Errorf("lock directory %s: %w", shown, err)
 }
 
-// checkDirPath checks the directory at path as NewLocal would.
-func checkDirPath(path string) error {
-	f, err := openDir(unix.AT_FDCWD, path, path)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
 // checkDir refuses a directory in which someone else could replace the
 // lock files: a directory trusted must be this user's or root's, or one a
 // group shares on purpose (setgid and group-writable); one anyone may write
