@@ -18,6 +18,7 @@ import (
 var envNames = map[string]string{
 	"key":             "SEMRUN_KEY",
 	"permits":         "SEMRUN_PERMITS",
+	"weight":          "SEMRUN_WEIGHT",
 	"ttl":             "SEMRUN_TTL",
 	"timeout":         "SEMRUN_TIMEOUT",
 	"busy-exit-code":  "SEMRUN_BUSY_EXIT_CODE",

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -52,6 +53,7 @@ type runOptions struct {
 
 	key          string
 	permits      int
+	weight       int
 	ttl          time.Duration
 	timeout      time.Duration
 	noWait       bool
@@ -99,6 +101,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.key, "key", "k", "", "semaphore name (required)")
 	f.IntVarP(&o.permits, "permits", "n", 1, "at most N holders of this key fleet-wide")
+	f.IntVar(&o.weight, "weight", 1, "take K of the N seats at once, for a command that counts K times")
 	f.DurationVar(&o.ttl, "ttl", 30*time.Second, "lease: a holder that vanishes frees its seat after this")
 	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, "try once, don't wait")
@@ -122,6 +125,9 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 	}
 	if o.permits < 1 || o.permits > maxPermits {
 		return usageErrorf("%s: must be from 1 to %d", show("permits", o.permits), maxPermits)
+	}
+	if o.weight < 1 || o.weight > o.permits {
+		return usageErrorf("%s: must be from 1 to the %d permits", show("weight", o.weight), o.permits)
 	}
 	if o.ttl < time.Second || o.ttl > maxTTL {
 		return usageErrorf("%s: must be from 1s to %v", show("ttl", o.ttl), maxTTL)
@@ -220,13 +226,20 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals <-chan os.Signal, log *logger) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := semaphore.Request{
-		Key: o.key, Permits: o.permits, TTL: o.ttl, NoWait: o.noWait,
+		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait,
 		Holder: semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])},
 	}
-	req.OnWait = func(held, capacity int) {
-		// On a terminal a person watches; elsewhere (cron) only --verbose says it.
-		if !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())) || o.verbose {
-			fmt.Fprintf(o.streams.Err, "semrun: waiting for key %q (%d of %s held)\n", o.key, held, permits(capacity, ""))
+	// On a terminal a person watches: one line, kept up to date. Elsewhere
+	// (cron) only --verbose says it, once.
+	switch {
+	case !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())):
+		line := newWaitLine(o.streams.Err, o.key)
+		defer line.clear()
+		req.OnWait = line.update
+	case o.verbose:
+		var once sync.Once
+		req.OnWait = func(st semaphore.WaitState) {
+			once.Do(func() { log.Infof("%s", waitText(o.key, st, 0)) })
 		}
 	}
 	waitCtx, cancel := context.WithCancel(ctx)

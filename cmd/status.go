@@ -68,21 +68,25 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		}
 		fmt.Fprintln(tw)
 		if len(k.Holders) > 0 {
-			fmt.Fprintln(tw, "  HOST\tPID\tCOMMAND\tPERMITS\tAGE\tEXPIRES IN\tTOKEN")
+			fmt.Fprintln(tw, "  HOST\tPID\tCOMMAND\tPERMITS\tWEIGHT\tAGE\tEXPIRES IN\tTOKEN")
 		}
 		for _, h := range k.Holders {
 			expires := "-" // held for as long as the holder lives
 			if h.ExpiresIn > 0 {
 				expires = h.ExpiresIn.Round(time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%v\t%s\t%d\n", h.Host, h.PID, h.Command, h.Permits,
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", h.Host, h.PID, h.Command, h.Permits, h.Weight,
 				h.Age.Round(time.Millisecond), expires, h.Token)
 		}
 		if len(k.Waiters) > 0 {
-			fmt.Fprintln(tw, "  WAITING\tPID\tCOMMAND\tPERMITS\tWAITED")
+			fmt.Fprintln(tw, "  IN LINE\tHOST\tPID\tCOMMAND\tPERMITS\tWEIGHT\tWAITED")
 		}
 		for _, q := range k.Waiters {
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%v\n", q.Host, q.PID, q.Command, q.Permits, q.Waited.Round(time.Millisecond))
+			place := "-" // a store that keeps no line
+			if q.Position > 0 {
+				place = fmt.Sprint(q.Position)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\n", place, q.Host, q.PID, q.Command, q.Permits, q.Weight, q.Waited.Round(time.Millisecond))
 		}
 	}
 	return tw.Flush()

@@ -3,10 +3,13 @@ package semaphore_test
 import (
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -155,7 +158,7 @@ func TestClockRenewAfterExpiry(t *testing.T) {
 
 	// Unused, the keys expire on their own; a late renew does not revive them.
 	c.advance(2 * time.Second)
-	for _, rk := range []string{k.holders, k.info, k.token} {
+	for _, rk := range k.all() {
 		if c.m.Exists(rk) {
 			t.Errorf("key %s %v after the last lease lapsed: got it still there, want it expired", rk, 2*time.Second)
 		}
@@ -180,7 +183,7 @@ func TestClockStatusAtTheEdge(t *testing.T) {
 		t.Fatalf("Status 1ms before expiry: got (%+v, %v), want one holder", status, err)
 	}
 	h := status[0].Holders[0]
-	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 7, Command: "c"}, Permits: 4, Token: a.Token(), Age: leaseTTL - time.Millisecond, ExpiresIn: time.Millisecond}
+	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 7, Command: "c"}, Permits: 4, Weight: 1, Token: a.Token(), Age: leaseTTL - time.Millisecond, ExpiresIn: time.Millisecond}
 	if h != want || status[0].Capacity != 4 || status[0].Held != 1 {
 		t.Errorf("Status 1ms before expiry: got %+v (capacity %d, held %d), want %+v (capacity 4, held 1)", h, status[0].Capacity, status[0].Held, want)
 	}
@@ -260,33 +263,145 @@ func TestClockWaiterWakesWhenLeaseLapses(t *testing.T) {
 	key := uniqueKey(t)
 	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
 
-	type result struct {
-		l   semaphore.Lease
-		err error
-	}
-	done := make(chan result, 1)
-	ctx := ctxTimeout(t, 10*time.Second)
-	go func() {
-		l, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
-		done <- result{l, err}
-	}()
-	// The server clock stands still: however long the waiter polls, the seat stays taken.
+	// A waiter's place needs renewing every third of its waiter lease, at
+	// most WaiterLease: asking a 600ms lease makes it look every ~200ms.
+	// (The server clock stands still, so it cannot time a look by the
+	// holder's lease.)
+	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 600 * time.Millisecond}, 10*time.Second)
+	// However long the waiter looks, the seat stays taken.
 	select {
 	case r := <-done:
 		t.Fatalf("waiter before the lease lapsed: got (%v, %v), want it still waiting", r.l, r.err)
-	case <-time.After(150 * time.Millisecond):
+	case <-time.After(500 * time.Millisecond):
 	}
 	c.advance(leaseTTL)
+	r := receive(t, done, 5*time.Second, "waiter after the lease lapsed")
+	if r.err != nil {
+		t.Fatalf("waiter after the lease lapsed: got %v, want a permit", r.err)
+	}
+	if r.l.Token() <= a.Token() {
+		t.Errorf("waiter's token: got %d, want more than %d", r.l.Token(), a.Token())
+	}
+}
+
+// TestClockSweepWakesWaiter: whoever next looks at a semaphore sweeps the
+// lapsed holder away, and the script names the waiter whose turn that made
+// on the channel: it need not wait for its own next look (~3s away here).
+func TestClockSweepWakesWaiter(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	// Shorter than the waiter's lease (WaiterLease, 10s), which must not
+	// lapse as well.
+	const holderTTL = 5 * time.Second
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: holderTTL})
+	var (
+		mu    sync.Mutex
+		waits []semaphore.WaitState
+	)
+	onWait, waiting := signal()
+	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, OnWait: func(s semaphore.WaitState) {
+		mu.Lock()
+		waits = append(waits, s)
+		mu.Unlock()
+		onWait()
+	}}, 20*time.Second)
 	select {
-	case r := <-done:
-		if r.err != nil {
-			t.Fatalf("waiter after the lease lapsed: got %v, want a permit", r.err)
-		}
-		if r.l.Token() <= a.Token() {
-			t.Errorf("waiter's token: got %d, want more than %d", r.l.Token(), a.Token())
-		}
+	case <-waiting:
 	case <-time.After(5 * time.Second):
-		t.Fatalf("waiter after the lease lapsed: still waiting after 5s, want a permit")
+		t.Fatalf("waiter: OnWait not called after 5s, want it waiting")
+	}
+	k := keysOf(testPrefix, key)
+	waitFor(t, 5*time.Second, "the waiter subscribed", func() bool { return c.m.PubSubNumSub(k.channel)[k.channel] == 1 })
+	time.Sleep(50 * time.Millisecond) // its look after subscribing
+
+	c.advance(holderTTL)
+	// Another caller looks: it may not pass the waiter, but it wakes it.
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("no-wait Acquire with a waiter first in line: got %v, want ErrBusy", err)
+	}
+	woken := time.Now()
+	r := receive(t, done, 5*time.Second, "waiter after another caller swept the lapsed holder")
+	if r.err != nil {
+		t.Fatalf("waiter after another caller swept the lapsed holder: got %v, want a permit", r.err)
+	}
+	if d := time.Since(woken); d > time.Second {
+		t.Errorf("waiter got the permit %v after the sweep, want within 1s (woken by the channel, not its ~3s re-check)", d)
+	}
+	if r.l.Token() <= a.Token() {
+		t.Errorf("waiter's token: got %d, want more than %d", r.l.Token(), a.Token())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []semaphore.WaitState{{Held: 1, Capacity: 1, Position: 1, Waiting: 1}}; !slices.Equal(waits, want) {
+		t.Errorf("OnWait calls: got %+v, want %+v", waits, want)
+	}
+}
+
+// TestClockWaiterLeaseLapsesAtExpiry: a waiter that vanished keeps its
+// place until its waiter lease lapses, and not a millisecond longer.
+func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	raw := rawClient(t, c.m.Addr())
+	req := semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}
+	a := acquire(t, st, req)
+	if pos := enqueue(t, raw, key, "GHOST", 1, time.Second); pos != 1 {
+		t.Fatalf("vanishing waiter's place: got %d, want 1", pos)
+	}
+	c.advance(time.Second - time.Millisecond)
+	s := statusOf(t, st, key)
+	if len(s.Waiters) != 1 || s.Waiters[0].Position != 1 || s.Waiters[0].Waited != time.Second-time.Millisecond {
+		t.Fatalf("Status 1ms before the waiter lease lapses: got waiters %+v, want one at position 1, waited 999ms", s.Waiters)
+	}
+	release(t, a)
+	// The seat is free, but the waiter is still first in line.
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), req); !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("no-wait Acquire 1ms before the waiter lease lapses: got %v, want ErrBusy", err)
+	}
+	c.advance(time.Millisecond)
+	if s := statusOf(t, st, key); len(s.Waiters) != 0 {
+		t.Errorf("Status when the waiter lease lapses: got waiters %+v, want none", s.Waiters)
+	}
+	b := acquire(t, st, req)
+	if b.Token() <= a.Token() {
+		t.Errorf("token after the vanished waiter: got %d, want more than %d", b.Token(), a.Token())
+	}
+	if c.m.Exists(keysOf(testPrefix, key).queue) {
+		t.Errorf("queue key once nobody waits: got it still there, want it gone")
+	}
+}
+
+// TestClockKeysOutliveWaiterLease: a waiter's lease keeps every key alive
+// past the holders' leases, so a waiter never finds its place gone while
+// it renews it.
+func TestClockKeysOutliveWaiterLease(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	ks := keysOf(testPrefix, key)
+	raw := rawClient(t, c.m.Addr())
+	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second})
+	enqueue(t, raw, key, "GHOST", 1, 10*time.Second)
+	for _, rk := range ks.all() {
+		if got := c.m.TTL(rk); got < 10*time.Second {
+			t.Errorf("TTL of %s with a waiter lease of 10s: got %v, want at least 10s", rk, got)
+		}
+	}
+	// The holder lapses and its lapse is swept: the waiter's lease still
+	// keeps the keys.
+	c.advance(5 * time.Second)
+	if s := statusOf(t, st, key); s.Held != 0 || len(s.Waiters) != 1 {
+		t.Fatalf("Status after the holder lapsed: got %+v, want no holder and one waiter", s)
+	}
+	c.advance(4 * time.Second)
+	for _, rk := range []string{ks.queue, ks.waiters, ks.token} {
+		if !c.m.Exists(rk) {
+			t.Errorf("key %s 9s into a 10s waiter lease: got it gone, want it there", rk)
+		}
+	}
+	// The waiter lease lapses; soon after, nothing is left.
+	c.advance(2*time.Second + time.Millisecond)
+	if keys := c.m.Keys(); len(keys) > 0 {
+		t.Errorf("keys 1s after the waiter lease lapsed: got %q, want none", keys)
 	}
 }
 
@@ -296,12 +411,21 @@ func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
 	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
 	busy := semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}
 
-	// The commands one look at the semaphore costs the server.
-	n0 := c.m.CommandCount()
+	// One look at the semaphore is one script run.
+	var runs atomic.Int64
+	c.m.Server().SetPreHook(func(_ *server.Peer, cmd string, _ ...string) bool {
+		if cmd == "EVALSHA" || cmd == "EVAL" {
+			runs.Add(1)
+		}
+		return false
+	})
+	n0 := runs.Load()
 	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), busy); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("no-wait acquire: got %v, want ErrBusy", err)
 	}
-	perLook := c.m.CommandCount() - n0
+	if got := runs.Load() - n0; got != 1 {
+		t.Fatalf("script runs of a no-wait acquire: got %d, want 1", got)
+	}
 
 	// The lease lapses 5ms from now on the server's (frozen) clock: the
 	// waiter must look again after about 5ms, not on its slower backoff
@@ -317,9 +441,9 @@ func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
 		}
 		done <- err
 	}()
-	n1 := c.m.CommandCount()
+	n1 := runs.Load()
 	time.Sleep(300 * time.Millisecond)
-	looks := (c.m.CommandCount() - n1) / perLook
+	looks := runs.Load() - n1
 	c.advance(5 * time.Millisecond)
 	select {
 	case err := <-done:

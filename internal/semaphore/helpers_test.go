@@ -64,13 +64,47 @@ func rawClient(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
-// storeKeys are the Redis keys of a semaphore, as documented in acquire.lua.
-// The tests find them by scanning, never by trusting this naming alone.
-type storeKeys struct{ holders, info, token string }
+// storeKeys are the Redis keys of a semaphore, as documented in lib.lua,
+// and its wake-up channel. The tests find keys by scanning, never by
+// trusting this naming alone.
+type storeKeys struct{ holders, info, token, queue, waiters, channel string }
 
 func keysOf(prefix, escaped string) storeKeys {
 	base := prefix + "{" + escaped + "}:"
-	return storeKeys{base + "holders", base + "info", base + "token"}
+	return storeKeys{base + "holders", base + "info", base + "token", base + "queue", base + "waiters", base + "wake"}
+}
+
+// all are the keys in the order every script takes them.
+func (k storeKeys) all() []string { return []string{k.holders, k.info, k.token, k.queue, k.waiters} }
+
+// luaScript is one of the store's scripts, read from its files as the
+// store embeds it: lib.lua, then the script's own.
+func luaScript(t testing.TB, name string) *redis.Script {
+	t.Helper()
+	lib, err := os.ReadFile("lib.lua")
+	if err != nil {
+		t.Fatalf("read lib.lua: got error %v, want nil", err)
+	}
+	body, err := os.ReadFile(name + ".lua")
+	if err != nil {
+		t.Fatalf("read %s.lua: got error %v, want nil", name, err)
+	}
+	return redis.NewScript(string(lib) + string(body))
+}
+
+// enqueue runs acquire.lua as a caller that asks once to wait, with a
+// waiter lease of wlease and weight 1, and then vanishes: it never asks
+// again. It returns the caller's place in line (0: it was granted a permit
+// of the same lease instead).
+func enqueue(t testing.TB, c *redis.Client, key, id string, n int, wlease time.Duration) int64 {
+	t.Helper()
+	k := keysOf(testPrefix, key)
+	res, err := luaScript(t, "acquire").Run(context.Background(), c, k.all(),
+		id, n, wlease.Milliseconds(), "", 1, wlease.Milliseconds(), k.channel).Int64Slice()
+	if err != nil || len(res) != 7 {
+		t.Fatalf("acquire.lua for %q: got (%v, %v), want 7 integers", id, res, err)
+	}
+	return res[5]
 }
 
 func ctxTimeout(t testing.TB, d time.Duration) context.Context {

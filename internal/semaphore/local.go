@@ -384,6 +384,7 @@ func lockWait(ctx context.Context, f *os.File) error {
 type record struct {
 	HolderInfo
 	Permits int   `json:"permits"`
+	Weight  int   `json:"weight,omitempty"`
 	Token   int64 `json:"token,omitempty"`
 	SinceMS int64 `json:"since_ms"`
 }
@@ -452,8 +453,13 @@ func (s *Local) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if req.NoWait {
 		return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, held, req.Permits, ErrBusy)
 	}
+	firstInLine := inLine
 	if req.OnWait != nil {
-		req.OnWait(held, req.Permits)
+		st := WaitState{Held: held, Capacity: req.Permits}
+		if inLine {
+			st.Position = 1
+		}
+		req.OnWait(st)
 	}
 	stopWaiting, err := a.register()
 	if err != nil {
@@ -470,6 +476,9 @@ func (s *Local) Acquire(ctx context.Context, req Request) (Lease, error) {
 
 	// First in line: wait for a seat. The watch starts before the seats are
 	// looked at, so no release between the two goes unnoticed.
+	if req.OnWait != nil && !firstInLine {
+		req.OnWait(WaitState{Held: held, Capacity: req.Permits, Position: 1})
+	}
 	w := watchSeats(k)
 	defer w.close()
 	recheck := slowRecheck
@@ -532,40 +541,59 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (Lease, in
 			return nil, a.req.Permits, err
 		}
 	}
-	held := 0
-	for i := range a.req.Permits {
+	// A weight of K takes K seats at once, or none.
+	held, weight := 0, a.req.weight()
+	var taken []int
+	unlockTaken := func() {
+		for _, i := range taken {
+			_, _ = flock(a.seats[i], unix.LOCK_UN)
+		}
+	}
+	for i := 0; i < a.req.Permits && len(taken) < weight; i++ {
 		f := a.seats[i]
 		if f == nil {
 			var err error
 			if f, err = a.k.open(seatPrefix+strconv.Itoa(i), os.O_RDWR|os.O_CREATE); err != nil {
+				unlockTaken()
 				return nil, held, err
 			}
 			a.seats[i] = f
 		}
 		ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
 		if err != nil {
+			unlockTaken()
 			return nil, held, err
 		}
 		if !ok {
 			held++
 			continue
 		}
-		token, err := a.nextToken()
-		if err != nil {
-			_, _ = flock(f, unix.LOCK_UN)
-			return nil, held, err
-		}
-		delete(a.seats, i)
-		keyDir, err := unix.FcntlInt(a.k.dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			_, _ = flock(f, unix.LOCK_UN)
-			return nil, held, fmt.Errorf("lock directory %s: %w", a.k.path, err)
-		}
-		// The record is for status only: a seat is held by its lock.
-		_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Token: token, SinceMS: time.Now().UnixMilli()}.write(f)
-		return &localLease{seat: f, name: seatPrefix + strconv.Itoa(i), keyDir: keyDir, token: token}, held, nil
+		taken = append(taken, i)
 	}
-	return nil, held, nil
+	if len(taken) < weight {
+		unlockTaken()
+		return nil, held, nil
+	}
+	token, err := a.nextToken()
+	if err != nil {
+		unlockTaken()
+		return nil, held, err
+	}
+	keyDir, err := unix.FcntlInt(a.k.dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unlockTaken()
+		return nil, held, fmt.Errorf("lock directory %s: %w", a.k.path, err)
+	}
+	l := &localLease{keyDir: keyDir, token: token}
+	rec := record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: weight, Token: token, SinceMS: time.Now().UnixMilli()}
+	for _, i := range taken {
+		// The record is for status only: a seat is held by its lock.
+		_ = rec.write(a.seats[i])
+		l.seats = append(l.seats, a.seats[i])
+		l.names = append(l.names, seatPrefix+strconv.Itoa(i))
+		delete(a.seats, i)
+	}
+	return l, held, nil
 }
 
 // nextToken hands out the key's next fencing token; the grant lock is held.
@@ -638,7 +666,7 @@ func (a *attempt) register() (func(), error) {
 			f = nil
 		}
 	}
-	_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, SinceMS: time.Now().UnixMilli()}.write(f)
+	_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.weight(), SinceMS: time.Now().UnixMilli()}.write(f)
 	return func() {
 		_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
 		f.Close()
@@ -697,10 +725,10 @@ func (k *keyDir) openSelf() (*os.File, error) {
 	return os.NewFile(uintptr(fd), k.path), nil
 }
 
-// localLease is a held seat: an exclusive flock on the seat's file.
+// localLease is a held permit: exclusive flocks on its seats' files.
 type localLease struct {
-	seat   *os.File
-	name   string
+	seats  []*os.File
+	names  []string
 	keyDir int // the key's directory, to ring the waiters on release
 	token  int64
 
@@ -722,21 +750,25 @@ func (l *localLease) Renew(context.Context) error {
 	return nil
 }
 
-// Files is the seat's file: with it, a child keeps the seat held until the
-// last process of its job has exited, even when semrun is killed.
-func (l *localLease) Files() []*os.File { return []*os.File{l.seat} }
+// Files are the seats' files: with them, a child keeps the seats held until
+// the last process of its job has exited, even when semrun is killed.
+func (l *localLease) Files() []*os.File { return l.seats }
 
 func (l *localLease) Release(context.Context) error {
 	l.once.Do(func() {
 		l.released.Store(true)
-		// The record is cleared before the lock is dropped, never after,
-		// when it could be the next holder's.
-		_ = l.seat.Truncate(0)
-		_, err := flock(l.seat, unix.LOCK_UN)
-		// The close alone may not wake the first waiter in line: processes
-		// the child left may still have the file open.
-		ring(l.keyDir, l.name)
-		l.err = errors.Join(err, l.seat.Close(), unix.Close(l.keyDir))
+		var errs []error
+		for i, seat := range l.seats {
+			// The record is cleared before the lock is dropped, never
+			// after, when it could be the next holder's.
+			_ = seat.Truncate(0)
+			_, err := flock(seat, unix.LOCK_UN)
+			// The close alone may not wake the first waiter in line:
+			// processes the child left may still have the file open.
+			ring(l.keyDir, l.names[i])
+			errs = append(errs, err, seat.Close())
+		}
+		l.err = errors.Join(append(errs, unix.Close(l.keyDir))...)
 	})
 	return l.err
 }
@@ -844,19 +876,25 @@ func (s *Local) status(ctx context.Context, key string) (KeyStatus, error) {
 		st.Capacity, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	now := time.Now()
+	// A holder of weight K has a record in each of its K seats.
+	seen := map[int64]bool{}
 	for _, r := range k.lockedRecords(seatPrefix) {
+		st.Held++
+		if seen[r.Token] {
+			continue
+		}
+		seen[r.Token] = true
 		st.Holders = append(st.Holders, Holder{
-			HolderInfo: r.HolderInfo, Permits: r.Permits, Token: r.Token,
+			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: max(r.Weight, 1), Token: r.Token,
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
 	_, _ = flock(grant, unix.LOCK_UN)
 	for _, r := range k.lockedRecords(waitPrefix) {
-		st.Waiters = append(st.Waiters, Waiter{HolderInfo: r.HolderInfo, Permits: r.Permits, Waited: now.Sub(time.UnixMilli(r.SinceMS))})
+		st.Waiters = append(st.Waiters, Waiter{HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: max(r.Weight, 1), Waited: now.Sub(time.UnixMilli(r.SinceMS))})
 	}
 	slices.SortStableFunc(st.Holders, func(a, b Holder) int { return int(b.Age - a.Age) })
 	slices.SortStableFunc(st.Waiters, func(a, b Waiter) int { return int(b.Waited - a.Waited) })
-	st.Held = len(st.Holders)
 	return st, nil
 }
 

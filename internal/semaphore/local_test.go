@@ -683,7 +683,7 @@ func TestLocalKilledHolderFreesSeat(t *testing.T) {
 
 	onWait, waiting := signal()
 	wait := req
-	wait.OnWait = func(int, int) { onWait() }
+	wait.OnWait = func(semaphore.WaitState) { onWait() }
 	got, _ := startAcquire(t, st, wait, 30*time.Second)
 	select {
 	case <-waiting:
@@ -898,7 +898,7 @@ func TestLocalGivenUpWaiterLeavesQueueAlone(t *testing.T) {
 		// First in line, then a second waiter behind it that gives up.
 		onWait, waiting := signal()
 		first := req
-		first.OnWait = func(int, int) { onWait() }
+		first.OnWait = func(semaphore.WaitState) { onWait() }
 		firstDone, stopFirst := startAcquire(t, st, first, 30*time.Second)
 		select {
 		case <-waiting:

@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,19 +20,23 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 )
 
+// Every script starts with lib.lua: the keys they share, the clock, and the
+// sweep and wake-up every change of a semaphore goes through.
 var (
+	//go:embed lib.lua
+	libLua string
 	//go:embed acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(libLua + acquireLua)
 	//go:embed renew.lua
 	renewLua    string
-	renewScript = redis.NewScript(renewLua)
+	renewScript = redis.NewScript(libLua + renewLua)
 	//go:embed release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = redis.NewScript(libLua + releaseLua)
 	//go:embed status.lua
 	statusLua    string
-	statusScript = redis.NewScript(statusLua)
+	statusScript = redis.NewScript(libLua + statusLua)
 )
 
 // RedisOptions configure a Redis store.
@@ -195,36 +200,70 @@ var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 // slot; braces in the prefix and the key are escaped so that neither can
 // break the tag.
 func (r *Redis) keys(key string) []string {
-	base := keyEscaper.Replace(r.prefix) + "{" + keyEscaper.Replace(key) + "}:"
-	return []string{base + "holders", base + "info", base + "token"}
+	base := r.base(key)
+	return []string{base + "holders", base + "info", base + "token", base + "queue", base + "waiters"}
+}
+
+// channel names the key's pub/sub channel, on which the scripts name the
+// waiters whose turn it is.
+func (r *Redis) channel(key string) string { return r.base(key) + "wake" }
+
+func (r *Redis) base(key string) string {
+	return keyEscaper.Replace(r.prefix) + "{" + keyEscaper.Replace(key) + "}:"
+}
+
+// subscriber is what a client needs for pushed wake-ups; a client without
+// it (a test's wrapper) makes waiters look again on a timer instead.
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// WaiterLease is how long a waiter keeps its place in line without telling
+// the store it is still there: a waiter that vanished (killed, host gone)
+// leaves the line after at most this, or the lease of the permit it asks
+// for if that is shorter.
+const WaiterLease = 10 * time.Second
+
+func waiterLease(req Request) time.Duration {
+	if req.NoWait {
+		return 0
+	}
+	return min(req.TTL, WaiterLease)
 }
 
 // newPermitID returns 130 bits from crypto/rand: a client that does not
 // hold a permit cannot guess its id to renew or release it.
 func newPermitID() string { return rand.Text() }
 
-// Acquire implements Store. Waiting is a retry loop with capped, jittered
-// backoff that also wakes when the earliest lease can lapse.
+// Acquire implements Store. A caller that cannot have its turn now takes
+// a place in line, and sleeps until a script names it on the key's channel
+// (a release, a lapsed lease or a vanished waiter gave it its turn), the
+// earliest lease can lapse (for the first in line), or its place needs
+// renewing: that renewal is also the safety net for a lost message.
 func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if err := req.check(); err != nil {
 		return nil, err
 	}
 	id := newPermitID()
-	keys := r.keys(req.Key)
+	keys, channel := r.keys(req.Key), r.channel(req.Key)
 	meta, err := json.Marshal(req.Holder)
 	if err != nil {
 		return nil, fmt.Errorf("encode holder info: %w", err)
 	}
-	wait := backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}
+	wlease := waiterLease(req)
+	var w wakeups
+	defer w.close()
 	told := false
+	var last WaitState
 	for {
 		sent := time.Now()
-		res, err := r.callRetrying(ctx, acquireScript, keys, id, req.Permits, req.TTL.Milliseconds(), meta)
+		res, err := r.callRetrying(ctx, acquireScript, keys, id, req.Permits, req.TTL.Milliseconds(), meta,
+			req.weight(), wlease.Milliseconds(), channel)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The script may have run before ctx ended: give back what
-				// may have been granted rather than hold a seat for a TTL.
-				r.abandon(ctx, keys, id)
+				// may have been granted, or the place in line, now.
+				r.abandon(ctx, keys, channel, id)
 			}
 			return nil, fmt.Errorf("acquire key %q: %w", req.Key, err)
 		}
@@ -235,23 +274,88 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		if g.previous != int64(req.Permits) && !told {
 			r.warnf("key %q: this call asks for %d permits, the previous caller asked for %d", req.Key, req.Permits, g.previous)
 		}
+		told = true
 		if g.granted {
-			return &redisLease{r: r, key: req.Key, keys: keys, id: id, ttl: req.TTL, token: g.token, deadline: sent.Add(req.TTL)}, nil
+			return &redisLease{r: r, key: req.Key, keys: keys, channel: channel, id: id, ttl: req.TTL, token: g.token, deadline: sent.Add(req.TTL)}, nil
 		}
 		if req.NoWait {
 			return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, g.held, req.Permits, ErrBusy)
 		}
-		if !told && req.OnWait != nil {
-			req.OnWait(int(g.held), req.Permits)
+		if st := (WaitState{Held: int(g.held), Capacity: req.Permits, Position: int(g.position), Waiting: int(g.waiting)}); st != last && req.OnWait != nil {
+			req.OnWait(st)
+			last = st
 		}
-		told = true
-		delay := wait.step()
-		if lapse := time.Duration(g.lapseIn)*time.Millisecond + time.Millisecond; g.lapseIn > 0 && lapse < delay {
-			delay = lapse
+		if !w.listening {
+			// Listening from now on, then asking once more: a wake-up sent
+			// between the first ask and the subscription is not missed.
+			w.listen(ctx, r.client, channel)
+			continue
 		}
-		if err := sleep(ctx, delay); err != nil {
+		// Jittered, so that waiters that came together do not renew together.
+		delay := wlease/3*9/10 + mrand.N(wlease/15+1)
+		if g.position == 1 && g.lapseIn > 0 {
+			delay = min(delay, time.Duration(g.lapseIn)*time.Millisecond+time.Millisecond)
+		}
+		if err := w.wait(ctx, id, delay); err != nil {
+			r.abandon(ctx, keys, channel, id)
 			return nil, fmt.Errorf("wait for key %q: %w", req.Key, err)
 		}
+	}
+}
+
+// wakeups are the messages of a key's channel, for one waiter.
+type wakeups struct {
+	listening bool
+	sub       *redis.PubSub
+	messages  <-chan *redis.Message
+	poll      backoff // without a subscription
+}
+
+// listen subscribes to channel. Where that fails, waiting falls back to
+// looking again after a capped backoff.
+func (w *wakeups) listen(ctx context.Context, client redis.Scripter, channel string) {
+	w.listening = true
+	w.poll = backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}
+	s, ok := client.(subscriber)
+	if !ok {
+		return
+	}
+	sub := s.Subscribe(ctx, channel)
+	if _, err := sub.Receive(ctx); err != nil { // the confirmation: listening from here
+		_ = sub.Close()
+		return
+	}
+	w.sub, w.messages = sub, sub.Channel()
+}
+
+// wait returns when a message names id, or after d, or with ctx's cause.
+func (w *wakeups) wait(ctx context.Context, id string, d time.Duration) error {
+	if w.sub == nil {
+		d = min(d, w.poll.step())
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+			return nil
+		case m, ok := <-w.messages:
+			if !ok {
+				w.messages = nil // closed: the timer still runs
+				continue
+			}
+			if slices.Contains(strings.Fields(m.Payload), id) {
+				return nil
+			}
+		}
+	}
+}
+
+func (w *wakeups) close() {
+	if w.sub != nil {
+		_ = w.sub.Close()
 	}
 }
 
@@ -261,28 +365,30 @@ type grant struct {
 	held     int64
 	previous int64
 	lapseIn  int64
+	position int64
+	waiting  int64
 }
 
 func parseGrant(res any) (grant, error) {
 	v, ok := res.([]any)
-	if !ok || len(v) != 5 {
+	if !ok || len(v) != 7 {
 		return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
 	}
-	var n [5]int64
+	var n [7]int64
 	for i := range v {
 		if n[i], ok = v[i].(int64); !ok {
 			return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
 		}
 	}
-	return grant{granted: n[0] == 1, token: n[1], held: n[2], previous: n[3], lapseIn: n[4]}, nil
+	return grant{granted: n[0] == 1, token: n[1], held: n[2], previous: n[3], lapseIn: n[4], position: n[5], waiting: n[6]}, nil
 }
 
 // abandon releases id after ctx ended, under a short deadline of its own.
-func (r *Redis) abandon(ctx context.Context, keys []string, id string) {
+func (r *Redis) abandon(ctx context.Context, keys []string, channel, id string) {
 	// Short: a caller who gave up on waiting, or was signalled, wants out now.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
 	defer cancel()
-	_ = releaseScript.Run(ctx, r.client, keys[:2], id).Err()
+	_ = releaseScript.Run(ctx, r.client, keys, id, channel).Err()
 }
 
 // callRetrying runs a script, retrying failures that may heal (connection
@@ -347,7 +453,7 @@ func (r *Redis) Status(ctx context.Context, keys []string) ([]KeyStatus, error) 
 	}
 	out := make([]KeyStatus, 0, len(keys))
 	for _, key := range keys {
-		res, err := r.callRetrying(ctx, statusScript, r.keys(key)[:2])
+		res, err := r.callRetrying(ctx, statusScript, r.keys(key))
 		if err != nil {
 			return nil, fmt.Errorf("status of key %q: %w", key, err)
 		}
@@ -362,57 +468,99 @@ func (r *Redis) Status(ctx context.Context, keys []string) ([]KeyStatus, error) 
 
 func parseStatus(key string, res any) (KeyStatus, error) {
 	v, ok := res.([]any)
-	if !ok || len(v) < 2 || len(v)%2 != 0 {
+	if !ok || len(v) < 3 {
 		return KeyStatus{}, fmt.Errorf("unexpected reply %v from status script", res)
 	}
 	now, _ := v[0].(int64)
 	capacity, _ := v[1].(int64)
+	holders, _ := v[2].(int64)
+	if holders < 0 || int(3+2*holders) > len(v) {
+		return KeyStatus{}, fmt.Errorf("unexpected reply %v from status script", res)
+	}
 	st := KeyStatus{Key: key, Capacity: int(max(capacity, 0)), Holders: []Holder{}, Waiters: []Waiter{}}
-	for i := 2; i < len(v); i += 2 {
-		expiry, _ := v[i].(int64)
-		info, _ := v[i+1].(string)
+	rest := v[3:]
+	for i := 0; i < int(holders); i++ {
+		expiry, _ := rest[2*i].(int64)
+		info, _ := rest[2*i+1].(string)
 		h, err := parseHolder(info, now)
 		if err != nil {
 			return KeyStatus{}, err
 		}
 		h.ExpiresIn = time.Duration(expiry-now) * time.Millisecond
 		st.Holders = append(st.Holders, h)
+		st.Held += h.Weight
 	}
-	st.Held = len(st.Holders)
+	for i, rec := range rest[2*holders:] {
+		w, err := parseWaiter(fmt.Sprint(rec), now)
+		if err != nil {
+			return KeyStatus{}, err
+		}
+		w.Position = i + 1
+		st.Waiters = append(st.Waiters, w)
+	}
 	return st, nil
 }
 
-// parseHolder reads "<permits> <token> <granted ms> <meta>" (see acquire.lua).
-func parseHolder(info string, now int64) (Holder, error) {
-	f := strings.SplitN(info, " ", 4)
-	if len(f) != 4 {
-		return Holder{}, fmt.Errorf("malformed holder record %q", info)
+// parseRecord reads count integers, then the holder JSON, from a record.
+func parseRecord(rec string, count int, info *HolderInfo) ([]int64, error) {
+	f := strings.SplitN(rec, " ", count+1)
+	if len(f) != count+1 {
+		return nil, fmt.Errorf("malformed record %q", rec)
 	}
-	var h Holder
-	var nums [3]int64
+	nums := make([]int64, count)
 	for i := range nums {
 		n, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
-			return Holder{}, fmt.Errorf("malformed holder record %q: %w", info, err)
+			return nil, fmt.Errorf("malformed record %q: %w", rec, err)
 		}
 		nums[i] = n
 	}
-	h.Permits, h.Token, h.Age = int(nums[0]), nums[1], time.Duration(now-nums[2])*time.Millisecond
-	if f[3] != "" {
-		if err := json.Unmarshal([]byte(f[3]), &h.HolderInfo); err != nil {
-			return Holder{}, fmt.Errorf("malformed holder record %q: %w", info, err)
+	if f[count] != "" {
+		if err := json.Unmarshal([]byte(f[count]), info); err != nil {
+			return nil, fmt.Errorf("malformed record %q: %w", rec, err)
 		}
+	}
+	return nums, nil
+}
+
+// parseHolder reads "<permits> <token> <granted ms> <weight> <meta>" (see
+// lib.lua), or the record of a semrun from before weights, without one.
+func parseHolder(info string, now int64) (Holder, error) {
+	var h Holder
+	fields := 4
+	if f := strings.SplitN(info, " ", 5); len(f) == 4 || len(f) == 5 && strings.HasPrefix(f[3], "{") {
+		fields = 3
+	}
+	n, err := parseRecord(info, fields, &h.HolderInfo)
+	if err != nil {
+		return Holder{}, err
+	}
+	h.Permits, h.Token, h.Age, h.Weight = int(n[0]), n[1], time.Duration(now-n[2])*time.Millisecond, 1
+	if fields == 4 {
+		h.Weight = int(n[3])
 	}
 	return h, nil
 }
 
+// parseWaiter reads "<lease expiry ms> <permits> <weight> <since ms> <meta>" (see lib.lua).
+func parseWaiter(rec string, now int64) (Waiter, error) {
+	var w Waiter
+	n, err := parseRecord(rec, 4, &w.HolderInfo)
+	if err != nil {
+		return Waiter{}, err
+	}
+	w.Permits, w.Weight, w.Waited = int(n[1]), int(n[2]), time.Duration(now-n[3])*time.Millisecond
+	return w, nil
+}
+
 type redisLease struct {
-	r     *Redis
-	key   string
-	keys  []string
-	id    string
-	ttl   time.Duration
-	token int64
+	r       *Redis
+	key     string
+	keys    []string
+	channel string
+	id      string
+	ttl     time.Duration
+	token   int64
 
 	mu       sync.Mutex
 	deadline time.Time
@@ -447,7 +595,7 @@ func (l *redisLease) Renew(ctx context.Context) error {
 func (l *redisLease) Files() []*os.File { return nil }
 
 func (l *redisLease) Release(ctx context.Context) error {
-	if err := releaseScript.Run(ctx, l.r.client, l.keys[:2], l.id).Err(); err != nil {
+	if err := releaseScript.Run(ctx, l.r.client, l.keys, l.id, l.channel).Err(); err != nil {
 		return fmt.Errorf("release key %q on %s: %w", l.key, l.r.addr, err)
 	}
 	return nil

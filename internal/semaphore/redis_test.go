@@ -91,13 +91,13 @@ func TestRedisTokensSurviveDataLoss(t *testing.T) {
 	release(t, grant("after FLUSHALL"))
 
 	// Let every key of the semaphore expire on its own.
-	for _, key := range []string{k.holders, k.info, k.token} {
+	for _, key := range k.all() {
 		if err := raw.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
 			t.Fatalf("PEXPIRE %s: got error %v, want nil", key, err)
 		}
 	}
 	waitFor(t, 2*time.Second, "all keys expired", func() bool {
-		return exists(t, raw, k.holders, k.info, k.token) == 0
+		return exists(t, raw, k.all()...) == 0
 	})
 	grant("after the keys expired")
 }
@@ -214,10 +214,10 @@ func TestRedisCrashedHolderFreesSeat(t *testing.T) {
 		if len(za) != 1 {
 			t.Fatalf("holders after a grant: got %d, want 1", len(za))
 		}
-		var waits []string
+		var waits []semaphore.WaitState
 		b, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{
 			Key: key, Permits: 1, TTL: 10 * time.Second,
-			OnWait: func(held, capacity int) { waits = append(waits, fmt.Sprintf("%d/%d", held, capacity)) },
+			OnWait: func(s semaphore.WaitState) { waits = append(waits, s) },
 		})
 		if err != nil {
 			t.Fatalf("waiting Acquire behind a holder that stopped renewing: got %v, want a permit", err)
@@ -229,8 +229,8 @@ func TestRedisCrashedHolderFreesSeat(t *testing.T) {
 		if d := a.Deadline(); d.After(granted) {
 			t.Errorf("old holder's Deadline: got %v, want not after the moment the seat was given away (%v)", d, granted)
 		}
-		if !slices.Equal(waits, []string{"1/1"}) {
-			t.Errorf("OnWait calls (held/capacity): got %v, want [1/1]", waits)
+		if want := []semaphore.WaitState{{Held: 1, Capacity: 1, Position: 1, Waiting: 1}}; !slices.Equal(waits, want) {
+			t.Errorf("OnWait calls: got %+v, want %+v", waits, want)
 		}
 		if b.Token() <= a.Token() {
 			t.Errorf("token of the new holder: got %d, want more than %d", b.Token(), a.Token())
@@ -313,9 +313,22 @@ func TestRedisKeysShareOneSlotAndExpire(t *testing.T) {
 			continue
 		}
 		// A second holder with a longer lease: the keys must outlive it.
+		before := len(scanKeys(t, raw, testPrefix+"*"))
 		acquire(t, st, semaphore.Request{Key: uk, Permits: 2, TTL: 8 * time.Second})
-		if again := len(scanKeys(t, raw, testPrefix+"*")); again != len(owner) {
-			t.Errorf("key %q: a second holder added keys: got %d keys, want %d", uk, again, len(owner))
+		if again := len(scanKeys(t, raw, testPrefix+"*")); again != before {
+			t.Errorf("key %q: a second holder added keys: got %d keys, want %d", uk, again, before)
+		}
+		// A waiter, whose waiter lease (10s) is longer still, adds the line.
+		waiter, stop := startAcquire(t, st, semaphore.Request{Key: uk, Permits: 2, TTL: 30 * time.Second}, 20*time.Second)
+		waitFor(t, 5*time.Second, fmt.Sprintf("key %q: a waiter in Status", uk), func() bool { return len(statusOf(t, st, uk).Waiters) == 1 })
+		for _, rk := range scanKeys(t, raw, testPrefix+"*") {
+			if _, ok := owner[rk]; !ok {
+				written = append(written, rk)
+				owner[rk] = uk
+			}
+		}
+		if len(written) != 5 {
+			t.Errorf("key %q: got Redis keys %q with a waiter, want 5 of its own (holders, info, token, queue, waiters)", uk, written)
 		}
 
 		tag, ok := tagOf(written[0])
@@ -340,7 +353,19 @@ func TestRedisKeysShareOneSlotAndExpire(t *testing.T) {
 				if err != nil || len(z) != 1 {
 					t.Fatalf("ZRANGE %s -1 -1: got (%v, %v), want one holder", rk, z, err)
 				}
-				longest = z[0].Score
+				longest = max(longest, z[0].Score)
+			}
+			if strings.HasSuffix(rk, ":waiters") {
+				recs, err := raw.HGetAll(ctx, rk).Result()
+				if err != nil {
+					t.Fatalf("HGETALL %s: got error %v, want nil", rk, err)
+				}
+				for field, rec := range recs {
+					var expiry int64
+					if _, err := fmt.Sscan(rec, &expiry); field != "#seq" && err == nil {
+						longest = max(longest, float64(expiry))
+					}
+				}
 			}
 		}
 		if longest == 0 {
@@ -348,6 +373,9 @@ func TestRedisKeysShareOneSlotAndExpire(t *testing.T) {
 			continue
 		}
 		remaining := time.Duration(int64(longest)-serverMicros(t, raw)/1000) * time.Millisecond
+		if remaining < 9*time.Second {
+			t.Errorf("key %q: longest lease has %v left, want the waiter's (about 10s)", uk, remaining)
+		}
 		for _, rk := range written {
 			pttl, err := raw.PTTL(ctx, rk).Result()
 			if err != nil {
@@ -356,6 +384,10 @@ func TestRedisKeysShareOneSlotAndExpire(t *testing.T) {
 			if pttl <= 0 || pttl < remaining {
 				t.Errorf("key %q: PTTL of %q: got %v, want > 0 and at least the longest live lease's %v", uk, rk, pttl, remaining)
 			}
+		}
+		stop()
+		if r := receive(t, waiter, 5*time.Second, "waiter after it was stopped"); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("key %q: waiter after it was stopped: got (%v, %v), want context.Canceled", uk, r.l, r.err)
 		}
 	}
 }
@@ -369,9 +401,11 @@ func TestRedisPrefixCannotBreakHashTag(t *testing.T) {
 	const prefix = "{}semrun:"
 	st := newStore(t, srv.URL(), semaphore.RedisOptions{Prefix: prefix})
 	acquire(t, st, semaphore.Request{Key: "k", Permits: 1, TTL: 5 * time.Second})
+	startAcquire(t, st, semaphore.Request{Key: "k", Permits: 1, TTL: 5 * time.Second}, 20*time.Second)
+	waitFor(t, 5*time.Second, "a waiter in Status", func() bool { return len(statusOf(t, st, "k").Waiters) == 1 })
 	written := scanKeys(t, raw, "*")
-	if len(written) != 3 {
-		t.Fatalf("keys written: got %q, want 3", written)
+	if len(written) != 5 {
+		t.Fatalf("keys written by a holder and a waiter: got %q, want 5", written)
 	}
 	slots := map[int]bool{}
 	for _, rk := range written {
@@ -638,6 +672,36 @@ func TestRedisHungStore(t *testing.T) {
 			if time.Now().After(deadline) {
 				bug(t, "Acquire gave up with %v, yet once the store answered again a permit nobody holds keeps the only seat "+
 					"for its whole TTL (holders = %d, want 0): Acquire abandons the permit id only when ctx ended", err, zcard(t, raw, k.holders))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+
+	t.Run("no ghost place in line after giving up", func(t *testing.T) {
+		t.Parallel()
+		srv, st, raw := setup(t, semaphore.RedisOptions{ConnectTimeout: 300 * time.Millisecond})
+		key := uniqueKey(t)
+		k := keysOf(testPrefix, key)
+		hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}) // connected; the seat is taken
+		if err := srv.Pause(); err != nil {
+			t.Fatalf("pause redis-server: %v", err)
+		}
+		_, err := st.Acquire(ctxTimeout(t, 10*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+		if !errors.Is(err, semaphore.ErrUnreachable) {
+			t.Errorf("waiting Acquire on a store hung past the connect timeout: got %v, want ErrUnreachable", err)
+		}
+		if err := srv.Resume(); err != nil {
+			t.Fatalf("resume redis-server: %v", err)
+		}
+		// The request the server had already received runs now; the place
+		// in line it takes belongs to no one. With a strict line, it stops
+		// everyone behind it until its waiter lease (10s) lapses.
+		deadline := time.Now().Add(time.Second)
+		for zcard(t, raw, k.queue) != 0 {
+			if time.Now().After(deadline) {
+				bug(t, "waiting Acquire gave up with %v, yet once the store answered again a place in line nobody holds "+
+					"stays first for its whole waiter lease (queue = %d, want 0), holding up every waiter behind it: "+
+					"Acquire abandons the permit id only when ctx ended", err, zcard(t, raw, k.queue))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -1,7 +1,13 @@
--- release: give this holder's permit back. Releasing twice is harmless.
--- KEYS[1] holders, KEYS[2] info (see acquire.lua)
--- ARGV[1] permit id
--- Returns 1 when the permit was held, 0 when it was already gone.
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+-- release: give this caller's permit back, or its place in line. Releasing
+-- twice is harmless. The waiters whose turn it now is are woken.
+-- KEYS: see lib.lua
+-- ARGV[1] permit id, ARGV[2] wake channel
+-- Returns 1 when the permit was held or the caller waited, 0 otherwise.
+local removed = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-return removed
+redis.call('HDEL', KEYS[5], ARGV[1])
+if removed > 0 then
+  sweep()
+  wake(ARGV[2], used(), '')
+end
+return math.min(removed, 1)

@@ -39,9 +39,26 @@ type Request struct {
 	NoWait bool
 	// Holder describes the holder for status output (host, pid, command).
 	Holder HolderInfo
-	// OnWait, when set, is called once when the caller has to wait.
-	OnWait func(held, capacity int)
+	// Weight is how many of the N seats the permit takes, at once; 0 is 1.
+	Weight int
+	// OnWait, when set, is called when the caller starts to wait and
+	// whenever what it waits for changes.
+	OnWait func(WaitState)
 }
+
+// WaitState is what a waiting caller waits for.
+type WaitState struct {
+	// Held is how many of the Capacity seats are taken.
+	Held, Capacity int
+	// Position is the caller's place in line, 1 for the first; 0 when the
+	// store does not know it.
+	Position int
+	// Waiting is how many callers wait, this one included; 0 when the
+	// store does not know.
+	Waiting int
+}
+
+func (r Request) weight() int { return max(r.Weight, 1) }
 
 // HolderInfo is what status shows about a holder. It must hold no secret.
 type HolderInfo struct {
@@ -87,9 +104,10 @@ type Lease interface {
 type KeyStatus struct {
 	Key string `json:"key"`
 	// Capacity is the N the latest caller asked for; 0 when unknown.
-	Capacity int      `json:"capacity"`
-	Held     int      `json:"held"`
-	Holders  []Holder `json:"holders"`
+	Capacity int `json:"capacity"`
+	// Held is how many seats the holders take.
+	Held    int      `json:"held"`
+	Holders []Holder `json:"holders"`
 	// Waiters are the callers waiting for a permit, longest waiting first,
 	// where the store keeps track of them.
 	Waiters []Waiter `json:"waiters"`
@@ -99,17 +117,23 @@ type KeyStatus struct {
 type Waiter struct {
 	HolderInfo
 	// Permits is the capacity this waiter asked for.
-	Permits int           `json:"permits"`
-	Waited  time.Duration `json:"waited_ns"`
+	Permits int `json:"permits"`
+	// Weight is how many seats it asks for.
+	Weight int `json:"weight"`
+	// Position is its place in line, 1 for the first; 0 when unknown.
+	Position int           `json:"position"`
+	Waited   time.Duration `json:"waited_ns"`
 }
 
 // Holder describes one live permit; permit ids are never shown.
 type Holder struct {
 	HolderInfo
 	// Permits is the capacity this holder asked for.
-	Permits int           `json:"permits"`
-	Token   int64         `json:"token"`
-	Age     time.Duration `json:"age_ns"`
+	Permits int `json:"permits"`
+	// Weight is how many seats it takes.
+	Weight int           `json:"weight"`
+	Token  int64         `json:"token"`
+	Age    time.Duration `json:"age_ns"`
 	// ExpiresIn is how long the lease has left; 0 for a permit that does
 	// not expire while its holder lives (a local lock).
 	ExpiresIn time.Duration `json:"expires_in_ns"`
@@ -122,6 +146,9 @@ func (r Request) check() error {
 	}
 	if r.Permits < 1 {
 		return fmt.Errorf("key %q: %d permits, want at least 1", r.Key, r.Permits)
+	}
+	if r.Weight < 0 || r.Weight > r.Permits {
+		return fmt.Errorf("key %q: weight %d, want from 1 to the %d permits", r.Key, r.Weight, r.Permits)
 	}
 	if r.TTL < time.Millisecond {
 		return fmt.Errorf("key %q: lease %v, want at least 1ms", r.Key, r.TTL)

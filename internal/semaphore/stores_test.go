@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -27,6 +28,10 @@ type storeKind struct {
 	// leases is true when permits are leases that lapse: holders show a
 	// positive ExpiresIn, and renewing a released permit reports ErrLost.
 	leases bool
+	// inLine is true when waiters have a place in line the store keeps:
+	// they are served strictly in order, and OnWait and Status show their
+	// positions.
+	inLine bool
 	// start gives t an empty backend of its own.
 	start func(t *testing.T) *storeBackend
 }
@@ -46,6 +51,7 @@ func storeKinds() []storeKind {
 		{
 			name:   "Redis",
 			leases: true,
+			inLine: true,
 			start: func(t *testing.T) *storeBackend {
 				srv := redistest.New(t)
 				raw := rawClient(t, srv.Addr)
@@ -247,16 +253,16 @@ func TestStoreFencingTokensIncrease(t *testing.T) {
 }
 
 func TestStoreWaiterGetsReleasedSeat(t *testing.T) {
-	forEachStore(t, func(t *testing.T, _ *storeBackend, st semaphore.Store) {
+	forEachStore(t, func(t *testing.T, b *storeBackend, st semaphore.Store) {
 		key := uniqueKey(t)
 		a := hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
 
-		var waits []string
+		var waits []semaphore.WaitState
 		onWait, waiting := signal()
 		got, _ := startAcquire(t, st, semaphore.Request{
 			Key: key, Permits: 1, TTL: 10 * time.Second,
-			OnWait: func(held, capacity int) {
-				waits = append(waits, fmt.Sprintf("%d/%d", held, capacity))
+			OnWait: func(s semaphore.WaitState) {
+				waits = append(waits, s)
 				onWait()
 			},
 		}, 30*time.Second)
@@ -273,9 +279,7 @@ func TestStoreWaiterGetsReleasedSeat(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("waiting Acquire after the holder released: got %v, want a permit", r.err)
 		}
-		if !slices.Equal(waits, []string{"1/1"}) {
-			t.Errorf("OnWait calls (held/capacity): got %v, want [1/1]", waits)
-		}
+		checkWaits(t, b.kind, waits, semaphore.WaitState{Held: 1, Capacity: 1, Position: 1, Waiting: 1})
 		if r.l.Token() <= a.Token() {
 			t.Errorf("token of the waiter: got %d, want more than the first holder's %d", r.l.Token(), a.Token())
 		}
@@ -286,6 +290,31 @@ func TestStoreWaiterGetsReleasedSeat(t *testing.T) {
 			t.Errorf("no-wait Acquire while the waiter holds: got %v, want ErrBusy", err)
 		}
 	})
+}
+
+// checkWaits checks the OnWait calls of a lone waiter that waited for one
+// state, want: a store that keeps a line reports exactly want; one that
+// does not may know less (Position and Waiting 0) and learn its position
+// later, but says the same Held and Capacity and never repeats itself.
+func checkWaits(t *testing.T, kind storeKind, got []semaphore.WaitState, want semaphore.WaitState) {
+	t.Helper()
+	if kind.inLine {
+		if !slices.Equal(got, []semaphore.WaitState{want}) {
+			t.Errorf("OnWait calls: got %+v, want [%+v]", got, want)
+		}
+		return
+	}
+	if len(got) == 0 {
+		t.Fatalf("OnWait calls: got none, want at least one")
+	}
+	for i, s := range got {
+		if s.Held != want.Held || s.Capacity != want.Capacity || s.Position < 0 || s.Position > want.Position || s.Waiting < 0 || s.Waiting > want.Waiting {
+			t.Errorf("OnWait call %d: got %+v, want held %d, capacity %d, position and waiting unknown (0) or as in %+v", i, s, want.Held, want.Capacity, want)
+		}
+		if i > 0 && s == got[i-1] {
+			t.Errorf("OnWait calls %d and %d: got %+v twice, want a call only when the state changes", i-1, i, s)
+		}
+	}
 }
 
 func TestStoreAcquireTimeoutWhileBusy(t *testing.T) {
@@ -405,7 +434,7 @@ func TestStoreCapacityDisagreement(t *testing.T) {
 		first := req(1)
 		first.NoWait = false
 		onWait, waiting := signal()
-		first.OnWait = func(int, int) { onWait() }
+		first.OnWait = func(semaphore.WaitState) { onWait() }
 		firstDone, _ := startAcquire(t, st, first, 30*time.Second)
 		select {
 		case <-waiting:
@@ -523,13 +552,15 @@ func TestStoreRefusesInvalidRequests(t *testing.T) {
 			{Key: "negative-permits", Permits: -1, TTL: 5 * time.Second},
 			{Key: "zero-ttl", Permits: 1, TTL: 0},
 			{Key: "sub-ms-ttl", Permits: 1, TTL: 500 * time.Microsecond},
+			{Key: "weight-above-permits", Permits: 2, Weight: 3, TTL: 5 * time.Second},
+			{Key: "negative-weight", Permits: 2, Weight: -1, TTL: 5 * time.Second},
 		} {
 			for _, noWait := range []bool{true, false} {
 				req.NoWait = noWait
 				l, err := st.Acquire(ctx, req)
 				if err == nil || errors.Is(err, semaphore.ErrBusy) || l != nil {
-					problems = append(problems, fmt.Sprintf("Acquire(key %.20q, n=%d, ttl=%v, nowait=%v): got (lease %v, %v), want a validation error",
-						req.Key, req.Permits, req.TTL, noWait, l != nil, err))
+					problems = append(problems, fmt.Sprintf("Acquire(key %.20q, n=%d, weight=%d, ttl=%v, nowait=%v): got (lease %v, %v), want a validation error",
+						req.Key, req.Permits, req.Weight, req.TTL, noWait, l != nil, err))
 				}
 			}
 		}
@@ -538,6 +569,165 @@ func TestStoreRefusesInvalidRequests(t *testing.T) {
 		}
 		if len(problems) > 0 {
 			t.Fatalf("Acquire must refuse invalid requests and write nothing:\n%s", strings.Join(problems, "\n"))
+		}
+	})
+}
+
+// TestStoreWaitersServedInOrder: waiters in separate stores, as separate
+// processes would be, each started once the one before it is in line, get
+// the permit in the order they came where the store keeps a line. Every
+// store serves them all.
+func TestStoreWaitersServedInOrder(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b *storeBackend, st semaphore.Store) {
+		key := uniqueKey(t)
+		const waiters = 5
+		h := hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+
+		// A store each, as a process each would have.
+		stores := make([]semaphore.Store, waiters)
+		for i := range stores {
+			stores[i] = b.open(nil)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			order  []int
+			tokens []int64
+			errs   = make(chan error, waiters)
+		)
+		t.Cleanup(func() { cancel(); wg.Wait() }) // before the stores close
+		for i, s := range stores {
+			wg.Go(func() {
+				l, err := s.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: 100 + i}})
+				if err != nil {
+					errs <- fmt.Errorf("waiter %d: got %w, want a permit", i, err)
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				tokens = append(tokens, l.Token())
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+				if err := l.Release(context.Background()); err != nil {
+					errs <- fmt.Errorf("waiter %d: release: got %w, want nil", i, err)
+				}
+			})
+			waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d in Status", i), func() bool { return len(statusOf(t, st, key).Waiters) == i+1 })
+			time.Sleep(100 * time.Millisecond)
+		}
+		release(t, h)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if len(order) != waiters {
+			t.Fatalf("waiters served: got %v, want all %d", order, waiters)
+		}
+		if b.kind.inLine {
+			if want := []int{0, 1, 2, 3, 4}; !slices.Equal(order, want) {
+				t.Errorf("order in which the waiters got the permit: got %v, want %v (the order they came)", order, want)
+			}
+		}
+		if !slices.IsSorted(tokens) {
+			t.Errorf("tokens in the order of the grants: got %v, want rising", tokens)
+		}
+		if s := statusOf(t, st, key); s.Held != 0 || len(s.Waiters) != 0 {
+			t.Errorf("Status once every waiter is done: got %+v, want no holder and no waiter", s)
+		}
+	})
+}
+
+// TestStoreWeightsTakeSeats: a permit of weight K takes K of the N seats.
+func TestStoreWeightsTakeSeats(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b *storeBackend, st semaphore.Store) {
+		key := uniqueKey(t)
+		req := func(weight int) semaphore.Request {
+			return semaphore.Request{Key: key, Permits: 3, Weight: weight, TTL: 10 * time.Second, NoWait: true,
+				Holder: semaphore.HolderInfo{Host: "h", PID: weight, Command: "c"}}
+		}
+		heavy := hold(t, st, req(2))
+		if s := statusOf(t, st, key); s.Held != 2 || len(s.Holders) != 1 || s.Holders[0].Weight != 2 || s.Holders[0].Token != heavy.Token() {
+			t.Fatalf("Status with a holder of weight 2: got %+v, want held 2, one holder of weight 2", s)
+		}
+		if _, err := b.open(nil).Acquire(ctxTimeout(t, 5*time.Second), req(2)); !errors.Is(err, semaphore.ErrBusy) {
+			t.Errorf("no-wait weight 2 with 2 of 3 seats held: got %v, want ErrBusy", err)
+		}
+		light := hold(t, st, req(0)) // weight 0 is 1
+		s := statusOf(t, st, key)
+		weights := map[int64]int{}
+		for _, h := range s.Holders {
+			weights[h.Token] = h.Weight
+		}
+		if want := map[int64]int{heavy.Token(): 2, light.Token(): 1}; s.Held != 3 || !maps.Equal(weights, want) {
+			t.Errorf("Status with holders of weight 2 and 0: got held %d, weights by token %v, want held 3, %v", s.Held, weights, want)
+		}
+		if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), req(1)); !errors.Is(err, semaphore.ErrBusy) {
+			t.Errorf("no-wait weight 1 with 3 of 3 seats held: got %v, want ErrBusy", err)
+		}
+		release(t, heavy)
+		full := req(3)
+		full.Key = uniqueKey(t)
+		hold(t, st, full) // weight N: every seat
+		if s := statusOf(t, st, full.Key); s.Held != 3 || len(s.Holders) != 1 {
+			t.Errorf("Status with a holder of weight N: got %+v, want held 3 by one holder", s)
+		}
+		if s := statusOf(t, st, key); s.Held != 1 {
+			t.Errorf("Status after the holder of weight 2 released: got held %d, want 1", s.Held)
+		}
+		release(t, light)
+		hold(t, st, req(3))
+	})
+}
+
+// TestStoreWeightedHoldersNeverExceedN: under concurrency, the weights of
+// the holders never add up to more than N.
+func TestStoreWeightedHoldersNeverExceedN(t *testing.T) {
+	forEachStore(t, func(t *testing.T, b *storeBackend, st semaphore.Store) {
+		key := uniqueKey(t)
+		const n, rounds = 4, 3
+		weights := []int{1, 2, 3, 4, 1, 2, 3, 1}
+		stores := []semaphore.Store{st, b.open(nil)}
+
+		var (
+			seats, peak atomic.Int64
+			wg          sync.WaitGroup
+			errs        = make(chan error, len(weights)*rounds)
+		)
+		for w, weight := range weights {
+			s := stores[w%len(stores)]
+			wg.Go(func() {
+				for range rounds {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					l, err := s.Acquire(ctx, semaphore.Request{Key: key, Permits: n, Weight: weight, TTL: 10 * time.Second})
+					cancel()
+					if err != nil {
+						errs <- fmt.Errorf("waiting acquire of weight %d: got %w, want a permit", weight, err)
+						return
+					}
+					c := seats.Add(int64(weight))
+					for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
+					}
+					time.Sleep(2 * time.Millisecond)
+					seats.Add(-int64(weight))
+					if err := l.Release(context.Background()); err != nil {
+						errs <- fmt.Errorf("release: got %w, want nil", err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if got := peak.Load(); got > n || got < 1 {
+			t.Errorf("most seats taken at once: got %d, want between 1 and %d", got, n)
+		}
+		if got := statusOf(t, st, key); got.Held != 0 || len(got.Waiters) != 0 {
+			t.Errorf("Status once every worker is done: got %+v, want no holder and no waiter", got)
 		}
 	})
 }

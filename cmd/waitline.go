@@ -1,0 +1,103 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// waitLine is the one line a waiting semrun keeps up to date on a terminal:
+// key, seats held, place in line, time waited. It is cleared when the wait
+// ends, so the child's output starts on a clean line.
+type waitLine struct {
+	w     io.Writer
+	key   string
+	began time.Time
+
+	mu    sync.Mutex
+	state *semaphore.WaitState
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func newWaitLine(w io.Writer, key string) *waitLine {
+	return &waitLine{w: w, key: key, began: time.Now()}
+}
+
+// update is the store's OnWait: it redraws the line, and from the first
+// call on, redraws it every second for the time waited.
+func (l *waitLine) update(st semaphore.WaitState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := l.state == nil
+	l.state = &st
+	l.draw()
+	if first {
+		l.stop, l.done = make(chan struct{}), make(chan struct{})
+		go l.tick()
+	}
+}
+
+func (l *waitLine) tick() {
+	defer close(l.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.mu.Lock()
+			l.draw()
+			l.mu.Unlock()
+		}
+	}
+}
+
+// draw rewrites the line in place; l.mu is held.
+func (l *waitLine) draw() {
+	fmt.Fprintf(l.w, "\r\x1b[Ksemrun: %s", waitText(l.key, *l.state, time.Since(l.began)))
+}
+
+// clear ends the line's updates and erases it.
+func (l *waitLine) clear() {
+	l.mu.Lock()
+	started := l.state != nil
+	l.mu.Unlock()
+	if !started {
+		return
+	}
+	close(l.stop)
+	<-l.done
+	fmt.Fprint(l.w, "\r\x1b[K")
+}
+
+// waitText says what a waiter waits for: `waiting for key "pdf": 3/3 seats
+// held, 2nd of 5 in line, 12s`.
+func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
+	s := fmt.Sprintf("waiting for key %q: %d/%d seats held", key, st.Held, st.Capacity)
+	switch {
+	case st.Position > 0 && st.Waiting > 0:
+		s += fmt.Sprintf(", %s of %d in line", ordinal(st.Position), st.Waiting)
+	case st.Position > 0:
+		s += fmt.Sprintf(", %s in line", ordinal(st.Position))
+	}
+	return s + ", " + waited.Truncate(time.Second).String()
+}
+
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}

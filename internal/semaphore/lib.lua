@@ -1,0 +1,110 @@
+-- lib: prepended to every script. Every script gets the same keys:
+-- KEYS[1] holders: sorted set, permit id -> lease expiry (ms on the server's clock)
+-- KEYS[2] info:    hash, permit id -> "<N> <token> <granted ms> <weight> <meta>";
+--                  field "#cap" -> the capacity the latest caller asked for
+-- KEYS[3] token:   string, the last fencing token handed out
+-- KEYS[4] queue:   sorted set, waiter id -> ticket: the order of arrival
+-- KEYS[5] waiters: hash, waiter id -> "<lease expiry ms> <N> <weight> <since ms> <meta>";
+--                  field "#seq" -> the last ticket handed out
+-- A waiter's id is the permit id it will hold. Meta is opaque to the scripts.
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- hmget reads many fields of a hash, a slice at a time (Lua's unpack has a limit).
+local function hmget(key, ids)
+  local out = {}
+  for i = 1, #ids, 500 do
+    local part = redis.call('HMGET', key, unpack(ids, i, math.min(i + 499, #ids)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
+-- sweep removes the holders whose lease lapsed and the waiters whose lease
+-- lapsed (gone without leaving: killed, host lost). It tells whether it
+-- removed any, since that can give someone else their turn.
+local function sweep()
+  local changed = false
+  local lapsed = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  if #lapsed > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    for i = 1, #lapsed, 500 do
+      redis.call('HDEL', KEYS[2], unpack(lapsed, i, math.min(i + 499, #lapsed)))
+    end
+    changed = true
+  end
+  local queue = redis.call('ZRANGE', KEYS[4], 0, -1)
+  if #queue > 0 then
+    local recs = hmget(KEYS[5], queue)
+    for i, w in ipairs(queue) do
+      local rec = recs[i]
+      if not rec or tonumber(string.match(rec, '^(%d+)')) <= now then
+        redis.call('ZREM', KEYS[4], w)
+        redis.call('HDEL', KEYS[5], w)
+        changed = true
+      end
+    end
+  end
+  return changed
+end
+
+-- used is how many seats the holders take: the sum of their weights.
+local function used()
+  local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+  local sum = 0
+  for _, rec in ipairs(hmget(KEYS[2], ids)) do
+    sum = sum + (rec and tonumber(string.match(rec, '^%d+ %d+ %d+ (%d+) ')) or 1)
+  end
+  return sum
+end
+
+-- ready lists, in order, the waiters whose turn it is, with busy seats
+-- taken: walking the line from its head, each waiter that fits beside the
+-- holders and the waiters before it, under its own N. The first that does
+-- not fit ends the walk, so nobody passes a waiter, however heavy.
+local function ready(busy)
+  local out = {}
+  local queue = redis.call('ZRANGE', KEYS[4], 0, -1)
+  if #queue == 0 then return out end
+  local recs = hmget(KEYS[5], queue)
+  for i, w in ipairs(queue) do
+    local n, weight = string.match(recs[i] or '', '^%d+ (%d+) (%d+) ')
+    if not n or busy + tonumber(weight) > tonumber(n) then break end
+    busy = busy + tonumber(weight)
+    out[#out + 1] = w
+  end
+  return out
+end
+
+-- wake tells the waiters whose turn it is, but the caller, to ask again: one
+-- message naming them, on the key's channel.
+local function wake(channel, busy, caller)
+  local ids = {}
+  for _, w in ipairs(ready(busy)) do
+    if w ~= caller then ids[#ids + 1] = w end
+  end
+  if #ids > 0 then redis.call('PUBLISH', channel, table.concat(ids, ' ')) end
+end
+
+-- earliest is how long until the first lease can lapse; 0 with no holder.
+local function earliest()
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if #first == 0 then return 0 end
+  return tonumber(first[2]) - now
+end
+
+-- keepalive makes every key live at least as long as the longest lease, or
+-- ms, and a second more, so an abandoned semaphore vanishes on its own. It
+-- never shortens a key's life: a waiter's lease may be the longest.
+local function keepalive(ms)
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
+  for i = 1, 5 do
+    local left = redis.call('PTTL', KEYS[i])
+    if left == -1 or (left >= 0 and left < ms + 1000) then
+      redis.call('PEXPIRE', KEYS[i], ms + 1000)
+    end
+  end
+end
+
