@@ -1,143 +1,374 @@
-// Command bench measures semrun next to its peers on this machine, in one
-// run, and prints each one's time as a ratio to flock(1)'s, measured in the
-// same run: absolute times on a shared machine say little, ratios do.
+// Command bench measures semrun next to its peers, flock(1) and GNU sem, on
+// this machine, in one run, and prints ratios as well as absolute times:
+// absolute times on a shared machine say little, ratios to a peer measured
+// in the same run do.
 //
-//	go run ./bench [-rounds 400] [-sem-rounds 30]
+//	go run ./bench [-only overhead,handoff,commands,utilization,rss] [-markdown]
+//
+// Its parts, each printed as a table with its targets:
+//
+//   - overhead: whole-process time of one uncontended run.
+//   - handoff: 20 processes for 1 permit, each child holding 50ms; the gaps
+//     from one child's end to the next one's start, p50 and p99, and where
+//     their time goes.
+//   - commands: Redis commands per grant, 100 semruns started at once.
+//   - utilization: 60 jobs of 100ms from 20 processes under 3 permits; the
+//     seats' busy time over the makespan.
+//   - rss: resident memory of a waiting and of a holding semrun.
+//
+// -markdown prints the tables as markdown, for the README; -h lists the
+// options. The children the contenders run are a small C program where a C
+// compiler is found (childc.go), else a small Go one (child.go): each
+// records its start and end on CLOCK_MONOTONIC.
 //
 // bench/run installs the peers (flock, GNU sem) when they are missing and
-// then runs this.
+// then runs this. The Redis parts need redis-server: the bench starts its
+// own on a free loopback port. Every process it starts is stopped, on an
+// error or a signal too, and its temporary directory removed.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"text/tabwriter"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/semrun/semrun/internal/redistest"
 )
 
-// A contender is one command line whose whole-process time is measured.
-type contender struct {
-	name  string
-	argv  []string
-	every int // measured in one round out of every
-	times []time.Duration
+type options struct {
+	only     string
+	markdown bool
+
+	rounds, semRounds int // overhead
+
+	handoffRounds, handoffSemRounds, waiters int
+	hold                                     time.Duration
+	handoffTrace                             bool
+
+	commandWaiters int
+
+	utilRounds, utilSemRounds int
+}
+
+type part struct {
+	name string
+	run  func(*bench) ([]*table, error)
+}
+
+var parts = []part{
+	{"overhead", (*bench).overhead},
+	{"handoff", (*bench).handoff},
+	{"commands", (*bench).commands},
+	{"utilization", (*bench).utilization},
+	{"rss", (*bench).rss},
 }
 
 func main() {
-	rounds := flag.Int("rounds", 400, "rounds; each runs every contender once, in random order")
-	semRounds := flag.Int("sem-rounds", 30, "rounds that also run GNU sem, which is slow")
-	flag.Parse()
-	if err := run(*rounds, *semRounds); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	var o options
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = p.name
 	}
+	flag.StringVar(&o.only, "only", strings.Join(names, ","), "comma-separated parts to run")
+	flag.BoolVar(&o.markdown, "markdown", false, "print markdown tables, for the README")
+	flag.IntVar(&o.rounds, "rounds", 400, "overhead: rounds; each runs every contender once, in random order")
+	flag.IntVar(&o.semRounds, "sem-rounds", 30, "overhead: rounds that also run GNU sem, which is slow")
+	flag.IntVar(&o.handoffRounds, "handoff-rounds", 8, "handoff: rounds per contender")
+	flag.IntVar(&o.handoffSemRounds, "handoff-sem-rounds", 2, "handoff: rounds for GNU sem, whose waiters poll")
+	flag.IntVar(&o.waiters, "waiters", 20, "handoff: processes per round, one permit")
+	flag.DurationVar(&o.hold, "hold", 50*time.Millisecond, "handoff: how long each child holds")
+	flag.BoolVar(&o.handoffTrace, "handoff-trace", true, "handoff: one more round of semrun with Redis, traced with MONITOR")
+	flag.IntVar(&o.commandWaiters, "command-waiters", 100, "commands: semrun processes started at once")
+	flag.IntVar(&o.utilRounds, "util-rounds", 3, "utilization: rounds per contender")
+	flag.IntVar(&o.utilSemRounds, "util-sem-rounds", 1, "utilization: rounds for GNU sem")
+	flag.Parse()
+	var chosen []part
+	for _, name := range strings.Split(o.only, ",") {
+		i := slices.IndexFunc(parts, func(p part) bool { return p.name == strings.TrimSpace(name) })
+		if i < 0 {
+			fmt.Fprintf(os.Stderr, "bench: -only: unknown part %q (parts: %s)\n", name, strings.Join(names, ","))
+			os.Exit(2)
+		}
+		chosen = append(chosen, parts[i])
+	}
+	if o.waiters < 2 || o.commandWaiters < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -waiters must be at least 2, -command-waiters at least 1")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	code := run(ctx, o, chosen)
+	stop()
+	os.Exit(code)
 }
 
-func run(rounds, semRounds int) error {
+// bench is what every part needs.
+type bench struct {
+	ctx    context.Context
+	o      options
+	dir    string   // removed at the end
+	root   string   // the module's root
+	semrun string   // built as releases are
+	child  string   // the child the contenders run (see childc.go)
+	childC bool     // written in C, else in Go
+	env    []string // for every process started
+	redis  *redistest.Server
+	flock  bool
+	sem    bool
+	seq    int // for fresh key names
+}
+
+func run(ctx context.Context, o options, chosen []part) int {
 	dir, err := os.MkdirTemp("", "semrun-bench-")
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
 	}
-	defer os.RemoveAll(dir)
-	semrun, err := build(dir)
-	if err != nil {
-		return err
+	b := &bench{ctx: ctx, o: o, dir: dir}
+	defer func() { // on every path: the processes, then the server, then the files
+		running.stopAll()
+		if b.redis != nil {
+			b.redis.Stop()
+		}
+		os.RemoveAll(dir)
+	}()
+	if err := b.setup(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
 	}
+	header := b.machine()
+	if o.markdown {
+		fmt.Printf("Measured with `go run ./bench` on %s.\n\n", header)
+	} else {
+		fmt.Printf("semrun bench: %s\n\n", header)
+	}
+	code := 0
+	for _, p := range chosen {
+		if ctx.Err() != nil {
+			break
+		}
+		began := time.Now()
+		tables, err := p.run(b)
+		for _, t := range tables {
+			t.print(os.Stdout, o.markdown)
+		}
+		if err != nil && ctx.Err() == nil { // once interrupted, failures are the bench's own doing
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", p.name, err)
+			code = 1
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s took %v\n", p.name, time.Since(began).Round(100*time.Millisecond))
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench: interrupted")
+		return 130
+	}
+	return code
+}
 
-	cs := []*contender{
-		{name: "true", argv: []string{"true"}},
-		{name: "flock f true", argv: []string{"flock", filepath.Join(dir, "f"), "true"}},
-		{name: "semrun --local -n 3 -- true", argv: []string{semrun, "--local", "--lock-dir", filepath.Join(dir, "locks"), "-k", "b", "-n", "3", "--", "true"}},
-		{name: "semrun version", argv: []string{semrun, "version"}},
+// setup builds semrun, finds the peers and starts redis-server.
+func (b *bench) setup() error {
+	var err error
+	// Isolated from the user's semrun config and SEMRUN_* variables, and
+	// GNU sem keeps its semaphores in the temporary directory.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SEMRUN_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") &&
+			!strings.HasPrefix(kv, "PARALLEL_HOME=") {
+			b.env = append(b.env, kv)
+		}
+	}
+	b.env = append(b.env, "XDG_CONFIG_HOME="+filepath.Join(b.dir, "config"), "PARALLEL_HOME="+filepath.Join(b.dir, "parallel"))
+	// The module's root, wherever in it the bench was started.
+	out, err := exec.CommandContext(b.ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return fmt.Errorf("find the module's root (run the bench inside it): %w", err)
+	}
+	b.root = strings.TrimSpace(string(out))
+	if b.semrun, err = b.build("semrun", "."); err != nil {
+		return err
+	}
+	if err := b.buildChild(); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("flock"); err == nil {
+		b.flock = true
+	} else {
+		fmt.Fprintln(os.Stderr, "bench: flock not found (Debian package util-linux); left out")
 	}
 	if _, err := exec.LookPath("sem"); err == nil {
-		cs = append(cs, &contender{name: "sem -j 3 true", every: max(rounds/max(semRounds, 1), 1),
-			argv: []string{"sem", "--will-cite", "--fg", "--id", "semrun-bench", "-j", "3", "true"}})
+		b.sem = true
 	} else {
 		fmt.Fprintln(os.Stderr, "bench: GNU sem not found (Debian package parallel); left out")
 	}
 	if redistest.Available() == nil {
-		srv, err := redistest.Start(dir)
-		if err != nil {
+		if b.redis, err = redistest.Start(b.dir); err != nil {
 			return err
 		}
-		defer srv.Stop()
-		cs = append(cs, &contender{name: "semrun -n 3 -- true (Redis)",
-			argv: []string{semrun, "--redis", srv.URL(), "-k", "b", "-n", "3", "--", "true"}})
 	} else {
 		fmt.Fprintln(os.Stderr, "bench: redis-server not found; Redis left out")
 	}
-	for _, c := range cs {
-		if _, err := exec.LookPath(c.argv[0]); err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		if err := exec.Command(c.argv[0], c.argv[1:]...).Run(); err != nil { // warm caches
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-	}
-
-	for r := range rounds {
-		for _, i := range rand.Perm(len(cs)) {
-			c := cs[i]
-			if c.every > 1 && r%c.every != 0 {
-				continue
-			}
-			cmd := exec.Command(c.argv[0], c.argv[1:]...)
-			start := time.Now()
-			if err := cmd.Run(); err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
-			}
-			c.times = append(c.times, time.Since(start))
-		}
-	}
-	report(cs, rounds)
 	return nil
 }
 
-// build compiles semrun as releases are built: static, trimmed, stripped.
-func build(dir string) (string, error) {
-	out := filepath.Join(dir, "semrun")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
+// build compiles pkg, relative to the module's root, as releases are
+// built: static, trimmed, stripped.
+func (b *bench) build(name, pkg string) (string, error) {
+	out := filepath.Join(b.dir, name)
+	cmd := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = b.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build semrun: %w", err)
+		return "", fmt.Errorf("build %s: %w", name, err)
 	}
 	return out, nil
 }
 
-func report(cs []*contender, rounds int) {
-	var base time.Duration
-	for _, c := range cs {
-		slices.Sort(c.times)
-		if c.name == "flock f true" {
-			base = quantile(c.times, 0.5)
+// buildChild builds the child in C when a C compiler is found (static
+// where the C library allows), else in Go.
+func (b *bench) buildChild() error {
+	b.child = filepath.Join(b.dir, "child")
+	if cc, err := exec.LookPath("cc"); err == nil {
+		src := filepath.Join(b.dir, "child.c")
+		if err := os.WriteFile(src, []byte(childC), 0o644); err != nil {
+			return err
+		}
+		for _, static := range []bool{true, false} {
+			args := []string{"-O2", "-o", b.child, src}
+			if static {
+				args = append(args, "-static")
+			}
+			cmd := exec.CommandContext(b.ctx, cc, args...)
+			if out, err := cmd.CombinedOutput(); err == nil {
+				b.childC = true
+				return nil
+			} else if !static {
+				fmt.Fprintf(os.Stderr, "bench: cc child.c: %v: %s; using the Go child\n", err, out)
+			}
 		}
 	}
-	host, _ := os.Hostname()
-	fmt.Printf("whole-process time, %d rounds in random order, %s, %d CPUs, %s, %s\n\n",
-		rounds, runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), host, time.Now().Format("2006-01-02"))
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "command\truns\tp50\tp90\tp50 / flock's\t")
-	for _, c := range cs {
-		p50 := quantile(c.times, 0.5)
-		fmt.Fprintf(tw, "%s\t%d\t%v\t%v\t%.2f×\t\n", c.name, len(c.times),
-			p50.Round(10*time.Microsecond), quantile(c.times, 0.9).Round(10*time.Microsecond), float64(p50)/float64(base))
-	}
-	tw.Flush()
+	_, err := b.build("child", filepath.Join("bench", "child.go"))
+	return err
 }
 
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
+// childName says what the child is, for the notes.
+func (b *bench) childName() string {
+	if b.childC {
+		return "a small C program (childc.go, built with cc)"
 	}
-	return sorted[int(q*float64(len(sorted)-1))]
+	return "a small Go program (bench/child.go; no C compiler was found)"
+}
+
+// machine names the machine, the date and the peers' versions.
+func (b *bench) machine() string {
+	host, _ := os.Hostname()
+	cpu := ""
+	if info, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(info), "\n") {
+			if name, val, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(name) == "model name" {
+				cpu = " (" + strings.TrimSpace(val) + ")"
+				break
+			}
+		}
+	}
+	s := fmt.Sprintf("%s, %d CPUs%s, host %s, %s, %s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), cpu,
+		host, time.Now().Format("2006-01-02 15:04 MST"), runtime.Version())
+	g := newGroup(b.ctx, b.env)
+	defer g.close()
+	version := func(argv ...string) string {
+		p, err := g.start(argv, true)
+		if err != nil || p.wait() != nil {
+			return ""
+		}
+		line, _, _ := strings.Cut(p.out.String(), "\n")
+		return strings.TrimSpace(line)
+	}
+	if b.redis != nil {
+		v := version("redis-server", "--version")
+		if i := strings.Index(v, "v="); i >= 0 {
+			v, _, _ = strings.Cut(v[i+2:], " ")
+		}
+		s += ", redis-server " + v
+	}
+	if b.flock {
+		s += ", " + version("flock", "--version")
+	}
+	if b.sem {
+		s += ", " + version("parallel", "--version")
+	}
+	return s
+}
+
+// A locker runs a command under one of n permits of a key.
+type locker struct {
+	name string
+	argv func(key string, n int, command []string) []string
+}
+
+// lockers are semrun with Redis, semrun --local, flock and GNU sem, those
+// that are here and that can count to n.
+func (b *bench) lockers(n int) []*locker {
+	var ls []*locker
+	if b.redis != nil {
+		url := b.redis.URL()
+		ls = append(ls, &locker{name: "semrun (Redis)", argv: func(key string, n int, c []string) []string {
+			return append([]string{b.semrun, "--redis", url, "-k", key, "-n", strconv.Itoa(n), "--"}, c...)
+		}})
+	}
+	locks := filepath.Join(b.dir, "locks")
+	ls = append(ls, &locker{name: "semrun --local", argv: func(key string, n int, c []string) []string {
+		return append([]string{b.semrun, "--local", "--lock-dir", locks, "-k", key, "-n", strconv.Itoa(n), "--"}, c...)
+	}})
+	if b.flock && n == 1 {
+		ls = append(ls, &locker{name: "flock", argv: func(key string, _ int, c []string) []string {
+			return append([]string{"flock", filepath.Join(b.dir, "flock-"+key)}, c...)
+		}})
+	}
+	if b.sem {
+		ls = append(ls, &locker{name: "GNU sem", argv: func(key string, n int, c []string) []string {
+			return append([]string{"sem", "--will-cite", "--fg", "--id", "semrun-bench-" + key, "-j", strconv.Itoa(n)}, c...)
+		}})
+	}
+	return ls
+}
+
+func find(ls []*locker, name string) *locker {
+	for _, l := range ls {
+		if l.name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// key returns a key, and log path, used by nothing before.
+func (b *bench) key(what string) (string, string) {
+	b.seq++
+	k := fmt.Sprintf("%s-%d", what, b.seq)
+	return k, filepath.Join(b.dir, k+".log")
+}
+
+// childArgv is the child that records its run in log, holding for hold:
+// a duration, or gate:PATH to hold until PATH exists.
+func (b *bench) childArgv(log, hold string) []string {
+	if d, err := time.ParseDuration(hold); err == nil {
+		hold = strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	}
+	return []string{b.child, log, hold}
+}
+
+// code shows a command line as code in markdown.
+func (b *bench) code(s string) string {
+	if b.o.markdown {
+		return "`" + s + "`"
+	}
+	return s
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// commandsTarget is the most top-level commands one grant may cost.
+const commandsTarget = 6.0
+
+// Commands a client sends itself, never a script.
+var topLevel = map[string]bool{
+	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true,
+	"script": true, "subscribe": true, "unsubscribe": true, "psubscribe": true, "punsubscribe": true,
+	"ssubscribe": true, "sunsubscribe": true, "ping": true, "hello": true, "client": true, "select": true,
+	"auth": true, "quit": true, "reset": true, "readonly": true, "echo": true, "multi": true, "exec": true,
+	"discard": true, "watch": true, "unwatch": true,
+}
+
+// commands counts the Redis commands semrun sends per grant when many
+// wait: the statistics are reset, semruns all start at once on one key
+// with one permit and a child that does nothing, and INFO commandstats
+// tells what the server ran.
+func (b *bench) commands() ([]*table, error) {
+	if b.redis == nil {
+		fmt.Fprintln(os.Stderr, "bench: commands: skipped, without redis-server")
+		return nil, nil
+	}
+	n := b.o.commandWaiters
+	key, _ := b.key("commands")
+	ls := b.lockers(1)
+	l := find(ls, "semrun (Redis)")
+	argv := l.argv(key, 1, []string{"true"})
+	g := newGroup(b.ctx, b.env)
+	defer g.close()
+	// Loads the scripts, as any earlier run on the server would have.
+	if err := g.run(argv, true); err != nil {
+		return nil, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	if err := c.Ping(b.ctx).Err(); err != nil { // connected before the reset
+		return nil, err
+	}
+	if err := c.ConfigResetStat(b.ctx).Err(); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	for range n {
+		if _, err := g.start(argv, true); err != nil {
+			return nil, err
+		}
+	}
+	if err := g.waitAll(); err != nil {
+		return nil, err
+	}
+	took := time.Since(began)
+	info, err := c.Info(b.ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	calls := commandStats(info)
+	delete(calls, "config|resetstat") // the bench's own
+	delete(calls, "info")
+	scripted := scriptCommands(b.root)
+
+	type count struct {
+		name  string
+		calls int64
+	}
+	var top []count
+	var all, topTotal int64
+	for name, n := range calls {
+		all += n
+		base, _, _ := strings.Cut(name, "|")
+		if topLevel[base] || (scripted != nil && !scripted[base]) {
+			top = append(top, count{name, n})
+			topTotal += n
+		}
+	}
+	slices.SortFunc(top, func(a, b count) int { return cmp.Compare(b.calls, a.calls) })
+	grants := float64(n) // every semrun exited 0, so each was granted once
+	per := float64(topTotal) / grants
+
+	t := &table{
+		title: fmt.Sprintf("commands: Redis commands per grant, %d semruns started at once on one key, -n 1, child `true`", n),
+		head:  []string{"commands", "calls", "per grant", "target"},
+	}
+	t.add("top-level, sent by semrun", fmt.Sprint(topTotal), fmt.Sprintf("%.2f", per),
+		fmt.Sprintf("≤ %.0f: %s", commandsTarget, verdict(per <= commandsTarget)))
+	for _, c := range top {
+		t.add("top-level: "+strings.ToUpper(c.name), fmt.Sprint(c.calls), fmt.Sprintf("%.2f", float64(c.calls)/grants), "")
+	}
+	t.add("all, with those the scripts run", fmt.Sprint(all), fmt.Sprintf("%.1f", float64(all)/grants), "")
+	if scripts := calls["evalsha"] + calls["eval"]; scripts > 0 {
+		t.add("run by scripts, per script", fmt.Sprint(all-topTotal), fmt.Sprintf("%.1f / script", float64(all-topTotal)/float64(scripts)), "")
+	}
+	t.note("%d grants in %v, %.0f grants/s; %d of %d semruns subscribed to wait.", n, took.Round(time.Millisecond),
+		grants/took.Seconds(), calls["subscribe"], n)
+	if scripted != nil {
+		t.note("Top-level: EVALSHA, EVAL, (UN)SUBSCRIBE, PING, SCRIPT and any command the scripts in internal/semaphore/*.lua never call; the bench's own CONFIG RESETSTAT and INFO are left out.")
+	} else {
+		t.note("Top-level: EVALSHA, EVAL, (UN)SUBSCRIBE, PING, SCRIPT and other connection commands (the scripts' sources were not found to tell more); the bench's own CONFIG RESETSTAT and INFO are left out.")
+	}
+	return []*table{t}, nil
+}
+
+// commandStats reads the calls of each command from INFO commandstats.
+func commandStats(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, l := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, stats, _ := strings.Cut(rest, ":")
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[name] = n
+			}
+		}
+	}
+	return out
+}
+
+var redisCall = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z_]+)['"]`)
+
+// scriptCommands are the commands semrun's scripts call, from their
+// sources in the module at root, or nil.
+func scriptCommands(root string) map[string]bool {
+	files, _ := filepath.Glob(filepath.Join(root, "internal", "semaphore", "*.lua"))
+	if len(files) == 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return nil
+		}
+		for _, m := range redisCall.FindAllSubmatch(src, -1) {
+			out[strings.ToLower(string(m[1]))] = true
+		}
+	}
+	return out
+}

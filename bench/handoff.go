@@ -1,0 +1,275 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Handoff targets: semrun with Redis against flock, in the same run.
+const (
+	handoffP50Target = 1.3
+	handoffP99Target = 2.0
+)
+
+// handoffs are what handoff rounds measured.
+type handoffs struct {
+	gaps     []time.Duration // from a child's end to the next one's start
+	crowded  []time.Duration // those with more than half the waiters still waiting
+	thinned  []time.Duration // and the others
+	exits    []time.Duration // from a child's end to its lock's process exiting
+	granted  []time.Duration // from a child's end to the next one's grant (semrun)
+	started  []time.Duration // from a grant to its child's start (semrun)
+	overlaps int             // children that started before the one before ended
+	phases                   // with a trace
+}
+
+func (h *handoffs) add(o handoffs) {
+	h.gaps = append(h.gaps, o.gaps...)
+	h.crowded = append(h.crowded, o.crowded...)
+	h.thinned = append(h.thinned, o.thinned...)
+	h.exits = append(h.exits, o.exits...)
+	h.granted = append(h.granted, o.granted...)
+	h.started = append(h.started, o.started...)
+	h.overlaps += o.overlaps
+}
+
+// handoff measures how long a permit lies idle between two holders: in
+// each round, waiters queue behind a first holder; when it lets go, each
+// child in turn holds for -hold. The gaps are from one child's end to the
+// next child's start, on the clock all processes share.
+func (b *bench) handoff() ([]*table, error) {
+	type result struct {
+		l      *locker
+		rounds int
+		handoffs
+	}
+	var rs []*result
+	for _, l := range b.lockers(1) {
+		n := b.o.handoffRounds
+		if l.name == "GNU sem" {
+			n = b.o.handoffSemRounds
+		}
+		if n > 0 {
+			rs = append(rs, &result{l: l, rounds: n})
+		}
+	}
+	startup, err := b.childStartup(20)
+	if err != nil {
+		return nil, err
+	}
+	var failed error
+rounds:
+	for round := range max(b.o.handoffRounds, b.o.handoffSemRounds) {
+		for _, i := range rand.Perm(len(rs)) { // interleaved, so that noise falls on all
+			r := rs[i]
+			if round >= r.rounds {
+				continue
+			}
+			h, err := b.handoffRound(r.l, false)
+			if err != nil {
+				failed = fmt.Errorf("%s: %w", r.l.name, err)
+				break rounds
+			}
+			r.add(h)
+		}
+	}
+	// One more round of semrun with Redis, traced with MONITOR, which
+	// costs Redis and the bench some time: not in the table.
+	var traced handoffs
+	if l := find(b.lockers(1), "semrun (Redis)"); l != nil && b.o.handoffTrace && failed == nil {
+		if traced, err = b.handoffRound(l, true); err != nil {
+			failed = fmt.Errorf("semrun (Redis), traced: %w", err)
+		}
+	}
+
+	t := &table{
+		title: fmt.Sprintf("handoff: %d processes for 1 permit, each child holding %v; gap from one child's end to the next one's start",
+			b.o.waiters, b.o.hold),
+		head: []string{"lock", "gaps", "p50", "p99", "max", "p50 / flock's", "p99 / flock's", "target"},
+	}
+	where := &table{
+		title: "handoff: where the time of a gap goes (p50s)",
+		head: []string{"lock", "gap", fmt.Sprintf("gap, > %d waiting", (b.o.waiters-2)/2), fmt.Sprintf("gap, ≤ %d waiting", (b.o.waiters-2)/2),
+			"child's end → its lock's process exits", "child's end → next grant", "grant → next child's start"},
+	}
+	var flock50, flock99 time.Duration
+	for _, r := range rs {
+		slices.Sort(r.gaps)
+		if r.l.name == "flock" {
+			flock50, flock99 = quantile(r.gaps, 0.5), quantile(r.gaps, 0.99)
+		}
+	}
+	p50 := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return "–"
+		}
+		slices.Sort(ds)
+		return ms(quantile(ds, 0.5))
+	}
+	for _, r := range rs {
+		if len(r.gaps) == 0 {
+			continue
+		}
+		g50, g99 := quantile(r.gaps, 0.5), quantile(r.gaps, 0.99)
+		target := ""
+		if r.l.name == "semrun (Redis)" {
+			target = fmt.Sprintf("p50 ≤ %.1f×, p99 ≤ %.0f×", handoffP50Target, handoffP99Target)
+			if flock50 > 0 {
+				ok50 := float64(g50) <= handoffP50Target*float64(flock50)
+				ok99 := float64(g99) <= handoffP99Target*float64(flock99)
+				target += ": " + verdict(ok50 && ok99)
+				switch {
+				case !ok50 && ok99:
+					target += " (p50)"
+				case ok50 && !ok99:
+					target += " (p99)"
+				}
+			}
+		}
+		t.add(r.l.name, fmt.Sprint(len(r.gaps)), ms(g50), ms(g99), ms(r.gaps[len(r.gaps)-1]),
+			ratio(float64(g50), float64(flock50)), ratio(float64(g99), float64(flock99)), target)
+		where.add(r.l.name, ms(g50), p50(r.crowded), p50(r.thinned), p50(r.exits), p50(r.granted), p50(r.started))
+	}
+	t.note("Each round: one holder takes the permit, %d waiters start and queue behind it (the bench waits until they use no CPU), then it lets go; %d gaps a round, %d rounds (GNU sem %d). p99 is the nearest rank: with few gaps, close to the max.",
+		b.o.waiters-1, b.o.waiters-1, b.o.handoffRounds, b.o.handoffSemRounds)
+	t.note("flock: `flock FILE child`; GNU sem: `sem --fg --id K -j 1 child`, whose waiters poll with a random sleep of up to a second.")
+	var overlapped []string
+	for _, r := range rs {
+		if r.overlaps > 0 {
+			overlapped = append(overlapped, fmt.Sprintf("%s %d times", r.l.name, r.overlaps))
+		}
+	}
+	if len(overlapped) > 0 {
+		t.note("TWO CHILDREN RAN AT ONCE under one permit: %s.", strings.Join(overlapped, ", "))
+		failed = errors.Join(failed, fmt.Errorf("permit held twice: %s", strings.Join(overlapped, ", ")))
+	} else {
+		t.note("No two children ever ran at once.")
+	}
+
+	where.note("The child is %s; started directly by the bench, it takes %s (p50) from fork to its first timestamp: that much of every gap is the child's own start.", b.childName(), ms(startup))
+	where.note("Waiting: the processes still waiting behind the next holder, in the gap before its child starts.")
+	where.note("Its lock's process exits: when the bench reaps the semrun, flock or sem that ran the child. semrun releases before it exits; flock's lock is freed as it exits.")
+	where.note("Grant: the fencing token semrun hands the child (`$SEMRUN_FENCING_TOKEN`), which is the grant's time in µs on the host's clock (Redis's TIME, or the local clock).")
+	if len(traced.release) > 0 {
+		where.note("semrun (Redis), one more round traced with Redis's MONITOR: gap p50 %s. Of it (p50s of %d gaps): from a child's end to its semrun's release reaching Redis %s; from there to the next semrun's granted acquire reaching Redis %s, of which the release script took %s to PUBLISH the wake-up; from there to the next child's start %s.",
+			p50(traced.gaps), len(traced.release), p50(traced.release), p50(traced.wake), p50(traced.publish), p50(traced.start))
+	}
+	return []*table{t, where}, failed
+}
+
+// handoffRound runs one round under l; with trace, it also tells where
+// the time of the gaps goes, from Redis's MONITOR.
+func (b *bench) handoffRound(l *locker, trace bool) (handoffs, error) {
+	key, log := b.key("handoff")
+	gate := log + ".open"
+	g := newGroup(b.ctx, b.env)
+	defer g.close()
+	first, err := g.start(l.argv(key, 1, b.childArgv(log, "gate:"+gate)), true)
+	if err != nil {
+		return handoffs{}, err
+	}
+	if err := waitStarted(b.ctx, log, 1, first, 30*time.Second); err != nil {
+		return handoffs{}, err
+	}
+	var waiting []*proc
+	for range b.o.waiters - 1 {
+		p, err := g.start(l.argv(key, 1, b.childArgv(log, b.o.hold.String())), true)
+		if err != nil {
+			return handoffs{}, err
+		}
+		waiting = append(waiting, p)
+	}
+	if err := settle(b.ctx, waiting, 150*time.Millisecond, 20*time.Second); err != nil {
+		return handoffs{}, err
+	}
+	if n := started(log); n != 1 {
+		return handoffs{}, fmt.Errorf("%d children started while the first held the only permit", n-1)
+	}
+	var mon *monitor
+	if trace {
+		if mon, err = startMonitor(b.redis.Addr); err != nil {
+			return handoffs{}, err
+		}
+		defer func() {
+			if mon != nil {
+				mon.calls()
+			}
+		}()
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		return handoffs{}, err
+	}
+	if err := g.waitAll(); err != nil {
+		return handoffs{}, err
+	}
+	ivs, err := readLog(log)
+	if err != nil {
+		return handoffs{}, err
+	}
+	if len(ivs) != b.o.waiters {
+		return handoffs{}, fmt.Errorf("%d children ran, want %d", len(ivs), b.o.waiters)
+	}
+	var h handoffs
+	if mon != nil {
+		h.phases = split(ivs, mon.calls())
+		mon = nil
+	}
+	exits := map[int]int64{} // the pid of a lock's process: when it exited
+	for _, p := range g.list() {
+		exits[p.pid()] = p.exitAt
+	}
+	offset := realtimeOffset()
+	for i := 1; i < len(ivs); i++ {
+		prev, next := ivs[i-1], ivs[i]
+		gap := time.Duration(next.start - prev.end)
+		if gap < 0 {
+			h.overlaps++
+		}
+		h.gaps = append(h.gaps, gap)
+		if waiting := len(ivs) - 1 - i; 2*waiting > len(ivs)-2 {
+			h.crowded = append(h.crowded, gap)
+		} else {
+			h.thinned = append(h.thinned, gap)
+		}
+		if exit, ok := exits[prev.ppid]; ok {
+			h.exits = append(h.exits, time.Duration(exit-prev.end))
+		}
+		// A token that is not a time of the handoff (one more than the
+		// last, on a clock that went back) tells nothing.
+		if next.token > 0 {
+			grant := next.token*1000 - offset
+			if grant > prev.end-int64(time.Millisecond) && grant <= next.start {
+				h.granted = append(h.granted, time.Duration(grant-prev.end))
+				h.started = append(h.started, time.Duration(next.start-grant))
+			}
+		}
+	}
+	return h, nil
+}
+
+// childStartup is the p50 time from starting the child directly to its
+// first timestamp: the floor of every gap.
+func (b *bench) childStartup(n int) (time.Duration, error) {
+	g := newGroup(b.ctx, b.env)
+	defer g.close()
+	var ds []time.Duration
+	for range n {
+		_, log := b.key("startup")
+		before := monotonic()
+		if err := g.run(b.childArgv(log, "0"), true); err != nil {
+			return 0, err
+		}
+		ivs, err := readLog(log)
+		if err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Duration(ivs[0].start-before))
+	}
+	slices.Sort(ds)
+	return quantile(ds, 0.5), nil
+}

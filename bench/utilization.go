@@ -1,0 +1,204 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The utilization workload: 60 jobs of 100ms from 20 processes, each
+// running 3 in sequence, under 3 permits: 2s of work for each seat.
+const (
+	utilPermits   = 3
+	utilProcs     = 20
+	utilPerProc   = 3
+	utilJob       = 100 * time.Millisecond
+	utilTarget    = 0.99
+	utilSemLocker = "GNU sem"
+)
+
+type utilRound struct {
+	makespan, busy      time.Duration
+	ramp, tail, between time.Duration // seat time lost
+	handoffs            int
+	maxConcurrent       int
+	wall                time.Duration
+}
+
+func (u utilRound) util() float64 {
+	return float64(u.busy) / (utilPermits * float64(u.makespan))
+}
+
+// utilization runs the workload under each lock that counts to 3 and
+// compares the seats' busy time with the makespan, from the first job's
+// start to the last one's end.
+func (b *bench) utilization() ([]*table, error) {
+	type result struct {
+		l      *locker
+		rounds int
+		runs   []utilRound
+	}
+	// The floor: no lock, the jobs run in 3 lanes back to back, each
+	// started by the bench as soon as the one before it ended.
+	rs := []*result{{l: &locker{name: "no lock, 3 lanes back to back"}, rounds: b.o.utilRounds}}
+	for _, l := range b.lockers(utilPermits) {
+		n := b.o.utilRounds
+		if l.name == utilSemLocker {
+			n = b.o.utilSemRounds
+		}
+		if n > 0 {
+			rs = append(rs, &result{l: l, rounds: n})
+		}
+	}
+	var failed error
+rounds:
+	for round := range max(b.o.utilRounds, b.o.utilSemRounds) {
+		for _, i := range rand.Perm(len(rs)) {
+			r := rs[i]
+			if round >= r.rounds {
+				continue
+			}
+			u, err := b.utilRound(r.l)
+			if err != nil {
+				failed = fmt.Errorf("%s: %w", r.l.name, err)
+				break rounds
+			}
+			r.runs = append(r.runs, u)
+		}
+	}
+
+	t := &table{
+		title: fmt.Sprintf("utilization: %d jobs of %v from %d processes (%d each, in sequence), %d permits",
+			utilProcs*utilPerProc, utilJob, utilProcs, utilPerProc, utilPermits),
+		head: []string{"lock", "rounds", "makespan", "ideal", "utilization", "worst round", "lost per handoff", "target"},
+	}
+	var lost []string
+	for _, r := range rs {
+		if len(r.runs) == 0 {
+			continue
+		}
+		var mk, busy, ramp, tail, between time.Duration
+		var handoffs int
+		worst := 1.0
+		for _, u := range r.runs {
+			mk += u.makespan
+			busy += u.busy
+			ramp += u.ramp
+			tail += u.tail
+			between += u.between
+			handoffs += u.handoffs
+			worst = min(worst, u.util())
+		}
+		n := time.Duration(len(r.runs))
+		util := float64(busy) / (utilPermits * float64(mk))
+		target := ""
+		if r.l.argv != nil {
+			target = fmt.Sprintf("≥ %.0f%%: %s", 100*utilTarget, verdict(worst >= utilTarget))
+		}
+		perHandoff := between / time.Duration(max(handoffs, 1))
+		t.add(r.l.name, fmt.Sprint(len(r.runs)), ms(mk/n), ms(busy/n/utilPermits),
+			fmt.Sprintf("%.1f%%", 100*util), fmt.Sprintf("%.1f%%", 100*worst), ms(perHandoff), target)
+		lost = append(lost, fmt.Sprintf("%s %s, %s and %s", r.l.name, ms(ramp/n), ms(tail/n), ms(between/n)))
+	}
+	t.note("ideal = the children's busy time / %d (nominally %v); utilization = ideal / makespan; makespan from the first child's start to the last one's end, all on CLOCK_MONOTONIC; lost per handoff: the seat time lost between jobs, per job that followed another on a seat.",
+		utilPermits, time.Duration(utilProcs*utilPerProc)*utilJob/utilPermits)
+	t.note("Each of the %d processes is a goroutine of the bench that runs its %d jobs one after the other, each job one call of the lock whose child holds %v; the child is %s. No lock: %d goroutines each run %d children back to back, which any lock's runs must also spend on starting the children.",
+		utilProcs, utilPerProc, utilJob, b.childName(), utilPermits, utilProcs*utilPerProc/utilPermits)
+	t.note("Seat time lost per round, filling the seats at the start, emptying them at the end and between jobs: %s.", strings.Join(lost, "; "))
+	return []*table{t}, failed
+}
+
+// utilRound runs the workload once under l, or in lanes without argv.
+func (b *bench) utilRound(l *locker) (utilRound, error) {
+	key, log := b.key("util")
+	argv := b.childArgv(log, utilJob.String())
+	procs, perProc := utilProcs, utilPerProc
+	if l.argv != nil {
+		argv = l.argv(key, utilPermits, argv)
+	} else {
+		procs, perProc = utilPermits, utilProcs*utilPerProc/utilPermits
+	}
+	g := newGroup(b.ctx, b.env)
+	defer g.close()
+	var wg sync.WaitGroup
+	errs := make([]error, procs)
+	began := time.Now()
+	for i := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perProc {
+				p, err := g.start(argv, true)
+				if err == nil {
+					err = p.wait()
+				}
+				if err != nil {
+					errs[i] = err
+					g.cancel() // the others need not go on
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(began)
+	if err := errors.Join(errs...); err != nil {
+		return utilRound{}, err
+	}
+	ivs, err := readLog(log)
+	if err != nil {
+		return utilRound{}, err
+	}
+	if len(ivs) != utilProcs*utilPerProc {
+		return utilRound{}, fmt.Errorf("%d jobs ran, want %d", len(ivs), utilProcs*utilPerProc)
+	}
+	u := utilRound{wall: wall, handoffs: len(ivs) - utilPermits}
+	first, last := ivs[0].start, ivs[0].end
+	for _, iv := range ivs {
+		u.busy += time.Duration(iv.end - iv.start)
+		first, last = min(first, iv.start), max(last, iv.end)
+	}
+	u.makespan = time.Duration(last - first)
+	// The seats fill with the first 3 starts and empty with the last 3 ends.
+	for _, iv := range ivs[:utilPermits] {
+		u.ramp += time.Duration(iv.start - first)
+	}
+	ends := make([]int64, len(ivs))
+	for i, iv := range ivs {
+		ends[i] = iv.end
+	}
+	slices.Sort(ends)
+	for _, e := range ends[len(ends)-utilPermits:] {
+		u.tail += time.Duration(last - e)
+	}
+	u.between = utilPermits*u.makespan - u.busy - u.ramp - u.tail
+	// No more than 3 jobs at once, ever.
+	type event struct {
+		at    int64
+		delta int
+	}
+	var evs []event
+	for _, iv := range ivs {
+		evs = append(evs, event{iv.start, 1}, event{iv.end, -1})
+	}
+	slices.SortFunc(evs, func(a, b event) int {
+		if c := cmp.Compare(a.at, b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.delta, b.delta) // an end before a start at the same instant
+	})
+	at := 0
+	for _, e := range evs {
+		at += e.delta
+		u.maxConcurrent = max(u.maxConcurrent, at)
+	}
+	if u.maxConcurrent > utilPermits {
+		return u, fmt.Errorf("%d jobs ran at once under %d permits", u.maxConcurrent, utilPermits)
+	}
+	return u, nil
+}
