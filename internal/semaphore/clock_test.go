@@ -311,7 +311,7 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 		t.Fatalf("waiter: OnWait not called after 5s, want it waiting")
 	}
 	k := keysOf(testPrefix, key)
-	waitFor(t, 5*time.Second, "the waiter subscribed", func() bool { return c.m.PubSubNumSub(k.channel)[k.channel] == 1 })
+	waitFor(t, 5*time.Second, "the waiter subscribed", func() bool { return len(c.m.PubSubChannels(k.channel+":*")) == 1 })
 	time.Sleep(50 * time.Millisecond) // its look after subscribing
 
 	c.advance(holderTTL)

@@ -6,7 +6,9 @@
 -- KEYS[4] queue:   sorted set, waiter id -> ticket: the order of arrival
 -- KEYS[5] waiters: hash, waiter id -> "<lease expiry ms> <N> <weight> <since ms> <meta>";
 --                  field "#seq" -> the last ticket handed out
--- A waiter's id is the permit id it will hold. Meta is opaque to the scripts.
+-- A waiter's id is the permit id it will hold; the waiter listens on the
+-- channel ARGV names, followed by ":" and the first 16 hex digits of the
+-- SHA-1 of its id. Meta is opaque to the scripts.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -77,14 +79,15 @@ local function ready(busy)
   return out
 end
 
--- wake tells the waiters whose turn it is, but the caller, to ask again: one
--- message naming them, on the key's channel.
+-- wake tells the waiters whose turn it is, but the caller, to ask again: a
+-- message on each one's own channel, so that no other waiter wakes. A
+-- channel is named after a hash of the waiter's id, never the id itself.
 local function wake(channel, busy, caller)
-  local ids = {}
   for _, w in ipairs(ready(busy)) do
-    if w ~= caller then ids[#ids + 1] = w end
+    if w ~= caller then
+      redis.call('PUBLISH', channel .. ':' .. string.sub(redis.sha1hex(w), 1, 16), 'turn')
+    end
   end
-  if #ids > 0 then redis.call('PUBLISH', channel, table.concat(ids, ' ')) end
 end
 
 -- earliest is how long until the first lease can lapse; 0 with no holder.

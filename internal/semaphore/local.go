@@ -480,7 +480,9 @@ func (s *Local) Acquire(ctx context.Context, req Request) (Lease, error) {
 		req.OnWait(WaitState{Held: held, Capacity: req.Permits, Position: 1})
 	}
 	w := watchSeats(k)
-	defer w.close()
+	// Dropping the last inotify watch of a directory makes the kernel wait
+	// for a grace period (10ms and more measured): not before the child.
+	defer func() { go w.close() }()
 	recheck := slowRecheck
 	for {
 		lease, _, err := a.try(ctx, nil)

@@ -127,20 +127,27 @@ func runStatus(t *testing.T, c *redis.Client, key string) KeyStatus {
 	return st
 }
 
-// listen subscribes to key's wake-up channel.
-func listen(t *testing.T, c *redis.Client, key string) *redis.PubSub {
-	t.Helper()
-	_, channel := scriptKeys(key)
-	sub := c.Subscribe(context.Background(), channel)
-	t.Cleanup(func() { _ = sub.Close() })
-	if _, err := sub.Receive(context.Background()); err != nil {
-		t.Fatalf("SUBSCRIBE %s: got error %v, want the confirmation", channel, err)
-	}
-	return sub
+// wakeListener hears the wake-ups of every waiter of a key.
+type wakeListener struct {
+	*redis.PubSub
+	channel string // the key's channel, to which each waiter's adds a hash
 }
 
-// woken returns the next message on sub, or "" when none comes within d.
-func woken(t *testing.T, sub *redis.PubSub, d time.Duration) string {
+// listen subscribes to the wake-up channels of every waiter of key.
+func listen(t *testing.T, c *redis.Client, key string) wakeListener {
+	t.Helper()
+	_, channel := scriptKeys(key)
+	sub := c.PSubscribe(context.Background(), channel+":*")
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(context.Background()); err != nil {
+		t.Fatalf("PSUBSCRIBE %s:*: got error %v, want the confirmation", channel, err)
+	}
+	return wakeListener{sub, channel}
+}
+
+// woken returns the channel of the next message on sub, or "" when none
+// comes within d.
+func woken(t *testing.T, sub wakeListener, d time.Duration) string {
 	t.Helper()
 	msg, err := sub.ReceiveTimeout(context.Background(), d)
 	if err != nil {
@@ -154,19 +161,20 @@ func woken(t *testing.T, sub *redis.PubSub, d time.Duration) string {
 	if !ok {
 		t.Fatalf("receive a wake-up: got %T %v, want a message", msg, msg)
 	}
-	return m.Payload
+	return m.Channel
 }
 
-// expectWoken checks that the next message on sub names exactly ids, in order.
-func expectWoken(t *testing.T, sub *redis.PubSub, when string, ids ...string) {
+// expectWoken checks that the next messages on sub wake exactly ids, in
+// order, each on its own channel, and that no other comes.
+func expectWoken(t *testing.T, sub wakeListener, when string, ids ...string) {
 	t.Helper()
-	want := strings.Join(ids, " ")
-	wait := 2 * time.Second
-	if want == "" {
-		wait = 50 * time.Millisecond // nothing should come: wait a little
+	for _, id := range ids {
+		if got, want := woken(t, sub, 2*time.Second), wakeChannel(sub.channel, id); got != want {
+			t.Errorf("wake-up %s: got a message on %q, want one on %q (waiter %s)", when, got, want, id)
+		}
 	}
-	if got := woken(t, sub, wait); got != want {
-		t.Errorf("wake-up message %s: got %q, want %q", when, got, want)
+	if got := woken(t, sub, 50*time.Millisecond); got != "" { // nothing more should come: wait a little
+		t.Errorf("wake-up %s: got a message on %q, want no more than %d", when, got, len(ids))
 	}
 }
 
