@@ -127,7 +127,7 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 		return usageErrorf("%s: must be from 1 to %d", show("permits", o.permits), maxPermits)
 	}
 	if o.weight < 1 || o.weight > o.permits {
-		return usageErrorf("%s: must be from 1 to the %d permits", show("weight", o.weight), o.permits)
+		return usageErrorf("%s: must be from 1 to %s", show("weight", o.weight), permits(o.permits, ""))
 	}
 	if o.ttl < time.Second || o.ttl > maxTTL {
 		return usageErrorf("%s: must be from 1s to %v", show("ttl", o.ttl), maxTTL)
@@ -231,15 +231,16 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	}
 	// On a terminal a person watches: one line, kept up to date. Elsewhere
 	// (cron) only --verbose says it, once.
+	var line *waitLine
+	defer func() { line.clear() }()
 	switch {
 	case !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())):
-		line := newWaitLine(o.streams.Err, o.key)
-		defer line.clear()
+		line = newWaitLine(o.streams.Err, o.key)
 		req.OnWait = line.update
 	case o.verbose:
 		var once sync.Once
 		req.OnWait = func(st semaphore.WaitState) {
-			once.Do(func() { log.Infof("%s", waitText(o.key, st, 0)) })
+			once.Do(func() { log.Infof("%s", waitText(o.key, st, -1)) })
 		}
 	}
 	waitCtx, cancel := context.WithCancel(ctx)
@@ -285,6 +286,7 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 				// not keep others waiting, so it leaves, and asks again
 				// when continued.
 				giveUp()
+				line.clear() // the shell says the job stopped on a clean line
 				runner.Suspend()
 				try()
 				continue

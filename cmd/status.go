@@ -79,6 +79,7 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 				h.Age.Round(time.Millisecond), expires, h.Token)
 		}
 		if len(k.Waiters) > 0 {
+			_ = tw.Flush() // the line's columns are not the holders'
 			fmt.Fprintln(tw, "  IN LINE\tHOST\tPID\tCOMMAND\tPERMITS\tWEIGHT\tWAITED")
 		}
 		for _, q := range k.Waiters {

@@ -2,9 +2,12 @@ package cmd
 
 import (
 	"fmt"
-	"io"
+	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -13,7 +16,7 @@ import (
 // key, seats held, place in line, time waited. It is cleared when the wait
 // ends, so the child's output starts on a clean line.
 type waitLine struct {
-	w     io.Writer
+	w     *os.File
 	key   string
 	began time.Time
 
@@ -23,7 +26,7 @@ type waitLine struct {
 	done  chan struct{}
 }
 
-func newWaitLine(w io.Writer, key string) *waitLine {
+func newWaitLine(w *os.File, key string) *waitLine {
 	return &waitLine{w: w, key: key, began: time.Now()}
 }
 
@@ -57,15 +60,29 @@ func (l *waitLine) tick() {
 	}
 }
 
-// draw rewrites the line in place; l.mu is held.
+// draw rewrites the line in place; l.mu is held. It draws nothing while
+// semrun is in the background (Ctrl-Z, then bg): the prompt is the shell's.
+// A line wider than the terminal is cut: a wrapped line cannot be redrawn.
 func (l *waitLine) draw() {
-	fmt.Fprintf(l.w, "\r\x1b[Ksemrun: %s", waitText(l.key, *l.state, time.Since(l.began)))
+	fd := int(l.w.Fd())
+	if pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && pgrp != unix.Getpgrp() {
+		return
+	}
+	text := "semrun: " + waitText(l.key, *l.state, time.Since(l.began))
+	if width, _, err := term.GetSize(fd); err == nil && width > 1 && len(text) >= width {
+		text = text[:width-1]
+	}
+	fmt.Fprintf(l.w, "\r\x1b[K%s", text)
 }
 
-// clear ends the line's updates and erases it.
+// clear ends the line's updates and erases it; a later update starts over.
 func (l *waitLine) clear() {
+	if l == nil {
+		return
+	}
 	l.mu.Lock()
 	started := l.state != nil
+	l.state = nil
 	l.mu.Unlock()
 	if !started {
 		return
@@ -76,7 +93,7 @@ func (l *waitLine) clear() {
 }
 
 // waitText says what a waiter waits for: `waiting for key "pdf": 3/3 seats
-// held, 2nd of 5 in line, 12s`.
+// held, 2nd of 5 in line, 12s`; without the time when waited is negative.
 func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 	s := fmt.Sprintf("waiting for key %q: %d/%d seats held", key, st.Held, st.Capacity)
 	switch {
@@ -84,6 +101,9 @@ func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 		s += fmt.Sprintf(", %s of %d in line", ordinal(st.Position), st.Waiting)
 	case st.Position > 0:
 		s += fmt.Sprintf(", %s in line", ordinal(st.Position))
+	}
+	if waited < 0 {
+		return s
 	}
 	return s + ", " + waited.Truncate(time.Second).String()
 }

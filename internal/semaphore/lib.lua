@@ -82,10 +82,12 @@ end
 -- wake tells the waiters whose turn it is, but the caller, to ask again: a
 -- message on each one's own channel, so that no other waiter wakes. A
 -- channel is named after a hash of the waiter's id, never the id itself.
+-- A PUBLISH that fails (an ACL without channel rights) must not fail the
+-- script after its writes: the waiters then find their turn on their own.
 local function wake(channel, busy, caller)
   for _, w in ipairs(ready(busy)) do
     if w ~= caller then
-      redis.call('PUBLISH', channel .. ':' .. string.sub(redis.sha1hex(w), 1, 16), 'turn')
+      redis.pcall('PUBLISH', channel .. ':' .. string.sub(redis.sha1hex(w), 1, 16), 'turn')
     end
   end
 end

@@ -247,7 +247,7 @@ func newPermitID() string { return rand.Text() }
 // Acquire implements Store. A caller that cannot have its turn now takes
 // a place in line, and sleeps until a script tells it on its own channel
 // (a release, a lapsed lease or a vanished waiter gave it its turn), the
-// earliest lease can lapse (for the first in line), or its place needs
+// earliest lease can lapse, or its place needs
 // renewing: that renewal is also the safety net for a lost message.
 func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if err := req.check(); err != nil {
@@ -302,7 +302,10 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		}
 		// Jittered, so that waiters that came together do not renew together.
 		delay := wlease/3*9/10 + mrand.N(wlease/15+1)
-		if g.position == 1 && g.lapseIn > 0 {
+		// Healthy holders renew long before their lease could lapse, and
+		// a waiter asks again before that; only a crashed holder's lapse
+		// comes first, and then every waiter looks at once.
+		if g.lapseIn > 0 {
 			delay = min(delay, time.Duration(g.lapseIn)*time.Millisecond+time.Millisecond)
 		}
 		if err := w.wait(ctx, delay); err != nil {

@@ -481,3 +481,51 @@ func TestRedisWaiterWithoutSubscribePolls(t *testing.T) {
 		t.Errorf("polling waiter got the permit %v after the release, want within 2s (a backoff capped at 500ms)", d)
 	}
 }
+
+// TestRedisNewHeadWakesAtLapse: a waiter that moved to the head of the line
+// without being told (the one before it gave up, and it still did not fit)
+// takes a crashed holder's seat when its lease lapses, not at its next look
+// (at least 3s away with a 10s waiter lease).
+func TestRedisNewHeadWakesAtLapse(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, semaphore.RedisOptions{})
+	key := uniqueKey(t)
+	// A holder that never renews: as if killed, its seat lapses after 1s.
+	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
+	granted := time.Now()
+	_, stopFirst := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}, 20*time.Second)
+	waitListening(t, raw, key, 1)
+	second, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}, 20*time.Second)
+	waitListening(t, raw, key, 2)
+	stopFirst() // leaves the line; the second is first now, and not told
+
+	r := receive(t, second, 10*time.Second, "the new first in line")
+	if r.err != nil {
+		t.Fatalf("the new first in line: got %v, want a permit", r.err)
+	}
+	if took := time.Since(granted); took > 2500*time.Millisecond {
+		t.Errorf("the new first in line: got the crashed holder's seat %v after its grant, want soon after its 1s lease lapsed", took.Round(time.Millisecond))
+	}
+}
+
+// TestRedisWithoutChannelRights: an ACL user that may not SUBSCRIBE nor
+// PUBLISH still gets its grants (a failed PUBLISH must not fail a script
+// after its writes), and its waiters find their turn by looking again.
+func TestRedisWithoutChannelRights(t *testing.T) {
+	t.Parallel()
+	srv, _, raw := setup(t, semaphore.RedisOptions{})
+	if err := raw.Do(context.Background(), "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: got error %v, want nil", err)
+	}
+	st := newStore(t, "redis://nochan:pw@"+srv.Addr+"/0", semaphore.RedisOptions{})
+	key := uniqueKey(t)
+	h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+	got, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}, 20*time.Second)
+	waitersOf(t, st, key, 1)
+	release(t, h)
+	r := receive(t, got, 10*time.Second, "waiter without channel rights")
+	if r.err != nil {
+		t.Fatalf("waiter without channel rights after the release: got %v, want a permit", r.err)
+	}
+	release(t, r.l)
+}
