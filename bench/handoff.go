@@ -156,7 +156,7 @@ rounds:
 	where.note("Its lock's process exits: when the bench reaps the semrun, flock or sem that ran the child. semrun releases before it exits; flock's lock is freed as it exits.")
 	where.note("Grant: the fencing token semrun hands the child (`$SEMRUN_FENCING_TOKEN`), which is the grant's time in µs on the host's clock (Redis's TIME, or the local clock).")
 	if len(traced.release) > 0 {
-		where.note("semrun (Redis), one more round traced with Redis's MONITOR: gap p50 %s. Of it (p50s of %d gaps): from a child's end to its semrun's release reaching Redis %s; from there to the next semrun's granted acquire reaching Redis %s, of which the release script took %s to PUBLISH the wake-up; from there to the next child's start %s.",
+		where.note("semrun (Redis), one more round traced with Redis's MONITOR: gap p50 %s. Of it (p50s of %d gaps): from a child's end to its semrun's release reaching Redis %s; from there to the next semrun's granted acquire reaching Redis %s, of which the release script took %s to push the wake-up; from there to the next child's start %s.",
 			p50(traced.gaps), len(traced.release), p50(traced.release), p50(traced.wake), p50(traced.publish), p50(traced.start))
 	}
 	return []*table{t, where}, failed

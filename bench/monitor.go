@@ -13,7 +13,7 @@ import (
 )
 
 // A monitor records when Redis ran the scripts clients sent (EVALSHA,
-// EVAL) and the PUBLISHes of the scripts, from MONITOR, on the children's
+// EVAL) and the wake-ups (RPUSH) of the scripts, from MONITOR, on the children's
 // clock: it traces one handoff round, to tell where a gap's time goes.
 type monitor struct {
 	conn   net.Conn
@@ -26,7 +26,7 @@ type monitor struct {
 type scriptCall struct {
 	at      int64  // CLOCK_MONOTONIC ns
 	client  string // the client's address, or "lua"
-	publish bool   // a script's PUBLISH: the wake-up sent
+	publish bool   // a script's RPUSH: the wake-up sent
 }
 
 func startMonitor(addr string) (*monitor, error) {
@@ -57,7 +57,7 @@ func startMonitor(addr string) (*monitor, error) {
 			ts, rest, _ := strings.Cut(strings.TrimPrefix(line, "+"), " [")
 			client, rest, _ := strings.Cut(rest, "] ")
 			_, client, _ = strings.Cut(client, " ")
-			publish := client == "lua" && strings.HasPrefix(strings.ToLower(rest), `"publish"`)
+			publish := client == "lua" && strings.HasPrefix(strings.ToLower(rest), `"rpush"`)
 			if !publish && !strings.HasPrefix(rest, `"evalsha"`) && !strings.HasPrefix(rest, `"eval"`) {
 				continue
 			}
@@ -86,12 +86,12 @@ func (m *monitor) calls() []scriptCall {
 }
 
 // A handoff's phases, as Redis saw them: the holder's child ends; the
-// holder's release reaches Redis, and its script PUBLISHes the wake-up;
+// holder's release reaches Redis, and its script pushes the wake-up;
 // the next holder's granted acquire reaches Redis; its child starts.
 type phases struct{ release, publish, wake, start []time.Duration }
 
 // split finds, for each gap of ivs (sorted by start), the first script
-// call after the child's end (the release), the first PUBLISH after it
+// call after the child's end (the release), the first wake-up push after it
 // (the wake-up), and the last script call before the next child's start
 // from another client (the acquire that granted it).
 func split(ivs []interval, calls []scriptCall) phases {

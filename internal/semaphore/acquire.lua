@@ -4,7 +4,7 @@
 -- the caller gets, or keeps, its place in line, with a lease of its own.
 -- KEYS: see lib.lua
 -- ARGV[1] permit id, ARGV[2] capacity N, ARGV[3] lease ms, ARGV[4] meta,
--- ARGV[5] weight, ARGV[6] waiter lease ms (0: do not wait), ARGV[7] wake channel
+-- ARGV[5] weight, ARGV[6] waiter lease ms (0: do not wait), ARGV[7] wake list prefix
 -- Returns {granted 0|1, token, seats taken, previous capacity asked,
 --          ms until the earliest lease lapses, place in line (1 first; 0 not in line), waiters}.
 -- Running it twice with the same permit id (a client retry) grants once and returns the same token.
@@ -45,6 +45,7 @@ if turn then
   if inline then
     redis.call('ZREM', KEYS[4], id)
     redis.call('HDEL', KEYS[5], id)
+    redis.call('DEL', wakekey(channel, id))
   end
   keepalive(ttl)
   if changed then wake(channel, busy + weight, id) end

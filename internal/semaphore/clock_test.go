@@ -285,8 +285,8 @@ func TestClockWaiterWakesWhenLeaseLapses(t *testing.T) {
 }
 
 // TestClockSweepWakesWaiter: whoever next looks at a semaphore sweeps the
-// lapsed holder away, and the script names the waiter whose turn that made
-// on the channel: it need not wait for its own next look (~3s away here).
+// lapsed holder away, and the script pushes the turn that made to the
+// waiter's wake list: it need not wait for its own next look (~3s away here).
 func TestClockSweepWakesWaiter(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
@@ -311,8 +311,11 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 		t.Fatalf("waiter: OnWait not called after 5s, want it waiting")
 	}
 	k := keysOf(testPrefix, key)
-	waitFor(t, 5*time.Second, "the waiter subscribed", func() bool { return len(c.m.PubSubChannels(k.channel+":*")) == 1 })
-	time.Sleep(50 * time.Millisecond) // its look after subscribing
+	waitFor(t, 5*time.Second, "the waiter in line", func() bool {
+		ids, err := c.m.ZMembers(k.queue)
+		return err == nil && len(ids) == 1
+	})
+	time.Sleep(50 * time.Millisecond) // for it to block on its wake list
 
 	c.advance(holderTTL)
 	// Another caller looks: it may not pass the waiter, but it wakes it.
@@ -325,7 +328,7 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 		t.Fatalf("waiter after another caller swept the lapsed holder: got %v, want a permit", r.err)
 	}
 	if d := time.Since(woken); d > time.Second {
-		t.Errorf("waiter got the permit %v after the sweep, want within 1s (woken by the channel, not its ~3s re-check)", d)
+		t.Errorf("waiter got the permit %v after the sweep, want within 1s (woken by its wake list, not its ~3s re-check)", d)
 	}
 	if r.l.Token() <= a.Token() {
 		t.Errorf("waiter's token: got %d, want more than %d", r.l.Token(), a.Token())

@@ -6,9 +6,10 @@
 -- KEYS[4] queue:   sorted set, waiter id -> ticket: the order of arrival
 -- KEYS[5] waiters: hash, waiter id -> "<lease expiry ms> <N> <weight> <since ms> <meta>";
 --                  field "#seq" -> the last ticket handed out
--- A waiter's id is the permit id it will hold; the waiter listens on the
--- channel ARGV names, followed by ":" and the first 16 hex digits of the
--- SHA-1 of its id. Meta is opaque to the scripts.
+-- A waiter's id is the permit id it will hold. Its turn is pushed to its
+-- wake list: the prefix ARGV names, ":" and the first 16 hex digits of the
+-- SHA-1 of its id (in the key's hash slot; it blocks on it with BLPOP).
+-- Meta is opaque to the scripts.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -79,15 +80,22 @@ local function ready(busy)
   return out
 end
 
--- wake tells the waiters whose turn it is, but the caller, to ask again: a
--- message on each one's own channel, so that no other waiter wakes. A
--- channel is named after a hash of the waiter's id, never the id itself.
--- A PUBLISH that fails (an ACL without channel rights) must not fail the
--- script after its writes: the waiters then find their turn on their own.
-local function wake(channel, busy, caller)
+-- wakekey names a waiter's wake list: after a hash of its id, never the id.
+local function wakekey(prefix, id)
+  return prefix .. ':' .. string.sub(redis.sha1hex(id), 1, 16)
+end
+
+-- wake tells the waiters whose turn it is, but the caller, to ask again: an
+-- element in each one's own wake list, so that no other waiter wakes, and
+-- kept there until read, so that none is lost while the waiter is busy. A
+-- list whose waiter is gone vanishes within a minute.
+local function wake(prefix, busy, caller)
   for _, w in ipairs(ready(busy)) do
     if w ~= caller then
-      redis.pcall('PUBLISH', channel .. ':' .. string.sub(redis.sha1hex(w), 1, 16), 'turn')
+      local k = wakekey(prefix, w)
+      redis.call('RPUSH', k, 1)
+      redis.call('LTRIM', k, 0, 0)
+      redis.call('PEXPIRE', k, 60000)
     end
   end
 end

@@ -84,7 +84,13 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	opt.Protocol = 2
 	opt.DisableIdentity = true
 	opt.ContextTimeoutEnabled = true
-	opt.PoolSize = 4
+	// Every call has a deadline of its own, which bounds its reads; a fixed
+	// read timeout would cut a waiter's BLPOP short.
+	opt.ReadTimeout = -1
+	// A waiter's BLPOP holds a connection while it blocks: every waiting
+	// Acquire in the process needs one of its own, besides the renewals,
+	// releases and status calls. Connections are only made when needed.
+	opt.PoolSize = 1024
 	// Retries are decided here, against the connect timeout, not inside go-redis.
 	opt.MaxRetries = -1
 	opt.DialerRetries = 1
@@ -206,13 +212,13 @@ func (r *Redis) keys(key string) []string {
 	return []string{base + "holders", base + "info", base + "token", base + "queue", base + "waiters"}
 }
 
-// channel is the prefix of the key's pub/sub channels: each waiter listens
-// on its own, wakeChannel, where the scripts tell it that its turn came.
+// channel is the prefix of the key's wake lists: each waiter blocks on its
+// own, wakeKey, where the scripts push its turn.
 func (r *Redis) channel(key string) string { return r.base(key) + "wake" }
 
-// wakeChannel is the waiter id's channel: named after a hash of the id, so
-// that listening to channels tells nobody a permit id.
-func wakeChannel(channel, id string) string {
+// wakeKey is the waiter id's wake list: named after a hash of the id, so
+// that the list tells nobody a permit id. It shares the key's hash tag.
+func wakeKey(channel, id string) string {
 	sum := sha1.Sum([]byte(id))
 	return channel + ":" + hex.EncodeToString(sum[:8])
 }
@@ -221,10 +227,10 @@ func (r *Redis) base(key string) string {
 	return keyEscaper.Replace(r.prefix) + "{" + keyEscaper.Replace(key) + "}:"
 }
 
-// subscriber is what a client needs for pushed wake-ups; a client without
-// it (a test's wrapper) makes waiters look again on a timer instead.
-type subscriber interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+// blocker is what a client needs for pushed wake-ups (BLPOP); a client
+// without it (a test's wrapper) makes waiters look again on a timer instead.
+type blocker interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
 // WaiterLease is how long a waiter keeps its place in line without telling
@@ -245,7 +251,7 @@ func waiterLease(req Request) time.Duration {
 func newPermitID() string { return rand.Text() }
 
 // Acquire implements Store. A caller that cannot have its turn now takes
-// a place in line, and sleeps until a script tells it on its own channel
+// a place in line, and blocks until a script pushes its turn to its list
 // (a release, a lapsed lease or a vanished waiter gave it its turn), the
 // earliest lease can lapse, or its place needs
 // renewing: that renewal is also the safety net for a lost message.
@@ -260,8 +266,7 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		return nil, fmt.Errorf("encode holder info: %w", err)
 	}
 	wlease := waiterLease(req)
-	var w wakeups
-	defer w.close()
+	w := wakeups{client: r.client, key: wakeKey(channel, id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
 	told := false
 	var last WaitState
 	for {
@@ -294,12 +299,6 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 			req.OnWait(st)
 			last = st
 		}
-		if !w.listening {
-			// Listening from now on, then asking once more: a wake-up sent
-			// between the first ask and the subscription is not missed.
-			w.listen(ctx, r.client, wakeChannel(channel, id))
-			continue
-		}
 		// Jittered, so that waiters that came together do not renew together.
 		delay := wlease/3*9/10 + mrand.N(wlease/15+1)
 		// Healthy holders renew long before their lease could lapse, and
@@ -315,57 +314,41 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 	}
 }
 
-// wakeups are the messages of a waiter's channel.
+// wakeups are a waiter's wake list. The scripts push its turn there, and
+// it stays until read: a wake-up that comes while the waiter asks is not lost.
 type wakeups struct {
-	listening bool
-	sub       *redis.PubSub
-	messages  <-chan *redis.Message
-	poll      backoff // without a subscription
+	client redis.Scripter
+	key    string
+	poll   backoff // for a client that cannot block
 }
 
-// listen subscribes to channel. Where that fails, waiting falls back to
-// looking again after a capped backoff.
-func (w *wakeups) listen(ctx context.Context, client redis.Scripter, channel string) {
-	w.listening = true
-	w.poll = backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}
-	s, ok := client.(subscriber)
-	if !ok {
-		return
-	}
-	sub := s.Subscribe(ctx, channel)
-	if _, err := sub.Receive(ctx); err != nil { // the confirmation: listening from here
-		_ = sub.Close()
-		return
-	}
-	w.sub, w.messages = sub, sub.Channel()
-}
-
-// wait returns when a message comes, or after d, or with ctx's cause.
+// wait returns when the waiter's turn was pushed, or after d, or with ctx's
+// cause: at once, even while BLPOP still blocks.
 func (w *wakeups) wait(ctx context.Context, d time.Duration) error {
-	if w.sub == nil {
-		d = min(d, w.poll.step())
+	b, ok := w.client.(blocker)
+	if !ok {
+		return sleep(ctx, min(d, w.poll.step()))
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-t.C:
-			return nil
-		case _, ok := <-w.messages:
-			if !ok {
-				w.messages = nil // closed: the timer still runs
-				continue
-			}
-			return nil
+	// The call's own deadline is a second past BLPOP's timeout.
+	call, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+time.Second)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		err := b.Do(call, "BLPOP", w.key, strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)).Err()
+		if errors.Is(err, redis.Nil) {
+			err = nil // timed out: time to renew the place in line
 		}
-	}
-}
-
-func (w *wakeups) close() {
-	if w.sub != nil {
-		_ = w.sub.Close()
+		done <- err
+	}()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case err := <-done:
+		if err != nil {
+			// Waiting goes on: the next ask retries the store, or fails.
+			return sleep(ctx, min(d, w.poll.step()))
+		}
+		return nil
 	}
 }
 

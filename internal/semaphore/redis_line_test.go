@@ -2,6 +2,8 @@ package semaphore_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,27 +20,43 @@ import (
 )
 
 // These tests are about the line of waiters the Redis store keeps: its
-// order, its waiter leases, and the wake-ups pushed on the key's channel.
+// order, its waiter leases, and the wake-ups pushed to the waiters' lists.
 // (TestStoreWaitersServedInOrder checks the order across stores.)
 
-// subscribers returns how many waiters listen on their own channels under
-// the key's channel.
-func subscribers(t *testing.T, c *redis.Client, channel string) int64 {
+// inLine returns how many waiters stand in key's line (its queue's ZCARD).
+func inLine(t *testing.T, c *redis.Client, key string) int64 {
 	t.Helper()
-	chans, err := c.PubSubChannels(context.Background(), channel+":*").Result()
-	if err != nil {
-		t.Fatalf("PUBSUB CHANNELS %s:*: got error %v, want nil", channel, err)
-	}
-	return int64(len(chans))
+	return zcard(t, c, keysOf(testPrefix, key).queue)
 }
 
-// waitListening waits until n waiters listen on key's channel, and a little
-// more for the look each takes right after subscribing.
+// waitListening waits until n waiters stand in key's line, and a little
+// more for each to block on its wake list (BLPOP) after asking.
 func waitListening(t *testing.T, c *redis.Client, key string, n int64) {
 	t.Helper()
-	channel := keysOf(testPrefix, key).channel
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d subscribers on %s", n, channel), func() bool { return subscribers(t, c, channel) == n })
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d waiters in line for %s", n, key), func() bool { return inLine(t, c, key) == n })
 	time.Sleep(100 * time.Millisecond)
+}
+
+// wakeKeyOf is the wake list of waiter id under a key's wake-list prefix,
+// as lib.lua names it: ":" and the first 16 hex digits of the id's SHA-1.
+func wakeKeyOf(channel, id string) string {
+	sum := sha1.Sum([]byte(id))
+	return channel + ":" + hex.EncodeToString(sum[:8])
+}
+
+// wakeLists returns the wake lists under a key's wake-list prefix, found by
+// SCAN (never KEYS).
+func wakeLists(t *testing.T, c *redis.Client, channel string) []string {
+	t.Helper()
+	var out []string
+	iter := c.Scan(context.Background(), 0, channel+":*", 100).Iterator()
+	for iter.Next(context.Background()) {
+		out = append(out, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("SCAN MATCH %s:*: got error %v, want nil", channel, err)
+	}
+	return out
 }
 
 // waitersOf waits until Status shows n waiters of key, and returns them.
@@ -52,9 +70,9 @@ func waitersOf(t *testing.T, st semaphore.Store, key string, n int) []semaphore.
 	return w
 }
 
-// TestRedisWakeUpIsPushed: a release names the waiter whose turn it is on
-// the key's channel, so it gets in at once, not at its next look (~3s away
-// with a 10s waiter lease).
+// TestRedisWakeUpIsPushed: a release pushes the turn of the waiter whose
+// turn it is to its wake list, where it blocks, so it gets in at once, not
+// at its next look (~3s away with a 10s waiter lease).
 func TestRedisWakeUpIsPushed(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, semaphore.RedisOptions{})
@@ -70,16 +88,16 @@ func TestRedisWakeUpIsPushed(t *testing.T) {
 		t.Fatalf("waiter after the holder released: got %v, want a permit", r.err)
 	}
 	if d := time.Since(released); d > time.Second {
-		t.Errorf("waiter got the permit %v after the release, want within 1s (woken by the channel, not its ~3s re-check)", d)
+		t.Errorf("waiter got the permit %v after the release, want within 1s (woken by its wake list, not its ~3s re-check)", d)
 	}
-	if n := subscribers(t, raw, keysOf(testPrefix, key).channel); n != 0 {
-		t.Errorf("subscribers once the waiter got in: got %d, want 0 (it stops listening)", n)
+	if l := wakeLists(t, raw, keysOf(testPrefix, key).channel); len(l) != 0 {
+		t.Errorf("wake lists once the waiter got in: got %v, want none (read, or dropped on the grant)", l)
 	}
 }
 
-// TestRedisLostWakeUpCoveredByRecheck: a wake-up nobody hears (the
-// subscriber's connection was dropped just then) costs the waiter no more
-// than its next look, every third of its waiter lease.
+// TestRedisLostWakeUpCoveredByRecheck: a wake-up nobody reads (its list
+// lost, say to a failover) costs the waiter no more than its next look,
+// every third of its waiter lease.
 func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, semaphore.RedisOptions{})
@@ -91,32 +109,46 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 	got, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 3 * time.Second}, 20*time.Second)
 	waitListening(t, raw, key, 1)
 
-	// The holder's release runs right after every subscriber's connection
-	// is killed, in one transaction: its wake-up reaches nobody.
+	// The holder's release pushes the waiter's turn, and its wake list is
+	// deleted in the same transaction, before the blocked BLPOP is served:
+	// the wake-up reaches nobody.
 	z := members(t, raw, k)
 	if len(z) != 1 {
 		t.Fatalf("holders: got %v, want one", z)
 	}
-	var listening *redis.StringSliceCmd
+	waiters, err := raw.ZRange(ctx, k.queue, 0, -1).Result()
+	if err != nil || len(waiters) != 1 {
+		t.Fatalf("ZRANGE %s: got (%v, %v), want one waiter", k.queue, waiters, err)
+	}
+	list := wakeKeyOf(k.channel, waiters[0])
 	var released *redis.Cmd
+	var pushed, deleted *redis.IntCmd
 	if _, err := raw.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.ClientKillByFilter(ctx, "TYPE", "pubsub")
-		listening = p.PubSubChannels(ctx, k.channel+":*")
 		released = luaScript(t, "release").Eval(ctx, p, k.all(), z[0].Member, k.channel)
+		pushed = p.LLen(ctx, list)
+		deleted = p.Del(ctx, list)
 		return nil
 	}); err != nil {
-		t.Fatalf("CLIENT KILL TYPE pubsub, then release, in MULTI: got error %v, want nil", err)
+		t.Fatalf("release, then DEL the wake list, in MULTI: got error %v, want nil", err)
 	}
 	start := time.Now()
-	if n := len(listening.Val()); n != 0 {
-		t.Fatalf("subscribers when the holder released: got %d, want 0 (the wake-up lost)", n)
-	}
 	if n, err := released.Int64(); err != nil || n != 1 {
 		t.Fatalf("release script: got (%d, %v), want 1", n, err)
+	}
+	if n := pushed.Val(); n != 1 {
+		t.Fatalf("the waiter's wake list right after the release: got length %d, want 1 (its turn pushed)", n)
+	}
+	if n := deleted.Val(); n != 1 {
+		t.Fatalf("DEL of the waiter's wake list: got %d, want 1 (the wake-up lost)", n)
 	}
 	r := receive(t, got, 10*time.Second, "waiter whose wake-up was lost")
 	if r.err != nil {
 		t.Fatalf("waiter whose wake-up was lost: got %v, want a permit", r.err)
+	}
+	// Its look comes ~0.9-1.1s (a third of 3s, jittered) after it
+	// blocked (~0.1s before the release), not at once: nothing woke it.
+	if d := time.Since(start); d > 2*time.Second || d < 300*time.Millisecond {
+		t.Errorf("waiter got the permit %v after a release it did not hear, want between 0.3s and 2s (its ~1s re-check, not a wake-up)", d)
 	}
 	t.Logf("waiter got the permit %v after a release it did not hear", time.Since(start))
 }
@@ -435,13 +467,13 @@ func TestRedisCommandsPerGrantStayFlat(t *testing.T) {
 		start := time.Now()
 		release(t, h)
 		wg.Wait()
-		calls := commandCalls(t, raw, "evalsha", "eval", "publish", "subscribe")
+		calls := commandCalls(t, raw, "evalsha", "eval", "blpop")
 		close(errs)
 		for err := range errs {
 			t.Errorf("waiter: got %v, want a permit", err)
 		}
 		ratio := float64(calls) / float64(waiters)
-		t.Logf("%d waiters: %d grants in %v, %d calls of evalsha, eval, publish, subscribe: %.2f a grant", waiters, waiters, time.Since(start), calls, ratio)
+		t.Logf("%d waiters: %d grants in %v, %d calls of evalsha, eval, blpop: %.2f a grant", waiters, waiters, time.Since(start), calls, ratio)
 		return ratio
 	}
 	few, many := perGrant(10), perGrant(40)
@@ -451,12 +483,12 @@ func TestRedisCommandsPerGrantStayFlat(t *testing.T) {
 }
 
 // scripterOnly hides every method of a client but the scripts', as a
-// test's wrapper would: the store cannot subscribe through it.
+// test's wrapper would: the store cannot block (BLPOP through Do) on it.
 type scripterOnly struct{ redis.Scripter }
 
-// TestRedisWaiterWithoutSubscribePolls: over a client that cannot
-// subscribe, a waiter looks again on a capped backoff instead.
-func TestRedisWaiterWithoutSubscribePolls(t *testing.T) {
+// TestRedisWaiterWithoutDoPolls: over a client without Do, which cannot
+// block on its wake list, a waiter looks again on a capped backoff instead.
+func TestRedisWaiterWithoutDoPolls(t *testing.T) {
 	t.Parallel()
 	srv, st, raw := setup(t, semaphore.RedisOptions{})
 	key := uniqueKey(t)
@@ -465,12 +497,12 @@ func TestRedisWaiterWithoutSubscribePolls(t *testing.T) {
 	t.Cleanup(func() { _ = polling.Close() })
 
 	h := hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+	if err := raw.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatalf("CONFIG RESETSTAT: got error %v, want nil", err)
+	}
 	got, _ := startAcquire(t, polling, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}, 20*time.Second)
 	waitersOf(t, st, key, 1)
 	time.Sleep(100 * time.Millisecond)
-	if n := subscribers(t, raw, keysOf(testPrefix, key).channel); n != 0 {
-		t.Errorf("subscribers through a client without Subscribe: got %d, want 0", n)
-	}
 	release(t, h)
 	released := time.Now()
 	r := receive(t, got, 10*time.Second, "polling waiter after the holder released")
@@ -479,6 +511,9 @@ func TestRedisWaiterWithoutSubscribePolls(t *testing.T) {
 	}
 	if d := time.Since(released); d > 2*time.Second {
 		t.Errorf("polling waiter got the permit %v after the release, want within 2s (a backoff capped at 500ms)", d)
+	}
+	if n := commandCalls(t, raw, "blpop"); n != 0 {
+		t.Errorf("BLPOP calls through a client without Do: got %d, want 0", n)
 	}
 }
 
@@ -508,9 +543,9 @@ func TestRedisNewHeadWakesAtLapse(t *testing.T) {
 	}
 }
 
-// TestRedisWithoutChannelRights: an ACL user that may not SUBSCRIBE nor
-// PUBLISH still gets its grants (a failed PUBLISH must not fail a script
-// after its writes), and its waiters find their turn by looking again.
+// TestRedisWithoutChannelRights: an ACL user with rights on keys only, none
+// on pub/sub channels (resetchannels), gets its grants, and its waiters
+// their turn: wake-ups go through lists, which need no channel rights.
 func TestRedisWithoutChannelRights(t *testing.T) {
 	t.Parallel()
 	srv, _, raw := setup(t, semaphore.RedisOptions{})

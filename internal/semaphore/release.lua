@@ -1,11 +1,12 @@
 -- release: give this caller's permit back, or its place in line. Releasing
 -- twice is harmless. The waiters whose turn it now is are woken.
 -- KEYS: see lib.lua
--- ARGV[1] permit id, ARGV[2] wake channel
+-- ARGV[1] permit id, ARGV[2] wake list prefix
 -- Returns 1 when the permit was held or the caller waited, 0 otherwise.
 local removed = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
+redis.call('DEL', wakekey(ARGV[2], ARGV[1]))
 if removed > 0 then
   sweep()
   wake(ARGV[2], used(), '')

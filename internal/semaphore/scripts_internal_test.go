@@ -2,8 +2,6 @@ package semaphore
 
 import (
 	"context"
-	"errors"
-	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -127,54 +125,75 @@ func runStatus(t *testing.T, c *redis.Client, key string) KeyStatus {
 	return st
 }
 
-// wakeListener hears the wake-ups of every waiter of a key.
-type wakeListener struct {
-	*redis.PubSub
-	channel string // the key's channel, to which each waiter's adds a hash
+// wakeLists reads the wake lists of every waiter of a key.
+type wakeLists struct {
+	c       *redis.Client
+	channel string // the key's wake-list prefix, to which each waiter's adds a hash
 }
 
-// listen subscribes to the wake-up channels of every waiter of key.
-func listen(t *testing.T, c *redis.Client, key string) wakeListener {
+// listen checks that no wake list of key exists yet, and returns a reader
+// of them.
+func listen(t *testing.T, c *redis.Client, key string) wakeLists {
 	t.Helper()
 	_, channel := scriptKeys(key)
-	sub := c.PSubscribe(context.Background(), channel+":*")
-	t.Cleanup(func() { _ = sub.Close() })
-	if _, err := sub.Receive(context.Background()); err != nil {
-		t.Fatalf("PSUBSCRIBE %s:*: got error %v, want the confirmation", channel, err)
+	w := wakeLists{c, channel}
+	if got := woken(t, w); len(got) != 0 {
+		t.Fatalf("wake lists before the test: got %v, want none", got)
 	}
-	return wakeListener{sub, channel}
+	return w
 }
 
-// woken returns the channel of the next message on sub, or "" when none
-// comes within d.
-func woken(t *testing.T, sub wakeListener, d time.Duration) string {
+// woken returns every wake list under the key's prefix, by SCAN (never
+// KEYS), with its length.
+func woken(t *testing.T, w wakeLists) map[string]int64 {
 	t.Helper()
-	msg, err := sub.ReceiveTimeout(context.Background(), d)
-	if err != nil {
-		var nerr net.Error
-		if errors.As(err, &nerr) && nerr.Timeout() {
-			return ""
+	ctx := context.Background()
+	out := map[string]int64{}
+	var cursor uint64
+	for {
+		names, next, err := w.c.Scan(ctx, cursor, w.channel+":*", 100).Result()
+		if err != nil {
+			t.Fatalf("SCAN MATCH %s:*: got error %v, want nil", w.channel, err)
 		}
-		t.Fatalf("receive a wake-up: got error %v, want a message or a timeout", err)
+		for _, k := range names {
+			n, err := w.c.LLen(ctx, k).Result()
+			if err != nil {
+				t.Fatalf("LLEN %s: got error %v, want a list", k, err)
+			}
+			out[k] = n
+		}
+		if cursor = next; cursor == 0 {
+			return out
+		}
 	}
-	m, ok := msg.(*redis.Message)
-	if !ok {
-		t.Fatalf("receive a wake-up: got %T %v, want a message", msg, msg)
-	}
-	return m.Channel
 }
 
-// expectWoken checks that the next messages on sub wake exactly ids, in
-// order, each on its own channel, and that no other comes.
-func expectWoken(t *testing.T, sub wakeListener, when string, ids ...string) {
+// expectWoken checks that exactly ids have their turn pushed, each to its
+// own wake list, one element that lapses within a minute, and that no other
+// wake list exists. It pops them, so that the next check starts clean.
+func expectWoken(t *testing.T, w wakeLists, when string, ids ...string) {
 	t.Helper()
+	ctx := context.Background()
+	got := woken(t, w)
 	for _, id := range ids {
-		if got, want := woken(t, sub, 2*time.Second), wakeChannel(sub.channel, id); got != want {
-			t.Errorf("wake-up %s: got a message on %q, want one on %q (waiter %s)", when, got, want, id)
+		k := wakeKey(w.channel, id)
+		if n, ok := got[k]; !ok || n != 1 {
+			t.Errorf("wake-up %s: got list %q of length %d (exists: %v), want 1 element (waiter %s)", when, k, n, ok, id)
+		}
+		if ttl, err := w.c.PTTL(ctx, k).Result(); err == nil && got[k] > 0 && (ttl <= 0 || ttl > time.Minute) {
+			t.Errorf("wake-up %s: list %q lapses in %v, want within a minute", when, k, ttl)
+		}
+		delete(got, k)
+		if v, err := w.c.LPop(ctx, k).Result(); err == nil && v != "1" {
+			t.Errorf("wake-up %s: list %q held %q, want \"1\"", when, k, v)
 		}
 	}
-	if got := woken(t, sub, 50*time.Millisecond); got != "" { // nothing more should come: wait a little
-		t.Errorf("wake-up %s: got a message on %q, want no more than %d", when, got, len(ids))
+	for k, n := range got {
+		t.Errorf("wake-up %s: got list %q of length %d, want no list but those of %v", when, k, n, ids)
+		_ = w.c.Del(ctx, k).Err()
+	}
+	if left := woken(t, w); len(left) != 0 {
+		t.Errorf("wake-up %s: lists left after popping: %v, want none", when, left)
 	}
 }
 
@@ -366,8 +385,8 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 }
 
 // TestScriptsServeTheLineInOrder: waiters are served in the order they
-// came, and the scripts name on the channel exactly the waiters whose turn
-// it is.
+// came, and the scripts push to the wake lists of exactly the waiters whose
+// turn it is.
 func TestScriptsServeTheLineInOrder(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends(t) {
@@ -486,7 +505,7 @@ func TestScriptsWeights(t *testing.T) {
 			if n := runRelease(t, b.c, key, "HEAVY"); n != 1 {
 				t.Fatalf("release of the heavy holder: got %d, want 1", n)
 			}
-			// Three light waiters fit at once: one message names them all.
+			// Three light waiters fit at once: one release wakes them all.
 			expectWoken(t, sub, "after the heavy holder released", "LIGHT", "L2", "L3")
 			for i, id := range []string{"L3", "LIGHT", "L2"} {
 				if g := runCall(t, b.c, key, id, light); !g.granted || g.held != int64(i+1) {
@@ -533,6 +552,54 @@ func TestScriptsSweepGivesTurns(t *testing.T) {
 			if g := runCall(t, b.c, key, "W", call{n: 1, ttl: 10 * time.Second, wait: 10 * time.Second}); !g.granted {
 				t.Errorf("W on its turn: got %+v, want granted", g)
 			}
+		})
+	}
+}
+
+// TestScriptsDropTheirOwnWakeList: a waiter's wake list goes when it is
+// granted its permit, or leaves the line, even before reading its turn.
+func TestScriptsDropTheirOwnWakeList(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			const key = "ownlist"
+			w := listen(t, b.c, key)
+			wait := call{n: 1, ttl: 10 * time.Second, wait: 10 * time.Second}
+			if g := runAcquire(t, b.c, key, "H", 1, 10*time.Second, ""); !g.granted {
+				t.Fatalf("holder: got %+v, want granted", g)
+			}
+			for _, id := range []string{"W1", "W2", "W3"} {
+				if g := runCall(t, b.c, key, id, wait); g.granted {
+					t.Fatalf("waiter %s: got %+v, want not granted", id, g)
+				}
+			}
+			if n := runRelease(t, b.c, key, "H"); n != 1 {
+				t.Fatalf("release of the holder: got %d, want 1", n)
+			}
+			if got := woken(t, w); len(got) != 1 || got[wakeKey(w.channel, "W1")] != 1 {
+				t.Fatalf("wake lists after the holder released: got %v, want W1's only, of 1 element", got)
+			}
+			// W1 asks before reading its list: the grant drops it.
+			if g := runCall(t, b.c, key, "W1", wait); !g.granted {
+				t.Fatalf("W1 on its turn: got %+v, want granted", g)
+			}
+			if n, err := b.c.Exists(ctx, wakeKey(w.channel, "W1")).Result(); err != nil || n != 0 {
+				t.Errorf("W1's wake list once granted: got (%d, %v), want gone", n, err)
+			}
+			expectWoken(t, w, "after W1 was granted")
+			if n := runRelease(t, b.c, key, "W1"); n != 1 {
+				t.Fatalf("release of W1: got %d, want 1", n)
+			}
+			if got := woken(t, w); len(got) != 1 || got[wakeKey(w.channel, "W2")] != 1 {
+				t.Fatalf("wake lists after W1 released: got %v, want W2's only, of 1 element", got)
+			}
+			// W2 leaves the line before reading its turn: its list goes,
+			// and W3, whose turn it is now, is woken.
+			if n := runRelease(t, b.c, key, "W2"); n != 1 {
+				t.Fatalf("release of W2 in line: got %d, want 1", n)
+			}
+			expectWoken(t, w, "after W2 left with its turn unread", "W3")
 		})
 	}
 }
