@@ -62,7 +62,7 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	root := newCmdRun(s, common)
 	pf := root.PersistentFlags()
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
-	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" when usable, else the user's runtime directory)")
+	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" for root and where root shares it, else /run/lock/semrun-UID)")
 	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
 	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
 	pf.DurationVar(&common.connectTimeout, "connect-timeout", 10*time.Second, "give up on an unreachable store after this")

@@ -91,8 +91,7 @@ func DefaultLockDir() string {
 }
 
 // NewLocal opens the lock directory o.Dir, creating it when missing. A
-// directory that is a symbolic link, that this user cannot write, or that
-// another user owns while anyone may write it, is refused.
+// directory someone else could tamper with is refused (see checkDir).
 func NewLocal(o LocalOptions) (*Local, error) {
 	if o.Dir == "" {
 		return nil, errors.New("no lock directory")
@@ -701,7 +700,7 @@ func (a *attempt) closeSeats() {
 
 // names lists the key's files whose names start with prefix.
 func (k *keyDir) names(prefix string) []string {
-	d, err := k.openSelf()
+	d, err := reopenDir(k.dir)
 	if err != nil {
 		return nil
 	}
@@ -717,14 +716,15 @@ func (k *keyDir) names(prefix string) []string {
 	return names
 }
 
-// openSelf opens the key's directory anew, for listing without moving the
-// offset of the descriptor that names files.
-func (k *keyDir) openSelf() (*os.File, error) {
-	fd, err := unix.Openat(int(k.dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// reopenDir opens the directory dir is open on anew, for listing without
+// moving the offset of the descriptor that names files, and without
+// going through its path again.
+func reopenDir(dir *os.File) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), k.path), nil
+	return os.NewFile(uintptr(fd), dir.Name()), nil
 }
 
 // localLease is a held permit: exclusive flocks on its seats' files.
@@ -801,11 +801,10 @@ func (s *Local) Status(ctx context.Context, keys []string) ([]KeyStatus, error) 
 
 // keys lists the keys that have a directory, in order.
 func (s *Local) keys() ([]string, error) {
-	fd, err := unix.Openat(int(s.dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := reopenDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
-	d := os.NewFile(uintptr(fd), s.path)
 	defer d.Close()
 	entries, err := d.ReadDir(-1)
 	if err != nil {
