@@ -22,9 +22,7 @@ type waitEvent struct {
 // start starts the command at path, returns its pid, and reports its
 // changes of state on events. With jobControl, a stop of the child is
 // reported too, and waiting resumes once the event's resumed channel is
-// signalled. The caller must be locked to its OS thread until the child is
-// reaped: the parent-death signal fires when the thread that started the
-// child exits. syscall.ForkExec, not os/exec: the child is reaped here, and
+// signalled. syscall.ForkExec, not os/exec: the child is reaped here, and
 // os/exec's first start forks once more to probe for pidfd.
 func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, events chan<- waitEvent) (int, error) {
 	var files []uintptr
@@ -47,38 +45,57 @@ func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, e
 		}
 		defer setCloseOnExec(f, true)
 	}
-	pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{Env: spec.Env, Files: files, Sys: attr})
-	runtime.KeepAlive(spec) // its files stay open until the child has them
-	if err != nil {
-		return 0, err
+	type started struct {
+		pid int
+		err error
 	}
+	ready := make(chan started, 1)
+	go func() {
+		// The parent-death signal is tied to the thread that starts the
+		// child: this goroutine keeps that thread, and the thread lives,
+		// until the child is reaped. The rest of semrun runs unlocked, so
+		// that the child's end reaches it without a switch of threads.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{Env: spec.Env, Files: files, Sys: attr})
+		ready <- started{pid, err}
+		if err != nil {
+			return
+		}
+		reap(pid, jobControl, events)
+	}()
+	s := <-ready
+	runtime.KeepAlive(spec) // its files stay open until the child has them
+	return s.pid, s.err
+}
+
+// reap waits for the child's changes of state and reports them on events,
+// until it ends.
+func reap(pid int, jobControl bool, events chan<- waitEvent) {
 	flags := 0
 	if jobControl {
 		flags = unix.WUNTRACED
 	}
-	go func() {
-		for {
-			var ws unix.WaitStatus
-			_, err := unix.Wait4(pid, &ws, flags, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil {
-				// Cannot happen for our own child; report it as killed.
-				events <- waitEvent{status: unix.WaitStatus(syscall.SIGKILL)}
-				return
-			}
-			if ws.Stopped() {
-				resumed := make(chan struct{})
-				events <- waitEvent{stopped: true, resumed: resumed}
-				<-resumed
-				continue
-			}
-			events <- waitEvent{status: ws}
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(pid, &ws, flags, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			// Cannot happen for our own child; report it as killed.
+			events <- waitEvent{status: unix.WaitStatus(syscall.SIGKILL)}
 			return
 		}
-	}()
-	return pid, nil
+		if ws.Stopped() {
+			resumed := make(chan struct{})
+			events <- waitEvent{stopped: true, resumed: resumed}
+			<-resumed
+			continue
+		}
+		events <- waitEvent{status: ws}
+		return
+	}
 }
 
 func setCloseOnExec(f *os.File, on bool) error {

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -136,10 +135,6 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	}
 	term := newTerminal(spec.Stdin)
 
-	// The parent-death signal is tied to the thread that starts the child:
-	// that thread must not exit before the child is reaped, below.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	events := make(chan waitEvent, 1)
 	pgid, err := start(path, spec, procAttr(term), term != nil, events)
 	if err != nil {
