@@ -46,6 +46,9 @@ func TestScripts(t *testing.T) {
 				RequireExplicitExec: true,
 				RequireUniqueNames:  true,
 				Setup: func(env *testscript.Env) error {
+					// Scripts start their own redis-server and use it at once:
+					// restart_fence.txtar is where the fence is tested.
+					env.Setenv("SEMRUN_RESTART_FENCE", "0")
 					if store == "local" {
 						env.Setenv("SEMRUN_LOCAL", "true")
 						env.Setenv("SEMRUN_LOCK_DIR", filepath.Join(env.WorkDir, "locks"))

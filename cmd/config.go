@@ -25,6 +25,7 @@ var envNames = map[string]string{
 	"lost-exit-code":  "SEMRUN_LOST_EXIT_CODE",
 	"on-lost":         "SEMRUN_ON_LOST",
 	"kill-after":      "SEMRUN_KILL_AFTER",
+	"restart-fence":   "SEMRUN_RESTART_FENCE",
 	"local":           "SEMRUN_LOCAL",
 	"lock-dir":        "SEMRUN_LOCK_DIR",
 	"redis":           "SEMRUN_REDIS_URL",

@@ -61,6 +61,7 @@ type runOptions struct {
 	lostExitCode int
 	onLost       string
 	killAfter    time.Duration
+	restartFence time.Duration
 	command      []string
 }
 
@@ -108,6 +109,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.IntVar(&o.busyExitCode, "busy-exit-code", 75, "exit status when no permit was obtained (0: skip quietly)")
 	f.IntVar(&o.lostExitCode, "lost-exit-code", defaultLostExitCode, "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
+	f.DurationVar(&o.restartFence, "restart-fence", 0, "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")
 	f.DurationVar(&o.killAfter, "kill-after", defaultKillAfter, "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
 	return cmd
 }
@@ -159,6 +161,13 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 		}
 	} else {
 		o.killAfter = min(defaultKillAfter, limit)
+	}
+	if cmd.Flags().Changed("restart-fence") || o.sources["restart-fence"] != "" {
+		if o.restartFence < 0 || o.restartFence > maxTTL {
+			return usageErrorf("%s: must be from 0 to %v", show("restart-fence", o.restartFence), maxTTL)
+		}
+	} else {
+		o.restartFence = o.ttl
 	}
 	return nil
 }
@@ -226,7 +235,7 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals <-chan os.Signal, log *logger) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := semaphore.Request{
-		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait,
+		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait, RestartFence: o.restartFence,
 		Holder: semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])},
 	}
 	// On a terminal a person watches: one line, kept up to date. Elsewhere
@@ -298,6 +307,8 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	switch {
 	case a.err == nil:
 		return a.lease, nil
+	case errors.Is(a.err, semaphore.ErrFenced):
+		return nil, o.busy(log, fmt.Sprintf("key %q: Redis restarted less than %v ago, and grants nothing until then (--restart-fence; --no-wait)", o.key, o.restartFence))
 	case errors.Is(a.err, semaphore.ErrBusy):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
 	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:

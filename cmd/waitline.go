@@ -96,6 +96,9 @@ func (l *waitLine) clear() {
 // held, 2nd of 5 in line, 12s`; without the time when waited is negative.
 func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 	s := fmt.Sprintf("waiting for key %q: %d/%d seats held", key, st.Held, st.Capacity)
+	if st.Fenced > 0 {
+		s = fmt.Sprintf("waiting for key %q: Redis restarted recently and grants nothing for %v more (--restart-fence)", key, st.Fenced)
+	}
 	switch {
 	case st.Position > 0 && st.Waiting > 0:
 		s += fmt.Sprintf(", %s of %d in line", ordinal(st.Position), st.Waiting)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -91,9 +92,9 @@ var ErrPresumedLost = errors.New("no renewal succeeded in time")
 
 // Lease is the permit the child runs under.
 type Lease interface {
-	// Deadline is the local monotonic instant at which the store may give
-	// the seat away; the zero time when it never does.
-	Deadline() time.Time
+	// Deadline is the instant at which the store may give the seat away,
+	// on a clock that counts a suspend of the host; zero when it never does.
+	Deadline() clock.Instant
 	// Renew extends the lease; an error wrapping semaphore.ErrLost means
 	// the permit is gone, any other leaves it in doubt.
 	Renew(ctx context.Context) error
@@ -144,25 +145,34 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 
 	renewCtx, stopRenewing := context.WithCancel(ctx)
 	lost := make(chan error, 1)
+	renewed := make(chan struct{}, 1)
 	renewing := make(chan struct{})
+	// giveUp fires when no renewal succeeded in time, on a clock that
+	// counts a suspend of the host: the child is then told to stop.
+	var giveUp *clock.Alarm
 	lapses := !lease.Deadline().IsZero() // a lease that never lapses needs no renewal
 	if !lapses {
 		close(renewing)
 	} else {
+		giveUp = clock.NewAlarm(lossAt(spec, lease))
 		go func() {
 			defer close(renewing)
-			keepAlive(renewCtx, spec, lease, lost)
+			keepAlive(renewCtx, spec, lease, renewed, lost)
 		}()
 	}
 	defer func() {
 		stopRenewing()
 		<-renewing // no renewal, nor its warning, outlives Run
+		giveUp.Stop()
 	}()
 
 	var res Result
-	var kill <-chan time.Time
+	var kill *clock.Alarm
+	defer func() { kill.Stop() }()
 	onLost := func(err error) {
-		lost = nil
+		lost, renewed = nil, nil
+		giveUp.Stop()
+		giveUp = nil
 		stopRenewing()
 		res.Lost = err
 		if spec.OnLost == Continue {
@@ -174,21 +184,21 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 		// (semrun was stopped, a timer fired late) leaves less of it.
 		grace := spec.KillAfter
 		if lapses {
-			grace = min(grace, time.Until(lease.Deadline().Add(-Margin(spec.TTL))))
+			grace = min(grace, clock.Until(lease.Deadline().Add(-Margin(spec.TTL))))
 		}
 		if grace <= 0 {
 			signalGroup(pgid, syscall.SIGKILL)
 			return
 		}
 		signalGroup(pgid, syscall.SIGTERM)
-		kill = time.After(grace)
+		kill = clock.NewAlarm(clock.Now().Add(grace))
 	}
 	// resumed runs when semrun is continued after the job was suspended:
 	// past the point where the permit counts as lost, the child is stopped
 	// before it can run on next to a new holder.
 	resumed := func() {
-		if lost != nil && lapses && time.Now().After(lossAt(spec, lease)) {
-			onLost(ErrPresumedLost)
+		if lost != nil && lapses && clock.Now().After(lossAt(spec, lease)) {
+			onLost(presumedLost(spec))
 		}
 		term.resume(pgid)
 	}
@@ -209,7 +219,19 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 			} // else the child's stop comes as an event, handled below
 		case err := <-lost:
 			onLost(err)
-		case <-kill:
+		case <-renewed:
+			giveUp.Stop()
+			giveUp = clock.NewAlarm(lossAt(spec, lease))
+		case <-alarmC(giveUp):
+			if at := lossAt(spec, lease); clock.Until(at) > 0 {
+				// A renewal succeeded as the alarm went off: Run has yet
+				// to read that it did.
+				giveUp = clock.NewAlarm(at)
+				continue
+			}
+			onLost(presumedLost(spec))
+		case <-alarmC(kill):
+			kill = nil
 			signalGroup(pgid, syscall.SIGKILL)
 		case ev := <-events:
 			if ev.stopped {
@@ -249,39 +271,48 @@ func startError(command string, err error) error {
 
 // lossAt is when the child must be told to stop if no renewal succeeds
 // before: early enough that SIGKILL lands before the lease could end.
-func lossAt(spec Spec, lease Lease) time.Time {
+func lossAt(spec Spec, lease Lease) clock.Instant {
 	return lease.Deadline().Add(-spec.KillAfter - Margin(spec.TTL))
 }
 
-// keepAlive renews the lease until ctx ends, and reports on lost once when
-// the store says the permit is gone or no renewal succeeded in time.
-func keepAlive(ctx context.Context, spec Spec, lease Lease, lost chan<- error) {
+func presumedLost(spec Spec) error {
+	return fmt.Errorf("%w (%v without a successful renewal)", ErrPresumedLost, spec.TTL-spec.KillAfter-Margin(spec.TTL))
+}
+
+// alarmC is a's channel; nil, which never delivers, for no alarm.
+func alarmC(a *clock.Alarm) <-chan struct{} {
+	if a == nil {
+		return nil
+	}
+	return a.C
+}
+
+// keepAlive renews the lease every RenewEvery(TTL), and retries a failed
+// renewal sooner, until ctx ends. It says renewed after each renewal that
+// succeeded, and lost, once, when the store says the permit is gone. When
+// to give up is Run's to decide.
+func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struct{}, lost chan<- error) {
 	every := RenewEvery(spec.TTL)
 	next := every
 	for {
-		giveUp := lossAt(spec, lease)
-		wait := min(next, time.Until(giveUp))
-		if wait <= 0 {
-			lost <- fmt.Errorf("%w (%v without a successful renewal)", ErrPresumedLost, spec.TTL-spec.KillAfter-Margin(spec.TTL))
-			return
-		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		if time.Now().After(giveUp) {
-			continue
-		}
 		// The call must end before the child has to be told to stop.
-		call, cancel := context.WithDeadline(ctx, giveUp)
+		call, cancel := clock.WithDeadline(ctx, lossAt(spec, lease))
 		err := lease.Renew(call)
 		cancel()
 		switch {
 		case err == nil:
 			next = every
+			select {
+			case renewed <- struct{}{}:
+			default: // Run has yet to read the last one, which says as much
+			}
 		case errors.Is(err, semaphore.ErrLost):
 			lost <- err
 			return
@@ -290,7 +321,7 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, lost chan<- error) {
 		default:
 			spec.Warnf("renewal failed, retrying: %v", err)
 			// At least three more tries fit before the child must stop.
-			next = max(min(spec.TTL/12, time.Until(giveUp)/3), 50*time.Millisecond)
+			next = max(min(spec.TTL/12, clock.Until(lossAt(spec, lease))/3), 50*time.Millisecond)
 		}
 	}
 }

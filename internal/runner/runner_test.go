@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
@@ -177,7 +178,7 @@ func TestPresumedLossEndsChildBeforeLeaseLapses(t *testing.T) {
 	s := spec(t, ttl, "sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`)
 	s.KillAfter = 500 * time.Millisecond
 	res, err := runner.Run(context.Background(), s, f.lease)
-	ended := time.Now()
+	ended := clock.Now()
 	if err != nil || !res.Terminated || !errors.Is(res.Lost, runner.ErrPresumedLost) {
 		t.Fatalf("got %+v, %v; want the child stopped for a presumed loss", res, err)
 	}

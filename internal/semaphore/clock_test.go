@@ -1,8 +1,12 @@
 package semaphore_test
 
 import (
+	"context"
 	"errors"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +15,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 
+	hostclock "github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -341,10 +346,12 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 }
 
 // TestClockWaiterLeaseLapsesAtExpiry: a waiter that vanished keeps its
-// place until its waiter lease lapses, and not a millisecond longer.
+// place until its waiter lease lapses, and not a millisecond longer: a
+// release at that very instant hands it nothing.
 func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
 	raw := rawClient(t, c.m.Addr())
 	req := semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}
 	a := acquire(t, st, req)
@@ -356,8 +363,6 @@ func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
 	if len(s.Waiters) != 1 || s.Waiters[0].Position != 1 || s.Waiters[0].Waited != time.Second-time.Millisecond {
 		t.Fatalf("Status 1ms before the waiter lease lapses: got waiters %+v, want one at position 1, waited 999ms", s.Waiters)
 	}
-	release(t, a)
-	// The seat is free, but the waiter is still first in line.
 	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), req); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait Acquire 1ms before the waiter lease lapses: got %v, want ErrBusy", err)
 	}
@@ -365,11 +370,16 @@ func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
 	if s := statusOf(t, st, key); len(s.Waiters) != 0 {
 		t.Errorf("Status when the waiter lease lapses: got waiters %+v, want none", s.Waiters)
 	}
+	// The release sweeps the lapsed waiter before handing the seat on.
+	release(t, a)
+	if got := c.holders(k); len(got) != 0 {
+		t.Errorf("holders after a release at the waiter lease's lapse: got %q, want none (nothing handed to the vanished waiter)", got)
+	}
 	b := acquire(t, st, req)
 	if b.Token() <= a.Token() {
 		t.Errorf("token after the vanished waiter: got %d, want more than %d", b.Token(), a.Token())
 	}
-	if c.m.Exists(keysOf(testPrefix, key).queue) {
+	if c.m.Exists(k.queue) {
 		t.Errorf("queue key once nobody waits: got it still there, want it gone")
 	}
 }
@@ -458,5 +468,206 @@ func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
 	}
 	if looks < 15 {
 		t.Errorf("looks in 300ms at a lease lapsing in 5ms: got %d, want at least 15 (one per ~6ms, bounded by load)", looks)
+	}
+}
+
+// scriptRuns counts, from now on, the runs of the named scripts on c's
+// server, by EVALSHA of their hash or EVAL of their source, and returns a
+// reader of the counts. It loads the scripts first, so that no run is an
+// EVALSHA refused with NOSCRIPT and then an EVAL.
+func (c *clock) scriptRuns(names ...string) func(name string) int64 {
+	c.t.Helper()
+	raw := rawClient(c.t, c.m.Addr())
+	byKey := map[string]string{}
+	for _, name := range names {
+		sc := luaScript(c.t, name)
+		if err := sc.Load(context.Background(), raw).Err(); err != nil {
+			c.t.Fatalf("SCRIPT LOAD %s: got error %v, want nil", name, err)
+		}
+		byKey[sc.Hash()] = name
+		lib, _ := os.ReadFile("lib.lua")
+		body, _ := os.ReadFile(name + ".lua")
+		byKey[string(lib)+string(body)] = name
+	}
+	var mu sync.Mutex
+	runs := map[string]int64{}
+	c.m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+		if (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 0 {
+			if name, ok := byKey[args[0]]; ok {
+				mu.Lock()
+				runs[name]++
+				mu.Unlock()
+			}
+		}
+		return false
+	})
+	return func(name string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs[name]
+	}
+}
+
+// waiterInLine waits until one waiter stands in k's line, and a little more
+// for it to block on its wake list, and returns its permit id.
+func (c *clock) waiterInLine(k storeKeys) string {
+	c.t.Helper()
+	var ids []string
+	waitFor(c.t, 5*time.Second, "one waiter in line", func() bool {
+		var err error
+		ids, err = c.m.ZMembers(k.queue)
+		return err == nil && len(ids) == 1
+	})
+	time.Sleep(50 * time.Millisecond)
+	return ids[0]
+}
+
+// setWaiterTTL rewrites the ttl of id's waiter record, "<lease expiry ms>
+// <N> <weight> <since ms> <ttl ms> <meta>": the lease of the permit a
+// script hands it. A short one stands for a waiter that reads its turn
+// late, its lease partly or wholly gone.
+func (c *clock) setWaiterTTL(k storeKeys, id string, ttl time.Duration) {
+	c.t.Helper()
+	rec := c.m.HGet(k.waiters, id)
+	f := strings.SplitN(rec, " ", 6)
+	if len(f) != 6 {
+		c.t.Fatalf("waiter record of %s: got %q, want 5 integers and meta", id, rec)
+	}
+	f[4] = strconv.FormatInt(ttl.Milliseconds(), 10)
+	c.m.HSet(k.waiters, id, strings.Join(f, " "))
+}
+
+// TestClockHandedOverLeaseRunsFromRelease: the lease a release hands a
+// waiter runs from the release on the server's clock, and the waiter's
+// deadline counts it from its own last ask, by the server time that ask
+// carried: 4s of server time between the two move the deadline 4s on. The
+// waiter asks nothing more.
+func TestClockHandedOverLeaseRunsFromRelease(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	runs := c.scriptRuns("acquire", "renew")
+	const ttl = 30 * time.Second
+	h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+
+	before := hostclock.Now()
+	// TTL 30s: a waiter lease of 10s, so no look of its own for ~3s.
+	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 20*time.Second)
+	id := c.waiterInLine(k)
+	asked := runs("acquire")
+	c.advance(4 * time.Second) // on the server's clock only
+	release(t, h)
+	released := hostclock.Now()
+	r := receive(t, done, 5*time.Second, "waiter after the holder released")
+	if r.err != nil {
+		t.Fatalf("waiter after the holder released: got %v, want a permit", r.err)
+	}
+	if n := runs("acquire") - asked; n != 0 {
+		t.Errorf("acquire script runs of the waiter after the release: got %d, want 0 (its permit handed over)", n)
+	}
+	if n := runs("renew"); n != 0 {
+		t.Errorf("renew script runs: got %d, want 0 (a lease handed over with 30s left needs no renewal first)", n)
+	}
+	if got := c.only(k); got != id {
+		t.Fatalf("holder after the release: got %q, want the waiter %q", got, id)
+	}
+	if got, want := c.score(k, id), c.ms()+float64(ttl.Milliseconds()); got != want {
+		t.Errorf("lease expiry handed over: got %v ms, want release time + TTL = %v ms", got, want)
+	}
+	if r.l.Token() <= h.Token() {
+		t.Errorf("token handed over: got %d, want more than %d", r.l.Token(), h.Token())
+	}
+	// The waiter asked at server time S, sent between before and released;
+	// its lease lapses at S+4s+TTL. Less 1ms: readings of the server's
+	// clock are whole milliseconds, so semrun takes a span between two as
+	// 1ms shorter than it reads.
+	lo, hi := before.Add(4*time.Second+ttl-time.Millisecond), released.Add(4*time.Second+ttl)
+	if d := r.l.Deadline(); d.Before(lo) || d.After(hi) {
+		t.Errorf("Deadline of the lease handed over: got %v after the waiter started, want in [4s+TTL, %v] (its ask + 4s + TTL)", d.Sub(before), hi.Sub(before))
+	}
+}
+
+// TestClockShortHandoverRenewedFirst: a waiter handed a lease with less
+// than half its TTL left (as when it reads its turn late) renews it before
+// Acquire returns, so its command does not start with its lease about to
+// lapse.
+func TestClockShortHandoverRenewedFirst(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	runs := c.scriptRuns("acquire", "renew")
+	const ttl = 30 * time.Second
+	h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 20*time.Second)
+	id := c.waiterInLine(k)
+	asked := runs("acquire")
+	c.setWaiterTTL(k, id, time.Second)
+	releasing := hostclock.Now()
+	release(t, h)
+	r := receive(t, done, 5*time.Second, "waiter handed a 1s lease")
+	if r.err != nil {
+		t.Fatalf("waiter handed a 1s lease: got %v, want a permit", r.err)
+	}
+	if n := runs("renew"); n != 1 {
+		t.Errorf("renew script runs: got %d, want 1 (the short lease renewed first)", n)
+	}
+	if n := runs("acquire") - asked; n != 0 {
+		t.Errorf("acquire script runs of the waiter after the release: got %d, want 0", n)
+	}
+	if got, want := c.score(k, id), c.ms()+float64(ttl.Milliseconds()); got != want {
+		t.Errorf("lease expiry after the waiter got in: got %v ms, want now + TTL = %v ms (renewed)", got, want)
+	}
+	if s := statusOf(t, st, key); len(s.Holders) != 1 || s.Holders[0].Token != r.l.Token() || r.l.Token() <= h.Token() {
+		t.Errorf("Status once the waiter got in: got %+v, want it the only holder, token %d > %d", s, r.l.Token(), h.Token())
+	}
+	// Renewed after the release began: a full TTL from then at least.
+	if d := r.l.Deadline(); d.Before(releasing.Add(ttl-time.Millisecond)) || d.After(hostclock.Now().Add(ttl)) {
+		t.Errorf("Deadline of the renewed lease: got %v after the release began, want in [TTL, now + TTL]", d.Sub(releasing))
+	}
+}
+
+// TestClockLapsedHandoverAsksAgain: a waiter whose handed lease lapsed
+// before it read it (stopped longer than its TTL, here a lease of 0) finds
+// its renewal lost and asks again, getting a permit of its own with a new
+// token, not the lapsed one.
+func TestClockLapsedHandoverAsksAgain(t *testing.T) {
+	c, st := newClock(t)
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	runs := c.scriptRuns("acquire", "renew")
+	const ttl = 30 * time.Second
+	h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 20*time.Second)
+	id := c.waiterInLine(k)
+	asked := runs("acquire")
+	c.setWaiterTTL(k, id, 0)
+	releasing := hostclock.Now()
+	release(t, h)
+	r := receive(t, done, 5*time.Second, "waiter handed a lapsed lease")
+	if r.err != nil {
+		t.Fatalf("waiter handed a lapsed lease: got %v, want a permit", r.err)
+	}
+	if n := runs("renew"); n != 1 {
+		t.Errorf("renew script runs: got %d, want 1 (the lapsed lease, lost)", n)
+	}
+	if n := runs("acquire") - asked; n != 1 {
+		t.Errorf("acquire script runs of the waiter after the release: got %d, want 1 (it asked again)", n)
+	}
+	// h's token, then the lapsed handover's, then the waiter's own grant:
+	// the clock stands still, so each is one more.
+	if got, want := r.l.Token(), h.Token()+2; got != want {
+		t.Errorf("token of the waiter's permit: got %d, want %d (after the lapsed handover's %d)", got, want, h.Token()+1)
+	}
+	if got := c.only(k); got != id {
+		t.Fatalf("holder: got %q, want the waiter %q", got, id)
+	}
+	if got, want := c.score(k, id), c.ms()+float64(ttl.Milliseconds()); got != want {
+		t.Errorf("lease expiry of the waiter's permit: got %v ms, want now + TTL = %v ms", got, want)
+	}
+	if s := statusOf(t, st, key); len(s.Holders) != 1 || s.Holders[0].Token != r.l.Token() || len(s.Waiters) != 0 {
+		t.Errorf("Status once the waiter got in: got %+v, want it the only holder, token %d, nobody waiting", s, r.l.Token())
+	}
+	if d := r.l.Deadline(); d.Before(releasing.Add(ttl-time.Millisecond)) || d.After(hostclock.Now().Add(ttl)) {
+		t.Errorf("Deadline of the waiter's permit: got %v after the release began, want in [TTL, now + TTL]", d.Sub(releasing))
 	}
 }

@@ -101,8 +101,8 @@ func enqueue(t testing.TB, c *redis.Client, key, id string, n int, wlease time.D
 	k := keysOf(testPrefix, key)
 	res, err := luaScript(t, "acquire").Run(context.Background(), c, k.all(),
 		id, n, wlease.Milliseconds(), "", 1, wlease.Milliseconds(), k.channel).Int64Slice()
-	if err != nil || len(res) != 7 {
-		t.Fatalf("acquire.lua for %q: got (%v, %v), want 7 integers", id, res, err)
+	if err != nil || len(res) != 10 {
+		t.Fatalf("acquire.lua for %q: got (%v, %v), want 10 integers", id, res, err)
 	}
 	return res[5]
 }

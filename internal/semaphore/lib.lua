@@ -4,12 +4,14 @@
 --                  field "#cap" -> the capacity the latest caller asked for
 -- KEYS[3] token:   string, the last fencing token handed out
 -- KEYS[4] queue:   sorted set, waiter id -> ticket: the order of arrival
--- KEYS[5] waiters: hash, waiter id -> "<lease expiry ms> <N> <weight> <since ms> <meta>";
+-- KEYS[5] waiters: hash, waiter id -> "<lease expiry ms> <N> <weight> <since ms> <ttl ms> <meta>";
 --                  field "#seq" -> the last ticket handed out
--- A waiter's id is the permit id it will hold. Its turn is pushed to its
--- wake list: the prefix ARGV names, ":" and the first 16 hex digits of the
--- SHA-1 of its id (in the key's hash slot; it blocks on it with BLPOP).
--- Meta is opaque to the scripts.
+-- A waiter's id is the permit id it will hold. When its turn comes, the
+-- script that made it gives it its permit and pushes "g <token> <lease
+-- expiry ms>" to its wake list: the prefix ARGV names, ":" and the first 16
+-- hex digits of the SHA-1 of its id (in the key's hash slot; it blocks on
+-- it with BLPOP). A record without ttl (an older semrun's) is pushed "1"
+-- instead: ask again. Meta is opaque to the scripts.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -65,7 +67,8 @@ end
 -- ready lists, in order, the waiters whose turn it is, with busy seats
 -- taken: walking the line from its head, each waiter that fits beside the
 -- holders and the waiters before it, under its own N. The first that does
--- not fit ends the walk, so nobody passes a waiter, however heavy.
+-- not fit ends the walk, so nobody passes a waiter, however heavy. Each
+-- comes with its record.
 local function ready(busy)
   local out = {}
   local queue = redis.call('ZRANGE', KEYS[4], 0, -1)
@@ -75,7 +78,7 @@ local function ready(busy)
     local n, weight = string.match(recs[i] or '', '^%d+ (%d+) (%d+) ')
     if not n or busy + tonumber(weight) > tonumber(n) then break end
     busy = busy + tonumber(weight)
-    out[#out + 1] = w
+    out[#out + 1] = {w, recs[i]}
   end
   return out
 end
@@ -85,19 +88,60 @@ local function wakekey(prefix, id)
   return prefix .. ':' .. string.sub(redis.sha1hex(id), 1, 16)
 end
 
--- wake tells the waiters whose turn it is, but the caller, to ask again: an
--- element in each one's own wake list, so that no other waiter wakes, and
--- kept there until read, so that none is lost while the waiter is busy. A
--- list whose waiter is gone vanishes within a minute.
-local function wake(prefix, busy, caller)
+-- grant gives id a permit of n seats' capacity, weight seats, for ttl ms,
+-- and returns its fencing token. The token is seeded from the server's
+-- clock in microseconds, so tokens keep rising even after the keys expired
+-- or the store lost its data.
+local function grant(id, n, weight, ttl, meta)
+  local token = redis.call('INCR', KEYS[3])
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if token < floor then
+    redis.call('SET', KEYS[3], floor)
+    token = floor
+  end
+  redis.call('ZADD', KEYS[1], now + ttl, id)
+  redis.call('HSET', KEYS[2], id, string.format('%d %d %d %d ', n, token, now, weight) .. meta)
+  return token
+end
+
+-- fenced is how many ms are left of the restart fence: after the server
+-- (re)started, no permit is granted until it has been up as long as the
+-- fence an acquire asked for (see acquire.lua), so that a holder from
+-- before a restart that lost its permit has stopped its command before
+-- anyone else starts one. Releases and sweeps honour it too.
+local function fenced()
+  return math.max(tonumber(redis.call('HGET', KEYS[2], '#fence') or 0) - now, 0)
+end
+
+-- handoff gives the waiters whose turn it is, but the caller, their permits
+-- at once, and pushes each its grant: a waiter starts its command as soon as
+-- it reads its list, without asking again. The element stays until read, so
+-- none is lost while the waiter is busy; a list whose waiter is gone
+-- vanishes within a minute. It returns the longest lease it granted and
+-- the seats it gave.
+local function handoff(prefix, busy, caller)
+  local longest, given = 0, 0
+  if fenced() > 0 then return longest, given end
   for _, w in ipairs(ready(busy)) do
-    if w ~= caller then
-      local k = wakekey(prefix, w)
-      redis.call('RPUSH', k, 1)
-      redis.call('LTRIM', k, 0, 0)
+    local id, rec = w[1], w[2]
+    if id ~= caller then
+      local k = wakekey(prefix, id)
+      local n, weight, ttl, meta = string.match(rec, '^%d+ (%d+) (%d+) %d+ (%d+) (.*)$')
+      redis.call('DEL', k)
+      if n then
+        local token = grant(id, tonumber(n), tonumber(weight), tonumber(ttl), meta)
+        redis.call('ZREM', KEYS[4], id)
+        redis.call('HDEL', KEYS[5], id)
+        redis.call('RPUSH', k, string.format('g %d %d', token, now + tonumber(ttl)))
+        longest = math.max(longest, tonumber(ttl))
+        given = given + tonumber(weight)
+      else
+        redis.call('RPUSH', k, 1)
+      end
       redis.call('PEXPIRE', k, 60000)
     end
   end
+  return longest, given
 end
 
 -- earliest is how long until the first lease can lapse; 0 with no holder.

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/semrun/semrun/internal/clock"
 )
 
 // SystemLockDir is the lock directory every user of a host shares when it is
@@ -742,7 +744,7 @@ type localLease struct {
 func (l *localLease) Token() int64 { return l.token }
 
 // Deadline is zero: the kernel holds the lock for as long as the holder lives.
-func (l *localLease) Deadline() time.Time { return time.Time{} }
+func (l *localLease) Deadline() clock.Instant { return clock.Instant{} }
 
 // Renew has nothing to renew: the permit holds until it is released.
 func (l *localLease) Renew(context.Context) error {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
+
+	"github.com/semrun/semrun/internal/clock"
 )
 
 // Every script starts with lib.lua: the keys they share, the clock, and the
@@ -269,10 +271,18 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 	w := wakeups{client: r.client, key: wakeKey(channel, id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
 	told := false
 	var last WaitState
+	// inLine is the last ask that left the caller in line: when it sent it,
+	// and the server's clock as the script ran, after that. A permit handed
+	// over later lapses at a server time, which this turns into a local
+	// deadline that is never later than the store's.
+	var inLine struct {
+		sent clock.Instant
+		now  int64
+	}
 	for {
-		sent := time.Now()
+		sent := clock.Now()
 		res, err := r.callRetrying(ctx, acquireScript, keys, id, req.Permits, req.TTL.Milliseconds(), meta,
-			req.weight(), wlease.Milliseconds(), channel)
+			req.weight(), wlease.Milliseconds(), channel, max(req.RestartFence, 0).Milliseconds())
 		if err != nil {
 			if ctx.Err() != nil {
 				// The script may have run before ctx ended: give back what
@@ -290,12 +300,18 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		}
 		told = true
 		if g.granted {
-			return &redisLease{r: r, key: req.Key, keys: keys, channel: channel, id: id, ttl: req.TTL, token: g.token, deadline: sent.Add(req.TTL)}, nil
+			return r.lease(req, keys, channel, id, g.token, sent.Add(serverSpan(g.left))), nil
 		}
+		fenced := time.Duration(g.fenced) * time.Millisecond
 		if req.NoWait {
+			if fenced > 0 {
+				return nil, fmt.Errorf("key %q: no grant for %v more: %w", req.Key, fenced.Round(time.Second), ErrFenced)
+			}
 			return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, g.held, req.Permits, ErrBusy)
 		}
-		if st := (WaitState{Held: int(g.held), Capacity: req.Permits, Position: int(g.position), Waiting: int(g.waiting)}); st != last && req.OnWait != nil {
+		inLine.sent, inLine.now = sent, g.now
+		// The fence is shown to the second, so that the line is not redrawn for less.
+		if st := (WaitState{Held: int(g.held), Capacity: req.Permits, Position: int(g.position), Waiting: int(g.waiting), Fenced: fenced.Round(time.Second)}); st != last && req.OnWait != nil {
 			req.OnWait(st)
 			last = st
 		}
@@ -307,11 +323,37 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		if g.lapseIn > 0 {
 			delay = min(delay, time.Duration(g.lapseIn)*time.Millisecond+time.Millisecond)
 		}
-		if err := w.wait(ctx, delay); err != nil {
+		turn, err := w.wait(ctx, delay)
+		if err != nil {
 			r.abandon(ctx, keys, channel, id)
 			return nil, fmt.Errorf("wait for key %q: %w", req.Key, err)
 		}
+		if !turn.handed {
+			continue
+		}
+		l := r.lease(req, keys, channel, id, turn.token, inLine.sent.Add(serverSpan(turn.expiry-inLine.now)))
+		// A waiter that read its turn late (it was stopped) renews first,
+		// so that its command does not start with its lease about to lapse.
+		if clock.Until(l.deadline) < req.TTL/2 {
+			switch err := l.Renew(ctx); {
+			case errors.Is(err, ErrLost):
+				continue // the permit lapsed unused: ask again, at the back of the line
+			case err != nil && ctx.Err() != nil:
+				r.abandon(ctx, keys, channel, id)
+				return nil, fmt.Errorf("wait for key %q: %w", req.Key, context.Cause(ctx))
+			}
+		}
+		return l, nil
 	}
+}
+
+// serverSpan is a span of ms between two readings of the server's clock,
+// as a local duration never longer than the true one: each reading is
+// rounded down to the millisecond, which can add up to 1ms to the span.
+func serverSpan(ms int64) time.Duration { return time.Duration(ms-1) * time.Millisecond }
+
+func (r *Redis) lease(req Request, keys []string, channel, id string, token int64, deadline clock.Instant) *redisLease {
+	return &redisLease{r: r, key: req.Key, keys: keys, channel: channel, id: id, ttl: req.TTL, token: token, deadline: deadline}
 }
 
 // wakeups are a waiter's wake list. The scripts push its turn there, and
@@ -322,33 +364,61 @@ type wakeups struct {
 	poll   backoff // for a client that cannot block
 }
 
+// turn is what a waiter read from its wake list.
+type turn struct {
+	// handed is true when a script gave the waiter its permit: token is
+	// its fencing token and expiry the server time its lease lapses at.
+	// Otherwise the waiter asks again.
+	handed        bool
+	token, expiry int64
+}
+
+// parseTurn reads an element of a wake list: "g <token> <expiry ms>" for a
+// permit handed over, anything else to ask again.
+func parseTurn(elem string) turn {
+	var t turn
+	if n, err := fmt.Sscanf(elem, "g %d %d", &t.token, &t.expiry); err == nil && n == 2 {
+		t.handed = true
+	}
+	return t
+}
+
 // wait returns when the waiter's turn was pushed, or after d, or with ctx's
 // cause: at once, even while BLPOP still blocks.
-func (w *wakeups) wait(ctx context.Context, d time.Duration) error {
+func (w *wakeups) wait(ctx context.Context, d time.Duration) (turn, error) {
 	b, ok := w.client.(blocker)
 	if !ok {
-		return sleep(ctx, min(d, w.poll.step()))
+		return turn{}, sleep(ctx, min(d, w.poll.step()))
+	}
+	type popped struct {
+		elem string
+		err  error
 	}
 	// The call's own deadline is a second past BLPOP's timeout.
 	call, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+time.Second)
-	done := make(chan error, 1)
+	done := make(chan popped, 1)
 	go func() {
 		defer cancel()
-		err := b.Do(call, "BLPOP", w.key, strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)).Err()
+		kv, err := b.Do(call, "BLPOP", w.key, strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)).StringSlice()
 		if errors.Is(err, redis.Nil) {
 			err = nil // timed out: time to renew the place in line
 		}
-		done <- err
+		var p popped
+		if err == nil && len(kv) == 2 {
+			p.elem = kv[1]
+		}
+		p.err = err
+		done <- p
 	}()
 	select {
 	case <-ctx.Done():
-		return context.Cause(ctx)
-	case err := <-done:
-		if err != nil {
+		return turn{}, context.Cause(ctx)
+	case p := <-done:
+		if p.err != nil {
 			// Waiting goes on: the next ask retries the store, or fails.
-			return sleep(ctx, min(d, w.poll.step()))
+			return turn{}, sleep(ctx, min(d, w.poll.step()))
 		}
-		return nil
+		return parseTurn(p.elem), nil
 	}
 }
 
@@ -360,20 +430,23 @@ type grant struct {
 	lapseIn  int64
 	position int64
 	waiting  int64
+	now      int64 // the server's clock, ms
+	left     int64 // ms left of the lease granted
+	fenced   int64 // ms left of the restart fence
 }
 
 func parseGrant(res any) (grant, error) {
 	v, ok := res.([]any)
-	if !ok || len(v) != 7 {
+	if !ok || len(v) != 10 {
 		return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
 	}
-	var n [7]int64
+	var n [10]int64
 	for i := range v {
 		if n[i], ok = v[i].(int64); !ok {
 			return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
 		}
 	}
-	return grant{granted: n[0] == 1, token: n[1], held: n[2], previous: n[3], lapseIn: n[4], position: n[5], waiting: n[6]}, nil
+	return grant{granted: n[0] == 1, token: n[1], held: n[2], previous: n[3], lapseIn: n[4], position: n[5], waiting: n[6], now: n[7], left: n[8], fenced: n[9]}, nil
 }
 
 // abandon releases id after ctx ended, under a short deadline of its own.
@@ -535,10 +608,16 @@ func parseHolder(info string, now int64) (Holder, error) {
 	return h, nil
 }
 
-// parseWaiter reads "<lease expiry ms> <permits> <weight> <since ms> <meta>" (see lib.lua).
+// parseWaiter reads "<lease expiry ms> <permits> <weight> <since ms> <ttl ms> <meta>"
+// (see lib.lua), or the record of a semrun from before permits were handed
+// over, without ttl.
 func parseWaiter(rec string, now int64) (Waiter, error) {
 	var w Waiter
-	n, err := parseRecord(rec, 4, &w.HolderInfo)
+	fields := 5
+	if f := strings.SplitN(rec, " ", 6); len(f) == 5 || len(f) == 6 && strings.HasPrefix(f[4], "{") {
+		fields = 4
+	}
+	n, err := parseRecord(rec, fields, &w.HolderInfo)
 	if err != nil {
 		return Waiter{}, err
 	}
@@ -556,19 +635,19 @@ type redisLease struct {
 	token   int64
 
 	mu       sync.Mutex
-	deadline time.Time
+	deadline clock.Instant
 }
 
 func (l *redisLease) Token() int64 { return l.token }
 
-func (l *redisLease) Deadline() time.Time {
+func (l *redisLease) Deadline() clock.Instant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
 }
 
 func (l *redisLease) Renew(ctx context.Context) error {
-	sent := time.Now()
+	sent := clock.Now()
 	res, err := renewScript.Run(ctx, l.r.client, l.keys, l.id, l.ttl.Milliseconds()).Int64()
 	if err != nil {
 		return fmt.Errorf("renew key %q on %s: %w", l.key, l.r.addr, err)
@@ -578,7 +657,8 @@ func (l *redisLease) Renew(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d := sent.Add(l.ttl); d.After(l.deadline) {
+	// The script's expiry is its clock's reading, rounded down, plus ttl.
+	if d := sent.Add(l.ttl - time.Millisecond); d.After(l.deadline) {
 		l.deadline = d
 	}
 	return nil

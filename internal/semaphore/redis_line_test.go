@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	hostclock "github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -183,7 +185,8 @@ func TestRedisVanishedWaiterStallsNoOne(t *testing.T) {
 	}
 	release(t, ra.l)
 	released := time.Now()
-	// The vanished waiter's turn now: it never takes it.
+	// The vanished waiter's turn now: it is handed the seat, with the 1s
+	// lease it asked for, and never reads it; the seat lapses after that.
 	rb := receive(t, behind, 5*time.Second, "waiter behind a vanished one")
 	if rb.err != nil {
 		t.Fatalf("waiter behind a vanished one: got %v, want a permit", rb.err)
@@ -561,6 +564,117 @@ func TestRedisWithoutChannelRights(t *testing.T) {
 	r := receive(t, got, 10*time.Second, "waiter without channel rights")
 	if r.err != nil {
 		t.Fatalf("waiter without channel rights after the release: got %v, want a permit", r.err)
+	}
+	release(t, r.l)
+}
+
+// scriptRuns counts, by name, the runs of the store's scripts sent through
+// a client it hooks: EVALSHA of a script's hash or EVAL of its source.
+type scriptRuns struct {
+	names map[string]string // hash and source -> name
+	mu    sync.Mutex
+	runs  map[string]int
+}
+
+// newScriptRuns counts the named scripts, which it loads on c's server
+// first, so that no run is an EVALSHA refused with NOSCRIPT and then an EVAL.
+func newScriptRuns(t *testing.T, c *redis.Client, names ...string) *scriptRuns {
+	t.Helper()
+	s := &scriptRuns{names: map[string]string{}, runs: map[string]int{}}
+	for _, name := range names {
+		sc := luaScript(t, name)
+		if err := sc.Load(context.Background(), c).Err(); err != nil {
+			t.Fatalf("SCRIPT LOAD %s: got error %v, want nil", name, err)
+		}
+		s.names[sc.Hash()] = name
+		lib, _ := os.ReadFile("lib.lua")
+		body, _ := os.ReadFile(name + ".lua")
+		s.names[string(lib)+string(body)] = name
+	}
+	return s
+}
+
+func (s *scriptRuns) get(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[name]
+}
+
+func (s *scriptRuns) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptRuns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (s *scriptRuns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			if name, ok := s.names[fmt.Sprint(args[1])]; ok {
+				s.mu.Lock()
+				s.runs[name]++
+				s.mu.Unlock()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestRedisWaiterHandedItsPermit: a release hands the seat to the waiter
+// blocked on its wake list, which returns its lease without asking the
+// store again, with a deadline no later than the lease the store gave it.
+func TestRedisWaiterHandedItsPermit(t *testing.T) {
+	t.Parallel()
+	srv, st, raw := setup(t, semaphore.RedisOptions{})
+	runs := newScriptRuns(t, raw, "acquire", "renew")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	c.AddHook(runs)
+	waiting := semaphore.NewRedisWithClient(c, c.Close, srv.Addr, semaphore.RedisOptions{Prefix: testPrefix})
+	t.Cleanup(func() { _ = waiting.Close() })
+	key := uniqueKey(t)
+	const ttl = 30 * time.Second
+	h := hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+
+	before := hostclock.Now()
+	// TTL 30s: a waiter lease of 10s, so no look of its own for ~3s.
+	got, _ := startAcquire(t, waiting, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 20*time.Second)
+	waitListening(t, raw, key, 1)
+	asked := runs.get("acquire")
+	if asked == 0 {
+		t.Fatalf("acquire script runs of the waiter: got 0, want at least 1 (the hook counts nothing)")
+	}
+	release(t, h)
+	released := hostclock.Now()
+	r := receive(t, got, 10*time.Second, "waiter after the holder released")
+	if r.err != nil {
+		t.Fatalf("waiter after the holder released: got %v, want a permit", r.err)
+	}
+	if n := runs.get("acquire") - asked; n != 0 {
+		t.Errorf("acquire script runs of the waiter after the release: got %d, want 0 (its permit handed over on its wake list)", n)
+	}
+	if n := runs.get("renew"); n != 0 {
+		t.Errorf("renew script runs of the waiter: got %d, want 0 (a lease handed over with ~30s left needs no renewal first)", n)
+	}
+	s := statusOf(t, st, key)
+	if len(s.Holders) != 1 || s.Holders[0].Token != r.l.Token() || len(s.Waiters) != 0 {
+		t.Errorf("Status once the waiter got in: got %+v, want it the only holder, token %d, nobody waiting", s, r.l.Token())
+	}
+	if r.l.Token() <= h.Token() {
+		t.Errorf("token handed over: got %d, want more than the releasing holder's %d", r.l.Token(), h.Token())
+	}
+	// The store's lease runs from the release: the local deadline is no
+	// later than that (semrun takes spans of the server's clock, read in
+	// whole milliseconds, as 1ms shorter); and not before the waiter's own
+	// first ask plus the TTL, give or take a second for the server's clock,
+	// which is not ours.
+	d := r.l.Deadline()
+	if latest := released.Add(ttl); d.After(latest) {
+		t.Errorf("Deadline of the lease handed over: got %v after the release returned, want at most the TTL %v", d.Sub(released), ttl)
+	}
+	if earliest := before.Add(ttl - time.Second); d.Before(earliest) {
+		t.Errorf("Deadline of the lease handed over: got %v after the waiter started, want at least the TTL %v less a second", d.Sub(before), ttl)
+	}
+	if l := wakeLists(t, raw, keysOf(testPrefix, key).channel); len(l) != 0 {
+		t.Errorf("wake lists once the waiter got in: got %v, want none (read)", l)
 	}
 	release(t, r.l)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	hostclock "github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -119,11 +120,11 @@ func TestRedisRenew(t *testing.T) {
 		d0 := l.Deadline()
 		time.Sleep(20 * time.Millisecond) // let both clocks move on
 
-		sent := time.Now()
+		sent := hostclock.Now()
 		if err := l.Renew(ctx); err != nil {
 			t.Fatalf("Renew: got error %v, want nil", err)
 		}
-		answered := time.Now()
+		answered := hostclock.Now()
 		z1 := members(t, raw, k)
 		if len(z1) != 1 || z1[0].Member != z0[0].Member {
 			t.Fatalf("holders after renew: got %v, want the same single permit %v", z1, z0)
@@ -131,9 +132,10 @@ func TestRedisRenew(t *testing.T) {
 		if z1[0].Score <= z0[0].Score {
 			t.Errorf("lease expiry after renew: got %v ms, want later than %v ms", z1[0].Score, z0[0].Score)
 		}
-		if d := l.Deadline(); !d.After(d0) || d.Before(sent.Add(ttl)) || d.After(answered.Add(ttl)) {
-			t.Errorf("Deadline after renew: got %v, want after %v, within [sent+TTL %v, answered+TTL %v]",
-				d, d0, sent.Add(ttl), answered.Add(ttl))
+		// Less 1ms: the server's expiry is its clock, rounded down to the millisecond, plus TTL.
+		if d := l.Deadline(); !d.After(d0) || d.Before(sent.Add(ttl-time.Millisecond)) || d.After(answered.Add(ttl)) {
+			t.Errorf("Deadline after renew: got %v, want after %v, within [sent+TTL-1ms %v, answered+TTL %v]",
+				d, d0, sent.Add(ttl-time.Millisecond), answered.Add(ttl))
 		}
 		nowMs := serverMicros(t, raw) / 1000
 		for _, key := range []string{k.holders, k.info, k.token} {
@@ -222,7 +224,7 @@ func TestRedisCrashedHolderFreesSeat(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting Acquire behind a holder that stopped renewing: got %v, want a permit", err)
 		}
-		granted := time.Now()
+		granted := hostclock.Now()
 		if nowMs := serverMicros(t, raw) / 1000; float64(nowMs) < za[0].Score {
 			t.Errorf("seat given at server time %d ms, want not before the lapsed lease's expiry %v ms", nowMs, za[0].Score)
 		}

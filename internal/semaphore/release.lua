@@ -1,5 +1,5 @@
 -- release: give this caller's permit back, or its place in line. Releasing
--- twice is harmless. The waiters whose turn it now is are woken.
+-- twice is harmless. The waiters whose turn it now is get their permits.
 -- KEYS: see lib.lua
 -- ARGV[1] permit id, ARGV[2] wake list prefix
 -- Returns 1 when the permit was held or the caller waited, 0 otherwise.
@@ -9,6 +9,7 @@ redis.call('HDEL', KEYS[5], ARGV[1])
 redis.call('DEL', wakekey(ARGV[2], ARGV[1]))
 if removed > 0 then
   sweep()
-  wake(ARGV[2], used(), '')
+  local longest = handoff(ARGV[2], used(), '')
+  if longest > 0 then keepalive(longest) end
 end
 return math.min(removed, 1)

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/semrun/semrun/internal/clock"
 )
 
 // Errors callers tell apart with errors.Is.
@@ -23,6 +25,9 @@ var (
 	// ErrUnreachable means the store could not be reached for longer than
 	// the connect timeout.
 	ErrUnreachable = errors.New("semaphore: store unreachable")
+	// ErrFenced means no permit was obtained because the store restarted
+	// less than the restart fence ago; it wraps ErrBusy.
+	ErrFenced = fmt.Errorf("store restarted recently (restart fence): %w", ErrBusy)
 )
 
 // MaxKeyLen bounds a key so that every store can name it.
@@ -44,6 +49,12 @@ type Request struct {
 	// OnWait, when set, is called when the caller starts to wait and
 	// whenever what it waits for changes.
 	OnWait func(WaitState)
+	// RestartFence: while the store has been up for less than this since it
+	// last started, it grants no permit, so that holders from before a
+	// restart that lost their permits have stopped first. It should be the
+	// longest TTL any caller of the store uses; 0 is no fence. Stores that
+	// cannot lose their data while holders run (the local one) ignore it.
+	RestartFence time.Duration
 }
 
 // WaitState is what a waiting caller waits for.
@@ -56,6 +67,9 @@ type WaitState struct {
 	// Waiting is how many callers wait, this one included; 0 when the
 	// store does not know.
 	Waiting int
+	// Fenced is how long the store's restart fence still holds every
+	// grant back; 0 when there is none.
+	Fenced time.Duration
 }
 
 func (r Request) weight() int { return max(r.Weight, 1) }
@@ -84,11 +98,12 @@ type Lease interface {
 	// Token is the fencing token of this grant: it strictly increases with
 	// every grant of the key.
 	Token() int64
-	// Deadline is the local monotonic instant at which the store may give
-	// the seat to someone else unless the lease is renewed first. It is
-	// computed from when the last successful renewal was sent, never from
-	// when its answer arrived. The zero time means the lease never lapses.
-	Deadline() time.Time
+	// Deadline is the instant, on this host's clock that counts a suspend
+	// (package clock), at which the store may give the seat to someone else
+	// unless the lease is renewed first. It is computed from when the last
+	// successful renewal was sent, never from when its answer arrived. The
+	// zero Instant means the lease never lapses.
+	Deadline() clock.Instant
 	// Renew extends the lease by its TTL. It returns an error wrapping
 	// ErrLost when the permit is gone; other errors leave it in doubt.
 	Renew(ctx context.Context) error

@@ -1,0 +1,93 @@
+package clock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/clock"
+)
+
+func TestNowAdvances(t *testing.T) {
+	a := clock.Now()
+	time.Sleep(10 * time.Millisecond)
+	b := clock.Now()
+	if a.IsZero() || !b.After(a) || b.Sub(a) < 10*time.Millisecond || !a.Before(b) {
+		t.Errorf("Now 10ms apart: got %v then %v, want the second at least 10ms later", a, b)
+	}
+	if got := a.Add(time.Second).Sub(a); got != time.Second {
+		t.Errorf("Add(1s).Sub: got %v, want 1s", got)
+	}
+	if !(clock.Instant{}).IsZero() {
+		t.Errorf("the zero Instant: IsZero false, want true")
+	}
+}
+
+func TestAlarmFiresOnce(t *testing.T) {
+	t.Parallel()
+	at := clock.Now().Add(30 * time.Millisecond)
+	a := clock.NewAlarm(at)
+	defer a.Stop()
+	select {
+	case <-a.C:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("alarm 30ms ahead: did not fire within 10s")
+	}
+	if early := clock.Until(at); early > 0 {
+		t.Errorf("alarm fired %v before its instant", early)
+	}
+	select {
+	case <-a.C:
+		t.Errorf("alarm: fired twice")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func TestAlarmPastFiresAtOnce(t *testing.T) {
+	a := clock.NewAlarm(clock.Now().Add(-time.Second))
+	defer a.Stop()
+	select {
+	case <-a.C:
+	default:
+		t.Errorf("alarm for an instant past: did not fire at once")
+	}
+}
+
+func TestAlarmStopped(t *testing.T) {
+	t.Parallel()
+	a := clock.NewAlarm(clock.Now().Add(20 * time.Millisecond))
+	a.Stop()
+	a.Stop() // harmless twice
+	select {
+	case <-a.C:
+		t.Errorf("stopped alarm: fired")
+	case <-time.After(100 * time.Millisecond):
+	}
+	var none *clock.Alarm
+	none.Stop() // a nil alarm is none
+}
+
+func TestWithDeadline(t *testing.T) {
+	t.Parallel()
+	at := clock.Now().Add(30 * time.Millisecond)
+	ctx, cancel := clock.WithDeadline(context.Background(), at)
+	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > 30*time.Millisecond {
+		t.Errorf("Deadline: got (%v, %v), want within 30ms", d, ok)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("context with a deadline 30ms ahead: not done within 10s")
+	}
+	if err := context.Cause(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cause: got %v, want DeadlineExceeded", err)
+	}
+
+	ctx, cancel = clock.WithDeadline(context.Background(), clock.Now().Add(time.Hour))
+	cancel()
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled before its deadline: got cause %v, want Canceled", err)
+	}
+}

@@ -1,0 +1,150 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+var uptimeLine = regexp.MustCompile(`uptime_in_seconds:(\d+)`)
+
+// uptime is how long the server says it has been up.
+func uptime(t *testing.T, c *redis.Client) time.Duration {
+	t.Helper()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatalf("INFO server: got error %v, want the server's info", err)
+	}
+	m := uptimeLine.FindStringSubmatch(info)
+	if m == nil {
+		t.Fatalf("INFO server: got %q, want uptime_in_seconds", info)
+	}
+	s, _ := strconv.Atoi(m[1])
+	return time.Duration(s) * time.Second
+}
+
+// TestRedisRestartFence: a server that restarted empty grants nothing, to
+// anyone, until it has been up for the fence, while the holder from before
+// the restart finds its permit gone and never re-creates it.
+func TestRedisRestartFence(t *testing.T) {
+	t.Parallel()
+	srv, store, raw := setup(t, semaphore.RedisOptions{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}
+	old, err := store.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire before the restart, no fence: got error %v, want a permit", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	const fence = 2 * time.Second
+	req.RestartFence = fence
+
+	busy := req
+	busy.NoWait = true
+	if _, err := store.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) || !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("Acquire --no-wait right after the restart: got error %v, want ErrFenced, an ErrBusy", err)
+	}
+	if err := old.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
+		t.Errorf("Renew of the permit from before the restart: got %v, want ErrLost", err)
+	}
+
+	var states []semaphore.WaitState
+	req.OnWait = func(st semaphore.WaitState) { states = append(states, st) }
+	l, err := store.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire waiting out the fence: got error %v, want a permit", err)
+	}
+	defer l.Release(ctx)
+	if up := uptime(t, raw); up < fence {
+		t.Errorf("server uptime once granted: got %v, want at least the fence, %v", up, fence)
+	}
+	if len(states) == 0 || states[0].Fenced <= 0 || states[0].Fenced > fence {
+		t.Errorf("wait states: got %+v, want the first to say the fence holds, for at most %v", states, fence)
+	}
+	// The old holder's release, however late, frees nothing of the new one.
+	if err := old.Release(ctx); err != nil {
+		t.Errorf("Release of the permit from before the restart: got %v, want nil", err)
+	}
+	if st, err := store.Status(ctx, []string{key}); err != nil || len(st[0].Holders) != 1 || st[0].Holders[0].Token != l.Token() {
+		t.Errorf("status after the old holder's release: got (%+v, %v), want the new holder only", st, err)
+	}
+}
+
+// TestRedisRestartFenceHoldsHandOvers: while the fence holds, a waiter
+// leaving does not hand seats to those behind it; the fence ends for all.
+func TestRedisRestartFenceHoldsHandOvers(t *testing.T) {
+	t.Parallel()
+	_, store, raw := setup(t, semaphore.RedisOptions{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	const fence = 3 * time.Second
+	req := semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, RestartFence: fence}
+
+	// inLine returns an OnWait that says, once, that its caller is in line.
+	inLine := func(c chan<- struct{}) func(semaphore.WaitState) {
+		return func(semaphore.WaitState) {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}
+	first, cancelFirst := context.WithCancel(ctx)
+	firstInLine, secondInLine := make(chan struct{}, 1), make(chan struct{}, 1)
+	firstDone := make(chan error, 1)
+	go func() {
+		r := req
+		r.OnWait = inLine(firstInLine)
+		_, err := store.Acquire(first, r)
+		firstDone <- err
+	}()
+	<-firstInLine
+	second := make(chan semaphore.Lease, 1)
+	go func() {
+		r := req
+		r.RestartFence = time.Second // a shorter fence asked later does not shorten it
+		r.OnWait = inLine(secondInLine)
+		l, err := store.Acquire(ctx, r)
+		if err != nil {
+			t.Errorf("second waiter: got error %v, want a permit", err)
+		}
+		second <- l
+	}()
+	<-secondInLine
+	cancelFirst() // leaves the line: a release, which must not hand over
+	if err := <-firstDone; err == nil {
+		t.Errorf("first waiter, cancelled: got a permit, want an error")
+	}
+	l := <-second
+	if l == nil {
+		return
+	}
+	defer l.Release(ctx)
+	if up := uptime(t, raw); up < fence {
+		t.Errorf("server uptime once the second waiter got its permit: got %v, want at least %v", up, fence)
+	}
+}
+
+// TestMiniredisHasNoRestartFence: a server that does not say its uptime
+// (miniredis) is not fenced, as the scripts document.
+func TestMiniredisHasNoRestartFence(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	store := newStore(t, "redis://"+m.Addr(), semaphore.RedisOptions{})
+	l, err := store.Acquire(context.Background(), semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: time.Minute, RestartFence: time.Hour, NoWait: true})
+	if err != nil {
+		t.Fatalf("Acquire with a fence from miniredis: got error %v, want a permit", err)
+	}
+	_ = l.Release(context.Background())
+}
