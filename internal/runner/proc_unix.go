@@ -17,6 +17,9 @@ type waitEvent struct {
 	stopped bool
 	// resumed is signalled when the job was continued after a stop.
 	resumed chan struct{}
+	// lingering says that the child exited with status, but left processes
+	// in its group; an event with groupGone follows once they are gone.
+	lingering, groupGone bool
 }
 
 // start starts the command at path, returns its pid, and reports its
@@ -93,8 +96,29 @@ func reap(pid int, jobControl bool, events chan<- waitEvent) {
 			<-resumed
 			continue
 		}
-		events <- waitEvent{status: ws}
+		if unix.Kill(-pid, 0) != nil {
+			events <- waitEvent{status: ws}
+			return
+		}
+		events <- waitEvent{status: ws, lingering: true}
+		reapGroup(pid)
+		events <- waitEvent{groupGone: true}
 		return
+	}
+}
+
+// reapGroup waits until no process is left in the group pgid. Where semrun
+// adopts orphans (Linux), what the child left behind becomes semrun's
+// child as the child exits, so wait4 sees every one of them; elsewhere it
+// returns at once.
+func reapGroup(pgid int) {
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-pgid, &ws, 0, nil)
+		if err == unix.EINTR || err == nil {
+			continue
+		}
+		return // ECHILD: none left
 	}
 }
 

@@ -1,6 +1,10 @@
 package runner
 
-import "syscall"
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // procAttr puts the child in a process group of its own, in the terminal's
 // foreground when semrun has it, and kills it if semrun dies, even by SIGKILL.
@@ -11,3 +15,8 @@ func procAttr(t *terminal) *syscall.SysProcAttr {
 	}
 	return a
 }
+
+// adoptOrphans makes semrun the parent of every process the child leaves
+// behind when it exits (a child subreaper), so that semrun can wait for
+// what the child left in its group before it gives the permit back.
+func adoptOrphans() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }

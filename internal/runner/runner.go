@@ -136,6 +136,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	}
 	term := newTerminal(spec.Stdin)
 
+	adoptOrphans()
 	events := make(chan waitEvent, 1)
 	pgid, err := start(path, spec, procAttr(term), term != nil, events)
 	if err != nil {
@@ -241,6 +242,9 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 				ev.resumed <- struct{}{}
 				continue
 			}
+			if ev.groupGone {
+				return res, nil
+			}
 			if res.Terminated {
 				// What the child left in its group must not outlive the lease either.
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -248,6 +252,13 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 			res.ExitCode, res.Signal = ev.status.ExitStatus(), 0
 			if ev.status.Signaled() {
 				res.ExitCode, res.Signal = -1, ev.status.Signal()
+			}
+			if ev.lingering {
+				// The child left processes in its group (work it put in
+				// the background): the permit stays held, and renewed,
+				// until they are gone too, and semrun exits with the
+				// child's status then.
+				continue
 			}
 			return res, nil
 		}

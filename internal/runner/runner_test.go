@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -217,5 +219,31 @@ func TestRenewalRidesOutShortStall(t *testing.T) {
 	res, err := runner.Run(context.Background(), s, f.lease)
 	if err != nil || res.Lost != nil || res.ExitCode != 0 {
 		t.Fatalf("got %+v, %v; want the job to keep its permit through a 300ms stall", res, err)
+	}
+}
+
+// Work the child leaves running in its group holds the permit: Run returns
+// the child's status only once that work is gone too (Linux, where semrun
+// adopts the orphans).
+func TestRunWaitsForWhatTheChildLeftInItsGroup(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux adopts orphans")
+	}
+	f := newFixture(t, 3*time.Second)
+	bgpid := filepath.Join(t.TempDir(), "bgpid")
+	res, err := runner.Run(context.Background(), spec(t, 3*time.Second, "sh", "-c", `sleep 0.3 & echo $! > "$0"; exit 3`, bgpid), f.lease)
+	if err != nil || res.ExitCode != 3 || res.Lost != nil {
+		t.Fatalf("got %+v, %v; want exit 3", res, err)
+	}
+	b, err := os.ReadFile(bgpid)
+	if err != nil {
+		t.Fatalf("read the background pid: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("background pid %q: %v", b, err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the child's background work (pid %d) when Run returned: kill -0 gave %v, want ESRCH (gone and reaped)", pid, err)
 	}
 }
