@@ -21,14 +21,26 @@ local weight, wlease, channel = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local prev = tonumber(redis.call('HGET', KEYS[2], '#cap') or n)
 
 -- The fence counts from the server's start, in whole seconds of uptime
--- (rounded down, so it ends late rather than early). A server that does
--- not say its uptime is not fenced.
+-- (rounded down, so it ends late rather than early). It also starts anew
+-- when the key was last served under another replication id: a replica
+-- promoted by a failover, which may lack the latest grants. A server that
+-- does not say its uptime is not fenced.
 local fence = tonumber(ARGV[8] or 0) or 0
 if fence > 0 then
-  local ok, info = pcall(redis.call, 'INFO', 'server')
+  local ok, info = pcall(redis.call, 'INFO', 'server', 'replication')
   local up = ok and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  if up and up * 1000 < fence and now + fence - up * 1000 > now + fenced() then
-    redis.call('HSET', KEYS[2], '#fence', now + fence - up * 1000)
+  local left = 0
+  if up and up * 1000 < fence then left = fence - up * 1000 end
+  local replid = ok and string.match(info, 'master_replid:(%x+)')
+  if replid then
+    local seen = redis.call('HGET', KEYS[2], '#replid')
+    if seen ~= replid then
+      if seen then left = fence end
+      redis.call('HSET', KEYS[2], '#replid', replid)
+    end
+  end
+  if left > fenced() then
+    redis.call('HSET', KEYS[2], '#fence', now + left)
   end
 end
 

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -147,4 +149,70 @@ func TestMiniredisHasNoRestartFence(t *testing.T) {
 		t.Fatalf("Acquire with a fence from miniredis: got error %v, want a permit", err)
 	}
 	_ = l.Release(context.Background())
+}
+
+// TestRedisFailoverFence: a replica promoted by a failover may lack the
+// latest grants, so a key first served under a new replication id grants
+// nothing for the fence, however long the server has been up.
+func TestRedisFailoverFence(t *testing.T) {
+	t.Parallel()
+	master, store, raw := setup(t, semaphore.RedisOptions{})
+	replica := redistest.New(t)
+	replicaRaw := rawClient(t, replica.Addr)
+	ctx := context.Background()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := replicaRaw.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+	const fence = 2 * time.Second
+	// Both servers have been up for the fence before the first grant.
+	for _, c := range []*redis.Client{raw, replicaRaw} {
+		for uptime(t, c) < fence {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, RestartFence: fence}
+	// The holder, from before the failover, keeps running.
+	if _, err := store.Acquire(ctx, req); err != nil {
+		t.Fatalf("Acquire on the master: got error %v, want a permit", err)
+	}
+	if n, err := raw.Do(ctx, "WAIT", 1, 10000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: got (%d, %v), want 1", n, err)
+	}
+
+	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatalf("REPLICAOF NO ONE: %v", err)
+	}
+	promoted := newStore(t, replica.URL(), semaphore.RedisOptions{})
+	// The promoted replica has the holder: the key is busy either way.
+	// Once the holder's permit is gone (as if the failover lost it), the
+	// fence still holds new grants back.
+	if err := replicaRaw.Del(ctx, keysOf(testPrefix, key).holders).Err(); err != nil {
+		t.Fatalf("DEL holders on the promoted replica: %v", err)
+	}
+	started := time.Now()
+	busy := req
+	busy.NoWait = true
+	if _, err := promoted.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) {
+		t.Errorf("Acquire --no-wait on the promoted replica: got error %v, want ErrFenced", err)
+	}
+	l2, err := promoted.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire waiting out the failover fence: got error %v, want a permit", err)
+	}
+	defer l2.Release(ctx)
+	if waited := time.Since(started); waited < fence-10*time.Millisecond {
+		t.Errorf("permit on the promoted replica: granted %v after the failover, want not before the fence, %v", waited, fence)
+	}
+	// The next caller, under the same replication id, is not fenced again.
+	if err := l2.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	l3, err := promoted.Acquire(ctx, busy)
+	if err != nil {
+		t.Errorf("Acquire --no-wait after the fence: got error %v, want a permit", err)
+	} else {
+		_ = l3.Release(ctx)
+	}
 }
