@@ -1,0 +1,538 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	randc "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+)
+
+// nemesis is one kind of fault.
+type nemesis struct {
+	name    string
+	proxied bool // semrun reaches Redis through the proxy
+	// excuses: its faults may cost a semrun its permit (112) or its
+	// connection to Redis for longer than --connect-timeout (125).
+	excuses bool
+	// inject injects one fault and returns when it has healed. Nil for
+	// kill9, which runs kill trials instead.
+	inject func(c *cluster, rng *rand.Rand) fault
+}
+
+// upTo is a random duration from 0 to d.
+func upTo(rng *rand.Rand, d time.Duration) time.Duration {
+	return time.Duration(rng.Int64N(int64(max(d, 0)) + 1))
+}
+
+// faultTime is how long a lasting fault lasts: 0.5 to 3 TTLs.
+func faultTime(rng *rand.Rand) time.Duration { return ttl/2 + upTo(rng, ttl*5/2) }
+
+var nemeses = []nemesis{
+	{name: "kill9"},
+	{name: "redis-pause", excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
+		d := faultTime(rng)
+		f := fault{what: fmt.Sprintf("SIGSTOP %v", d.Round(time.Millisecond)), start: mono()}
+		if err := c.srv.Pause(); err != nil {
+			c.t.Errorf("pause redis-server: %v", err)
+		}
+		time.Sleep(d)
+		if err := c.srv.Resume(); err != nil {
+			c.t.Errorf("resume redis-server: %v", err)
+		}
+		f.heal = mono()
+		return f
+	}},
+	{name: "redis-restart-empty", excuses: true, inject: func(c *cluster, _ *rand.Rand) fault {
+		f := fault{what: "kill -9 and restart empty", start: mono()}
+		if err := c.srv.Restart(); err != nil {
+			c.t.Errorf("restart redis-server: %v", err)
+		}
+		f.heal = mono()
+		return f
+	}},
+	{name: "proxy-cut", proxied: true, inject: func(c *cluster, _ *rand.Rand) fault {
+		at := mono()
+		n := c.proxy.Cut()
+		return fault{what: fmt.Sprintf("cut %d connections", n), start: at, heal: at}
+	}},
+	{name: "proxy-blackhole", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
+		d := faultTime(rng)
+		f := fault{what: fmt.Sprintf("blackhole %v", d.Round(time.Millisecond)), start: mono()}
+		c.proxy.Blackhole()
+		time.Sleep(d)
+		c.proxy.Heal()
+		f.heal = mono()
+		return f
+	}},
+	{name: "script-flush", inject: func(c *cluster, _ *rand.Rand) fault {
+		f := fault{what: "SCRIPT FLUSH", start: mono()}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := c.client().ScriptFlush(ctx).Err(); err != nil {
+			c.t.Errorf("SCRIPT FLUSH: %v", err)
+		}
+		f.heal = mono()
+		return f
+	}},
+	{name: "drop-replies", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
+		d := faultTime(rng)
+		f := fault{what: fmt.Sprintf("drop 1/4 of replies for %v", d.Round(time.Millisecond)), start: mono()}
+		c.proxy.DropReplies(0.25)
+		time.Sleep(d)
+		c.proxy.Heal()
+		f.heal = mono()
+		return f
+	}},
+}
+
+// Targets, and what the harness fails on.
+const (
+	killTarget  = 100 * time.Millisecond // a SIGKILLed semrun's child is gone within this
+	healTarget  = ttl + ttl/3            // after a fault heals, the next child starts within this
+	healFailure = 2 * ttl                // ...and the harness fails beyond this, machines being noisy
+)
+
+// figures are what one nemesis measured.
+type figures struct {
+	name         string
+	runs, grants int
+	faults       int
+	faultNote    string
+	overlaps     int
+	tokenOrder   int // overlaps of children counted from when their token says they were granted
+	reused       int // tokens handed out twice
+	reordered    int // children that started after one with a larger token ended (no fault with N > 1)
+	reorderedMax time.Duration
+	leaked       int
+	seatsFree    time.Duration // from the last semrun's end until no seat was held
+	heal         []time.Duration
+	lost, failed int // statuses 112 and 125
+	bad          int // statuses not passed through, unexplained
+	kills        []time.Duration
+	wall         time.Duration
+}
+
+// TestChaos runs every nemesis against semrun, at the same time, each on a
+// redis-server and keys of its own. See the package comment.
+func TestChaos(t *testing.T) {
+	if *seed == 0 {
+		var b [8]byte
+		_, _ = randc.Read(b[:])
+		*seed = binary.LittleEndian.Uint64(b[:]) | 1
+	}
+	t.Logf("seed %d (-chaos.seed=%d repeats the random choices); %v per nemesis, %d kill trials, holds %v to %v",
+		*seed, *seed, *duration, *killTrials, *holdMin, *holdMax)
+	redis.SetLogger(&logging.VoidLogger{})
+	grants.Store(0)
+	var mu sync.Mutex
+	var all []figures
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(all) > 0 {
+			t.Log("figures:\n" + table(all))
+		}
+	})
+	for i, n := range nemeses {
+		t.Run(n.name, func(t *testing.T) {
+			t.Parallel()
+			f := runNemesis(t, n, *seed+uint64(i)*1_000_003)
+			mu.Lock()
+			all = append(all, f)
+			mu.Unlock()
+		})
+	}
+}
+
+func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
+	began := time.Now()
+	keys, permits, perKey := *keysFlag, 2, 6
+	if n.inject == nil {
+		// A SIGKILLed holder keeps its seat for a TTL: more seats, so that
+		// the kills leave some free.
+		keys, permits, perKey = 4**keysFlag, 3, 4
+	}
+	c := newCluster(t, n, keys, permits, seed)
+	c.start(perKey)
+	// A fresh server grants nothing for a TTL (the restart fence).
+	if c.startedAfter(c.t0, 5*ttl) < 0 {
+		t.Fatalf("no child started within %v of the start", 5*ttl)
+	}
+	time.Sleep(ttl / 2)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	fig := figures{name: n.name}
+	// Faults until -chaos.duration has passed and -chaos.grants are made.
+	end, limit := time.Now().Add(*duration), time.Now().Add(4**duration)
+	more := func() bool {
+		return time.Now().Before(end) || grants.Load() < *grantsGoal && time.Now().Before(limit)
+	}
+	if n.inject == nil {
+		fig.kills = c.killTrials(rng)
+		fig.faults = len(fig.kills)
+		fig.faultNote = "semruns SIGKILLed"
+		for more() {
+			time.Sleep(100 * time.Millisecond) // no more kills: the trials are done
+		}
+	} else {
+		for more() {
+			f := n.inject(c, rng)
+			c.addFault(f)
+			h := c.startedAfter(f.heal, 3*ttl)
+			if h < 0 {
+				t.Errorf("after %s, healed at %s: no child started within %v", f.what, c.rel(f.heal), 3*ttl)
+				h = 3 * ttl
+			}
+			fig.heal = append(fig.heal, h)
+			if more() {
+				time.Sleep(ttl/2 + upTo(rng, ttl/2)) // about one TTL of peace
+			}
+		}
+		fig.faults = len(c.faults)
+		var down time.Duration
+		for _, f := range c.faults {
+			down += time.Duration(f.heal - f.start)
+		}
+		if down > 0 {
+			fig.faultNote = fmt.Sprintf("%v under a fault in all", down.Round(time.Millisecond))
+		}
+	}
+	// Let the semruns under way end by themselves: waiters get their
+	// turn, and seats of killed holders lapse.
+	last, killed := c.drain(8 * ttl)
+	if killed > 0 {
+		t.Errorf("%d semruns still ran %v after the workers stopped; killed", killed, 8*ttl)
+	}
+	fig.leaked, fig.seatsFree = c.seats(last)
+	if open := c.rec.quiet(5 * time.Second); open > 0 {
+		t.Errorf("%d children still connected 5s after the last semrun ended", open)
+	}
+	c.check(&fig, n)
+	if p := c.proxy; p != nil {
+		p.mu.Lock()
+		switch n.name {
+		case "proxy-cut":
+			fig.faultNote = fmt.Sprintf("%d connections cut", p.cut)
+		case "proxy-blackhole":
+			fig.faultNote = fmt.Sprintf("%s, %d connections held: %d closed, %d delivered late", fig.faultNote, p.held, p.closedAtHeal, p.deliveredLate)
+		case "drop-replies":
+			fig.faultNote = fmt.Sprintf("%d replies dropped, %s", p.dropped, fig.faultNote)
+		}
+		p.mu.Unlock()
+	}
+	fig.wall = time.Since(began)
+	t.Logf("%s: %d semruns, %d grants, %d faults (%s), %d overlaps, %d by token order, %d tokens reused, %d started after a larger token ended (at most %v after), "+
+		"%d leaked seats (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d unreachable (125), %d bad statuses, wall %v",
+		n.name, fig.runs, fig.grants, fig.faults, fig.faultNote, fig.overlaps, fig.tokenOrder, fig.reused, fig.reordered, fig.reorderedMax.Round(time.Millisecond),
+		fig.leaked, fig.seatsFree.Round(time.Millisecond), maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond),
+		fig.lost, fig.failed, fig.bad, fig.wall.Round(100*time.Millisecond))
+	return fig
+}
+
+// killTrials SIGKILLs semruns whose child runs, one at a time, and returns
+// how long each child took to be gone.
+func (c *cluster) killTrials(rng *rand.Rand) []time.Duration {
+	every := *duration / time.Duration(max(*killTrials, 1))
+	giveUp := time.Now().Add(3**duration + time.Minute)
+	var lat []time.Duration
+	for len(lat) < *killTrials {
+		if time.Now().After(giveUp) {
+			c.t.Errorf("only %d of %d kill trials in %v", len(lat), *killTrials, 3**duration+time.Minute)
+			break
+		}
+		k, r := c.victim(rng)
+		if k == nil {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		at := mono()
+		if r.proc.Kill() != nil {
+			continue // it ended meanwhile
+		}
+		c.mu.Lock()
+		r.killed = true
+		c.mu.Unlock()
+		c.addFault(fault{what: fmt.Sprintf("SIGKILL semrun %d (run %d)", r.proc.Pid, r.id), start: at, heal: at})
+		select {
+		case <-k.goneCh:
+			if k.end < at {
+				continue // it ended by itself just before: no trial
+			}
+			d := time.Duration(k.gone - at)
+			if d > killTarget {
+				c.t.Errorf("kill trial %d: the child (pid %d, token %d) of SIGKILLed semrun %d was gone after %v, want within %v",
+					len(lat)+1, k.pid, k.token, r.proc.Pid, d, killTarget)
+			}
+			lat = append(lat, d)
+		case <-time.After(5 * time.Second):
+			c.t.Errorf("kill trial %d: the child (pid %d) of SIGKILLed semrun %d is still there after 5s", len(lat)+1, k.pid, r.proc.Pid)
+			lat = append(lat, 5*time.Second)
+		}
+		time.Sleep(every/2 + upTo(rng, every+1))
+	}
+	return lat
+}
+
+// victim picks a running child with at least 30ms of its hold left, and
+// its semrun.
+func (c *cluster) victim(rng *rand.Rand) (*kid, *run) {
+	ks := c.rec.running()
+	rng.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+	now := mono()
+	for _, k := range ks {
+		r := c.runningRun(k.run)
+		if r != nil && k.start+int64(r.hold)*int64(time.Millisecond)-now > int64(30*time.Millisecond) {
+			return k, r
+		}
+	}
+	return nil, nil
+}
+
+// client is a client of the redis-server itself, not through the proxy.
+func (c *cluster) client() *redis.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.direct == nil {
+		c.direct = redis.NewClient(&redis.Options{Addr: c.srv.Addr, Protocol: 2, DisableIdentity: true})
+		c.t.Cleanup(func() { _ = c.direct.Close() })
+	}
+	return c.direct
+}
+
+// seats waits, from the last semrun's end, until no seat of the keys is
+// held (a holder whose lease has not lapsed on Redis's clock), for at most
+// one TTL and a little. It returns how many still were, and when the last
+// one freed.
+func (c *cluster) seats(from int64) (int, time.Duration) {
+	deadline := from + int64(ttl+250*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rc := c.client()
+	for {
+		held, err := c.held(ctx, rc)
+		if err != nil {
+			c.t.Errorf("read the holders: %v", err)
+			return -1, 0
+		}
+		now := mono()
+		if held == 0 {
+			return 0, time.Duration(now - from)
+		}
+		if now > deadline {
+			c.t.Errorf("%d seats still held %v after the last semrun ended, want none after the TTL (%v)", held, time.Duration(now-from), ttl)
+			return held, time.Duration(now - from)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// held counts the holders of the cluster's keys whose lease has not
+// lapsed, on Redis's clock (README, "Data model").
+func (c *cluster) held(ctx context.Context, rc *redis.Client) (int, error) {
+	now, err := rc.Time(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, key := range c.keys {
+		n, err := rc.ZCount(ctx, "semrun:{"+key+"}:holders", fmt.Sprintf("(%d", now.UnixMilli()), "+inf").Result()
+		if err != nil {
+			return 0, err
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+// check runs the checks on what the cluster recorded, and fills in fig.
+func (c *cluster) check(fig *figures, n nemesis) {
+	t := c.t
+	kids, bad := c.rec.snapshot()
+	for _, b := range bad {
+		t.Errorf("a child sent a line the harness cannot read: %s", b)
+	}
+	fig.grants = len(kids)
+	byRun := map[int]*kid{}
+	for i := range kids {
+		byRun[kids[i].run] = &kids[i]
+	}
+
+	// At most N children of a key at once.
+	ovs := overlaps(kids, c.permits)
+	fig.overlaps = len(ovs)
+	for i, o := range ovs {
+		if i == 5 {
+			t.Errorf("... and %d more overlaps", len(ovs)-5)
+			break
+		}
+		var who []string
+		for _, k := range o.running {
+			who = append(who, c.describe(k))
+		}
+		t.Errorf("overlap: %d children of key %q ran at %s, more than %d: %s; faults near: %s",
+			len(o.running), o.key, c.rel(o.at), c.permits, strings.Join(who, ", "), c.faultsNear(o.at))
+	}
+
+	// Tokens never reused, and in the order of the grants.
+	for i, pair := range reused(kids) {
+		if i == 5 {
+			t.Errorf("... and more tokens handed out twice")
+			break
+		}
+		t.Errorf("token %d of key %q handed out twice: %s and %s", pair[0].token, pair[0].key, c.describe(pair[0]), c.describe(pair[1]))
+	}
+	fig.reused = len(reused(kids))
+	fig.reordered, fig.reorderedMax = reordered(kids)
+	g, since := granted(kids)
+	ovs = overlaps(g, c.permits)
+	fig.tokenOrder = len(ovs)
+	for i, o := range ovs {
+		if i == 5 {
+			t.Errorf("... and %d more overlaps by token order", len(ovs)-5)
+			break
+		}
+		var who []string
+		for _, k := range o.running {
+			s := c.describe(*byRun[k.run])
+			if a, ok := since[k.run]; ok {
+				s += fmt.Sprintf(" granted before run %d's token %d, so holding since %s", a.run, a.token, c.rel(a.start))
+			}
+			who = append(who, s)
+		}
+		t.Errorf("tokens out of order: counting each child from the start of the first child with a larger token, %d children of key %q held at %s, more than %d: %s; faults near: %s",
+			len(o.running), o.key, c.rel(o.at), c.permits, strings.Join(who, ", "), c.faultsNear(o.at))
+	}
+
+	// Every semrun's status is its child's.
+	c.mu.Lock()
+	runs := make([]run, 0, len(c.runs))
+	for _, r := range c.runs {
+		if r.proc != nil {
+			runs = append(runs, *r)
+		}
+	}
+	faults := slices.Clone(c.faults)
+	c.mu.Unlock()
+	slices.SortFunc(runs, func(a, b run) int { return a.id - b.id })
+	fig.runs = len(runs)
+	reported := 0
+	for _, r := range runs {
+		excused := false
+		if n.excuses {
+			for _, f := range faults {
+				if r.launched <= f.heal+int64(ttl) && r.exited >= f.start {
+					excused = true
+					break
+				}
+			}
+		}
+		switch r.status {
+		case statusLost:
+			fig.lost++
+		case statusFailure:
+			fig.failed++
+		}
+		why := judge(r, byRun[r.id], excused)
+		if why == "" {
+			continue
+		}
+		fig.bad++
+		if reported++; reported > 10 {
+			continue
+		}
+		child := "no child"
+		if k := byRun[r.id]; k != nil {
+			child = "child " + c.describe(*k)
+		}
+		t.Errorf("semrun run %d on %q from %s to %s: %s; %s; faults near its end: %s; its stderr: %q",
+			r.id, r.key, c.rel(r.launched), c.rel(r.exited), why, child, c.faultsNear(r.exited), r.stderr)
+	}
+	if reported > 10 {
+		t.Errorf("... and %d more semruns with a wrong status", reported-10)
+	}
+
+	// Heal times.
+	for i, h := range fig.heal {
+		if h > healFailure {
+			t.Errorf("after %s: the next child started %v after the fault healed, want within %v (target %v)",
+				faults[i].what, h.Round(time.Millisecond), healFailure, healTarget)
+		}
+	}
+}
+
+func maxDur(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+// quantile is the q-quantile of ds, by the nearest rank.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// table shows the figures of every nemesis.
+func table(all []figures) string {
+	slices.SortFunc(all, func(a, b figures) int {
+		return slices.IndexFunc(nemeses, func(n nemesis) bool { return n.name == a.name }) -
+			slices.IndexFunc(nemeses, func(n nemesis) bool { return n.name == b.name })
+	})
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked seats\tfree after\tmax heal\t112\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
+	var sum figures
+	for _, f := range all {
+		heal, p50, p99, top := "-", "-", "-", "-"
+		if len(f.heal) > 0 {
+			heal = maxDur(f.heal).Round(time.Millisecond).String()
+		}
+		if len(f.kills) > 0 {
+			p50 = quantile(f.kills, 0.5).Round(10 * time.Microsecond).String()
+			p99 = quantile(f.kills, 0.99).Round(10 * time.Microsecond).String()
+			top = maxDur(f.kills).Round(10 * time.Microsecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
+			f.name, f.runs, f.grants, f.faults, f.overlaps, f.tokenOrder+f.reused, f.reordered, f.reorderedMax.Round(time.Millisecond),
+			f.leaked, f.seatsFree.Round(time.Millisecond), heal, f.lost, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
+		sum.runs += f.runs
+		sum.grants += f.grants
+		sum.faults += f.faults
+		sum.overlaps += f.overlaps
+		sum.tokenOrder += f.tokenOrder + f.reused
+		sum.reordered += f.reordered
+		sum.leaked += f.leaked
+		sum.lost += f.lost
+		sum.failed += f.failed
+		sum.bad += f.bad
+	}
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\t%d\t%d\t%d\t\t\t\t\t\n",
+		sum.runs, sum.grants, sum.faults, sum.overlaps, sum.tokenOrder, sum.reordered, sum.leaked, sum.lost, sum.failed, sum.bad)
+	_ = tw.Flush()
+	b.WriteString("faults: ")
+	for i, f := range all {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", f.name, f.faultNote)
+	}
+	return b.String()
+}

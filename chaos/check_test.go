@@ -1,0 +1,320 @@
+//go:build linux
+
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// overlap is an instant at which more than N children of a key ran.
+type overlap struct {
+	key     string
+	at      int64 // the start that made one too many
+	running []kid // every child running then, the newcomer last
+}
+
+// overlaps sweeps each key's children in time order and returns every
+// start that made more than n run at once. A child that has not ended runs
+// for ever. At equal times an end comes before a start.
+func overlaps(kids []kid, n int) []overlap {
+	type event struct {
+		at    int64
+		start bool
+		k     int // index in kids
+	}
+	byKey := map[string][]event{}
+	for i, k := range kids {
+		end := k.end
+		if end == 0 {
+			end = 1<<63 - 1
+		}
+		byKey[k.key] = append(byKey[k.key], event{k.start, true, i}, event{end, false, i})
+	}
+	var out []overlap
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		evs := byKey[key]
+		slices.SortFunc(evs, func(a, b event) int {
+			if c := cmp.Compare(a.at, b.at); c != 0 {
+				return c
+			}
+			if a.start == b.start {
+				return 0
+			}
+			if a.start {
+				return 1
+			}
+			return -1
+		})
+		running := map[int]bool{}
+		for _, e := range evs {
+			if !e.start {
+				delete(running, e.k)
+				continue
+			}
+			running[e.k] = true
+			if len(running) <= n {
+				continue
+			}
+			o := overlap{key: key, at: e.at}
+			for _, i := range slices.Sorted(maps.Keys(running)) {
+				if i != e.k {
+					o.running = append(o.running, kids[i])
+				}
+			}
+			slices.SortFunc(o.running, func(a, b kid) int { return cmp.Compare(a.start, b.start) })
+			o.running = append(o.running, kids[e.k])
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// reused returns the pairs of children of a key that were given the same
+// token.
+func reused(kids []kid) [][2]kid {
+	seen := map[string]map[int64]kid{}
+	var out [][2]kid
+	for _, k := range kids {
+		if seen[k.key] == nil {
+			seen[k.key] = map[int64]kid{}
+		}
+		if first, ok := seen[k.key][k.token]; ok {
+			out = append(out, [2]kid{first, k})
+			continue
+		}
+		seen[k.key][k.token] = k
+	}
+	return out
+}
+
+// granted returns the children with each start moved back to the earliest
+// start of a child of its key with a larger token, and for each child moved
+// (by run) the child it was moved back to. If tokens follow the order of
+// the grants, a child was granted before every child with a larger token,
+// so it held its seat from at least the earliest of their starts: the
+// intervals returned lie inside the leases, and no more than N of them may
+// overlap. A token that went down stretches its child back over others.
+func granted(kids []kid) ([]kid, map[int]kid) {
+	out := byToken(kids)
+	since := map[int]kid{}
+	var first kid // the earliest start among the larger tokens of the key
+	have := false
+	eachToken(out, func(g []kid, newKey bool) {
+		if newKey {
+			have = false
+		}
+		for x := range g {
+			if have && first.start < g[x].start {
+				since[g[x].run] = first
+				g[x].start = first.start
+			}
+		}
+		for _, k := range g {
+			if !have || k.start < first.start {
+				first, have = k, true
+			}
+		}
+	})
+	return out, since
+}
+
+// reordered counts the children that started after a child of their key
+// with a larger token had ended, and the longest such wait. With N > 1
+// that is no fault in itself: a child starts a moment after its grant, or
+// later when the grant's reply was lost and the request retried, and
+// meanwhile a later grant's child can run and end. granted judges them.
+func reordered(kids []kid) (int, time.Duration) {
+	n := 0
+	var longest time.Duration
+	var end int64 // the earliest end among the larger tokens of the key
+	have := false
+	eachToken(byToken(kids), func(g []kid, newKey bool) {
+		if newKey {
+			have = false
+		}
+		for _, k := range g {
+			if have && end < k.start {
+				n++
+				longest = max(longest, time.Duration(k.start-end))
+			}
+		}
+		for _, k := range g {
+			if !have || k.end < end {
+				end, have = k.end, true
+			}
+		}
+	})
+	return n, longest
+}
+
+// byToken returns the children sorted by key, then largest token first.
+func byToken(kids []kid) []kid {
+	out := slices.Clone(kids)
+	slices.SortFunc(out, func(a, b kid) int {
+		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(b.token, a.token))
+	})
+	return out
+}
+
+// eachToken calls f with each run of children of sorted that share key and
+// token, newKey being true for a key's first.
+func eachToken(sorted []kid, f func(g []kid, newKey bool)) {
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && sorted[j].key == sorted[i].key && sorted[j].token == sorted[i].token {
+			j++
+		}
+		f(sorted[i:j], i == 0 || sorted[i-1].key != sorted[i].key)
+		i = j
+	}
+}
+
+// Exit statuses semrun decides itself.
+const (
+	statusLost    = 112
+	statusFailure = 125
+)
+
+// judge says what is wrong with how a semrun ended, "" when nothing: its
+// child's own status passes through; 112 (permit lost) and 125 (Redis
+// unreachable) only when a fault could explain them (excused).
+func judge(r run, k *kid, excused bool) string {
+	switch {
+	case r.killed:
+		if r.signal != syscall.SIGKILL {
+			return fmt.Sprintf("killed by the nemesis, yet ended with status %d signal %d", r.status, r.signal)
+		}
+		return ""
+	case r.signal != 0:
+		return fmt.Sprintf("semrun died of signal %d (%v)", r.signal, r.signal)
+	case r.status == statusFailure || r.status == statusLost:
+		if !excused {
+			return fmt.Sprintf("status %d with no fault to explain it", r.status)
+		}
+		if r.status == statusFailure && k != nil {
+			return "status 125 after its child started"
+		}
+		return ""
+	case k == nil:
+		return fmt.Sprintf("status %d, and its child never said it started", r.status)
+	case k.how == "done" && r.status == r.code:
+		return ""
+	case k.how == "done":
+		return fmt.Sprintf("status %d, want the child's %d", r.status, r.code)
+	default:
+		return fmt.Sprintf("status %d after the child ended %s, want %d", r.status, k.how, statusLost)
+	}
+}
+
+// TestChecks runs the checks on made-up histories, so that a check that
+// cannot fail does not pass for a harness.
+func TestChecks(t *testing.T) {
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	runs := 0
+	k := func(key string, token, start, end int64) kid {
+		runs++
+		return kid{run: runs, key: key, token: token, start: ms(start), end: ms(end), how: "done"}
+	}
+	t.Run("overlaps", func(t *testing.T) {
+		kids := []kid{
+			k("a", 1, 0, 100), k("a", 2, 50, 150), k("a", 3, 100, 200), // touching: no overlap at 100
+			k("b", 1, 0, 100), k("b", 2, 10, 20), k("b", 3, 15, 30), // three at 15
+			k("c", 1, 0, 0), // never ended: runs for ever
+			k("c", 2, 500, 600),
+		}
+		kids[6].end = 0
+		got := overlaps(kids, 2)
+		if len(got) != 1 || got[0].key != "b" || got[0].at != ms(15) || len(got[0].running) != 3 {
+			t.Fatalf("n=2: got %+v, want one overlap on b at 15ms of 3 children", got)
+		}
+		if got := overlaps(kids, 1); len(got) != 5 {
+			t.Fatalf("n=1: got %d overlaps, want 5 (a at 50 and 100, b at 10 and 15, c at 500)", len(got))
+		}
+	})
+	t.Run("tokens", func(t *testing.T) {
+		kids := []kid{
+			// Two seats. 5 started after 10 and 11 ended: granted before
+			// them, it held a seat beside each of them, which fits.
+			k("a", 10, 0, 100), k("a", 11, 120, 150), k("a", 5, 400, 500),
+			// 11 was granted before 12 started, at 60, when 10 ran: three.
+			k("b", 10, 0, 100), k("b", 11, 120, 150), k("b", 12, 60, 80), k("b", 5, 400, 500),
+			k("c", 7, 0, 100), k("c", 7, 200, 300), // reused
+		}
+		if got := reused(kids); len(got) != 1 || got[0][0].key != "c" {
+			t.Errorf("reused: got %+v, want the two 7s of c", got)
+		}
+		g, since := granted(kids)
+		ovs := overlaps(g, 2)
+		if len(ovs) == 0 || ovs[0].key != "b" {
+			t.Fatalf("overlaps by token order: got %+v, want one on b", ovs)
+		}
+		for _, o := range ovs {
+			if o.key != "b" {
+				t.Errorf("overlap by token order on %q, want only on b", o.key)
+			}
+		}
+		if len(overlaps(kids, 2)) != 0 {
+			t.Errorf("overlaps as seen: got some, want none")
+		}
+		for _, x := range g {
+			if x.key == "a" && x.token == 5 && (x.start != ms(0) || since[x.run].token != 10) {
+				t.Errorf("a's 5 moved back to %v, since %+v: want 0, since 10", x.start, since[x.run])
+			}
+		}
+		if n, d := reordered(kids); n != 3 || d != 320*time.Millisecond {
+			t.Errorf("reordered: got %d, %v; want 3 (a's 5, b's 11 and 5), 320ms", n, d)
+		}
+	})
+	t.Run("judge", func(t *testing.T) {
+		done := &kid{how: "done"}
+		term := &kid{how: "term"}
+		for _, c := range []struct {
+			r       run
+			k       *kid
+			excused bool
+			ok      bool
+		}{
+			{run{status: 7, code: 7}, done, false, true},
+			{run{status: 0, code: 7}, done, true, false},
+			{run{status: 112, code: 7}, term, true, true},
+			{run{status: 112, code: 7}, term, false, false},
+			{run{status: 112, code: 7}, done, true, true}, // lost as it ended
+			{run{status: 125}, nil, true, true},
+			{run{status: 125}, nil, false, false},
+			{run{status: 125}, done, true, false},
+			{run{status: 3}, nil, true, false},
+			{run{status: -1, signal: syscall.SIGKILL, killed: true}, done, false, true},
+			{run{status: -1, signal: syscall.SIGKILL}, done, true, false},
+		} {
+			if got := judge(c.r, c.k, c.excused); (got == "") != c.ok {
+				t.Errorf("judge(%+v, %+v, excused %v) = %q, want ok %v", c.r, c.k, c.excused, got, c.ok)
+			}
+		}
+	})
+}
+
+// describe shows a child for a report.
+func (c *cluster) describe(k kid) string {
+	return fmt.Sprintf("{run %d pid %d token %d from %s to %s (%s)}", k.run, k.pid, k.token, c.rel(k.start), c.rel(k.end), k.how)
+}
+
+// faultsNear lists the faults within one TTL of the instant at.
+func (c *cluster) faultsNear(at int64) string {
+	var out []string
+	for _, f := range c.faults {
+		if at >= f.start-int64(ttl) && at <= f.heal+int64(ttl) {
+			out = append(out, fmt.Sprintf("%s %s..%s", f.what, c.rel(f.start), c.rel(f.heal)))
+		}
+	}
+	if len(out) == 0 {
+		return "no fault within a TTL"
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,100 @@
+// Package chaos is semrun's chaos harness: a test that runs many real
+// semrun processes against real redis-server processes on loopback, breaks
+// things while they run, and checks afterwards that semrun kept its
+// promises. All its code is in its tests.
+//
+// # Running it
+//
+// The short run is part of the README's test command, so CI runs it. Every
+// nemesis gets about 15 seconds, and they all run at once, in about half a
+// minute:
+//
+//	go test -count=1 ./chaos
+//	go test -count=1 -v ./chaos                             # with the figures
+//	go test -count=1 -v ./chaos -run TestChaos/redis-pause  # one nemesis
+//
+// The long run gives each nemesis at least ten minutes, makes 1000 SIGKILL
+// trials, and goes on until the nemeses have made 100,000 grants in all
+// (about 20 minutes on 2 CPUs). Build it without -race, so that the
+// children start fast:
+//
+//	go test ./chaos -run TestChaos -timeout 0 -v -args -chaos.long
+//
+// -chaos.long sets -chaos.duration=10m -chaos.kill-trials=1000
+// -chaos.hold-min=20ms -chaos.hold-max=200ms -chaos.grants=100000; a flag
+// given as well wins. The short run holds each child 100ms to 1s instead,
+// because under -race a child costs about 17ms of CPU to start, and CI
+// runs the other packages' tests at the same time. The nemeses run at once
+// unless -parallel is given: with -parallel 1 they run one after another,
+// each with the whole machine. -chaos.keys=K gives each nemesis K keys
+// (kill9 4K). -chaos.seed=S repeats a run's random choices (the seed is
+// logged), though not the processes' timing. Like the other tests, it
+// skips when redis-server is not installed, and fails instead when CI=true.
+//
+// # What it does
+//
+// Each nemesis is a subtest with its own redis-server, its own keys and, for
+// the network faults, its own TCP proxy between semrun and Redis. Six
+// workers per key (N=2; kill9: four keys of N=3, four workers each) run,
+// again and again,
+//
+//	semrun -k KEY -n N --ttl 2s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
+//
+// where CHILD is this test binary started again in child mode. The child
+// notes its start on CLOCK_MONOTONIC first, tells the harness over a unix
+// socket its start, its fencing token and its key, holds for HOLD, notes
+// its end, tells that too, and exits with CODE. On SIGTERM it tells its end
+// and exits 143 at once. A child killed by SIGKILL says nothing: its end is
+// the moment the harness reads the end of its connection, later than its
+// real end.
+//
+// The nemeses:
+//
+//	kill9                 SIGKILL of a random semrun whose child runs; the child must be gone within 100ms
+//	redis-pause           SIGSTOP of redis-server for 0.5 to 3 TTLs, then SIGCONT
+//	redis-restart-empty   SIGKILL of redis-server, restarted empty on the same port
+//	proxy-cut             every connection between semrun and Redis closed at once
+//	proxy-blackhole       for 0.5 to 3 TTLs nothing is forwarded; then each held connection is
+//	                      either closed or delivered late, by the toss of a coin
+//	script-flush          SCRIPT FLUSH: every semrun must load its scripts again
+//	drop-replies          for 0.5 to 3 TTLs a quarter of Redis's replies are dropped, closing
+//	                      their connection, after Redis ran the command: semrun's retries run
+//
+// After a fault heals, the harness waits for the next child to start (that
+// wait is the heal time), then about one TTL more. When the time is up, the
+// workers stop starting semruns, those under way end by themselves, and
+// the checks run.
+//
+// # What it checks
+//
+//   - At no instant do more than N children of a key run: a sweep of the
+//     children's starts and ends.
+//   - No fencing token of a key is handed out twice, and tokens follow the
+//     order of the grants: a child was granted before every child with a
+//     larger token, so it held its seat at least from the earliest start
+//     among them. Counted from there, no more than N children of a key may
+//     hold at once. (A token that went down stretches its child back over
+//     others and breaks this.) The simpler rule "a child that started after
+//     another ended has the larger token" is not checked, only counted
+//     ("reordered"): with N > 1 it does not hold. A child starts a moment
+//     after its grant, or much later when the grant's reply was lost and
+//     semrun asked again, and meanwhile a child granted after it can run
+//     and end.
+//   - Once the workers stop and every semrun has exited, every seat is
+//     free within one TTL: no holder in Redis whose lease has not lapsed
+//     on Redis's clock.
+//   - Every semrun exited with its child's own status. The exceptions are
+//     112 (permit lost) and 125 (Redis unreachable), and only under the
+//     nemeses that can cause them (pause, restart, blackhole, dropped
+//     replies) and while a fault was under way or up to one TTL after it
+//     healed. kill9, proxy-cut and script-flush must cause neither.
+//   - After each fault heals, the next child starts within 2 TTLs. The
+//     target is TTL + TTL/3, reported as a figure and not failed on, since
+//     machines are noisy.
+//   - A SIGKILLed semrun's child is gone within 100ms, in every trial.
+//
+// The figures are logged per nemesis: semruns, grants, faults, overlaps,
+// token faults, reordered starts, leaked seats, when the seats were all
+// free, the longest heal time, how many semruns ended 112 and 125, and the
+// kill trials' latencies (p50, p99, max).
+package chaos

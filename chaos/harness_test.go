@@ -1,0 +1,464 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/redistest"
+)
+
+// What every semrun of the harness is given.
+const (
+	ttl            = 2 * time.Second
+	killAfter      = 500 * time.Millisecond
+	connectTimeout = 2 * time.Second
+)
+
+// kid is one child as the harness saw it over its connection. Times are
+// mono().
+type kid struct {
+	run       int
+	pid, ppid int
+	key       string
+	token     int64
+	start     int64
+	end       int64  // from its E line, or when its connection ended without one
+	how       string // done, term, or killed: it never said E
+	gone      int64  // when its connection ended: the process is gone
+	goneCh    chan struct{}
+	announced bool // it said S
+}
+
+// grants counts the children started, of every nemesis.
+var grants atomic.Int64
+
+// recorder listens on a unix socket for the children's lines.
+type recorder struct {
+	ln   net.Listener
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	kids map[int]*kid // by run
+	open map[net.Conn]struct{}
+	// last is the latest start of each key.
+	last map[string]int64
+	bad  []string // lines that did not parse
+}
+
+func newRecorder(t *testing.T, path string) *recorder {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{ln: ln, kids: map[int]*kid{}, open: map[net.Conn]struct{}{}, last: map[string]int64{}}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *recorder) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		r.mu.Lock()
+		r.open[c] = struct{}{}
+		r.mu.Unlock()
+		r.wg.Add(1)
+		go r.read(c)
+	}
+}
+
+// read follows one child until its connection ends: that is when the
+// process is gone (or closed it on its way out).
+func (r *recorder) read(c net.Conn) {
+	defer r.wg.Done()
+	var k *kid
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			now := mono()
+			r.mu.Lock()
+			delete(r.open, c)
+			if k != nil {
+				k.gone = now
+				if k.end == 0 {
+					k.end, k.how = now, "killed"
+				}
+				close(k.goneCh)
+			}
+			r.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		f := strings.Fields(line)
+		r.mu.Lock()
+		switch {
+		case len(f) == 7 && f[0] == "S" && k == nil:
+			k = &kid{goneCh: make(chan struct{}), announced: true, key: f[5]}
+			var errs [5]error
+			k.pid, errs[0] = strconv.Atoi(f[1])
+			k.ppid, errs[1] = strconv.Atoi(f[2])
+			k.start, errs[2] = strconv.ParseInt(f[3], 10, 64)
+			k.token, errs[3] = strconv.ParseInt(f[4], 10, 64)
+			k.run, errs[4] = strconv.Atoi(f[6])
+			if err := errors.Join(errs[:]...); err != nil {
+				r.bad = append(r.bad, fmt.Sprintf("%q: %v", line, err))
+			}
+			r.kids[k.run] = k
+			r.last[k.key] = max(r.last[k.key], k.start)
+			grants.Add(1)
+		case len(f) == 3 && f[0] == "E" && k != nil && k.end == 0:
+			end, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				r.bad = append(r.bad, fmt.Sprintf("%q: %v", line, err))
+				end = mono()
+			}
+			k.end, k.how = end, f[2]
+		default:
+			r.bad = append(r.bad, fmt.Sprintf("%q", line))
+		}
+		r.mu.Unlock()
+	}
+}
+
+// lastStart is the latest start of a child of key, 0 before any.
+func (r *recorder) lastStart(key string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last[key]
+}
+
+// running returns the children that said S and have neither ended nor gone.
+func (r *recorder) running() []*kid {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*kid
+	for _, k := range r.kids {
+		if k.end == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// snapshot copies the children, for the checks.
+func (r *recorder) snapshot() ([]kid, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]kid, 0, len(r.kids))
+	for _, k := range r.kids {
+		out = append(out, *k)
+	}
+	return out, append([]string(nil), r.bad...)
+}
+
+// quiet waits until no child's connection is open, for at most d, and
+// returns how many still are.
+func (r *recorder) quiet(d time.Duration) int {
+	deadline := time.Now().Add(d)
+	for {
+		r.mu.Lock()
+		n := len(r.open)
+		r.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (r *recorder) close() {
+	_ = r.ln.Close()
+	r.mu.Lock()
+	for c := range r.open {
+		_ = c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// run is one semrun the workers started.
+type run struct {
+	id       int
+	key      string
+	hold     int // ms
+	code     int // the child's exit status
+	proc     *os.Process
+	launched int64
+	exited   int64
+	status   int            // semrun's exit status, -1 when a signal ended it
+	signal   syscall.Signal // the signal that ended it
+	killed   bool           // by the kill9 nemesis
+	stderr   string
+}
+
+// cluster is one nemesis's world: a redis-server, maybe a proxy, the
+// recorder, and workers running semrun on its keys.
+type cluster struct {
+	t       *testing.T
+	srv     *redistest.Server
+	proxy   *proxy
+	keys    []string
+	permits int
+	rec     *recorder
+	bin     string // semrun
+	self    string // this test binary: the child
+	env     []string
+	seed    uint64
+	t0      int64
+
+	mu     sync.Mutex
+	runs   map[int]*run
+	nextID int
+	faults []fault
+	direct *redis.Client // to the redis-server itself, made on first use
+
+	stop    context.CancelFunc
+	workers sync.WaitGroup
+}
+
+// fault is one fault injected: what, from when until it healed (mono()).
+type fault struct {
+	what        string
+	start, heal int64
+}
+
+func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluster {
+	t.Helper()
+	bin := semrun(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.New(t)
+	// A short directory: a unix socket's path has at most 107 bytes.
+	dir, err := os.MkdirTemp("", "chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	c := &cluster{
+		t: t, srv: srv, permits: permits, seed: seed,
+		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, self: self, runs: map[int]*run{},
+	}
+	url := srv.URL() // what semrun is given
+	if n.proxied {
+		c.proxy = newProxy(t, srv.Addr, seed)
+		url = c.proxy.URL()
+	}
+	for i := range keys {
+		c.keys = append(c.keys, fmt.Sprintf("%s-%d", n.name, i))
+	}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SEMRUN_") && !strings.HasPrefix(kv, "CHAOS_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			c.env = append(c.env, kv)
+		}
+	}
+	c.env = append(c.env,
+		"SEMRUN_REDIS_URL="+url,
+		"XDG_CONFIG_HOME="+dir, // no user's config file
+		childEnv+"=1", socketEnv+"="+filepath.Join(dir, "kids"))
+	c.t0 = mono()
+	return c
+}
+
+// rel shows a mono() time as seconds since the cluster started.
+func (c *cluster) rel(ns int64) string {
+	return fmt.Sprintf("%.3fs", float64(ns-c.t0)/1e9)
+}
+
+// start starts perKey workers on each key. t's end stops them and kills
+// any semrun still running.
+func (c *cluster) start(perKey int) {
+	ctx, stop := context.WithCancel(context.Background())
+	c.stop = stop
+	for i, key := range c.keys {
+		for j := range perKey {
+			rng := rand.New(rand.NewPCG(c.seed, uint64(i*1000+j)))
+			c.workers.Add(1)
+			go func() {
+				defer c.workers.Done()
+				for ctx.Err() == nil {
+					c.runOnce(key, rng)
+				}
+			}()
+		}
+	}
+	c.t.Cleanup(func() {
+		stop()
+		c.killUntilDone()
+	})
+}
+
+// killUntilDone kills every semrun until the workers have all returned: a
+// worker may start one more semrun as it is told to stop. It returns how
+// many it killed.
+func (c *cluster) killUntilDone() int {
+	done := make(chan struct{})
+	go func() { c.workers.Wait(); close(done) }()
+	killed := 0
+	for {
+		killed += c.killAll()
+		select {
+		case <-done:
+			return killed
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// runOnce runs one semrun and records how it ended.
+func (c *cluster) runOnce(key string, rng *rand.Rand) {
+	c.mu.Lock()
+	c.nextID++
+	lo, hi := holdMin.Milliseconds(), max(holdMax.Milliseconds(), holdMin.Milliseconds())
+	r := &run{id: c.nextID, key: key, hold: int(lo + rng.Int64N(hi-lo+1)), code: rng.IntN(101)}
+	c.runs[r.id] = r
+	c.mu.Unlock()
+	cmd := exec.Command(c.bin, "-k", key, "-n", strconv.Itoa(c.permits),
+		"--ttl", ttl.String(), "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(),
+		"--", c.self, childArg, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code))
+	cmd.Env = c.env
+	var stderr tail
+	cmd.Stderr = &stderr
+	// Should the harness die, its semruns die with it, and their children
+	// with them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	launched := mono()
+	err := cmd.Start()
+	c.mu.Lock()
+	r.launched, r.proc = launched, cmd.Process
+	c.mu.Unlock()
+	if err != nil {
+		c.t.Errorf("start semrun: %v", err)
+		time.Sleep(100 * time.Millisecond)
+		return
+	}
+	_ = cmd.Wait()
+	exited := mono()
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.exited, r.stderr = exited, stderr.String()
+	r.status = ws.ExitStatus()
+	if ws.Signaled() {
+		r.signal = ws.Signal()
+	}
+}
+
+// runningRun returns run id if its semrun is under way and not killed.
+func (c *cluster) runningRun(id int) *run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.runs[id]
+	if r == nil || r.proc == nil || r.exited != 0 || r.killed {
+		return nil
+	}
+	return r
+}
+
+// killAll kills every semrun still running.
+func (c *cluster) killAll() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.runs {
+		if r.proc != nil && r.exited == 0 {
+			if r.proc.Kill() == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// drain stops the workers from starting semruns and waits for those under
+// way to end by themselves, for at most d; then it kills the rest. It
+// returns when the last one ended, and how many it had to kill.
+func (c *cluster) drain(d time.Duration) (int64, int) {
+	c.stop()
+	done := make(chan struct{})
+	go func() { c.workers.Wait(); close(done) }()
+	killed := 0
+	select {
+	case <-done:
+	case <-time.After(d):
+		killed = c.killUntilDone()
+	}
+	return mono(), killed
+}
+
+// addFault records a fault.
+func (c *cluster) addFault(f fault) {
+	c.mu.Lock()
+	c.faults = append(c.faults, f)
+	c.mu.Unlock()
+}
+
+// startedAfter waits until a child of every key started after t, for at
+// most d, and returns the longest wait, or -1 for a key where none did.
+func (c *cluster) startedAfter(t int64, d time.Duration) time.Duration {
+	deadline := time.Now().Add(d)
+	var longest time.Duration
+	for _, key := range c.keys {
+		for {
+			if s := c.rec.lastStart(key); s > t {
+				longest = max(longest, time.Duration(s-t))
+				break
+			}
+			if time.Now().After(deadline) {
+				return -1
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return longest
+}
+
+// tail keeps the last few KB written to it: a semrun's stderr.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 4096 {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-4096:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}
