@@ -26,6 +26,7 @@ var envNames = map[string]string{
 	"on-lost":         "SEMRUN_ON_LOST",
 	"kill-after":      "SEMRUN_KILL_AFTER",
 	"restart-fence":   "SEMRUN_RESTART_FENCE",
+	"min-replicas":    "SEMRUN_MIN_REPLICAS",
 	"local":           "SEMRUN_LOCAL",
 	"lock-dir":        "SEMRUN_LOCK_DIR",
 	"redis":           "SEMRUN_REDIS_URL",

@@ -44,6 +44,7 @@ const (
 	defaultLostExitCode = 112
 	maxTTL              = 24 * time.Hour
 	maxPermits          = 1_000_000
+	maxReplicas         = 1000
 	releaseTimeout      = 2 * time.Second
 )
 
@@ -62,6 +63,7 @@ type runOptions struct {
 	onLost       string
 	killAfter    time.Duration
 	restartFence time.Duration
+	minReplicas  int
 	command      []string
 }
 
@@ -110,6 +112,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.IntVar(&o.lostExitCode, "lost-exit-code", defaultLostExitCode, "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.DurationVar(&o.restartFence, "restart-fence", 0, "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")
+	f.IntVar(&o.minReplicas, "min-replicas", 0, "a grant or renewal counts only once this many Redis replicas have it (WAIT)")
 	f.DurationVar(&o.killAfter, "kill-after", defaultKillAfter, "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
 	return cmd
 }
@@ -161,6 +164,9 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 		}
 	} else {
 		o.killAfter = min(defaultKillAfter, limit)
+	}
+	if o.minReplicas < 0 || o.minReplicas > maxReplicas {
+		return usageErrorf("%s: must be from 0 to %d", show("min-replicas", o.minReplicas), maxReplicas)
 	}
 	if cmd.Flags().Changed("restart-fence") || o.sources["restart-fence"] != "" {
 		if o.restartFence < 0 || o.restartFence > maxTTL {
@@ -235,7 +241,7 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals <-chan os.Signal, log *logger) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := semaphore.Request{
-		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait, RestartFence: o.restartFence,
+		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait, RestartFence: o.restartFence, MinReplicas: o.minReplicas,
 		Holder: semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])},
 	}
 	// On a terminal a person watches: one line, kept up to date. Elsewhere

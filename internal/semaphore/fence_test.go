@@ -216,3 +216,63 @@ func TestRedisFailoverFence(t *testing.T) {
 		_ = l3.Release(ctx)
 	}
 }
+
+// TestRedisMinReplicas: with MinReplicas, Acquire returns only once the
+// replicas have the grant, a renewal they do not get in time fails without
+// counting, and a grant they never get is given back.
+func TestRedisMinReplicas(t *testing.T) {
+	t.Parallel()
+	master, _, raw := setup(t, semaphore.RedisOptions{})
+	store := newStore(t, master.URL(), semaphore.RedisOptions{ConnectTimeout: 500 * time.Millisecond})
+	replica := redistest.New(t)
+	replicaRaw := rawClient(t, replica.Addr)
+	ctx := context.Background()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := replicaRaw.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+	for {
+		info, err := raw.Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatalf("INFO replication: %v", err)
+		}
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinReplicas: 1}
+	l, err := store.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire with a replica online: got error %v, want a permit", err)
+	}
+	if n := zcard(t, replicaRaw, k.holders); n != 1 {
+		t.Errorf("holders on the replica once Acquire returned: got %d, want 1", n)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Errorf("Renew with a replica online: got error %v, want nil", err)
+	}
+
+	if err := replica.Pause(); err != nil {
+		t.Fatalf("pause the replica: %v", err)
+	}
+	defer replica.Resume()
+	before := l.Deadline()
+	if err := l.Renew(ctx); err == nil || errors.Is(err, semaphore.ErrLost) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Errorf("Renew with the replica stopped: got error %v, want a failure that is not ErrLost, naming the replicas", err)
+	}
+	if l.Deadline() != before {
+		t.Errorf("Deadline after a renewal no replica had: moved, want unchanged")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := store.Acquire(ctx, req); !errors.Is(err, semaphore.ErrUnreachable) || !strings.Contains(err.Error(), "replicas") {
+		t.Errorf("Acquire with the replica stopped: got error %v, want ErrUnreachable naming the replicas", err)
+	}
+	if n := zcard(t, raw, k.holders); n != 0 {
+		t.Errorf("holders on the master after the grant no replica had: got %d, want 0 (given back)", n)
+	}
+}

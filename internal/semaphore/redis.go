@@ -300,7 +300,7 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		}
 		told = true
 		if g.granted {
-			return r.lease(req, keys, channel, id, g.token, sent.Add(serverSpan(g.left))), nil
+			return r.replicated(ctx, req, r.lease(req, keys, channel, id, g.token, sent.Add(serverSpan(g.left))))
 		}
 		fenced := time.Duration(g.fenced) * time.Millisecond
 		if req.NoWait {
@@ -343,7 +343,31 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 				return nil, fmt.Errorf("wait for key %q: %w", req.Key, context.Cause(ctx))
 			}
 		}
+		return r.replicated(ctx, req, l)
+	}
+}
+
+// replicated returns l once req.MinReplicas replicas have its grant,
+// renewing it on one connection with a WAIT until they do, for at most the
+// connect timeout; it gives the permit back if they never do.
+func (r *Redis) replicated(ctx context.Context, req Request, l *redisLease) (Lease, error) {
+	if req.MinReplicas <= 0 {
 		return l, nil
+	}
+	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
+	giveUp := time.Now().Add(r.connectTimeout)
+	for {
+		err := l.Renew(ctx)
+		if err == nil {
+			return l, nil
+		}
+		if errors.Is(err, ErrLost) || ctx.Err() != nil || time.Until(giveUp) <= 0 || sleep(ctx, min(wait.step(), time.Until(giveUp))) != nil {
+			r.abandon(ctx, l.keys, l.channel, l.id)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("acquire key %q: %w", req.Key, context.Cause(ctx))
+			}
+			return nil, fmt.Errorf("acquire key %q: %w: %w", req.Key, ErrUnreachable, err)
+		}
 	}
 }
 
@@ -353,7 +377,7 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 func serverSpan(ms int64) time.Duration { return time.Duration(ms-1) * time.Millisecond }
 
 func (r *Redis) lease(req Request, keys []string, channel, id string, token int64, deadline clock.Instant) *redisLease {
-	return &redisLease{r: r, key: req.Key, keys: keys, channel: channel, id: id, ttl: req.TTL, token: token, deadline: deadline}
+	return &redisLease{r: r, minReplicas: req.MinReplicas, key: req.Key, keys: keys, channel: channel, id: id, ttl: req.TTL, token: token, deadline: deadline}
 }
 
 // wakeups are a waiter's wake list. The scripts push its turn there, and
@@ -626,13 +650,14 @@ func parseWaiter(rec string, now int64) (Waiter, error) {
 }
 
 type redisLease struct {
-	r       *Redis
-	key     string
-	keys    []string
-	channel string
-	id      string
-	ttl     time.Duration
-	token   int64
+	r           *Redis
+	minReplicas int
+	key         string
+	keys        []string
+	channel     string
+	id          string
+	ttl         time.Duration
+	token       int64
 
 	mu       sync.Mutex
 	deadline clock.Instant
@@ -648,7 +673,13 @@ func (l *redisLease) Deadline() clock.Instant {
 
 func (l *redisLease) Renew(ctx context.Context) error {
 	sent := clock.Now()
-	res, err := renewScript.Run(ctx, l.r.client, l.keys, l.id, l.ttl.Milliseconds()).Int64()
+	var res int64
+	var err error
+	if l.minReplicas > 0 {
+		res, err = l.renewReplicated(ctx)
+	} else {
+		res, err = renewScript.Run(ctx, l.r.client, l.keys, l.id, l.ttl.Milliseconds()).Int64()
+	}
 	if err != nil {
 		return fmt.Errorf("renew key %q on %s: %w", l.key, l.r.addr, err)
 	}
@@ -662,6 +693,54 @@ func (l *redisLease) Renew(ctx context.Context) error {
 		l.deadline = d
 	}
 	return nil
+}
+
+// pipeliner sends commands on one connection, as WAIT needs: it waits
+// for the replicas to have the writes of its own connection.
+type pipeliner interface {
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+// renewLuaSource is sent whole in a pipeline, where a NOSCRIPT reply to
+// EVALSHA could not be answered with a load in time.
+var renewLuaSource = libLua + renewLua
+
+// renewReplicated renews the lease and waits, on the same connection, for
+// minReplicas replicas to have the renewal, and so every write before it,
+// the grant included. A renewal they do not all have in time does not
+// count: a failover could lose it.
+func (l *redisLease) renewReplicated(ctx context.Context) (int64, error) {
+	p, ok := l.r.client.(pipeliner)
+	if !ok {
+		return 0, errors.New("this client cannot wait for replicas")
+	}
+	var renew, wait *redis.Cmd
+	timeout := replicaWait(l.ttl)
+	if _, err := p.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		renew = pipe.Eval(ctx, renewLuaSource, l.keys, l.id, l.ttl.Milliseconds())
+		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	res, err := renew.Int64()
+	if err != nil || res != 1 {
+		return res, err
+	}
+	acked, err := wait.Int64()
+	if err != nil {
+		return 0, err
+	}
+	if acked < int64(l.minReplicas) {
+		return 0, fmt.Errorf("%d of %d replicas had it within %v (--min-replicas)", acked, l.minReplicas, timeout)
+	}
+	return 1, nil
+}
+
+// replicaWait bounds a WAIT for replicas: a tenth of the lease, from 100ms
+// to 1s.
+func replicaWait(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 100*time.Millisecond), time.Second)
 }
 
 // Files is nil: the permit lives in Redis.

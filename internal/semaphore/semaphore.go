@@ -55,6 +55,10 @@ type Request struct {
 	// longest TTL any caller of the store uses; 0 is no fence. Stores that
 	// cannot lose their data while holders run (the local one) ignore it.
 	RestartFence time.Duration
+	// MinReplicas: a grant, and each renewal, counts only once this many
+	// replicas have it (Redis WAIT, bounded), so that a failover does not
+	// lose it; 0 does not wait. Stores without replicas ignore it.
+	MinReplicas int
 }
 
 // WaitState is what a waiting caller waits for.
