@@ -310,11 +310,12 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 			return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
 		}
 	}
+	var fence *semaphore.FenceError
 	switch {
 	case a.err == nil:
 		return a.lease, nil
-	case errors.Is(a.err, semaphore.ErrFenced):
-		return nil, o.busy(log, fmt.Sprintf("key %q: Redis restarted less than %v ago, and grants nothing until then (--restart-fence; --no-wait)", o.key, o.restartFence))
+	case errors.As(a.err, &fence):
+		return nil, o.busy(log, fmt.Sprintf("key %q: Redis restarted or failed over recently, and grants nothing for %v more (--restart-fence; --no-wait)", o.key, max(fence.Left.Round(time.Second), time.Second)))
 	case errors.Is(a.err, semaphore.ErrBusy):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
 	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:

@@ -7,6 +7,7 @@ package clock
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -75,11 +76,14 @@ func WithDeadline(parent context.Context, at Instant) (context.Context, context.
 		case <-ctx.Done():
 		}
 	}()
+	var once sync.Once
 	return ctx, func() {
-		close(done)
-		a.Stop()
-		cancel(context.Canceled)
-		cancelTimeout()
+		once.Do(func() {
+			close(done)
+			a.Stop()
+			cancel(context.Canceled)
+			cancelTimeout()
+		})
 	}
 }
 

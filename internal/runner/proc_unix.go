@@ -96,7 +96,9 @@ func reap(pid int, jobControl bool, events chan<- waitEvent) {
 			<-resumed
 			continue
 		}
-		if unix.Kill(-pid, 0) != nil {
+		// Only ESRCH says the group is empty: EPERM is a member semrun
+		// may not signal (a command run with sudo), which still counts.
+		if unix.Kill(-pid, 0) == unix.ESRCH {
 			events <- waitEvent{status: ws}
 			return
 		}

@@ -304,9 +304,11 @@ func alarmC(a *clock.Alarm) <-chan struct{} {
 // to give up is Run's to decide.
 func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struct{}, lost chan<- error) {
 	every := RenewEvery(spec.TTL)
-	next := every
+	// Never so late that the child must be told to stop before a renewal
+	// was tried: a lease handed over with little left is renewed at once.
+	next := min(every, clock.Until(lossAt(spec, lease))/2)
 	for {
-		t := time.NewTimer(next)
+		t := time.NewTimer(max(next, 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -319,7 +321,7 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 		cancel()
 		switch {
 		case err == nil:
-			next = every
+			next = min(every, clock.Until(lossAt(spec, lease))/2)
 			select {
 			case renewed <- struct{}{}:
 			default: // Run has yet to read the last one, which says as much

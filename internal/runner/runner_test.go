@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -245,5 +246,44 @@ func TestRunWaitsForWhatTheChildLeftInItsGroup(t *testing.T) {
 	}
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("the child's background work (pid %d) when Run returned: kill -0 gave %v, want ESRCH (gone and reaped)", pid, err)
+	}
+}
+
+// shortLease is a lease handed over with little of it left: its deadline
+// is near, and each renewal extends it by the TTL from when it was sent.
+type shortLease struct {
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline clock.Instant
+	renewals int
+}
+
+func (l *shortLease) Deadline() clock.Instant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *shortLease) Renew(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewals++
+	l.deadline = clock.Now().Add(l.ttl)
+	return nil
+}
+
+// A lease with less left than a renewal period and the grace need is
+// renewed at once, not presumed lost before anyone tried to renew it.
+func TestShortLeaseRenewedBeforeItCountsAsLost(t *testing.T) {
+	const ttl = 3 * time.Second
+	l := &shortLease{ttl: ttl, deadline: clock.Now().Add(2 * time.Second)}
+	s := spec(t, ttl, "sleep", "1.5")
+	s.KillAfter = time.Second // the child would be told to stop 0.7s in
+	res, err := runner.Run(context.Background(), s, l)
+	if err != nil || res.Lost != nil || res.ExitCode != 0 {
+		t.Fatalf("got %+v, %v; want the child to run its 1.5s on a renewed lease", res, err)
+	}
+	if l.renewals == 0 {
+		t.Errorf("renewals: got 0, want at least one")
 	}
 }

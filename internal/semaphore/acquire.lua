@@ -12,7 +12,8 @@
 --          ms until the earliest lease lapses (or, while fenced, until the fence ends),
 --          place in line (1 first; 0 not in line), waiters,
 --          the server's clock in ms, ms left of the caller's lease (0 when not granted),
---          ms left of the restart fence}.
+--          ms left of the restart fence,
+--          ms the holders' leases were pushed back (negative: ms the clock went back; see rebase)}.
 -- Running it twice with the same permit id (a client retry, or a waiter
 -- that asks after it was handed its permit) grants once and returns the same token.
 local id, n, ttl, meta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -20,29 +21,7 @@ local weight, wlease, channel = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 
 local prev = tonumber(redis.call('HGET', KEYS[2], '#cap') or n)
 
--- The fence counts from the server's start, in whole seconds of uptime
--- (rounded down, so it ends late rather than early). It also starts anew
--- when the key was last served under another replication id: a replica
--- promoted by a failover, which may lack the latest grants. A server that
--- does not say its uptime is not fenced.
-local fence = tonumber(ARGV[8] or 0) or 0
-if fence > 0 then
-  local ok, info = pcall(redis.call, 'INFO', 'server', 'replication')
-  local up = ok and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  local left = 0
-  if up and up * 1000 < fence then left = fence - up * 1000 end
-  local replid = ok and string.match(info, 'master_replid:(%x+)')
-  if replid then
-    local seen = redis.call('HGET', KEYS[2], '#replid')
-    if seen ~= replid then
-      if seen then left = fence end
-      redis.call('HSET', KEYS[2], '#replid', replid)
-    end
-  end
-  if left > fenced() then
-    redis.call('HSET', KEYS[2], '#fence', now + left)
-  end
-end
+fenced(tonumber(ARGV[8] or 0) or 0) -- sets the fence up, see lib.lua
 
 -- wakeIn is when a waiter should ask again at the latest: when the fence
 -- ends, or else when the earliest lease can lapse.
@@ -57,6 +36,7 @@ local function record(since)
   redis.call('HSET', KEYS[5], id, string.format('%d %d %d %d %d ', now + wlease, n, weight, since, ttl) .. meta)
 end
 
+local moved = rebase()
 local longest = 0
 local changed = sweep()
 local busy = used()
@@ -80,20 +60,20 @@ if mine and expiry then
   local token = tonumber(string.match(mine, '^%d+ (%d+) '))
   redis.call('DEL', wakekey(channel, id))
   redis.call('HSET', KEYS[2], '#cap', n)
-  if longest > 0 then keepalive(longest) end
-  return {1, token, busy, prev, earliest(), 0, redis.call('ZCARD', KEYS[4]), now, tonumber(expiry) - now, fenced()}
+  keepalive(longest)
+  return {1, token, busy, prev, earliest(), 0, redis.call('ZCARD', KEYS[4]), now, tonumber(expiry) - now, fenced(), moved}
 end
 
 redis.call('HSET', KEYS[2], '#cap', n)
 if not inline and redis.call('ZCARD', KEYS[4]) == 0 and busy + weight <= n and fenced() == 0 then
   local token = grant(id, n, weight, ttl, meta)
   keepalive(math.max(ttl, longest))
-  return {1, token, busy + weight, prev, earliest(), 0, 0, now, ttl, 0}
+  return {1, token, busy + weight, prev, earliest(), 0, 0, now, ttl, 0, moved}
 end
 
 if wlease == 0 then
-  keepalive(math.max(longest, fenced()))
-  return {0, 0, busy, prev, wakeIn(), 0, redis.call('ZCARD', KEYS[4]), now, 0, fenced()}
+  keepalive(longest)
+  return {0, 0, busy, prev, wakeIn(), 0, redis.call('ZCARD', KEYS[4]), now, 0, fenced(), moved}
 end
 
 if not inline then
@@ -103,4 +83,4 @@ if not inline then
   redis.call('DEL', wakekey(channel, id))
 end
 keepalive(math.max(ttl, wlease, longest))
-return {0, 0, busy, prev, wakeIn(), redis.call('ZRANK', KEYS[4], id) + 1, redis.call('ZCARD', KEYS[4]), now, 0, fenced()}
+return {0, 0, busy, prev, wakeIn(), redis.call('ZRANK', KEYS[4], id) + 1, redis.call('ZCARD', KEYS[4]), now, 0, fenced(), moved}

@@ -47,6 +47,28 @@ func (c *clock) advance(d time.Duration) {
 
 func (c *clock) ms() float64 { return float64(c.now.UnixMilli()) }
 
+// advanceTouched moves the clock d on, as advance does, but in steps of a
+// third of ttl (the longest lease the key's holders asked), with a caller
+// asking for busy, with NoWait, after each step but the last, and getting
+// ErrBusy: the way waiters and renewing holders keep a busy key touched.
+// A key left untouched for more than half that lease makes the scripts take
+// the silence for a step of the server's clock and push the holders'
+// leases back (rebase in lib.lua); on a key touched this often they lapse
+// at their expiry. The last step is not followed by a call, so the test's
+// own next call is the first to look at the end of d.
+func (c *clock) advanceTouched(st semaphore.Store, busy semaphore.Request, ttl, d time.Duration) {
+	c.t.Helper()
+	busy.NoWait = true
+	step := (ttl / 3).Truncate(time.Millisecond)
+	for ; d > step; d -= step {
+		c.advance(step)
+		if _, err := st.Acquire(ctxTimeout(c.t, 5*time.Second), busy); !errors.Is(err, semaphore.ErrBusy) {
+			c.t.Fatalf("no-wait Acquire touching the key at %v: got %v, want ErrBusy", c.now.Sub(base), err)
+		}
+	}
+	c.advance(d)
+}
+
 // holders returns the permit ids of k, failing the test on a wrong type.
 func (c *clock) holders(k storeKeys) []string {
 	c.t.Helper()
@@ -117,7 +139,9 @@ func TestClockLeaseLapsesAtExpiry(t *testing.T) {
 	aID := c.only(k)
 	expiry := c.score(k, aID)
 
-	c.advance(leaseTTL) // now == expiry: the lease has lapsed
+	// Another caller keeps asking while a stops renewing, so the silence
+	// never looks like a clock step: no push back.
+	c.advanceTouched(st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL}, leaseTTL, leaseTTL) // now == expiry: the lease has lapsed
 	if c.ms() != expiry {
 		t.Fatalf("internal: clock %v ms, want exactly the expiry %v ms", c.ms(), expiry)
 	}
@@ -156,7 +180,10 @@ func TestClockRenewAfterExpiry(t *testing.T) {
 	k := keysOf(testPrefix, key)
 	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
 
-	c.advance(leaseTTL + time.Millisecond)
+	// Another caller keeps asking while a is silent: on a key nobody
+	// touched for so long, a's renewal would find its lease pushed back
+	// (rebase in lib.lua).
+	c.advanceTouched(st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL}, leaseTTL, leaseTTL+time.Millisecond)
 	if err := a.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
 		t.Fatalf("Renew 1ms after expiry: got %v, want ErrLost", err)
 	}
@@ -279,7 +306,12 @@ func TestClockWaiterWakesWhenLeaseLapses(t *testing.T) {
 		t.Fatalf("waiter before the lease lapsed: got (%v, %v), want it still waiting", r.l, r.err)
 	case <-time.After(500 * time.Millisecond):
 	}
-	c.advance(leaseTTL)
+	// On a real clock the waiter's looks would come every ~200ms of server
+	// time as well; this clock jumps, so another caller asks at every
+	// third of the lease on the way, lest the scripts take a 10s silence
+	// for a clock step and push the lease back (rebase in lib.lua). The
+	// look that finds the lease lapsed is the waiter's own.
+	c.advanceTouched(st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL}, leaseTTL, leaseTTL)
 	r := receive(t, done, 5*time.Second, "waiter after the lease lapsed")
 	if r.err != nil {
 		t.Fatalf("waiter after the lease lapsed: got %v, want a permit", r.err)
@@ -322,7 +354,11 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 	})
 	time.Sleep(50 * time.Millisecond) // for it to block on its wake list
 
-	c.advance(holderTTL)
+	// Others ask while the holder is silent (the waiter's own look is ~3s
+	// of real time away, and the server's clock jumps): touched this often,
+	// the key's silence is not taken for a clock step, and the lease is not
+	// pushed back (rebase in lib.lua).
+	c.advanceTouched(st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL}, holderTTL, holderTTL)
 	// Another caller looks: it may not pass the waiter, but it wakes it.
 	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait Acquire with a waiter first in line: got %v, want ErrBusy", err)
@@ -443,8 +479,10 @@ func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
 	// The lease lapses 5ms from now on the server's (frozen) clock: the
 	// waiter must look again after about 5ms, not on its slower backoff
 	// schedule (10, 20, 40, 80, 160ms...), which would leave a crashed
-	// holder's seat empty for up to a polling period.
-	c.advance(leaseTTL - 5*time.Millisecond)
+	// holder's seat empty for up to a polling period. Others ask on the
+	// way, as a busy key's waiters do, so that the silence is not taken
+	// for a clock step that pushes the lease back (rebase in lib.lua).
+	c.advanceTouched(st, busy, leaseTTL, leaseTTL-5*time.Millisecond)
 	done := make(chan error, 1)
 	ctx := ctxTimeout(t, 5*time.Second)
 	go func() {

@@ -151,34 +151,105 @@ func TestMiniredisHasNoRestartFence(t *testing.T) {
 	_ = l.Release(context.Background())
 }
 
-// TestRedisFailoverFence: a replica promoted by a failover may lack the
-// latest grants, so a key first served under a new replication id grants
-// nothing for the fence, however long the server has been up.
-func TestRedisFailoverFence(t *testing.T) {
-	t.Parallel()
-	master, store, raw := setup(t, semaphore.RedisOptions{})
-	replica := redistest.New(t)
-	replicaRaw := rawClient(t, replica.Addr)
+// replicaPair starts a master and a replica of it, waits until the
+// replica is in sync and both have been up for at least up, and returns
+// both servers with raw clients to them.
+func replicaPair(t *testing.T, up time.Duration) (master *redistest.Server, raw *redis.Client, replica *redistest.Server, replicaRaw *redis.Client) {
+	t.Helper()
+	master = redistest.New(t)
+	raw = rawClient(t, master.Addr)
+	replica = redistest.New(t)
+	replicaRaw = rawClient(t, replica.Addr)
 	ctx := context.Background()
 	host, port, _ := strings.Cut(master.Addr, ":")
 	if err := replicaRaw.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
 		t.Fatalf("REPLICAOF: %v", err)
 	}
-	const fence = 2 * time.Second
-	// Both servers have been up for the fence before the first grant.
+	for {
+		info, err := raw.Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatalf("INFO replication: %v", err)
+		}
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	for _, c := range []*redis.Client{raw, replicaRaw} {
-		for uptime(t, c) < fence {
+		for uptime(t, c) < up {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	return master, raw, replica, replicaRaw
+}
+
+// TestRedisFailoverFenceHoldsReleases: on a promoted replica, a release
+// that comes before any acquire hands nothing over during the fence.
+func TestRedisFailoverFenceHoldsReleases(t *testing.T) {
+	t.Parallel()
+	const fence = 2 * time.Second
+	_, raw, _, replicaRaw := replicaPair(t, fence)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	acquire := func(c *redis.Client, id string, wlease time.Duration) []int64 {
+		t.Helper()
+		res, err := luaScript(t, "acquire").Run(ctx, c, k.all(), id, 1, 30000, "", 1, wlease.Milliseconds(), k.channel, fence.Milliseconds()).Int64Slice()
+		if err != nil {
+			t.Fatalf("acquire.lua for %s: %v", id, err)
+		}
+		return res
+	}
+	if res := acquire(raw, "HOLDER", 0); res[0] != 1 {
+		t.Fatalf("holder on the master: got %v, want granted", res)
+	}
+	if res := acquire(raw, "WAITER", 10*time.Second); res[0] != 0 || res[5] != 1 {
+		t.Fatalf("waiter on the master: got %v, want first in line", res)
+	}
+	if n, err := raw.Do(ctx, "WAIT", 1, 10000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: got (%d, %v), want 1", n, err)
+	}
+	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatalf("REPLICAOF NO ONE: %v", err)
+	}
+	if err := luaScript(t, "release").Run(ctx, replicaRaw, k.all(), "HOLDER", k.channel).Err(); err != nil {
+		t.Fatalf("release.lua on the promoted replica: %v", err)
+	}
+	if _, err := replicaRaw.ZScore(ctx, k.holders, "WAITER").Result(); !errors.Is(err, redis.Nil) {
+		t.Errorf("the waiter after the first release on the promoted replica: a holder (err %v), want still in line while the fence holds", err)
+	}
+	if res := acquire(replicaRaw, "WAITER", 10*time.Second); res[0] != 0 || res[9] <= 0 {
+		t.Errorf("the waiter asking on the promoted replica: got %v, want not granted, fenced", res)
+	}
+}
+
+// TestRedisFailoverFence: a replica promoted by a failover may lack the
+// latest grants, so a key first served under a new replication id grants
+// nothing for the fence, however long the server has been up.
+func TestRedisFailoverFence(t *testing.T) {
+	t.Parallel()
+	const fence = 2 * time.Second
+	master, _, replica, replicaRaw := replicaPair(t, fence)
+	store := newStore(t, master.URL(), semaphore.RedisOptions{})
+	ctx := context.Background()
 	key := uniqueKey(t)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, RestartFence: fence}
 	// The holder, from before the failover, keeps running.
 	if _, err := store.Acquire(ctx, req); err != nil {
 		t.Fatalf("Acquire on the master: got error %v, want a permit", err)
 	}
-	if n, err := raw.Do(ctx, "WAIT", 1, 10000).Int(); err != nil || n != 1 {
-		t.Fatalf("WAIT for the replica: got (%d, %v), want 1", n, err)
+	// WAIT counts its own connection's writes, not the store's: wait
+	// until the replica has the key instead. (A key it never got is not
+	// fenced: the README says so.)
+	for {
+		n, err := replicaRaw.HExists(ctx, keysOf(testPrefix, key).info, "#replid").Result()
+		if err != nil {
+			t.Fatalf("HEXISTS on the replica: %v", err)
+		}
+		if n {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
@@ -195,7 +266,9 @@ func TestRedisFailoverFence(t *testing.T) {
 	busy := req
 	busy.NoWait = true
 	if _, err := promoted.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) {
-		t.Errorf("Acquire --no-wait on the promoted replica: got error %v, want ErrFenced", err)
+		info, _ := replicaRaw.HGetAll(ctx, keysOf(testPrefix, key).info).Result()
+		repl, _ := replicaRaw.Info(ctx, "replication").Result()
+		t.Errorf("Acquire --no-wait on the promoted replica: got error %v, want ErrFenced; its info hash %v; its INFO %q", err, info, repl)
 	}
 	l2, err := promoted.Acquire(ctx, req)
 	if err != nil {
@@ -222,37 +295,33 @@ func TestRedisFailoverFence(t *testing.T) {
 // counting, and a grant they never get is given back.
 func TestRedisMinReplicas(t *testing.T) {
 	t.Parallel()
-	master, _, raw := setup(t, semaphore.RedisOptions{})
+	master, raw, replica, replicaRaw := replicaPair(t, 0)
+	// Patient while the replica is up (a loaded machine can make it lag),
+	// quick to give up once it is stopped.
+	patient := newStore(t, master.URL(), semaphore.RedisOptions{ConnectTimeout: 20 * time.Second})
 	store := newStore(t, master.URL(), semaphore.RedisOptions{ConnectTimeout: 500 * time.Millisecond})
-	replica := redistest.New(t)
-	replicaRaw := rawClient(t, replica.Addr)
 	ctx := context.Background()
-	host, port, _ := strings.Cut(master.Addr, ":")
-	if err := replicaRaw.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
-		t.Fatalf("REPLICAOF: %v", err)
-	}
-	for {
-		info, err := raw.Info(ctx, "replication").Result()
-		if err != nil {
-			t.Fatalf("INFO replication: %v", err)
-		}
-		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	key := uniqueKey(t)
 	k := keysOf(testPrefix, key)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinReplicas: 1}
-	l, err := store.Acquire(ctx, req)
+	l, err := patient.Acquire(ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire with a replica online: got error %v, want a permit", err)
 	}
 	if n := zcard(t, replicaRaw, k.holders); n != 1 {
 		t.Errorf("holders on the replica once Acquire returned: got %d, want 1", n)
 	}
-	if err := l.Renew(ctx); err != nil {
-		t.Errorf("Renew with a replica online: got error %v, want nil", err)
+	renewed, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		err := l.Renew(renewed)
+		if err == nil {
+			break
+		}
+		if renewed.Err() != nil {
+			t.Fatalf("Renew with a replica online: got error %v for 20s, want nil", err)
+		}
+		time.Sleep(100 * time.Millisecond) // a lagging replica: the runner retries too
 	}
 
 	if err := replica.Pause(); err != nil {

@@ -95,14 +95,14 @@ func luaScript(t testing.TB, name string) *redis.Script {
 // enqueue runs acquire.lua as a caller that asks once to wait, with a
 // waiter lease of wlease and weight 1, and then vanishes: it never asks
 // again. It returns the caller's place in line (0: it was granted a permit
-// of the same lease instead).
+// of the same lease instead). The reply is acquire.lua's 11 integers.
 func enqueue(t testing.TB, c *redis.Client, key, id string, n int, wlease time.Duration) int64 {
 	t.Helper()
 	k := keysOf(testPrefix, key)
 	res, err := luaScript(t, "acquire").Run(context.Background(), c, k.all(),
 		id, n, wlease.Milliseconds(), "", 1, wlease.Milliseconds(), k.channel).Int64Slice()
-	if err != nil || len(res) != 10 {
-		t.Fatalf("acquire.lua for %q: got (%v, %v), want 10 integers", id, res, err)
+	if err != nil || len(res) != 11 {
+		t.Fatalf("acquire.lua for %q: got (%v, %v), want 11 integers", id, res, err)
 	}
 	return res[5]
 }

@@ -100,16 +100,81 @@ local function grant(id, n, weight, ttl, meta)
     token = floor
   end
   redis.call('ZADD', KEYS[1], now + ttl, id)
-  redis.call('HSET', KEYS[2], id, string.format('%d %d %d %d ', n, token, now, weight) .. meta)
+  redis.call('HSET', KEYS[2], id, string.format('%d %d %d %d ', n, token, now, weight) .. meta,
+    '#clock', now, '#ttl', math.max(ttl, tonumber(redis.call('HGET', KEYS[2], '#ttl') or 0)))
   return token
 end
 
--- fenced is how many ms are left of the restart fence: after the server
--- (re)started, no permit is granted until it has been up as long as the
--- fence an acquire asked for (see acquire.lua), so that a holder from
--- before a restart that lost its permit has stopped its command before
--- anyone else starts one. Releases and sweeps honour it too.
-local function fenced()
+-- rebase compares the server's clock with the last reading a script of
+-- the key made ('#clock'). Healthy holders renew at least every third of
+-- the longest lease asked ('#ttl'), retrying for a sixth more, so a key
+-- with holders is touched at least every half of it. A longer silence
+-- means that the clock stepped forward, or that every holder stopped
+-- renewing (crashed, cut off), and no script can tell which: the holders'
+-- leases are pushed back by the silence beyond that half, so that a step
+-- does not sweep holders whose commands still run; crashed holders' seats
+-- take that much longer to free. A step backwards only makes leases last
+-- longer. It returns the ms the holders were pushed back, or minus the ms
+-- the clock went back, or 0.
+local function rebase()
+  local rec = redis.call('HMGET', KEYS[2], '#clock', '#ttl')
+  local last, longest = tonumber(rec[1]), tonumber(rec[2])
+  if not last then return 0 end -- no holder yet, or the keys expired
+  local moved = 0
+  if now < last - 1000 then
+    moved = now - last
+  elseif longest and now - last > longest / 2 then
+    local by = now - last - math.floor(longest / 2)
+    local held = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('(%d', last), '+inf', 'WITHSCORES')
+    for i = 1, #held, 2 do
+      redis.call('ZADD', KEYS[1], 'XX', tonumber(held[i + 1]) + by, held[i])
+    end
+    if #held > 0 then moved = by end
+  end
+  redis.call('HSET', KEYS[2], '#clock', now)
+  return moved
+end
+
+-- fenced is how many ms are left of the restart fence: while the server
+-- has been up for less than the fence, in whole seconds of uptime (rounded
+-- down, so it ends late rather than early), no permit is granted, so that
+-- a holder from before a restart that lost its permit has stopped its
+-- command before anyone else starts one. The fence also starts anew when
+-- the key was last served under another replication id: a replica
+-- promoted by a failover, which may lack the latest grants. Its length is
+-- the longest any caller of the key asked ('#fencelen'; asked is this
+-- caller's), so a release honours it too; '#fence' is when it ends. The
+-- server is asked once per script. A server that does not say its uptime
+-- is not fenced.
+local fenceAsked = false
+local function fenced(asked)
+  if not fenceAsked then
+    fenceAsked = true
+    local len = tonumber(redis.call('HGET', KEYS[2], '#fencelen') or 0)
+    if asked and asked > len then
+      redis.call('HSET', KEYS[2], '#fencelen', asked)
+      len = asked
+    end
+    if len > 0 then
+      -- One section per call: Redis before 7 takes no more.
+      local ok, info = pcall(redis.call, 'INFO', 'server')
+      local up = ok and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+      local left = 0
+      if up and up * 1000 < len then left = len - up * 1000 end
+      ok, info = pcall(redis.call, 'INFO', 'replication')
+      local replid = ok and string.match(info, 'master_replid:(%x+)')
+      if replid then
+        local seen = redis.call('HGET', KEYS[2], '#replid')
+        if seen ~= replid then
+          if seen then left = len end
+          redis.call('HSET', KEYS[2], '#replid', replid)
+        end
+      end
+      if now + left > tonumber(redis.call('HGET', KEYS[2], '#fence') or 0) then
+        redis.call('HSET', KEYS[2], '#fence', now + left)
+      end
+    end
+  end
   return math.max(tonumber(redis.call('HGET', KEYS[2], '#fence') or 0) - now, 0)
 end
 
@@ -121,8 +186,9 @@ end
 -- the seats it gave.
 local function handoff(prefix, busy, caller)
   local longest, given = 0, 0
-  if fenced() > 0 then return longest, given end
-  for _, w in ipairs(ready(busy)) do
+  local turns = ready(busy)
+  if #turns == 0 or fenced() > 0 then return longest, given end
+  for _, w in ipairs(turns) do
     local id, rec = w[1], w[2]
     if id ~= caller then
       local k = wakekey(prefix, id)
@@ -151,10 +217,11 @@ local function earliest()
   return tonumber(first[2]) - now
 end
 
--- keepalive makes every key live at least as long as the longest lease, or
--- ms, and a second more, so an abandoned semaphore vanishes on its own. It
+-- keepalive makes every key live at least as long as the longest lease, the
+-- restart fence, or ms, and a second more, so an abandoned semaphore vanishes on its own. It
 -- never shortens a key's life: a waiter's lease may be the longest.
 local function keepalive(ms)
+  ms = math.max(ms, fenced()) -- the fence outlives no key that keeps it
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
   for i = 1, 5 do

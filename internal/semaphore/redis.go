@@ -293,19 +293,26 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		}
 		g, err := parseGrant(res)
 		if err != nil {
+			r.abandon(ctx, keys, channel, id)
 			return nil, fmt.Errorf("acquire key %q: %w", req.Key, err)
 		}
 		if g.previous != int64(req.Permits) && !told {
 			r.warnf("key %q: this call asks for %d permits, the previous caller asked for %d", req.Key, req.Permits, g.previous)
 		}
 		told = true
+		switch moved := time.Duration(g.moved) * time.Millisecond; {
+		case moved > 0:
+			r.warnf("key %q: no call reached Redis for longer than its holders renew: Redis's clock stepped forward, or every holder stopped renewing; their leases were pushed back %v", req.Key, moved)
+		case moved < 0:
+			r.warnf("key %q: Redis's clock went back %v", req.Key, -moved)
+		}
 		if g.granted {
 			return r.replicated(ctx, req, r.lease(req, keys, channel, id, g.token, sent.Add(serverSpan(g.left))))
 		}
 		fenced := time.Duration(g.fenced) * time.Millisecond
 		if req.NoWait {
 			if fenced > 0 {
-				return nil, fmt.Errorf("key %q: no grant for %v more: %w", req.Key, fenced.Round(time.Second), ErrFenced)
+				return nil, fmt.Errorf("key %q: %w", req.Key, &FenceError{Left: fenced})
 			}
 			return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, g.held, req.Permits, ErrBusy)
 		}
@@ -335,12 +342,17 @@ func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 		// A waiter that read its turn late (it was stopped) renews first,
 		// so that its command does not start with its lease about to lapse.
 		if clock.Until(l.deadline) < req.TTL/2 {
-			switch err := l.Renew(ctx); {
-			case errors.Is(err, ErrLost):
-				continue // the permit lapsed unused: ask again, at the back of the line
+			call, cancel := context.WithTimeout(ctx, r.connectTimeout)
+			err := l.Renew(call)
+			cancel()
+			switch {
 			case err != nil && ctx.Err() != nil:
 				r.abandon(ctx, keys, channel, id)
 				return nil, fmt.Errorf("wait for key %q: %w", req.Key, context.Cause(ctx))
+			case err != nil:
+				// Lapsed unused (ErrLost: ask again, at the back of the
+				// line), or in doubt: asking again tells which.
+				continue
 			}
 		}
 		return r.replicated(ctx, req, l)
@@ -357,14 +369,20 @@ func (r *Redis) replicated(ctx context.Context, req Request, l *redisLease) (Lea
 	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
 	giveUp := time.Now().Add(r.connectTimeout)
 	for {
-		err := l.Renew(ctx)
+		// Each try gets the WAIT's own bound, and the connect timeout for the rest.
+		call, cancel := context.WithTimeout(ctx, replicaWait(l.ttl)+r.connectTimeout)
+		err := l.Renew(call)
+		cancel()
 		if err == nil {
 			return l, nil
 		}
 		if errors.Is(err, ErrLost) || ctx.Err() != nil || time.Until(giveUp) <= 0 || sleep(ctx, min(wait.step(), time.Until(giveUp))) != nil {
 			r.abandon(ctx, l.keys, l.channel, l.id)
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil, fmt.Errorf("acquire key %q: %w", req.Key, context.Cause(ctx))
+			case errors.Is(err, ErrLost):
+				return nil, fmt.Errorf("acquire key %q: lapsed before %d replicas had it: %w", req.Key, req.MinReplicas, err)
 			}
 			return nil, fmt.Errorf("acquire key %q: %w: %w", req.Key, ErrUnreachable, err)
 		}
@@ -457,20 +475,21 @@ type grant struct {
 	now      int64 // the server's clock, ms
 	left     int64 // ms left of the lease granted
 	fenced   int64 // ms left of the restart fence
+	moved    int64 // ms the holders were pushed back; negative: the clock went back
 }
 
 func parseGrant(res any) (grant, error) {
 	v, ok := res.([]any)
-	if !ok || len(v) != 10 {
+	if !ok || len(v) != 11 {
 		return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
 	}
-	var n [10]int64
+	var n [11]int64
 	for i := range v {
 		if n[i], ok = v[i].(int64); !ok {
 			return grant{}, fmt.Errorf("unexpected reply %v from acquire script", res)
 		}
 	}
-	return grant{granted: n[0] == 1, token: n[1], held: n[2], previous: n[3], lapseIn: n[4], position: n[5], waiting: n[6], now: n[7], left: n[8], fenced: n[9]}, nil
+	return grant{granted: n[0] == 1, token: n[1], held: n[2], previous: n[3], lapseIn: n[4], position: n[5], waiting: n[6], now: n[7], left: n[8], fenced: n[9], moved: n[10]}, nil
 }
 
 // abandon releases id after ctx ended, under a short deadline of its own.
@@ -716,6 +735,10 @@ func (l *redisLease) renewReplicated(ctx context.Context) (int64, error) {
 	}
 	var renew, wait *redis.Cmd
 	timeout := replicaWait(l.ttl)
+	if d, ok := ctx.Deadline(); ok {
+		// WAIT must answer before the call's deadline cuts the connection.
+		timeout = max(min(timeout, time.Until(d)/2), time.Millisecond)
+	}
 	if _, err := p.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		renew = pipe.Eval(ctx, renewLuaSource, l.keys, l.id, l.ttl.Milliseconds())
 		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())

@@ -3,6 +3,7 @@
 -- KEYS: see lib.lua
 -- ARGV[1] permit id, ARGV[2] wake list prefix
 -- Returns 1 when the permit was held or the caller waited, 0 otherwise.
+local moved = rebase()
 local removed = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
@@ -12,4 +13,5 @@ if removed > 0 then
   local longest = handoff(ARGV[2], used(), '')
   if longest > 0 then keepalive(longest) end
 end
+if moved > 0 then keepalive(0) end
 return math.min(removed, 1)

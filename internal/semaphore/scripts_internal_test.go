@@ -94,7 +94,7 @@ func runCall(t *testing.T, c *redis.Client, key, id string, a call) grant {
 	}
 	g, err := parseGrant(res)
 	if err != nil {
-		t.Fatalf("acquire script (id %q): got %v, want 10 integers", id, err)
+		t.Fatalf("acquire script (id %q): got %v, want 11 integers", id, err)
 	}
 	return g
 }
@@ -403,6 +403,13 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			if capacity, err := b.c.HGet(ctx, keys[1], "#cap").Result(); err != nil || capacity != "3" {
 				t.Errorf("#cap: got (%q, %v), want \"3\"", capacity, err)
 			}
+			// rebase's (lib.lua): the grant's clock reading and the longest lease asked.
+			if clk, err := b.c.HGet(ctx, keys[1], "#clock").Result(); err != nil || clk != f[3] {
+				t.Errorf("#clock: got (%q, %v), want the grant's ms %q", clk, err, f[3])
+			}
+			if longest, err := b.c.HGet(ctx, keys[1], "#ttl").Result(); err != nil || longest != "10000" {
+				t.Errorf("#ttl: got (%q, %v), want \"10000\"", longest, err)
+			}
 			if tok, err := b.c.Get(ctx, keys[2]).Result(); err != nil || tok != strconv.FormatInt(g.token, 10) {
 				t.Errorf("token key: got (%q, %v), want %q (an integer, not a float rendering)", tok, err, strconv.FormatInt(g.token, 10))
 			}
@@ -468,15 +475,25 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			// The waiter's turn came: the release handed it its permit, with
 			// the n, weight, lease and meta of its record.
 			tr := expectHandedOver(t, wl, "after the holder released", "WAITER0SHAPES")["WAITER0SHAPES"]
-			if fields, err := b.c.HKeys(ctx, keys[1]).Result(); err != nil || !slices.Equal(sorted(fields), []string{"#cap", "WAITER0SHAPES"}) {
-				t.Errorf("info fields after release: got (%q, %v), want only #cap and the waiter handed its permit", fields, err)
+			if fields, err := b.c.HKeys(ctx, keys[1]).Result(); err != nil || !slices.Equal(sorted(fields), []string{"#cap", "#clock", "#ttl", "WAITER0SHAPES"}) {
+				t.Errorf("info fields after release: got (%q, %v), want only #cap, #clock, #ttl and the waiter handed its permit", fields, err)
 			}
 			hrec, err := b.c.HGet(ctx, keys[1], "WAITER0SHAPES").Result()
 			hf := holderRecord.FindStringSubmatch(hrec)
 			if err != nil || hf == nil || hf[1] != "3" || hf[2] != strconv.FormatInt(tr.token, 10) || hf[4] != "2" || hf[5] != wmeta {
 				t.Fatalf("holder record of the waiter handed its permit: got (%q, %v), want \"3 %d <ms> 2 %s\"", hrec, err, tr.token, wmeta)
 			}
-			if handedAt, _ := strconv.ParseInt(hf[3], 10, 64); tr.expiry != handedAt+20_000 {
+			// The second release (the last script run) read the clock last,
+			// no earlier than the handover; the waiter's 20s lease is now the
+			// longest asked.
+			handedAt, _ := strconv.ParseInt(hf[3], 10, 64)
+			if clk, err := b.c.HGet(ctx, keys[1], "#clock").Int64(); err != nil || clk < handedAt || clk > b.nowMicros(t)/1000 {
+				t.Errorf("#clock after the handover: got (%d, %v), want in [the handover's ms %d, now]", clk, err, handedAt)
+			}
+			if longest, err := b.c.HGet(ctx, keys[1], "#ttl").Result(); err != nil || longest != "20000" {
+				t.Errorf("#ttl after the handover: got (%q, %v), want \"20000\" (the waiter's lease, the longest asked)", longest, err)
+			}
+			if tr.expiry != handedAt+20_000 {
 				t.Errorf("lease expiry handed over: got %d, want granted ms %d + its own 20000 ms lease", tr.expiry, handedAt)
 			}
 			if tr.token <= g.token {
@@ -664,9 +681,11 @@ func TestScriptsSweepGivesTurns(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			const key = "sweep"
 			sub := listen(t, b.c, key)
-			if g := runAcquire(t, b.c, key, "H", 1, time.Second, ""); !g.granted {
-				t.Fatalf("holder: got %+v, want granted", g)
+			h := runAcquire(t, b.c, key, "H", 1, time.Second, "")
+			if !h.granted {
+				t.Fatalf("holder: got %+v, want granted", h)
 			}
+			expiry := h.now + h.left
 			if g := runCall(t, b.c, key, "GONE", call{n: 1, ttl: 10 * time.Second, wait: 200 * time.Millisecond}); g.position != 1 {
 				t.Fatalf("waiter with a 200ms waiter lease: got %+v, want position 1", g)
 			}
@@ -683,7 +702,21 @@ func TestScriptsSweepGivesTurns(t *testing.T) {
 			if st := runStatus(t, b.c, key); len(st.Waiters) != 1 || st.Waiters[0].Position != 1 || st.Held != 1 {
 				t.Errorf("status after the first waiter's lease lapsed: got %+v, want 1 held, one waiter at position 1", st)
 			}
-			b.advance(800 * time.Millisecond)
+			// W asks again (renews its place) every 200ms while the holder's
+			// lease runs, as a waiter of a busy key does: a key nobody
+			// touched for more than half its longest lease (H's 1s) would
+			// have H's lease pushed back (rebase in lib.lua). Timed by the
+			// server's clock, so that on a redis-server, whose clock runs
+			// on its own, no ask comes after the lapse, and the last one
+			// comes less than 500ms before the next caller; on miniredis
+			// W asks at 400, 600 and 800ms, and X at 1000ms, the expiry.
+			for b.nowMicros(t)/1000+400 <= expiry {
+				b.advance(200 * time.Millisecond)
+				if g := runCall(t, b.c, key, "W", wait); g.granted || g.position != 1 || g.held != 1 || g.moved != 0 {
+					t.Fatalf("W renewing its place while the holder's lease runs: got %+v, want not granted, position 1, 1 held, nothing moved", g)
+				}
+			}
+			b.advance(time.Duration(max(expiry-b.nowMicros(t)/1000, 0)) * time.Millisecond)
 			// The holder's lease lapsed: the caller that swept it hands W
 			// the seat, and counts it as taken.
 			if g := runAcquire(t, b.c, key, "X", 1, time.Second, ""); g.granted || g.held != 1 || g.waiting != 0 {

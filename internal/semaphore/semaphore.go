@@ -26,9 +26,17 @@ var (
 	// the connect timeout.
 	ErrUnreachable = errors.New("semaphore: store unreachable")
 	// ErrFenced means no permit was obtained because the store restarted
-	// less than the restart fence ago; it wraps ErrBusy.
-	ErrFenced = fmt.Errorf("store restarted recently (restart fence): %w", ErrBusy)
+	// or failed over less than the restart fence ago; it wraps ErrBusy.
+	ErrFenced = fmt.Errorf("store restarted or failed over recently (restart fence): %w", ErrBusy)
 )
+
+// FenceError is ErrFenced with how long the fence still holds.
+type FenceError struct{ Left time.Duration }
+
+func (e *FenceError) Error() string {
+	return fmt.Sprintf("no grant for %v more: %v", e.Left.Round(time.Second), ErrFenced)
+}
+func (e *FenceError) Unwrap() error { return ErrFenced }
 
 // MaxKeyLen bounds a key so that every store can name it.
 const MaxKeyLen = 200
