@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,9 +25,16 @@ type Streams struct {
 
 // commonOptions are the settings every command that talks to a store has.
 type commonOptions struct {
-	local          bool
-	lockDir        string
-	redisURL       string
+	local        bool
+	lockDir      string
+	redisURL     string
+	tls          semaphore.TLSOptions
+	passwordFile string
+	// urlInArgs: --redis was given on the command line, where others see it.
+	urlInArgs bool
+	// usedCLIAuth: the password came from REDISCLI_AUTH, which the child
+	// then does not get.
+	usedCLIAuth    bool
 	prefix         string
 	connectTimeout time.Duration
 	config         string
@@ -64,6 +73,12 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
 	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" for root and where root shares it, else /run/lock/semrun-UID)")
 	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
+	pf.StringVar(&common.tls.CAFile, "tls-ca", "", "with rediss://: PEM file of the CAs that may sign Redis's certificate (default: the system's)")
+	pf.StringVar(&common.tls.CertFile, "tls-cert", "", "with rediss://: client certificate (PEM), for a Redis that asks for one")
+	pf.StringVar(&common.tls.KeyFile, "tls-key", "", "with rediss://: the client certificate's key (PEM)")
+	pf.StringVar(&common.tls.ServerName, "tls-server-name", "", "with rediss://: the name Redis's certificate must have (default: the URL's host)")
+	pf.BoolVar(&common.tls.Insecure, "tls-insecure", false, "with rediss://: do not verify Redis's certificate (warns)")
+	pf.StringVar(&common.passwordFile, "redis-password-file", "", "read the Redis password from this file (readable by its owner only), when the URL has none")
 	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
 	pf.DurationVar(&common.connectTimeout, "connect-timeout", 10*time.Second, "give up on an unreachable store after this")
 	pf.StringVar(&common.config, "config", "", "config file (YAML; default: the user's semrun/config.yaml)")
@@ -102,9 +117,12 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 		if c.lockDir == "" && c.sources.rank(flags, "lock-dir") > 0 {
 			return usageErrorf("%s: must not be empty", c.sources.name("lock-dir"))
 		}
-	} else if _, _, err := semaphore.ParseRedisURL(c.redisURL); err != nil {
+	} else if opt, shown, err := semaphore.ParseRedisURL(c.redisURL); err != nil {
 		return usageErrorf("%s: %v", c.sources.name("redis"), err)
+	} else if err := c.checkTLS(opt.TLSConfig != nil, shown); err != nil {
+		return err
 	}
+	c.urlInArgs = c.sources.rank(flags, "redis") == 3
 	if c.connectTimeout <= 0 {
 		return usageErrorf("%s: must be positive", c.sources.show("connect-timeout", c.connectTimeout))
 	}
@@ -113,6 +131,28 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 	}
 	if c.verbose && c.quiet {
 		return usageErrorf("--verbose and --quiet: choose one")
+	}
+	return nil
+}
+
+// checkTLS refuses TLS settings without a rediss:// URL, and a client
+// certificate without its key or a key without its certificate.
+func (c *commonOptions) checkTLS(tls bool, shown string) error {
+	set := []struct {
+		flag string
+		on   bool
+	}{{"tls-ca", c.tls.CAFile != ""}, {"tls-cert", c.tls.CertFile != ""}, {"tls-key", c.tls.KeyFile != ""},
+		{"tls-server-name", c.tls.ServerName != ""}, {"tls-insecure", c.tls.Insecure}}
+	for _, s := range set {
+		if s.on && !tls {
+			return usageErrorf("%s: needs a rediss:// URL, not %s (%s)", c.sources.name(s.flag), shown, c.sources.name("redis"))
+		}
+	}
+	switch {
+	case c.tls.CertFile != "" && c.tls.KeyFile == "":
+		return usageErrorf("%s %s: needs %s", c.sources.name("tls-cert"), c.tls.CertFile, c.sources.name("tls-key"))
+	case c.tls.KeyFile != "" && c.tls.CertFile == "":
+		return usageErrorf("%s %s: needs %s", c.sources.name("tls-key"), c.tls.KeyFile, c.sources.name("tls-cert"))
 	}
 	return nil
 }
@@ -131,13 +171,71 @@ func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, 
 		}
 		return s, nil
 	}
+	password, err := c.password()
+	if err != nil {
+		return nil, err
+	}
+	if c.tls.Insecure {
+		warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
+	}
+	if c.urlInArgs && strings.Contains(c.redisURL, "@") {
+		if u, err := url.Parse(c.redisURL); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
+			}
+		}
+	}
 	s, err := semaphore.NewRedis(semaphore.RedisOptions{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
+		TLS: &c.tls, Password: password,
 	})
 	if err != nil {
 		return nil, usageErrorf("%s: %v", c.sources.name("redis"), err)
 	}
 	return s, nil
+}
+
+// Where a password may come from besides the URL, in this order.
+const (
+	envRedisPassword = "SEMRUN_REDIS_PASSWORD"
+	envRedisCLIAuth  = "REDISCLI_AUTH" // redis-cli's
+)
+
+// password is the Redis password from --redis-password-file, else
+// SEMRUN_REDIS_PASSWORD, else REDISCLI_AUTH; empty when none is set. A
+// file others can read is refused: the password would not be secret.
+func (c *commonOptions) password() (string, error) {
+	if opt, _, err := semaphore.ParseRedisURL(c.redisURL); err == nil && opt.Password != "" {
+		return "", nil // the URL's
+	}
+	if c.passwordFile != "" {
+		name := c.sources.name("redis-password-file")
+		f, err := os.Open(c.passwordFile)
+		if err != nil {
+			return "", usageErrorf("%s: %v", name, err)
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return "", usageErrorf("%s: %v", name, err)
+		}
+		if perm := st.Mode().Perm(); perm&0o077 != 0 {
+			return "", usageErrorf("%s %s: readable by others (mode %04o); chmod 600 it", name, c.passwordFile, perm)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, 4096))
+		if err != nil {
+			return "", usageErrorf("%s: %v", name, err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	if p := os.Getenv(envRedisPassword); p != "" {
+		return p, nil
+	}
+	if p := os.Getenv(envRedisCLIAuth); p != "" {
+		c.usedCLIAuth = true
+		return p, nil
+	}
+	return "", nil
 }
 
 // logger writes semrun's own lines to stderr, as --verbose and --quiet say.

@@ -357,7 +357,7 @@ func heldKeys() []string {
 // variables and the fencing token.
 func (o *runOptions) childEnv(environ []string, token int64) []string {
 	drop := map[string]bool{
-		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true,
+		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true, envRedisPassword: true, envRedisCLIAuth: o.usedCLIAuth,
 		envHeldKey: true, envHeldPermits: true, envFencingToken: true, envHeldKeys: true,
 	}
 	env := make([]string, 0, len(environ)+4)

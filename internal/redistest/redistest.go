@@ -4,6 +4,8 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -23,8 +25,25 @@ type Server struct {
 	Addr string
 	dir  string
 	port int
+	tls  *TLSFiles // nil: plain TCP
 	cmd  *exec.Cmd
 	done chan struct{}
+}
+
+// TLSFiles are the PEM files of a server that speaks TLS only.
+type TLSFiles struct {
+	// CertFile and KeyFile are the server's certificate and key.
+	CertFile, KeyFile string
+	// CAFile holds the certificates that sign clients' certificates; the
+	// readiness check also trusts it for the server's.
+	CAFile string
+	// AuthClients makes the server require a client certificate
+	// (tls-auth-clients yes); without it, it asks for none.
+	AuthClients bool
+	// ClientCertFile and ClientKeyFile are the certificate the readiness
+	// check presents; CertFile and KeyFile when empty, which then must be
+	// valid for client authentication as well.
+	ClientCertFile, ClientKeyFile string
 }
 
 // Available reports whether redis-server can be started here.
@@ -39,7 +58,18 @@ func Required() bool { return os.Getenv("CI") == "true" }
 
 // Start starts a redis-server keeping its files in dir, with no persistence.
 // The caller must Stop it.
-func Start(dir string) (*Server, error) {
+func Start(dir string) (*Server, error) { return start(dir, nil) }
+
+// StartTLS starts a redis-server like Start, listening with TLS only on
+// loopback: its URL is rediss://. The caller must Stop it.
+func StartTLS(dir string, cfg TLSFiles) (*Server, error) {
+	if cfg.CertFile == "" || cfg.KeyFile == "" || cfg.CAFile == "" {
+		return nil, errors.New("redistest: TLS needs a certificate, its key and a CA file")
+	}
+	return start(dir, &cfg)
+}
+
+func start(dir string, cfg *TLSFiles) (*Server, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -49,7 +79,7 @@ func Start(dir string) (*Server, error) {
 		if port, err = freePort(); err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port, tls: cfg}
 		if err = s.start(); err == nil {
 			return s, nil
 		}
@@ -72,10 +102,20 @@ func (s *Server) start() error {
 		return err
 	}
 	defer log.Close()
-	s.cmd = exec.Command("redis-server",
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	args := []string{"--port", strconv.Itoa(s.port)}
+	if s.tls != nil {
+		auth := "no"
+		if s.tls.AuthClients {
+			auth = "yes"
+		}
+		args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", s.tls.CertFile, "--tls-key-file", s.tls.KeyFile,
+			"--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", auth}
+	}
+	args = append(args, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning")
+	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -83,8 +123,9 @@ func (s *Server) start() error {
 	s.done = make(chan struct{})
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(10 * time.Second)
+	var last error
 	for time.Now().Before(deadline) {
-		if s.ping() == nil {
+		if last = s.ping(); last == nil {
 			return nil
 		}
 		select {
@@ -95,12 +136,12 @@ func (s *Server) start() error {
 		}
 	}
 	s.Kill()
-	return fmt.Errorf("redis-server on port %d did not answer within 10s", s.port)
+	return fmt.Errorf("redis-server on port %d did not answer within 10s: %w", s.port, last)
 }
 
 // ping sends a raw PING, so that this package needs no client library.
 func (s *Server) ping() error {
-	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	c, err := s.dial()
 	if err != nil {
 		return err
 	}
@@ -119,8 +160,70 @@ func (s *Server) ping() error {
 	return nil
 }
 
-// URL is the server's redis:// URL.
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+// dial connects to the server, over TLS for a TLS server.
+func (s *Server) dial() (net.Conn, error) {
+	d := &net.Dialer{Timeout: time.Second}
+	if s.tls == nil {
+		return d.Dial("tcp", s.Addr)
+	}
+	cfg, err := s.tls.clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := tls.DialWithDialer(d, "tcp", s.Addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// clientConfig is the readiness check's TLS configuration: it presents the
+// client certificate and trusts the CA for the server's certificate,
+// whatever names that certificate holds.
+func (f *TLSFiles) clientConfig() (*tls.Config, error) {
+	ca, err := os.ReadFile(f.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", f.CAFile)
+	}
+	certFile, keyFile := f.ClientCertFile, f.ClientKeyFile
+	if certFile == "" && keyFile == "" {
+		certFile, keyFile = f.CertFile, f.KeyFile
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		MinVersion:   tls.VersionTLS12,
+		// The chain is verified below, with no name: the certificate
+		// need not name 127.0.0.1.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("no server certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter})
+			return err
+		},
+	}, nil
+}
+
+// URL is the server's redis:// URL, or rediss:// for a TLS server.
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr + "/0"
+	}
+	return "redis://" + s.Addr + "/0"
+}
 
 // Stop ends the server and waits for it. Stopping twice is harmless.
 func (s *Server) Stop() {
@@ -162,13 +265,31 @@ func (s *Server) Restart() error {
 // it skips t, or fails it in CI.
 func New(t testing.TB) *Server {
 	t.Helper()
+	return newServer(t, nil)
+}
+
+// NewTLS starts a TLS server for t, as StartTLS does, and stops it when t
+// ends. Without redis-server it skips t, or fails it in CI.
+func NewTLS(t testing.TB, cfg TLSFiles) *Server {
+	t.Helper()
+	return newServer(t, &cfg)
+}
+
+func newServer(t testing.TB, cfg *TLSFiles) *Server {
+	t.Helper()
 	if err := Available(); err != nil {
 		if Required() {
 			t.Fatalf("redis-server is required in CI: %v", err)
 		}
 		t.Skipf("redis-server not installed: %v", err)
 	}
-	s, err := Start(t.TempDir())
+	var s *Server
+	var err error
+	if cfg == nil {
+		s, err = Start(t.TempDir())
+	} else {
+		s, err = StartTLS(t.TempDir(), *cfg)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,12 @@ type RedisOptions struct {
 	ConnectTimeout time.Duration
 	// Warnf, when set, receives warnings (callers asking different capacities).
 	Warnf func(format string, args ...any)
+	// TLS configures TLS for a rediss:// URL; set for another scheme, it
+	// is refused.
+	TLS *TLSOptions
+	// Password is used when the URL carries none (from a file or the
+	// environment, so that it is not on the command line).
+	Password string
 }
 
 // Redis is a Store whose permits live in Redis, one sorted set per key,
@@ -78,6 +84,17 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	opt, addr, err := ParseRedisURL(o.URL)
 	if err != nil {
 		return nil, err
+	}
+	if o.TLS.set() {
+		if opt.TLSConfig == nil {
+			return nil, fmt.Errorf("%s: TLS settings need a rediss:// URL", addr)
+		}
+		if err := o.TLS.apply(opt.TLSConfig); err != nil {
+			return nil, err
+		}
+	}
+	if opt.Password == "" {
+		opt.Password = o.Password
 	}
 	// go-redis logs dial failures to stderr on its own; semrun decides what is printed.
 	silenceLibrary.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
@@ -543,6 +560,9 @@ func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string
 // retryable tells failures that may heal from those that will not (bad
 // password, missing permission, a script error).
 func retryable(err error) bool {
+	if untrusted(err) {
+		return false
+	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return true // the network: refused, reset, timed out
