@@ -156,12 +156,23 @@ local function fenced(asked)
       len = asked
     end
     if len > 0 then
-      -- One section per call: Redis before 7 takes no more.
-      local ok, info = pcall(redis.call, 'INFO', 'server')
+      -- One section per call: Redis before 7 takes no more. A server that
+      -- has no such INFO is not fenced; a user not allowed INFO must hear
+      -- of it, not lose the fence in silence.
+      local function serverInfo(section)
+        local ok, out = pcall(redis.call, 'INFO', section)
+        if ok then return true, out end
+        local msg = type(out) == 'table' and out.err or tostring(out)
+        if string.find(msg, 'NOPERM', 1, true) or string.find(msg, "can't run this command", 1, true) then
+          error('NOPERM semrun needs INFO (' .. section .. ') for the restart fence: ' .. msg)
+        end
+        return false, nil
+      end
+      local ok, info = serverInfo('server')
       local up = ok and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
       local left = 0
       if up and up * 1000 < len then left = len - up * 1000 end
-      ok, info = pcall(redis.call, 'INFO', 'replication')
+      ok, info = serverInfo('replication')
       local replid = ok and string.match(info, 'master_replid:(%x+)')
       if replid then
         local seen = redis.call('HGET', KEYS[2], '#replid')
