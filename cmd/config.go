@@ -32,6 +32,7 @@ var envNames = map[string]string{
 	"redis":               "SEMRUN_REDIS_URL",
 	"prefix":              "SEMRUN_PREFIX",
 	"connect-timeout":     "SEMRUN_CONNECT_TIMEOUT",
+	"cluster":             "SEMRUN_CLUSTER",
 	"tls-ca":              "SEMRUN_TLS_CA",
 	"tls-cert":            "SEMRUN_TLS_CERT",
 	"tls-key":             "SEMRUN_TLS_KEY",

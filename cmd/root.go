@@ -28,6 +28,7 @@ type commonOptions struct {
 	local        bool
 	lockDir      string
 	redisURL     string
+	cluster      bool
 	tls          semaphore.TLSOptions
 	passwordFile string
 	// urlInArgs: --redis was given on the command line, where others see it.
@@ -73,6 +74,7 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
 	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" for root and where root shares it, else /run/lock/semrun-UID)")
 	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
+	pf.BoolVar(&common.cluster, "cluster", false, "Redis Cluster: --redis is a seed node (more with ?addr=host:port&addr=...)")
 	pf.StringVar(&common.tls.CAFile, "tls-ca", "", "with rediss://: PEM file of the CAs that may sign Redis's certificate (default: the system's)")
 	pf.StringVar(&common.tls.CertFile, "tls-cert", "", "with rediss://: client certificate (PEM), for a Redis that asks for one")
 	pf.StringVar(&common.tls.KeyFile, "tls-key", "", "with rediss://: the client certificate's key (PEM)")
@@ -117,7 +119,7 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 		if c.lockDir == "" && c.sources.rank(flags, "lock-dir") > 0 {
 			return usageErrorf("%s: must not be empty", c.sources.name("lock-dir"))
 		}
-	} else if opt, shown, err := semaphore.ParseRedisURL(c.redisURL); err != nil {
+	} else if opt, shown, err := semaphore.ParseRedisURL(c.seedURL()); err != nil {
 		return usageErrorf("%s: %v", c.sources.name("redis"), err)
 	} else if err := c.checkTLS(opt.TLSConfig != nil, shown); err != nil {
 		return err
@@ -133,6 +135,16 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 		return usageErrorf("--verbose and --quiet: choose one")
 	}
 	return nil
+}
+
+// seedURL is the URL to check as one server's: with --cluster, the
+// query's further seeds (?addr=...) are go-redis's cluster syntax.
+func (c *commonOptions) seedURL() string {
+	if !c.cluster {
+		return c.redisURL
+	}
+	base, _, _ := strings.Cut(c.redisURL, "?")
+	return base
 }
 
 // checkTLS refuses TLS settings without a rediss:// URL, and a client
@@ -187,7 +199,7 @@ func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, 
 	}
 	s, err := semaphore.NewRedis(semaphore.RedisOptions{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
-		TLS: &c.tls, Password: password,
+		TLS: &c.tls, Password: password, Cluster: c.cluster,
 	})
 	if err != nil {
 		return nil, usageErrorf("%s: %v", c.sources.name("redis"), err)

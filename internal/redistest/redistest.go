@@ -26,8 +26,10 @@ type Server struct {
 	dir  string
 	port int
 	tls  *TLSFiles // nil: plain TCP
-	cmd  *exec.Cmd
-	done chan struct{}
+	// cluster: a node of a Redis Cluster (see NewCluster).
+	cluster bool
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // TLSFiles are the PEM files of a server that speaks TLS only.
@@ -69,7 +71,9 @@ func StartTLS(dir string, cfg TLSFiles) (*Server, error) {
 	return start(dir, &cfg)
 }
 
-func start(dir string, cfg *TLSFiles) (*Server, error) {
+func start(dir string, cfg *TLSFiles) (*Server, error) { return startNode(dir, cfg, false) }
+
+func startNode(dir string, cfg *TLSFiles, cluster bool) (*Server, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -79,7 +83,7 @@ func start(dir string, cfg *TLSFiles) (*Server, error) {
 		if port, err = freePort(); err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port, tls: cfg}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port, tls: cfg, cluster: cluster}
 		if err = s.start(); err == nil {
 			return s, nil
 		}
@@ -111,6 +115,10 @@ func (s *Server) start() error {
 		args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port),
 			"--tls-cert-file", s.tls.CertFile, "--tls-key-file", s.tls.KeyFile,
 			"--tls-ca-cert-file", s.tls.CAFile, "--tls-auth-clients", auth}
+	}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
+			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", s.port))
 	}
 	args = append(args, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
@@ -275,7 +283,8 @@ func NewTLS(t testing.TB, cfg TLSFiles) *Server {
 	return newServer(t, &cfg)
 }
 
-func newServer(t testing.TB, cfg *TLSFiles) *Server {
+// needServer skips t without redis-server, or fails it in CI.
+func needServer(t testing.TB) {
 	t.Helper()
 	if err := Available(); err != nil {
 		if Required() {
@@ -283,6 +292,50 @@ func newServer(t testing.TB, cfg *TLSFiles) *Server {
 		}
 		t.Skipf("redis-server not installed: %v", err)
 	}
+}
+
+// NewCluster starts a Redis Cluster of masters nodes without replicas,
+// with redis-cli --cluster create, for t, and stops it when t ends. It
+// returns once every node says the cluster is ok.
+func NewCluster(t testing.TB, masters int) []*Server {
+	t.Helper()
+	needServer(t)
+	dir := t.TempDir()
+	var nodes []*Server
+	var addrs []string
+	for range masters {
+		s, err := startNode(dir, nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		nodes = append(nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range nodes {
+		for {
+			out, err := exec.Command("redis-cli", "-p", strconv.Itoa(s.port), "cluster", "info").Output()
+			if err == nil && strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster node %s: not ok within 30s: %s", s.Addr, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes
+}
+
+func newServer(t testing.TB, cfg *TLSFiles) *Server {
+	t.Helper()
+	needServer(t)
 	var s *Server
 	var err error
 	if cfg == nil {

@@ -59,6 +59,9 @@ type RedisOptions struct {
 	// Password is used when the URL carries none (from a file or the
 	// environment, so that it is not on the command line).
 	Password string
+	// Cluster treats the URL as a seed node of a Redis Cluster (more seeds
+	// with ?addr=host:port&addr=...), as redis-cli -c does.
+	Cluster bool
 }
 
 // Redis is a Store whose permits live in Redis, one sorted set per key,
@@ -70,6 +73,7 @@ type Redis struct {
 	addr           string // redacted, for messages
 	connectTimeout time.Duration
 	warnf          func(format string, args ...any)
+	cluster        bool
 }
 
 // DefaultConnectTimeout is how long an unreachable store is retried unless
@@ -81,6 +85,9 @@ var silenceLibrary sync.Once
 // NewRedis returns a store for o.URL. It does not connect yet, so a command
 // that fails validation later has held nothing and waited for nothing.
 func NewRedis(o RedisOptions) (*Redis, error) {
+	if o.Cluster {
+		return newRedisCluster(o)
+	}
 	opt, addr, err := ParseRedisURL(o.URL)
 	if err != nil {
 		return nil, err
@@ -118,6 +125,51 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	}
 	c := redis.NewClient(opt)
 	return NewRedisWithClient(c, c.Close, addr, o), nil
+}
+
+// newRedisCluster returns a store on the Redis Cluster o.URL seeds. Every
+// key of a semaphore, its wake lists included, shares one hash tag, so
+// each script runs on the one node that serves its slot; MOVED and ASK
+// are followed by go-redis.
+func newRedisCluster(o RedisOptions) (*Redis, error) {
+	base, _, _ := strings.Cut(o.URL, "?")
+	check, addr, err := ParseRedisURL(base)
+	if err != nil {
+		return nil, err
+	}
+	if check.Network == "unix" {
+		return nil, fmt.Errorf("%s: a cluster is reached by redis:// or rediss://", addr)
+	}
+	opt, err := redis.ParseClusterURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s", addr, strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if o.TLS.set() {
+		if opt.TLSConfig == nil {
+			return nil, fmt.Errorf("%s: TLS settings need a rediss:// URL", addr)
+		}
+		if err := o.TLS.apply(opt.TLSConfig); err != nil {
+			return nil, err
+		}
+	}
+	if opt.Password == "" {
+		opt.Password = o.Password
+	}
+	silenceLibrary.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
+	// As for one server (see NewRedis).
+	opt.Protocol = 2
+	opt.DisableIdentity = true
+	opt.ContextTimeoutEnabled = true
+	opt.ReadTimeout = -1
+	opt.PoolSize = 1024
+	opt.MaxRetries = -1
+	if o.ConnectTimeout > 0 && o.ConnectTimeout < opt.DialTimeout {
+		opt.DialTimeout = o.ConnectTimeout
+	}
+	c := redis.NewClusterClient(opt)
+	r := NewRedisWithClient(c, c.Close, addr, o)
+	r.cluster = true
+	return r, nil
 }
 
 // NewRedisWithClient returns a store over an existing client; addr names it
@@ -277,6 +329,10 @@ func newPermitID() string { return rand.Text() }
 func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if err := req.check(); err != nil {
 		return nil, err
+	}
+	if req.MinReplicas > 0 && r.cluster {
+		// WAIT carries no key: a cluster client would send it to any node.
+		return nil, errors.New("waiting for replicas is not supported in a cluster yet")
 	}
 	id := newPermitID()
 	keys, channel := r.keys(req.Key), r.channel(req.Key)
