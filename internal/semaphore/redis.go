@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
+	"crypto/tls"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
@@ -92,39 +93,63 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := o.settle(addr, clientSettings{
+		tls: opt.TLSConfig, password: &opt.Password, protocol: &opt.Protocol,
+		disableIdentity: &opt.DisableIdentity, contextTimeout: &opt.ContextTimeoutEnabled,
+		readTimeout: &opt.ReadTimeout, dialTimeout: &opt.DialTimeout,
+		poolSize: &opt.PoolSize, maxRetries: &opt.MaxRetries,
+	}); err != nil {
+		return nil, err
+	}
+	opt.DialerRetries = 1
+	c := redis.NewClient(opt)
+	return NewRedisWithClient(c, c.Close, addr, o), nil
+}
+
+// clientSettings point at the fields semrun sets alike in the options of
+// one server's client and of a cluster's.
+type clientSettings struct {
+	tls                             *tls.Config // nil without TLS
+	password                        *string
+	protocol, poolSize, maxRetries  *int
+	disableIdentity, contextTimeout *bool
+	readTimeout, dialTimeout        *time.Duration
+}
+
+// settle applies o's TLS settings and password, and semrun's connection
+// settings, to a client's options.
+func (o RedisOptions) settle(addr string, s clientSettings) error {
 	if o.TLS.set() {
-		if opt.TLSConfig == nil {
-			return nil, fmt.Errorf("%s: TLS settings need a rediss:// URL", addr)
+		if s.tls == nil {
+			return fmt.Errorf("%s: TLS settings need a rediss:// URL", addr)
 		}
-		if err := o.TLS.apply(opt.TLSConfig); err != nil {
-			return nil, err
+		if err := o.TLS.apply(s.tls); err != nil {
+			return err
 		}
 	}
-	if opt.Password == "" {
-		opt.Password = o.Password
+	if *s.password == "" {
+		*s.password = o.Password
 	}
 	// go-redis logs dial failures to stderr on its own; semrun decides what is printed.
 	silenceLibrary.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
 	// RESP2, and no CLIENT SETINFO: one round trip less per connection
 	// (go-redis still sends HELLO 2 on each).
-	opt.Protocol = 2
-	opt.DisableIdentity = true
-	opt.ContextTimeoutEnabled = true
+	*s.protocol = 2
+	*s.disableIdentity = true
+	*s.contextTimeout = true
 	// Every call has a deadline of its own, which bounds its reads; a fixed
 	// read timeout would cut a waiter's BLPOP short.
-	opt.ReadTimeout = -1
+	*s.readTimeout = -1
 	// A waiter's BLPOP holds a connection while it blocks: every waiting
 	// Acquire in the process needs one of its own, besides the renewals,
 	// releases and status calls. Connections are only made when needed.
-	opt.PoolSize = 1024
+	*s.poolSize = 1024
 	// Retries are decided here, against the connect timeout, not inside go-redis.
-	opt.MaxRetries = -1
-	opt.DialerRetries = 1
-	if o.ConnectTimeout > 0 && o.ConnectTimeout < opt.DialTimeout {
-		opt.DialTimeout = o.ConnectTimeout
+	*s.maxRetries = -1
+	if o.ConnectTimeout > 0 && o.ConnectTimeout < *s.dialTimeout {
+		*s.dialTimeout = o.ConnectTimeout
 	}
-	c := redis.NewClient(opt)
-	return NewRedisWithClient(c, c.Close, addr, o), nil
+	return nil
 }
 
 // newRedisCluster returns a store on the Redis Cluster o.URL seeds. Every
@@ -144,27 +169,13 @@ func newRedisCluster(o RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s", addr, strings.TrimPrefix(err.Error(), "redis: "))
 	}
-	if o.TLS.set() {
-		if opt.TLSConfig == nil {
-			return nil, fmt.Errorf("%s: TLS settings need a rediss:// URL", addr)
-		}
-		if err := o.TLS.apply(opt.TLSConfig); err != nil {
-			return nil, err
-		}
-	}
-	if opt.Password == "" {
-		opt.Password = o.Password
-	}
-	silenceLibrary.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
-	// As for one server (see NewRedis).
-	opt.Protocol = 2
-	opt.DisableIdentity = true
-	opt.ContextTimeoutEnabled = true
-	opt.ReadTimeout = -1
-	opt.PoolSize = 1024
-	opt.MaxRetries = -1
-	if o.ConnectTimeout > 0 && o.ConnectTimeout < opt.DialTimeout {
-		opt.DialTimeout = o.ConnectTimeout
+	if err := o.settle(addr, clientSettings{
+		tls: opt.TLSConfig, password: &opt.Password, protocol: &opt.Protocol,
+		disableIdentity: &opt.DisableIdentity, contextTimeout: &opt.ContextTimeoutEnabled,
+		readTimeout: &opt.ReadTimeout, dialTimeout: &opt.DialTimeout,
+		poolSize: &opt.PoolSize, maxRetries: &opt.MaxRetries,
+	}); err != nil {
+		return nil, err
 	}
 	c := redis.NewClusterClient(opt)
 	r := NewRedisWithClient(c, c.Close, addr, o)
