@@ -719,14 +719,21 @@ func parseRecord(rec string, count int, info *HolderInfo) ([]int64, error) {
 	return nums, nil
 }
 
+// numbers tells how many numbers lead rec, a record whose current form
+// has count of them: count, or one less for the record of an older semrun,
+// which lacks the last (its meta, JSON, or nothing, comes there instead).
+func numbers(rec string, count int) int {
+	if f := strings.SplitN(rec, " ", count+1); len(f) == count || len(f) == count+1 && strings.HasPrefix(f[count-1], "{") {
+		return count - 1
+	}
+	return count
+}
+
 // parseHolder reads "<permits> <token> <granted ms> <weight> <meta>" (see
 // lib.lua), or the record of a semrun from before weights, without one.
 func parseHolder(info string, now int64) (Holder, error) {
 	var h Holder
-	fields := 4
-	if f := strings.SplitN(info, " ", 5); len(f) == 4 || len(f) == 5 && strings.HasPrefix(f[3], "{") {
-		fields = 3
-	}
+	fields := numbers(info, 4)
 	n, err := parseRecord(info, fields, &h.HolderInfo)
 	if err != nil {
 		return Holder{}, err
@@ -743,11 +750,7 @@ func parseHolder(info string, now int64) (Holder, error) {
 // over, without ttl.
 func parseWaiter(rec string, now int64) (Waiter, error) {
 	var w Waiter
-	fields := 5
-	if f := strings.SplitN(rec, " ", 6); len(f) == 5 || len(f) == 6 && strings.HasPrefix(f[4], "{") {
-		fields = 4
-	}
-	n, err := parseRecord(rec, fields, &w.HolderInfo)
+	n, err := parseRecord(rec, numbers(rec, 5), &w.HolderInfo)
 	if err != nil {
 		return Waiter{}, err
 	}
