@@ -609,6 +609,12 @@ func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string
 		case ctx.Err() != nil:
 			return nil, stopped()
 		case !retryable(err):
+			if unauthenticated(err) {
+				// Redis refuses a command of many arguments from a client
+				// that has not authenticated with a protocol error that
+				// does not say why.
+				return nil, fmt.Errorf("%s: Redis wants a password (the URL's, --redis-password-file, SEMRUN_REDIS_PASSWORD or REDISCLI_AUTH): %w", r.addr, err)
+			}
 			return nil, fmt.Errorf("%s: %w", r.addr, err)
 		}
 		if failing == nil || !errors.Is(err, context.DeadlineExceeded) {
@@ -622,6 +628,12 @@ func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string
 			return nil, stopped()
 		}
 	}
+}
+
+// unauthenticated tells a refusal for want of a password.
+func unauthenticated(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOAUTH") || strings.Contains(msg, "unauthenticated")
 }
 
 // retryable tells failures that may heal from those that will not (bad
