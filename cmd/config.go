@@ -33,6 +33,7 @@ var envNames = map[string]string{
 	"prefix":              "SEMRUN_PREFIX",
 	"connect-timeout":     "SEMRUN_CONNECT_TIMEOUT",
 	"cluster":             "SEMRUN_CLUSTER",
+	"sentinel-master":     "SEMRUN_SENTINEL_MASTER",
 	"tls-ca":              "SEMRUN_TLS_CA",
 	"tls-cert":            "SEMRUN_TLS_CERT",
 	"tls-key":             "SEMRUN_TLS_KEY",

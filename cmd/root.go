@@ -29,6 +29,7 @@ type commonOptions struct {
 	lockDir      string
 	redisURL     string
 	cluster      bool
+	sentinel     string // the master's name
 	tls          semaphore.TLSOptions
 	passwordFile string
 	// urlInArgs: --redis was given on the command line, where others see it.
@@ -75,6 +76,7 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" for root and where root shares it, else /run/lock/semrun-UID)")
 	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
 	pf.BoolVar(&common.cluster, "cluster", false, "Redis Cluster: --redis is a seed node (more with ?addr=host:port&addr=...)")
+	pf.StringVar(&common.sentinel, "sentinel-master", "", "Redis Sentinel: --redis is a sentinel (more with ?addr=...), its user and password the sentinels'; this names the master")
 	pf.StringVar(&common.tls.CAFile, "tls-ca", "", "with rediss://: PEM file of the CAs that may sign Redis's certificate (default: the system's)")
 	pf.StringVar(&common.tls.CertFile, "tls-cert", "", "with rediss://: client certificate (PEM), for a Redis that asks for one")
 	pf.StringVar(&common.tls.KeyFile, "tls-key", "", "with rediss://: the client certificate's key (PEM)")
@@ -125,6 +127,9 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 		return err
 	}
 	c.urlInArgs = c.sources.rank(flags, "redis") == 3
+	if !c.local && c.cluster && c.sentinel != "" {
+		return usageErrorf("%s and %s: choose one", c.sources.name("cluster"), c.sources.name("sentinel-master"))
+	}
 	if c.connectTimeout <= 0 {
 		return usageErrorf("%s: must be positive", c.sources.show("connect-timeout", c.connectTimeout))
 	}
@@ -140,7 +145,7 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 // seedURL is the URL to check as one server's: with --cluster, the
 // query's further seeds (?addr=...) are go-redis's cluster syntax.
 func (c *commonOptions) seedURL() string {
-	if !c.cluster {
+	if !c.cluster && c.sentinel == "" {
 		return c.redisURL
 	}
 	base, _, _ := strings.Cut(c.redisURL, "?")
@@ -199,7 +204,7 @@ func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, 
 	}
 	s, err := semaphore.NewRedis(semaphore.RedisOptions{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
-		TLS: &c.tls, Password: password, Cluster: c.cluster,
+		TLS: &c.tls, Password: password, Cluster: c.cluster, SentinelMaster: c.sentinel,
 	})
 	if err != nil {
 		return nil, usageErrorf("%s: %v", c.sources.name("redis"), err)
@@ -217,7 +222,9 @@ const (
 // SEMRUN_REDIS_PASSWORD, else REDISCLI_AUTH; empty when none is set. A
 // file others can read is refused: the password would not be secret.
 func (c *commonOptions) password() (string, error) {
-	if opt, _, err := semaphore.ParseRedisURL(c.redisURL); err == nil && opt.Password != "" {
+	// With Sentinel, the URL's password is the sentinels': the master's
+	// comes from the other sources.
+	if opt, _, err := semaphore.ParseRedisURL(c.seedURL()); err == nil && opt.Password != "" && c.sentinel == "" {
 		return "", nil // the URL's
 	}
 	if c.passwordFile != "" {

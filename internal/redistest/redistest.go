@@ -28,8 +28,10 @@ type Server struct {
 	tls  *TLSFiles // nil: plain TCP
 	// cluster: a node of a Redis Cluster (see NewCluster).
 	cluster bool
-	cmd     *exec.Cmd
-	done    chan struct{}
+	// sentinel is the config file of a Sentinel (see NewSentinel).
+	sentinel string
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 // TLSFiles are the PEM files of a server that speaks TLS only.
@@ -123,6 +125,9 @@ func (s *Server) start() error {
 	args = append(args, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning")
+	if s.sentinel != "" {
+		args = []string{s.sentinel, "--sentinel"} // the file says the rest
+	}
 	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
@@ -331,6 +336,38 @@ func NewCluster(t testing.TB, masters int) []*Server {
 		}
 	}
 	return nodes
+}
+
+// NewSentinel starts a Sentinel for t that watches the master at
+// masterAddr under name, with the given quorum, and notices a master down
+// after a second; it stops it when t ends.
+func NewSentinel(t testing.TB, name, masterAddr string, quorum int) *Server {
+	t.Helper()
+	needServer(t)
+	dir := t.TempDir()
+	host, port, _ := strings.Cut(masterAddr, ":")
+	var last error
+	for range 5 { // another process may take the free port before it binds it
+		p, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", p))
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nloglevel warning\ndaemonize no\n"+
+			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s 1000\n"+
+			"sentinel failover-timeout %s 5000\nsentinel parallel-syncs %s 1\n",
+			p, dir, name, host, port, quorum, name, name, name)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), dir: dir, port: p, sentinel: conf}
+		if last = s.start(); last == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatal(last)
+	return nil
 }
 
 func newServer(t testing.TB, cfg *TLSFiles) *Server {

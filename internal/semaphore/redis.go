@@ -63,6 +63,10 @@ type RedisOptions struct {
 	// Cluster treats the URL as a seed node of a Redis Cluster (more seeds
 	// with ?addr=host:port&addr=...), as redis-cli -c does.
 	Cluster bool
+	// SentinelMaster, when set, treats the URL as a Sentinel (more with
+	// ?addr=), whose userinfo is the sentinels' own; the master of that
+	// name holds the permits, with Password for it.
+	SentinelMaster string
 }
 
 // Redis is a Store whose permits live in Redis, one sorted set per key,
@@ -88,6 +92,9 @@ var silenceLibrary sync.Once
 func NewRedis(o RedisOptions) (*Redis, error) {
 	if o.Cluster {
 		return newRedisCluster(o)
+	}
+	if o.SentinelMaster != "" {
+		return newRedisSentinel(o)
 	}
 	opt, addr, err := ParseRedisURL(o.URL)
 	if err != nil {
@@ -152,18 +159,52 @@ func (o RedisOptions) settle(addr string, s clientSettings) error {
 	return nil
 }
 
+// newRedisSentinel returns a store on the master that the sentinels of
+// o.URL name o.SentinelMaster; go-redis follows it through failovers.
+func newRedisSentinel(o RedisOptions) (*Redis, error) {
+	addr, err := checkSeedURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := redis.ParseFailoverURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s", addr, strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	opt.MasterName = o.SentinelMaster
+	if err := o.settle(addr, clientSettings{
+		tls: opt.TLSConfig, password: &opt.Password, protocol: &opt.Protocol,
+		disableIdentity: &opt.DisableIdentity, contextTimeout: &opt.ContextTimeoutEnabled,
+		readTimeout: &opt.ReadTimeout, dialTimeout: &opt.DialTimeout,
+		poolSize: &opt.PoolSize, maxRetries: &opt.MaxRetries,
+	}); err != nil {
+		return nil, err
+	}
+	c := redis.NewFailoverClient(opt)
+	return NewRedisWithClient(c, c.Close, addr+" (sentinel master "+o.SentinelMaster+")", o), nil
+}
+
+// checkSeedURL checks a URL that names a first node of several (more with
+// ?addr=, go-redis's syntax), and returns it to show.
+func checkSeedURL(raw string) (string, error) {
+	base, _, _ := strings.Cut(raw, "?")
+	check, addr, err := ParseRedisURL(base)
+	if err != nil {
+		return "", err
+	}
+	if check.Network == "unix" {
+		return "", fmt.Errorf("%s: a cluster or sentinels are reached by redis:// or rediss://", addr)
+	}
+	return addr, nil
+}
+
 // newRedisCluster returns a store on the Redis Cluster o.URL seeds. Every
 // key of a semaphore, its wake lists included, shares one hash tag, so
 // each script runs on the one node that serves its slot; MOVED and ASK
 // are followed by go-redis.
 func newRedisCluster(o RedisOptions) (*Redis, error) {
-	base, _, _ := strings.Cut(o.URL, "?")
-	check, addr, err := ParseRedisURL(base)
+	addr, err := checkSeedURL(o.URL)
 	if err != nil {
 		return nil, err
-	}
-	if check.Network == "unix" {
-		return nil, fmt.Errorf("%s: a cluster is reached by redis:// or rediss://", addr)
 	}
 	opt, err := redis.ParseClusterURL(o.URL)
 	if err != nil {
