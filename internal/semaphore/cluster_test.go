@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -92,5 +94,121 @@ func TestRedisClusterRefusesUnixAndReplicas(t *testing.T) {
 	t.Parallel()
 	if _, err := semaphore.NewRedis(semaphore.RedisOptions{URL: "unix:///tmp/redis.sock", Cluster: true}); err == nil || !strings.Contains(err.Error(), "redis://") {
 		t.Errorf("NewRedis with Cluster and unix://: got error %v, want one naming redis://", err)
+	}
+}
+
+// TestRedisClusterSlotMigration: moving a semaphore's slot to another
+// node while holders and waiters use it (MOVED, ASK, TRYAGAIN on the
+// way) never lets more than N hold, and everyone gets through.
+func TestRedisClusterSlotMigration(t *testing.T) {
+	t.Parallel()
+	nodes := redistest.NewCluster(t, 3)
+	store, err := semaphore.NewRedis(semaphore.RedisOptions{URL: "redis://" + nodes[0].Addr + "/0", Prefix: testPrefix, Cluster: true, ConnectTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("NewRedis with Cluster: got error %v, want a store", err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	ctx := context.Background()
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	raw := rawClient(t, nodes[0].Addr)
+	slot, err := raw.ClusterKeySlot(ctx, k.holders).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	// Who serves the slot, and who will.
+	ids := map[string]string{}
+	var from, to string
+	for _, n := range nodes {
+		c := rawClient(t, n.Addr)
+		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatalf("CLUSTER MYID: %v", err)
+		}
+		ids[n.Addr] = id
+	}
+	slots, err := raw.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	for _, r := range slots {
+		if int64(r.Start) <= slot && slot <= int64(r.End) {
+			from = r.Nodes[0].Addr
+		}
+	}
+	for _, n := range nodes {
+		if n.Addr != from {
+			to = n.Addr
+			break
+		}
+	}
+	src, dst := rawClient(t, from), rawClient(t, to)
+
+	const n, workers, rounds = 2, 6, 8
+	var running, most, done atomic.Int32
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := store.Acquire(ctx, semaphore.Request{Key: key, Permits: n, TTL: 10 * time.Second})
+				if err != nil {
+					t.Errorf("Acquire during the migration: got error %v, want a permit", err)
+					return
+				}
+				now := running.Add(1)
+				for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+				}
+				time.Sleep(20 * time.Millisecond)
+				running.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release during the migration: got error %v, want nil", err)
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // holders and waiters at work
+	must := func(c interface {
+		Do(context.Context, ...any) *redis.Cmd
+	}, args ...any) {
+		t.Helper()
+		if err := c.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[from])
+	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to])
+	host, port, _ := strings.Cut(to, ":")
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER GETKEYSINSLOT: %v", err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, key := range keys {
+			args = append(args, key)
+		}
+		must(src, args...)
+	}
+	for _, c := range []*redis.Client{dst, src} {
+		must(c, "CLUSTER", "SETSLOT", slot, "NODE", ids[to])
+	}
+	if d := done.Load(); d == workers*rounds {
+		t.Errorf("every round ended before the slot had moved: the test exercised nothing")
+	}
+	wg.Wait()
+	if keys, err := dst.ClusterCountKeysInSlot(ctx, int(slot)).Result(); err != nil || keys == 0 {
+		t.Errorf("keys of the slot on the node it moved to: got (%d, %v), want some", keys, err)
+	}
+	if m := most.Load(); m > n {
+		t.Errorf("at most %d held at once across the migration, want at most %d", m, n)
+	}
+	if st, err := store.Status(ctx, []string{key}); err != nil || st[0].Held != 0 {
+		t.Errorf("status after the run: got (%+v, %v), want nothing held", st, err)
 	}
 }
