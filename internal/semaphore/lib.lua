@@ -144,12 +144,12 @@ end
 -- promoted by a failover, which may lack the latest grants. Its length is
 -- the longest any caller of the key asked ('#fencelen'; asked is this
 -- caller's), so a release honours it too; '#fence' is when it ends. The
--- server is asked once per script. A server that does not say its uptime
--- is not fenced.
-local fenceAsked = false
+-- server is asked, and '#fence' read, once per script (only this function
+-- writes it). A server that does not say its uptime is not fenced.
+local fenceEnd = nil
 local function fenced(asked)
-  if not fenceAsked then
-    fenceAsked = true
+  if not fenceEnd then
+    fenceEnd = tonumber(redis.call('HGET', KEYS[2], '#fence') or 0)
     local len = tonumber(redis.call('HGET', KEYS[2], '#fencelen') or 0)
     if asked and asked > len then
       redis.call('HSET', KEYS[2], '#fencelen', asked)
@@ -181,12 +181,13 @@ local function fenced(asked)
           redis.call('HSET', KEYS[2], '#replid', replid)
         end
       end
-      if now + left > tonumber(redis.call('HGET', KEYS[2], '#fence') or 0) then
-        redis.call('HSET', KEYS[2], '#fence', now + left)
+      if now + left > fenceEnd then
+        fenceEnd = now + left
+        redis.call('HSET', KEYS[2], '#fence', fenceEnd)
       end
     end
   end
-  return math.max(tonumber(redis.call('HGET', KEYS[2], '#fence') or 0) - now, 0)
+  return math.max(fenceEnd - now, 0)
 end
 
 -- handoff gives the waiters whose turn it is, but the caller, their permits
