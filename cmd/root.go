@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -34,6 +33,8 @@ type commonOptions struct {
 	passwordFile string
 	// urlInArgs: --redis was given on the command line, where others see it.
 	urlInArgs bool
+	// urlPassword: the URL carries a password (the sentinels' with Sentinel).
+	urlPassword bool
 	// usedCLIAuth: the password came from REDISCLI_AUTH, which the child
 	// then does not get.
 	usedCLIAuth    bool
@@ -125,6 +126,8 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 		return usageErrorf("%s: %v", c.sources.name("redis"), err)
 	} else if err := c.checkTLS(opt.TLSConfig != nil, shown); err != nil {
 		return err
+	} else {
+		c.urlPassword = opt.Password != ""
 	}
 	c.urlInArgs = c.sources.rank(flags, "redis") == 3
 	if !c.local && c.cluster && c.sentinel != "" {
@@ -195,12 +198,8 @@ func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, 
 	if c.tls.Insecure {
 		warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
 	}
-	if c.urlInArgs && strings.Contains(c.redisURL, "@") {
-		if u, err := url.Parse(c.redisURL); err == nil && u.User != nil {
-			if _, ok := u.User.Password(); ok {
-				warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
-			}
-		}
+	if c.urlInArgs && c.urlPassword {
+		warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
 	}
 	s, err := semaphore.NewRedis(semaphore.RedisOptions{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
@@ -224,7 +223,7 @@ const (
 func (c *commonOptions) password() (string, error) {
 	// With Sentinel, the URL's password is the sentinels': the master's
 	// comes from the other sources.
-	if opt, _, err := semaphore.ParseRedisURL(c.seedURL()); err == nil && opt.Password != "" && c.sentinel == "" {
+	if c.urlPassword && c.sentinel == "" {
 		return "", nil // the URL's
 	}
 	if c.passwordFile != "" {
