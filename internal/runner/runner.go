@@ -306,7 +306,8 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 	every := RenewEvery(spec.TTL)
 	// Never so late that the child must be told to stop before a renewal
 	// was tried: a lease handed over with little left is renewed at once.
-	next := min(every, clock.Until(lossAt(spec, lease))/2)
+	onTime := func() time.Duration { return min(every, clock.Until(lossAt(spec, lease))/2) }
+	next := onTime()
 	for {
 		t := time.NewTimer(max(next, 0))
 		select {
@@ -321,7 +322,7 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 		cancel()
 		switch {
 		case err == nil:
-			next = min(every, clock.Until(lossAt(spec, lease))/2)
+			next = onTime()
 			select {
 			case renewed <- struct{}{}:
 			default: // Run has yet to read the last one, which says as much
