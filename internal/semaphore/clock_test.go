@@ -625,27 +625,50 @@ func TestClockHandedOverLeaseRunsFromRelease(t *testing.T) {
 	}
 }
 
+// lateHandover is a waiter handed its permit when only left remained of its
+// place's lease, as when it reads its turn late.
+type lateHandover struct {
+	c         *clock
+	st        *semaphore.Redis
+	k         storeKeys
+	key, id   string
+	h         semaphore.Lease // the holder that released
+	r         acquired        // what the waiter's Acquire returned
+	runs      func(name string) int64
+	asked     int64 // the waiter's acquire runs before the release
+	releasing hostclock.Instant
+}
+
+// handOverLate makes one: a holder of a ttl lease, a waiter behind it whose
+// place's lease is cut to left, then the holder's release.
+func handOverLate(t *testing.T, ttl, left time.Duration, what string) lateHandover {
+	t.Helper()
+	x := lateHandover{key: uniqueKey(t)}
+	x.c, x.st = newClock(t)
+	x.k = keysOf(testPrefix, x.key)
+	x.runs = x.c.scriptRuns("acquire", "renew")
+	x.h = acquire(t, x.st, semaphore.Request{Key: x.key, Permits: 1, TTL: ttl})
+	done, _ := startAcquire(t, x.st, semaphore.Request{Key: x.key, Permits: 1, TTL: ttl}, 20*time.Second)
+	x.id = x.c.waiterInLine(x.k)
+	x.asked = x.runs("acquire")
+	x.c.setWaiterTTL(x.k, x.id, left)
+	x.releasing = hostclock.Now()
+	release(t, x.h)
+	x.r = receive(t, done, 5*time.Second, what)
+	if x.r.err != nil {
+		t.Fatalf("%s: got %v, want a permit", what, x.r.err)
+	}
+	return x
+}
+
 // TestClockShortHandoverRenewedFirst: a waiter handed a lease with less
 // than half its TTL left (as when it reads its turn late) renews it before
 // Acquire returns, so its command does not start with its lease about to
 // lapse.
 func TestClockShortHandoverRenewedFirst(t *testing.T) {
-	c, st := newClock(t)
-	key := uniqueKey(t)
-	k := keysOf(testPrefix, key)
-	runs := c.scriptRuns("acquire", "renew")
 	const ttl = 30 * time.Second
-	h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
-	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 20*time.Second)
-	id := c.waiterInLine(k)
-	asked := runs("acquire")
-	c.setWaiterTTL(k, id, time.Second)
-	releasing := hostclock.Now()
-	release(t, h)
-	r := receive(t, done, 5*time.Second, "waiter handed a 1s lease")
-	if r.err != nil {
-		t.Fatalf("waiter handed a 1s lease: got %v, want a permit", r.err)
-	}
+	x := handOverLate(t, ttl, time.Second, "waiter handed a 1s lease")
+	c, st, k, key, id, h, r, runs, asked, releasing := x.c, x.st, x.k, x.key, x.id, x.h, x.r, x.runs, x.asked, x.releasing
 	if n := runs("renew"); n != 1 {
 		t.Errorf("renew script runs: got %d, want 1 (the short lease renewed first)", n)
 	}
@@ -669,22 +692,9 @@ func TestClockShortHandoverRenewedFirst(t *testing.T) {
 // its renewal lost and asks again, getting a permit of its own with a new
 // token, not the lapsed one.
 func TestClockLapsedHandoverAsksAgain(t *testing.T) {
-	c, st := newClock(t)
-	key := uniqueKey(t)
-	k := keysOf(testPrefix, key)
-	runs := c.scriptRuns("acquire", "renew")
 	const ttl = 30 * time.Second
-	h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
-	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 20*time.Second)
-	id := c.waiterInLine(k)
-	asked := runs("acquire")
-	c.setWaiterTTL(k, id, 0)
-	releasing := hostclock.Now()
-	release(t, h)
-	r := receive(t, done, 5*time.Second, "waiter handed a lapsed lease")
-	if r.err != nil {
-		t.Fatalf("waiter handed a lapsed lease: got %v, want a permit", r.err)
-	}
+	x := handOverLate(t, ttl, 0, "waiter handed a lapsed lease")
+	c, st, k, key, id, h, r, runs, asked, releasing := x.c, x.st, x.k, x.key, x.id, x.h, x.r, x.runs, x.asked, x.releasing
 	if n := runs("renew"); n != 1 {
 		t.Errorf("renew script runs: got %d, want 1 (the lapsed lease, lost)", n)
 	}
