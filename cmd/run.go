@@ -168,9 +168,6 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 	if o.minReplicas < 0 || o.minReplicas > maxReplicas {
 		return usageErrorf("%s: must be from 0 to %d", show("min-replicas", o.minReplicas), maxReplicas)
 	}
-	if o.minReplicas > 0 && o.cluster && !o.local {
-		return usageErrorf("%s with %s: not supported yet", o.sources.name("min-replicas"), o.sources.name("cluster"))
-	}
 	if cmd.Flags().Changed("restart-fence") || o.sources["restart-fence"] != "" {
 		if o.restartFence < 0 || o.restartFence > maxTTL {
 			return usageErrorf("%s: must be from 0 to %v", show("restart-fence", o.restartFence), maxTTL)

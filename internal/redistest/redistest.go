@@ -12,9 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -125,6 +125,9 @@ func (s *Server) start() error {
 	args = append(args, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning")
+	if sock := s.Socket(); sock != "" {
+		args = append(args, "--unixsocket", sock, "--unixsocketperm", "700")
+	}
 	if s.sentinel != "" {
 		args = []string{s.sentinel, "--sentinel"} // the file says the rest
 	}
@@ -150,6 +153,16 @@ func (s *Server) start() error {
 	}
 	s.Kill()
 	return fmt.Errorf("redis-server on port %d did not answer within 10s: %w", s.port, last)
+}
+
+// Socket is the path of the server's Unix socket, besides its port, or
+// empty when its directory's path is too long for a socket's.
+func (s *Server) Socket() string {
+	path := filepath.Join(s.dir, fmt.Sprintf("redis-%d.sock", s.port))
+	if len(path) >= 100 { // sun_path holds 104 to 108 bytes
+		return ""
+	}
+	return path
 }
 
 // ping sends a raw PING, so that this package needs no client library.
@@ -243,8 +256,7 @@ func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server cannot exit
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	s.terminate()
 	select {
 	case <-s.done:
 	case <-time.After(5 * time.Second):
@@ -260,12 +272,6 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 }
-
-// Pause stops the server with SIGSTOP: it keeps its connections but answers nothing.
-func (s *Server) Pause() error { return s.cmd.Process.Signal(syscall.SIGSTOP) }
-
-// Resume continues a paused server.
-func (s *Server) Resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Restart kills the server and starts an empty one on the same port, as a
 // crash without persistence would.
@@ -299,16 +305,17 @@ func needServer(t testing.TB) {
 	}
 }
 
-// NewCluster starts a Redis Cluster of masters nodes without replicas,
-// with redis-cli --cluster create, for t, and stops it when t ends. It
-// returns once every node says the cluster is ok.
-func NewCluster(t testing.TB, masters int) []*Server {
+// NewCluster starts a Redis Cluster of masters nodes, each with replicas
+// replicas, with redis-cli --cluster create, for t, and stops it when t
+// ends. It returns once every node says the cluster is ok and every
+// replica is in sync.
+func NewCluster(t testing.TB, masters, replicas int) []*Server {
 	t.Helper()
 	needServer(t)
 	dir := t.TempDir()
 	var nodes []*Server
 	var addrs []string
-	for range masters {
+	for range masters * (1 + replicas) {
 		s, err := startNode(dir, nil, true)
 		if err != nil {
 			t.Fatal(err)
@@ -318,7 +325,7 @@ func NewCluster(t testing.TB, masters int) []*Server {
 		addrs = append(addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
 	}
@@ -326,7 +333,12 @@ func NewCluster(t testing.TB, masters int) []*Server {
 	for _, s := range nodes {
 		for {
 			out, err := exec.Command("redis-cli", "-p", strconv.Itoa(s.port), "cluster", "info").Output()
-			if err == nil && strings.Contains(string(out), "cluster_state:ok") {
+			repl, rerr := exec.Command("redis-cli", "-p", strconv.Itoa(s.port), "info", "replication").Output()
+			known, kerr := exec.Command("redis-cli", "-p", strconv.Itoa(s.port), "cluster", "nodes").Output()
+			// Every node knows every replica, and every replica is in sync.
+			synced := kerr == nil && countReplicas(string(known)) == masters*replicas &&
+				(strings.Contains(string(repl), "master_link_status:up") || strings.Count(string(repl), "state=online") == replicas)
+			if err == nil && rerr == nil && strings.Contains(string(out), "cluster_state:ok") && synced {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -336,6 +348,18 @@ func NewCluster(t testing.TB, masters int) []*Server {
 		}
 	}
 	return nodes
+}
+
+// countReplicas counts the replicas in CLUSTER NODES output, whose third
+// field holds the flags.
+func countReplicas(nodes string) int {
+	n := 0
+	for line := range strings.Lines(nodes) {
+		if f := strings.Fields(line); len(f) > 2 && slices.Contains(strings.Split(f[2], ","), "slave") {
+			n++
+		}
+	}
+	return n
 }
 
 // NewSentinel starts a Sentinel for t that watches the master at

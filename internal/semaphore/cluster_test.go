@@ -2,6 +2,7 @@ package semaphore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -20,7 +21,7 @@ import (
 // contention, waiters are handed their permits, and status reads them.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
-	nodes := redistest.NewCluster(t, 3)
+	nodes := redistest.NewCluster(t, 3, 0)
 	seed := "redis://" + nodes[0].Addr + "/0?addr=" + nodes[1].Addr
 	store, err := semaphore.NewRedis(semaphore.RedisOptions{URL: seed, Prefix: testPrefix, Cluster: true, ConnectTimeout: 5 * time.Second})
 	if err != nil {
@@ -88,12 +89,76 @@ func TestRedisCluster(t *testing.T) {
 	}
 }
 
-// TestRedisClusterRefusesUnixAndReplicas: a cluster is reached over TCP,
-// and waiting for replicas is refused there for now.
-func TestRedisClusterRefusesUnixAndReplicas(t *testing.T) {
+// TestRedisClusterRefusesUnixAndDatabases: a cluster is reached over
+// TCP, and has only database 0.
+func TestRedisClusterRefusesUnixAndDatabases(t *testing.T) {
 	t.Parallel()
-	if _, err := semaphore.NewRedis(semaphore.RedisOptions{URL: "unix:///tmp/redis.sock", Cluster: true}); err == nil || !strings.Contains(err.Error(), "redis://") {
-		t.Errorf("NewRedis with Cluster and unix://: got error %v, want one naming redis://", err)
+	for url, want := range map[string]string{
+		"unix:///tmp/redis.sock":   "redis://",
+		"redis://127.0.0.1:7000/3": "only database 0",
+	} {
+		if _, err := semaphore.NewRedis(semaphore.RedisOptions{URL: url, Cluster: true}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewRedis(%s) with Cluster: got error %v, want one saying %q", url, err, want)
+		}
+	}
+}
+
+// TestRedisClusterMinReplicas: in a cluster, a renewal waits for the
+// replicas of the master that serves the key's slot, not of whichever
+// node a keyless WAIT would reach.
+func TestRedisClusterMinReplicas(t *testing.T) {
+	t.Parallel()
+	nodes := redistest.NewCluster(t, 3, 1)
+	store := newStore(t, "redis://"+nodes[0].Addr+"/0", semaphore.RedisOptions{Cluster: true, ConnectTimeout: 20 * time.Second})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	raw := rawClient(t, nodes[0].Addr)
+	slot, err := raw.ClusterKeySlot(ctx, keysOf(testPrefix, key).holders).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	ranges, err := raw.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	// CLUSTER SLOTS hides replicas that have no data yet: the master says
+	// which its replica is.
+	var replica *redistest.Server
+	for _, r := range ranges {
+		if int64(r.Start) > slot || slot > int64(r.End) {
+			continue
+		}
+		info, err := rawClient(t, r.Nodes[0].Addr).Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatalf("INFO replication of the slot's master: %v", err)
+		}
+		for _, n := range nodes {
+			if strings.Contains(info, fmt.Sprintf("port=%s,", n.Addr[strings.LastIndex(n.Addr, ":")+1:])) {
+				replica = n
+			}
+		}
+	}
+	if replica == nil {
+		t.Fatalf("no replica found for slot %d in %+v", slot, ranges)
+	}
+
+	l, err := store.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinReplicas: 1})
+	if err != nil {
+		t.Fatalf("Acquire with MinReplicas in a cluster: got error %v, want a permit", err)
+	}
+	if err := replica.Pause(); err != nil {
+		t.Fatalf("pause the slot's replica: %v", err)
+	}
+	defer replica.Resume()
+	// The other masters' replicas are up: a WAIT sent to them would pass.
+	// Several tries, as a keyless command can land on any node.
+	for range 5 {
+		if err := l.Renew(ctx); err == nil || errors.Is(err, semaphore.ErrLost) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+			t.Fatalf("Renew with the slot's replica stopped: got error %v, want a failure that is not ErrLost, naming the replicas", err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release: %v", err)
 	}
 }
 
@@ -102,7 +167,7 @@ func TestRedisClusterRefusesUnixAndReplicas(t *testing.T) {
 // way) never lets more than N hold, and everyone gets through.
 func TestRedisClusterSlotMigration(t *testing.T) {
 	t.Parallel()
-	nodes := redistest.NewCluster(t, 3)
+	nodes := redistest.NewCluster(t, 3, 0)
 	store, err := semaphore.NewRedis(semaphore.RedisOptions{URL: "redis://" + nodes[0].Addr + "/0", Prefix: testPrefix, Cluster: true, ConnectTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("NewRedis with Cluster: got error %v, want a store", err)

@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
-	"crypto/tls"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -78,7 +78,6 @@ type Redis struct {
 	addr           string // redacted, for messages
 	connectTimeout time.Duration
 	warnf          func(format string, args ...any)
-	cluster        bool
 }
 
 // DefaultConnectTimeout is how long an unreachable store is retried unless
@@ -87,141 +86,136 @@ const DefaultConnectTimeout = 10 * time.Second
 
 var silenceLibrary sync.Once
 
-// NewRedis returns a store for o.URL. It does not connect yet, so a command
-// that fails validation later has held nothing and waited for nothing.
+// NewRedis returns a store for o.URL: one server, a Redis Cluster or the
+// master that sentinels name, all through go-redis's universal client. It
+// does not connect yet, so a command that fails validation later has held
+// nothing and waited for nothing.
 func NewRedis(o RedisOptions) (*Redis, error) {
-	if o.Cluster {
-		return newRedisCluster(o)
-	}
-	if o.SentinelMaster != "" {
-		return newRedisSentinel(o)
-	}
-	opt, addr, err := ParseRedisURL(o.URL)
+	opt, addr, err := o.universal()
 	if err != nil {
 		return nil, err
 	}
-	if err := o.settle(addr, clientSettings{
-		tls: opt.TLSConfig, password: &opt.Password, protocol: &opt.Protocol,
-		disableIdentity: &opt.DisableIdentity, contextTimeout: &opt.ContextTimeoutEnabled,
-		readTimeout: &opt.ReadTimeout, dialTimeout: &opt.DialTimeout,
-		poolSize: &opt.PoolSize, maxRetries: &opt.MaxRetries,
-	}); err != nil {
+	if err := o.settle(addr, opt); err != nil {
 		return nil, err
 	}
-	opt.DialerRetries = 1
-	c := redis.NewClient(opt)
+	if o.SentinelMaster != "" {
+		addr += " (sentinel master " + o.SentinelMaster + ")"
+	}
+	c := redis.NewUniversalClient(opt)
+	// In a cluster, every key of a semaphore, its wake lists included,
+	// shares one hash tag, so each script runs on the one node that serves
+	// its slot; go-redis follows MOVED and ASK.
 	return NewRedisWithClient(c, c.Close, addr, o), nil
 }
 
-// clientSettings point at the fields semrun sets alike in the options of
-// one server's client and of a cluster's.
-type clientSettings struct {
-	tls                             *tls.Config // nil without TLS
-	password                        *string
-	protocol, poolSize, maxRetries  *int
-	disableIdentity, contextTimeout *bool
-	readTimeout, dialTimeout        *time.Duration
+// universal reads o.URL into the universal client's options, and returns
+// the URL to show. go-redis's parser reads the first node's URL; with
+// Cluster or SentinelMaster, more nodes come from ?addr=, as in go-redis's
+// cluster URLs. No other query option is taken: semrun's own flags set
+// what they would (timeouts, retries, TLS), and one that did nothing would
+// mislead.
+func (o RedisOptions) universal() (*redis.UniversalOptions, string, error) {
+	several := o.Cluster || o.SentinelMaster != ""
+	base, query, _ := strings.Cut(o.URL, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		// The error would quote the query, which may hold a password.
+		_, shown, perr := ParseRedisURL(base)
+		if perr != nil {
+			return nil, "", perr
+		}
+		return nil, "", fmt.Errorf("%s: malformed URL query", shown)
+	}
+	more := q["addr"]
+	q.Del("addr")
+	first := base
+	if len(q) > 0 {
+		first += "?" + q.Encode()
+	}
+	opt, shown, err := ParseRedisURL(first)
+	if err != nil {
+		return nil, "", err
+	}
+	for name := range q {
+		if name == "skip_verify" {
+			return nil, "", fmt.Errorf("%s: skip_verify in the URL: use --tls-insecure, which warns", shown)
+		}
+		if name != "db" || opt.Network != "unix" {
+			return nil, "", fmt.Errorf("%s: unknown URL option %q (semrun takes addr= with a cluster or sentinels, db= with unix://)", shown, name)
+		}
+	}
+	switch {
+	case len(more) > 0 && !several:
+		return nil, "", fmt.Errorf("%s: ?addr= names more nodes of a cluster or more sentinels: add --cluster or --sentinel-master", shown)
+	case several && opt.Network == "unix":
+		return nil, "", fmt.Errorf("%s: a cluster or sentinels are reached by redis:// or rediss://", shown)
+	case o.Cluster && opt.DB != 0:
+		return nil, "", fmt.Errorf("%s: a cluster has only database 0", shown)
+	}
+	u := &redis.UniversalOptions{
+		Addrs:    append([]string{opt.Addr}, more...),
+		DB:       opt.DB,
+		Username: opt.Username, Password: opt.Password,
+		TLSConfig:     opt.TLSConfig,
+		DialTimeout:   opt.DialTimeout,
+		MasterName:    o.SentinelMaster,
+		IsClusterMode: o.Cluster,
+	}
+	if o.SentinelMaster != "" {
+		// The URL's user and password are the sentinels' own; the
+		// master's password comes from o.Password.
+		u.SentinelUsername, u.SentinelPassword = u.Username, u.Password
+		u.Username, u.Password = "", ""
+	}
+	if opt.Network == "unix" {
+		// The universal options carry no network, so the socket is dialled here.
+		path := opt.Addr
+		u.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			d := net.Dialer{Timeout: u.DialTimeout}
+			return d.DialContext(ctx, "unix", path)
+		}
+	}
+	return u, shown, nil
 }
 
 // settle applies o's TLS settings and password, and semrun's connection
-// settings, to a client's options.
-func (o RedisOptions) settle(addr string, s clientSettings) error {
+// settings, to the client's options.
+func (o RedisOptions) settle(addr string, opt *redis.UniversalOptions) error {
 	if o.TLS.set() {
-		if s.tls == nil {
+		if opt.TLSConfig == nil {
 			return fmt.Errorf("%s: TLS settings need a rediss:// URL", addr)
 		}
-		if err := o.TLS.apply(s.tls); err != nil {
+		if err := o.TLS.apply(opt.TLSConfig); err != nil {
 			return err
 		}
 	}
-	if *s.password == "" {
-		*s.password = o.Password
+	if opt.Password == "" {
+		opt.Password = o.Password
 	}
 	// go-redis logs dial failures to stderr on its own; semrun decides what is printed.
 	silenceLibrary.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
 	// RESP2, and no CLIENT SETINFO: one round trip less per connection
 	// (go-redis still sends HELLO 2 on each).
-	*s.protocol = 2
-	*s.disableIdentity = true
-	*s.contextTimeout = true
+	opt.Protocol = 2
+	opt.DisableIdentity = true
+	opt.ContextTimeoutEnabled = true
 	// Every call has a deadline of its own, which bounds its reads; a fixed
 	// read timeout would cut a waiter's BLPOP short.
-	*s.readTimeout = -1
+	opt.ReadTimeout = -1
 	// A waiter's BLPOP holds a connection while it blocks: every waiting
 	// Acquire in the process needs one of its own, besides the renewals,
 	// releases and status calls. Connections are only made when needed.
-	*s.poolSize = 1024
+	opt.PoolSize = 1024
 	// Retries are decided here, against the connect timeout, not inside go-redis.
-	*s.maxRetries = -1
-	if o.ConnectTimeout > 0 && o.ConnectTimeout < *s.dialTimeout {
-		*s.dialTimeout = o.ConnectTimeout
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = 5 * time.Second // go-redis's default
+	}
+	if o.ConnectTimeout > 0 && o.ConnectTimeout < opt.DialTimeout {
+		opt.DialTimeout = o.ConnectTimeout
 	}
 	return nil
-}
-
-// newRedisSentinel returns a store on the master that the sentinels of
-// o.URL name o.SentinelMaster; go-redis follows it through failovers.
-func newRedisSentinel(o RedisOptions) (*Redis, error) {
-	addr, err := checkSeedURL(o.URL)
-	if err != nil {
-		return nil, err
-	}
-	opt, err := redis.ParseFailoverURL(o.URL)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %s", addr, strings.TrimPrefix(err.Error(), "redis: "))
-	}
-	opt.MasterName = o.SentinelMaster
-	if err := o.settle(addr, clientSettings{
-		tls: opt.TLSConfig, password: &opt.Password, protocol: &opt.Protocol,
-		disableIdentity: &opt.DisableIdentity, contextTimeout: &opt.ContextTimeoutEnabled,
-		readTimeout: &opt.ReadTimeout, dialTimeout: &opt.DialTimeout,
-		poolSize: &opt.PoolSize, maxRetries: &opt.MaxRetries,
-	}); err != nil {
-		return nil, err
-	}
-	c := redis.NewFailoverClient(opt)
-	return NewRedisWithClient(c, c.Close, addr+" (sentinel master "+o.SentinelMaster+")", o), nil
-}
-
-// checkSeedURL checks a URL that names a first node of several (more with
-// ?addr=, go-redis's syntax), and returns it to show.
-func checkSeedURL(raw string) (string, error) {
-	base, _, _ := strings.Cut(raw, "?")
-	check, addr, err := ParseRedisURL(base)
-	if err != nil {
-		return "", err
-	}
-	if check.Network == "unix" {
-		return "", fmt.Errorf("%s: a cluster or sentinels are reached by redis:// or rediss://", addr)
-	}
-	return addr, nil
-}
-
-// newRedisCluster returns a store on the Redis Cluster o.URL seeds. Every
-// key of a semaphore, its wake lists included, shares one hash tag, so
-// each script runs on the one node that serves its slot; MOVED and ASK
-// are followed by go-redis.
-func newRedisCluster(o RedisOptions) (*Redis, error) {
-	addr, err := checkSeedURL(o.URL)
-	if err != nil {
-		return nil, err
-	}
-	opt, err := redis.ParseClusterURL(o.URL)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %s", addr, strings.TrimPrefix(err.Error(), "redis: "))
-	}
-	if err := o.settle(addr, clientSettings{
-		tls: opt.TLSConfig, password: &opt.Password, protocol: &opt.Protocol,
-		disableIdentity: &opt.DisableIdentity, contextTimeout: &opt.ContextTimeoutEnabled,
-		readTimeout: &opt.ReadTimeout, dialTimeout: &opt.DialTimeout,
-		poolSize: &opt.PoolSize, maxRetries: &opt.MaxRetries,
-	}); err != nil {
-		return nil, err
-	}
-	c := redis.NewClusterClient(opt)
-	r := NewRedisWithClient(c, c.Close, addr, o)
-	r.cluster = true
-	return r, nil
 }
 
 // NewRedisWithClient returns a store over an existing client; addr names it
@@ -381,10 +375,6 @@ func newPermitID() string { return rand.Text() }
 func (r *Redis) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if err := req.check(); err != nil {
 		return nil, err
-	}
-	if req.MinReplicas > 0 && r.cluster {
-		// WAIT carries no key: a cluster client would send it to any node.
-		return nil, errors.New("waiting for replicas is not supported in a cluster yet")
 	}
 	id := newPermitID()
 	keys, channel := r.keys(req.Key), r.channel(req.Key)
@@ -872,9 +862,9 @@ var renewLuaSource = libLua + renewLua
 // the grant included. A renewal they do not all have in time does not
 // count: a failover could lose it.
 func (l *redisLease) renewReplicated(ctx context.Context) (int64, error) {
-	p, ok := l.r.client.(pipeliner)
-	if !ok {
-		return 0, errors.New("this client cannot wait for replicas")
+	p, err := l.r.replicaWaiter(ctx, l.keys[0])
+	if err != nil {
+		return 0, err
 	}
 	var renew, wait *redis.Cmd
 	timeout := replicaWait(l.ttl)
@@ -887,6 +877,10 @@ func (l *redisLease) renewReplicated(ctx context.Context) (int64, error) {
 		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
 		return nil
 	}); err != nil {
+		if c, ok := l.r.client.(*redis.ClusterClient); ok && movedOn(err) {
+			// The slot moved: the next try asks the node that serves it now.
+			c.ReloadState(ctx)
+		}
 		return 0, err
 	}
 	res, err := renew.Int64()
@@ -901,6 +895,30 @@ func (l *redisLease) renewReplicated(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("%d of %d replicas had it within %v (--min-replicas)", acked, l.minReplicas, timeout)
 	}
 	return 1, nil
+}
+
+// replicaWaiter is where a renewal and its WAIT go together: the client
+// itself, or in a cluster the master that serves key's slot, since WAIT
+// names no key a cluster client could route by.
+func (r *Redis) replicaWaiter(ctx context.Context, key string) (pipeliner, error) {
+	switch c := r.client.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("find the node that serves key %q: %w", key, err)
+		}
+		return node, nil
+	case pipeliner:
+		return c, nil
+	}
+	return nil, errors.New("this client cannot wait for replicas")
+}
+
+// movedOn tells whether err is a cluster redirection: the key's slot is
+// served elsewhere now, or is on its way there.
+func movedOn(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // replicaWait bounds a WAIT for replicas: a tenth of the lease, from 100ms

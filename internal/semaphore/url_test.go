@@ -1,10 +1,14 @@
 package semaphore_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -133,6 +137,49 @@ func TestParseRedisURLWithoutSlashesHidesPassword(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), secret) || strings.Contains(shown, secret) {
 			t.Errorf("ParseRedisURL(%q): got message %q shown %q, want no password in either", raw, err, shown)
+		}
+	}
+}
+
+// TestRedisUnixSocket: a unix:// URL reaches the server over its socket,
+// with the database the URL names.
+func TestRedisUnixSocket(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	if srv.Socket() == "" {
+		t.Skip("the test's directory is too long a path for a socket")
+	}
+	store := newStore(t, "unix://"+srv.Socket()+"?db=3", semaphore.RedisOptions{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	l, err := store.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("Acquire over a Unix socket: got error %v, want a permit", err)
+	}
+	defer release(t, l)
+	raw := redis.NewClient(&redis.Options{Network: "unix", Addr: srv.Socket(), DB: 3, Protocol: 2, DisableIdentity: true})
+	defer raw.Close()
+	if n := zcard(t, raw, keysOf(testPrefix, key).holders); n != 1 {
+		t.Errorf("holders in database 3: got %d, want 1", n)
+	}
+}
+
+// TestRedisURLOptionsRefused: query options semrun does not take are
+// refused, naming the option, never quoting a password.
+func TestRedisURLOptionsRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		o    semaphore.RedisOptions
+		want string
+	}{
+		{semaphore.RedisOptions{URL: "redis://:" + secret + "@127.0.0.1:1/0?dial_timeout=3"}, `unknown URL option "dial_timeout"`},
+		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?db=2"}, `unknown URL option "db"`},
+		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?addr=127.0.0.1:2"}, "add --cluster or --sentinel-master"},
+		{semaphore.RedisOptions{URL: "redis://:" + secret + "@127.0.0.1:1/0?addr=%zz", Cluster: true}, "malformed URL query"},
+	} {
+		_, err := semaphore.NewRedis(tc.o)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), secret) {
+			t.Errorf("NewRedis(%+v): got error %v, want one saying %q without the password", tc.o.URL, err, tc.want)
 		}
 	}
 }
