@@ -1,8 +1,11 @@
+//go:build linux
+
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +31,11 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"semrun": func() { os.Exit(cmd.Main()) },
+		"semrun": func() {
+			// Scripts never read the host's system config file, only their own.
+			cmd.SystemConfigFile = os.Getenv(envSystemConfig)
+			os.Exit(cmd.Main())
+		},
 		"jobrec": jobrec,
 	})
 }
@@ -49,6 +56,7 @@ func TestScripts(t *testing.T) {
 					// Scripts start their own redis-server and use it at once:
 					// restart_fence.txtar is where the fence is tested.
 					env.Setenv("SEMRUN_RESTART_FENCE", "0")
+					env.Setenv(envSystemConfig, filepath.Join(env.WorkDir, "etc", "semrun", "config.yaml"))
 					if store == "local" {
 						env.Setenv("SEMRUN_LOCAL", "true")
 						env.Setenv("SEMRUN_LOCK_DIR", filepath.Join(env.WorkDir, "locks"))
@@ -84,11 +92,17 @@ func TestScripts(t *testing.T) {
 					"pty":      cmdPty,
 					"waitout":  cmdWaitout,
 					"pidstate": cmdPidstate,
+					"jsonlog":  cmdJSONLog,
 				},
 			})
 		})
 	}
 }
+
+// envSystemConfig is where the semrun of the scripts finds the system
+// config file (etc/semrun/config.yaml in the script's work directory),
+// instead of /etc/semrun/config.yaml.
+const envSystemConfig = "SEMRUN_TEST_SYSTEM_CONFIG"
 
 type stateKey struct{}
 
@@ -97,7 +111,9 @@ type scriptState struct {
 	store string   // "redis" or "local"
 	vars  []string // the script's environment at setup
 	redis *redistest.Server
-	procs map[string]*proc
+	// sentinels watch redis as the master "semrun", after redis sentinel.
+	sentinels []string
+	procs     map[string]*proc
 }
 
 func state(ts *testscript.TestScript) *scriptState { return ts.Value(stateKey{}).(*scriptState) }
@@ -105,7 +121,7 @@ func state(ts *testscript.TestScript) *scriptState { return ts.Value(stateKey{})
 // environ is the script's current environment, for processes started
 // outside testscript's exec.
 func (s *scriptState) environ(ts *testscript.TestScript) []string {
-	names := []string{"SEMRUN_REDIS_URL", "REDIS_ADDR"}
+	names := []string{"SEMRUN_REDIS_URL", "REDIS_ADDR", "SEMRUN_CLUSTER", "SEMRUN_SENTINEL_MASTER"}
 	for _, kv := range s.vars {
 		name, _, _ := strings.Cut(kv, "=")
 		names = append(names, name)
@@ -155,7 +171,10 @@ func cmdStore(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // redis start: start a redis-server for this script and point
-// SEMRUN_REDIS_URL at it. redis stop|kill|restart|pause|resume: control it.
+// SEMRUN_REDIS_URL at it; redis cluster and redis sentinel start a Redis
+// Cluster or a master watched by sentinels instead.
+// redis stop|kill|restart|pause|resume: control the server (the master).
+// redis promoted: wait until the sentinels have promoted the replica.
 // redis COMMAND ARGS...: send one command and print its reply.
 func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 {
@@ -172,6 +191,17 @@ func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 		st.redis = s
 		ts.Setenv("SEMRUN_REDIS_URL", s.URL())
 		ts.Setenv("REDIS_ADDR", s.Addr)
+		return
+	}
+	switch args[0] {
+	case "cluster":
+		startCluster(ts)
+		return
+	case "sentinel":
+		startSentinel(ts)
+		return
+	case "promoted":
+		awaitPromotion(ts)
 		return
 	}
 	if st.redis == nil {
@@ -206,6 +236,100 @@ func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("redis %s: unexpected success", strings.Join(args, " "))
 		}
 		fmt.Fprintln(ts.Stdout(), formatReply(v))
+	}
+}
+
+// startCluster starts a Redis Cluster of 3 masters, each with a replica,
+// and points semrun at it: SEMRUN_CLUSTER, and two seeds in the URL.
+func startCluster(ts *testscript.TestScript) {
+	if err := redistest.Available(); err != nil {
+		ts.Fatalf("redis-server is required: %v", err)
+	}
+	nodes, err := redistest.StartCluster(ts.MkAbs("."), 3, 1)
+	ts.Check(err)
+	for _, s := range nodes {
+		ts.Defer(s.Stop)
+	}
+	ts.Setenv("SEMRUN_REDIS_URL", "redis://"+nodes[0].Addr+"/0?addr="+nodes[1].Addr)
+	ts.Setenv("SEMRUN_CLUSTER", "true")
+}
+
+// startSentinel starts a master, its replica and three sentinels that
+// watch it under the name "semrun", and points semrun at the sentinels.
+// Later redis commands (kill, ...) act on the master.
+func startSentinel(ts *testscript.TestScript) {
+	if err := redistest.Available(); err != nil {
+		ts.Fatalf("redis-server is required: %v", err)
+	}
+	dir := ts.MkAbs(".")
+	master, err := redistest.Start(dir)
+	ts.Check(err)
+	ts.Defer(master.Stop)
+	replica, err := redistest.Start(dir)
+	ts.Check(err)
+	ts.Defer(replica.Stop)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: replica.Addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	ts.Check(c.Do(ctx, "REPLICAOF", host, port).Err())
+	// The sentinels learn of the replica from the master once it is in sync.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("redis sentinel: the replica is not in sync after 30s: %v %s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var addrs []string
+	for range 3 {
+		s, err := redistest.StartSentinel(dir, "semrun", master.Addr, 2)
+		ts.Check(err)
+		ts.Defer(s.Stop)
+		addrs = append(addrs, s.Addr)
+	}
+	// A failover needs sentinels that know the replica and each other.
+	for _, addr := range addrs {
+		sc := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+		defer sc.Close()
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			info, err := sc.Info(ctx, "sentinel").Result()
+			if err == nil && strings.Contains(info, "slaves=1,sentinels=3") {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("redis sentinel: sentinel %s not ready after 30s: %v %s", addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	state(ts).redis = master
+	state(ts).sentinels = addrs
+	ts.Setenv("SEMRUN_REDIS_URL", "redis://"+addrs[0]+"/0?addr="+addrs[1]+"&addr="+addrs[2])
+	ts.Setenv("SEMRUN_SENTINEL_MASTER", "semrun")
+}
+
+// awaitPromotion waits until the sentinels name another master than the
+// one redis sentinel started.
+func awaitPromotion(ts *testscript.TestScript) {
+	st := state(ts)
+	if len(st.sentinels) == 0 {
+		ts.Fatalf("redis promoted: no sentinels started")
+	}
+	c := redis.NewSentinelClient(&redis.Options{Addr: st.sentinels[0], Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		addr, err := c.GetMasterAddrByName(context.Background(), "semrun").Result()
+		if err == nil && len(addr) == 2 && addr[0]+":"+addr[1] != st.redis.Addr {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("redis promoted: the sentinels still name %v after 30s (%v)", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -593,5 +717,75 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 	fmt.Fprint(ts.Stdout(), strings.ReplaceAll(screen.String(), "\r\n", "\n"))
 	if (err != nil) != neg {
 		ts.Fatalf("pty: %s ended with %v", args[1], err)
+	}
+}
+
+// jsonlog [-count=N] FIELD=VALUE|FIELD~REGEXP...: check that every line of
+// the last command's stderr is a JSON object with a time, a level and a msg,
+// and that some line (exactly N lines with -count) has every given field
+// equal to VALUE, or matching REGEXP; with !, that none has.
+func cmdJSONLog(ts *testscript.TestScript, neg bool, args []string) {
+	want := -1
+	if len(args) > 0 && strings.HasPrefix(args[0], "-count=") {
+		n, err := strconv.Atoi(strings.TrimPrefix(args[0], "-count="))
+		ts.Check(err)
+		want, args = n, args[1:]
+	}
+	if neg && want >= 0 {
+		ts.Fatalf("usage: ! jsonlog takes no -count")
+	}
+	type match struct {
+		field string
+		equal string
+		re    *regexp.Regexp
+	}
+	var matches []match
+	for _, a := range args {
+		i := strings.IndexAny(a, "=~")
+		if i < 1 {
+			ts.Fatalf("usage: jsonlog [-count=N] FIELD=VALUE|FIELD~REGEXP...")
+		}
+		m := match{field: a[:i], equal: a[i+1:]}
+		if a[i] == '~' {
+			re, err := regexp.Compile(a[i+1:])
+			ts.Check(err)
+			m.re = re
+		}
+		matches = append(matches, m)
+	}
+	got := 0
+	for _, line := range strings.Split(strings.TrimSuffix(ts.ReadFile("stderr"), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(line), &obj); err != nil {
+			ts.Fatalf("jsonlog: stderr line %q is not a JSON object: %v", line, err)
+		}
+		for _, f := range []string{"time", "level", "msg"} {
+			if _, ok := obj[f].(string); !ok {
+				ts.Fatalf("jsonlog: stderr line %q has no %s", line, f)
+			}
+		}
+		if _, err := time.Parse(time.RFC3339Nano, obj["time"].(string)); err != nil {
+			ts.Fatalf("jsonlog: stderr line %q: time: %v", line, err)
+		}
+		all := true
+		for _, m := range matches {
+			v, ok := obj[m.field]
+			s := fmt.Sprint(v)
+			all = all && ok && (m.re == nil && s == m.equal || m.re != nil && m.re.MatchString(s))
+		}
+		if all {
+			got++
+		}
+	}
+	switch {
+	case neg && got > 0:
+		ts.Fatalf("jsonlog: %d stderr lines match %q, want none", got, args)
+	case !neg && want < 0 && got == 0:
+		ts.Fatalf("jsonlog: no stderr line matches %q", args)
+	case want >= 0 && got != want:
+		ts.Fatalf("jsonlog: got %d stderr lines matching %q, want %d", got, args, want)
 	}
 }

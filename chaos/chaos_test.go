@@ -100,6 +100,7 @@ var nemeses = []nemesis{
 // Targets, and what the harness fails on.
 const (
 	killTarget  = 100 * time.Millisecond // a SIGKILLed semrun's child is gone within this
+	killFailure = time.Second            // ...and the harness fails beyond this, machines being noisy
 	healTarget  = ttl + ttl/3            // after a fault heals, the next child starts within this
 	healFailure = 2 * ttl                // ...and the harness fails beyond this, machines being noisy
 )
@@ -270,9 +271,11 @@ func (c *cluster) killTrials(rng *rand.Rand) []time.Duration {
 				continue // it ended by itself just before: no trial
 			}
 			d := time.Duration(k.gone - at)
-			if d > killTarget {
-				c.t.Errorf("kill trial %d: the child (pid %d, token %d) of SIGKILLed semrun %d was gone after %v, want within %v",
-					len(lat)+1, k.pid, k.token, r.proc.Pid, d, killTarget)
+			// The figures show p99 and max against killTarget; a loaded
+			// machine can miss it, and only a child far slower fails.
+			if d > killFailure {
+				c.t.Errorf("kill trial %d: the child (pid %d, token %d) of SIGKILLed semrun %d was gone after %v, want within %v (target %v)",
+					len(lat)+1, k.pid, k.token, r.proc.Pid, d, killFailure, killTarget)
 			}
 			lat = append(lat, d)
 		case <-time.After(5 * time.Second):

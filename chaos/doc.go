@@ -50,7 +50,7 @@
 //
 // The nemeses:
 //
-//	kill9                 SIGKILL of a random semrun whose child runs; the child must be gone within 100ms
+//	kill9                 SIGKILL of a random semrun whose child runs; the child must be gone (target 100ms)
 //	redis-pause           SIGSTOP of redis-server for 0.5 to 3 TTLs, then SIGCONT
 //	redis-restart-empty   SIGKILL of redis-server, restarted empty on the same port
 //	proxy-cut             every connection between semrun and Redis closed at once
@@ -91,7 +91,9 @@
 //   - After each fault heals, the next child starts within 2 TTLs. The
 //     target is TTL + TTL/3, reported as a figure and not failed on, since
 //     machines are noisy.
-//   - A SIGKILLed semrun's child is gone within 100ms, in every trial.
+//   - A SIGKILLed semrun's child is gone within 1s, in every trial. The
+//     target is 100ms, reported as p50, p99 and max, and not failed on,
+//     since machines are noisy.
 //
 // The figures are logged per nemesis: semruns, grants, faults, overlaps,
 // token faults, reordered starts, leaked seats, when the seats were all

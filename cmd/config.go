@@ -3,6 +3,7 @@ package cmd
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,7 @@ var envNames = map[string]string{
 	"tls-insecure":        "SEMRUN_TLS_INSECURE",
 	"redis-password-file": "SEMRUN_REDIS_PASSWORD_FILE",
 	"config":              "SEMRUN_CONFIG",
+	"log-format":          "SEMRUN_LOG_FORMAT",
 }
 
 // sources records where each flag's value came from, so that an error can
@@ -68,30 +70,56 @@ func (s sources) show(flag string, value any) string {
 	return fmt.Sprintf("%s %v in %s", flag, value, strings.TrimPrefix(n, flag+" in "))
 }
 
-// rank tells how strongly a flag was set: 3 on the command line, 2 in the
-// environment, 1 in a config file, 0 not at all.
+// How strongly a setting was made; a stronger one wins.
+const (
+	rankDefault = iota
+	rankSystemFile
+	rankUserFile // the user's file, or the --config file that replaces it
+	rankEnv
+	rankFlag
+)
+
+// rank tells how strongly a flag was set: on the command line, in the
+// environment, in the user's (or --config) file, in the system file, or
+// not at all.
 func (s sources) rank(flags *pflag.FlagSet, flag string) int {
 	n, ok := s[flag]
 	switch {
 	case flags.Changed(flag) && !ok:
-		return 3
+		return rankFlag
 	case !ok:
-		return 0
+		return rankDefault
 	case strings.HasPrefix(n, "SEMRUN_"):
-		return 2
+		return rankEnv
+	case n == flag+" in "+SystemConfigFile:
+		return rankSystemFile
 	}
-	return 1
+	return rankUserFile
+}
+
+// SystemConfigFile is the host's config file, under every user's; none
+// when empty. It is a variable only so that tests can point it elsewhere.
+var SystemConfigFile = "/etc/semrun/config.yaml"
+
+// configFile is one config file that was read.
+type configFile struct {
+	path string
+	v    *viper.Viper
 }
 
 // applyConfig fills every flag the user did not set from, in turn, its
-// SEMRUN_* variable and the config file, so the rest of the code reads
-// plain flag values: flag > environment > config file > default.
-func applyConfig(cmd *cobra.Command, src sources) error {
+// SEMRUN_* variable, the user's config file (or --config) and the system
+// config file, so the rest of the code reads plain flag values:
+// flag > environment > user file > system file > default. It also checks
+// --log-format, which may come from any of these.
+func applyConfig(cmd *cobra.Command, c *commonOptions) error {
+	c.configured = true
+	src := c.sources
 	flags := cmd.Flags()
-	v := viper.New()
-	for flag, env := range envNames {
+	env := viper.New()
+	for flag, name := range envNames {
 		if flags.Lookup(flag) != nil {
-			_ = v.BindEnv(flag, env)
+			_ = env.BindEnv(flag, name) // as for viper, an empty variable is unset
 		}
 	}
 	// The config file's own location may come from the environment.
@@ -103,48 +131,123 @@ func applyConfig(cmd *cobra.Command, src sources) error {
 			src["config"] = envNames["config"]
 		}
 	}
-	file, err := readConfigFile(v, flags)
-	if err != nil {
-		return err
+	// A file that cannot be read still lets the environment say how to
+	// report that (--log-format).
+	files, fileErr := readConfigFiles(flags, src)
+	for _, f := range files {
+		c.configFiles = append(c.configFiles, f.path)
 	}
 	var errs []error
 	flags.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "config" || !v.IsSet(f.Name) {
+		if f.Changed || f.Name == "config" {
 			return
 		}
-		src[f.Name] = fmt.Sprintf("%s in %s", f.Name, file)
-		if env, ok := envNames[f.Name]; ok && os.Getenv(env) != "" { // as for viper, an empty variable is unset
-			src[f.Name] = env
+		var from *viper.Viper
+		if env.IsSet(f.Name) {
+			from, src[f.Name] = env, envNames[f.Name]
+		} else {
+			for _, file := range files {
+				if file.v.IsSet(f.Name) {
+					from, src[f.Name] = file.v, fmt.Sprintf("%s in %s", f.Name, file.path)
+					break
+				}
+			}
 		}
-		if err := f.Value.Set(v.GetString(f.Name)); err != nil {
-			errs = append(errs, usageErrorf("%s: %v", src.show(f.Name, v.GetString(f.Name)), err))
+		if from == nil {
+			return
+		}
+		if err := f.Value.Set(from.GetString(f.Name)); err != nil {
+			errs = append(errs, usageErrorf("%s: %v", src.show(f.Name, from.GetString(f.Name)), err))
 		}
 	})
+	if flags.Lookup("log-format") != nil {
+		if err := c.checkLogFormat(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if fileErr != nil {
+		return fileErr
+	}
 	return errors.Join(errs...)
 }
 
-// readConfigFile reads --config when given, else the user's config file if
-// there is one. It returns the file's name for messages.
-func readConfigFile(v *viper.Viper, flags *pflag.FlagSet) (string, error) {
-	path, explicit := "", false
+// readConfigFiles reads the config files that exist, the strongest first:
+// the --config file or else the user's, then the system's. --config
+// replaces only the user's file: the system file is the host's, and says
+// for every job on it where the fleet's permits live.
+func readConfigFiles(flags *pflag.FlagSet, src sources) ([]configFile, error) {
+	var files []configFile
 	if f := flags.Lookup("config"); f != nil && f.Value.String() != "" {
-		path, explicit = f.Value.String(), true
-	} else if dir, err := os.UserConfigDir(); err == nil {
-		path = filepath.Join(dir, "semrun", "config.yaml")
-	}
-	if path == "" {
-		return "", nil
-	}
-	if _, err := os.Stat(path); err != nil {
-		if !explicit && errors.Is(err, os.ErrNotExist) {
-			return "", nil
+		v, err := readConfigFile(f.Value.String(), true)
+		if err != nil {
+			return nil, usageErrorf("%s: %v", src.show("config", f.Value.String()), err)
 		}
-		return "", usageErrorf("--config %s: %v", path, err)
+		files = append(files, configFile{f.Value.String(), v})
+	} else if path := userConfigFile(); path != "" {
+		v, err := readConfigFile(path, false)
+		if err != nil {
+			return nil, usageErrorf("config file %s: %v", path, err)
+		}
+		if v != nil {
+			files = append(files, configFile{path, v})
+		}
 	}
+	if SystemConfigFile == "" {
+		return files, nil
+	}
+	v, err := readConfigFile(SystemConfigFile, false)
+	if err != nil {
+		return nil, usageErrorf("config file %s: %v", SystemConfigFile, err)
+	}
+	if v != nil {
+		files = append(files, configFile{SystemConfigFile, v})
+	}
+	return files, nil
+}
+
+// userConfigFile is semrun/config.yaml in $XDG_CONFIG_HOME, else in
+// ~/.config, on macOS too: that is where command-line tools keep their
+// files, not ~/Library/Application Support. Empty without a home.
+func userConfigFile() string {
+	// The XDG spec says a relative path is to be ignored.
+	if dir := os.Getenv("XDG_CONFIG_HOME"); filepath.IsAbs(dir) {
+		return filepath.Join(dir, "semrun", "config.yaml")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".config", "semrun", "config.yaml")
+}
+
+// readConfigFile reads one YAML config file; nil when it does not exist and
+// need not. The error names no file: the caller says which it was.
+func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
+	if _, err := os.Stat(path); err != nil {
+		if !mustExist && errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, bare(err)
+	}
+	v := viper.New()
 	v.SetConfigFile(path)
 	v.SetConfigType("yaml")
 	if err := v.ReadInConfig(); err != nil {
-		return "", usageErrorf("--config %s: %v", path, err)
+		return nil, bare(err)
 	}
-	return path, nil
+	return v, nil
+}
+
+// bare drops what would repeat the file's name around an error: the
+// operation and path of an *fs.PathError, viper's "While parsing config".
+func bare(err error) error {
+	var pathErr *fs.PathError
+	var parseErr viper.ConfigParseError
+	switch {
+	case errors.As(err, &pathErr):
+		return pathErr.Err
+	case errors.As(err, &parseErr) && errors.Unwrap(parseErr) != nil:
+		return errors.Unwrap(parseErr)
+	}
+	return err
 }

@@ -3,15 +3,15 @@ package cmd
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/semrun/semrun/internal/runner"
 )
 
 // Exit statuses semrun decides itself; the child's own pass through.
 const (
+	exitDoctorFailed  = 1   // doctor found something that would break semrun
 	exitFailure       = 125 // semrun's own failure before the child started
 	exitNotExecutable = 126
 	exitNotFound      = 127
@@ -55,7 +55,18 @@ type interruptedError struct {
 }
 
 func (e *interruptedError) Error() string {
-	return fmt.Sprintf("%s while waiting for key %q; nothing held", unix.SignalName(e.sig), e.key)
+	return fmt.Sprintf("%s while waiting for key %q; nothing held", signalName(e.sig), e.key)
+}
+
+// doctorError means doctor found something that would break semrun;
+// failed names the checks.
+type doctorError struct{ failed []string }
+
+func (e *doctorError) Error() string {
+	if len(e.failed) == 1 {
+		return "doctor: " + e.failed[0] + " failed"
+	}
+	return fmt.Sprintf("doctor: %d checks failed: %s", len(e.failed), strings.Join(e.failed, ", "))
 }
 
 // childExit is how the child ended: its exit status, or the signal that killed it.
@@ -66,7 +77,7 @@ type childExit struct {
 
 func (e *childExit) Error() string {
 	if e.sig != 0 {
-		return "command killed by " + unix.SignalName(e.sig)
+		return "command killed by " + signalName(e.sig)
 	}
 	return fmt.Sprintf("command exited with status %d", e.code)
 }
@@ -81,6 +92,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		lost        *lostError
 		interrupted *interruptedError
 		start       *runner.StartError
+		doctor      *doctorError
 	)
 	switch {
 	case err == nil:
@@ -100,6 +112,8 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return exitNotFound, 0, fmt.Sprintf("%s: command not found", start.Command)
 	case errors.As(err, &start):
 		return exitNotExecutable, 0, start.Error()
+	case errors.As(err, &doctor):
+		return exitDoctorFailed, 0, doctor.Error()
 	}
 	return exitFailure, 0, err.Error()
 }

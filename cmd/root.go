@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -42,7 +43,16 @@ type commonOptions struct {
 	connectTimeout time.Duration
 	config         string
 	verbose, quiet bool
+	logFormat      string
 	sources        sources
+	// configured: applyConfig ran, so logFormat is the settings' own.
+	configured bool
+	// stderr is where semrun's own lines go.
+	stderr io.Writer
+	// logAttrs go with every line in JSON, once known (the key).
+	logAttrs []any
+	// configFiles are the config files read, for --verbose.
+	configFiles []string
 }
 
 // Main runs semrun with the process's arguments and returns its exit status.
@@ -54,12 +64,18 @@ func Main() int {
 // killed by a signal, Run makes semrun die of the same signal, and returns
 // 128+N only where that is not possible.
 func Run(ctx context.Context, args []string, s Streams) int {
-	root := NewCmdRoot(s)
+	common := &commonOptions{sources: sources{}}
+	root := newCmdRoot(s, common)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	code, sig, msg := exitStatus(err)
 	if msg != "" {
-		fmt.Fprintf(s.Err, "semrun: %s\n", msg)
+		if !common.configured && cmd != nil {
+			// The command line failed before the settings were read (an
+			// unknown flag, no command): read them now, for --log-format.
+			_ = applyConfig(cmd, common)
+		}
+		common.logger(s.Err).Final(code, msg)
 	}
 	if sig != 0 {
 		runner.DieOf(sig)
@@ -70,7 +86,12 @@ func Run(ctx context.Context, args []string, s Streams) int {
 // NewCmdRoot builds the semrun command: run a command under a permit, with
 // status, version and completion as subcommands.
 func NewCmdRoot(s Streams) *cobra.Command {
-	common := &commonOptions{sources: sources{}}
+	return newCmdRoot(s, &commonOptions{sources: sources{}})
+}
+
+// newCmdRoot is NewCmdRoot with the settings Run reads after the command.
+func newCmdRoot(s Streams, common *commonOptions) *cobra.Command {
+	common.stderr = s.Err
 	root := newCmdRun(s, common)
 	pf := root.PersistentFlags()
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
@@ -86,18 +107,19 @@ func NewCmdRoot(s Streams) *cobra.Command {
 	pf.StringVar(&common.passwordFile, "redis-password-file", "", "read the Redis password from this file (readable by its owner only), when the URL has none")
 	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
 	pf.DurationVar(&common.connectTimeout, "connect-timeout", 10*time.Second, "give up on an unreachable store after this")
-	pf.StringVar(&common.config, "config", "", "config file (YAML; default: the user's semrun/config.yaml)")
+	pf.StringVar(&common.config, "config", "", "config file (YAML), instead of ~/.config/semrun/config.yaml; "+SystemConfigFile+" still applies under it")
 	pf.BoolVarP(&common.verbose, "verbose", "v", false, "say what happens on stderr")
 	pf.BoolVarP(&common.quiet, "quiet", "q", false, "say nothing but errors")
+	pf.StringVar(&common.logFormat, "log-format", "text", "format of semrun's own lines on stderr: text or json (one object a line)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
-		return applyConfig(cmd, common.sources)
+		return applyConfig(cmd, common)
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)
-	root.AddCommand(newCmdStatus(common), newCmdVersion())
+	root.AddCommand(newCmdStatus(common), newCmdDoctor(common), newCmdVersion())
 	return root
 }
 
@@ -119,7 +141,7 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 		return usageErrorf("--lock-dir %s: only with --local", c.lockDir)
 	}
 	if c.local {
-		if c.lockDir == "" && c.sources.rank(flags, "lock-dir") > 0 {
+		if c.lockDir == "" && c.sources.rank(flags, "lock-dir") > rankDefault {
 			return usageErrorf("%s: must not be empty", c.sources.name("lock-dir"))
 		}
 	} else if opt, shown, err := semaphore.ParseRedisURL(c.seedURL()); err != nil {
@@ -129,7 +151,7 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 	} else {
 		c.urlPassword = opt.Password != ""
 	}
-	c.urlInArgs = c.sources.rank(flags, "redis") == 3
+	c.urlInArgs = c.sources.rank(flags, "redis") == rankFlag
 	if !c.local && c.cluster && c.sentinel != "" {
 		return usageErrorf("%s and %s: choose one", c.sources.name("cluster"), c.sources.name("sentinel-master"))
 	}
@@ -180,6 +202,9 @@ func (c *commonOptions) checkTLS(tls bool, shown string) error {
 // openStore opens the store the settings chose: the host's lock directory
 // with --local, else Redis. Nothing past this point knows which it is.
 func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, error) {
+	if warnf == nil {
+		warnf = c.logger(c.stderr).Warnf
+	}
 	if c.local {
 		dir := c.lockDir
 		if dir == "" {
@@ -256,26 +281,70 @@ func (c *commonOptions) password() (string, error) {
 	return "", nil
 }
 
-// logger writes semrun's own lines to stderr, as --verbose and --quiet say.
+// logger writes semrun's own lines to stderr, as --verbose, --quiet and
+// --log-format say: warnings, --verbose lines, and the final error line.
 type logger struct {
-	w              io.Writer
-	verbose, quiet bool
+	sl *slog.Logger
 }
 
+// logger is the one place that decides the format of semrun's own lines.
+// A --log-format that is not valid gives text: it is itself the error then.
 func (c *commonOptions) logger(w io.Writer) *logger {
-	return &logger{w: w, verbose: c.verbose, quiet: c.quiet}
+	level := slog.LevelWarn
+	switch {
+	case c.quiet:
+		level = slog.LevelError
+	case c.verbose:
+		level = slog.LevelInfo
+	}
+	var h slog.Handler = &textHandler{w: w, level: level}
+	if c.logFormat == "json" {
+		h = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
+	}
+	return &logger{sl: slog.New(h).With(c.logAttrs...)}
+}
+
+// checkLogFormat refuses a --log-format other than text or json.
+func (c *commonOptions) checkLogFormat() error {
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return usageErrorf("%s: must be text or json", c.sources.show("log-format", c.logFormat))
+	}
+	return nil
 }
 
 // Warnf says something is off; --quiet silences it.
 func (l *logger) Warnf(format string, args ...any) {
-	if !l.quiet {
-		fmt.Fprintf(l.w, "semrun: warning: "+format+"\n", args...)
-	}
+	l.sl.Warn(fmt.Sprintf(format, args...))
 }
 
 // Infof says what happens, with --verbose only.
 func (l *logger) Infof(format string, args ...any) {
-	if l.verbose {
-		fmt.Fprintf(l.w, "semrun: "+format+"\n", args...)
-	}
+	l.sl.Info(fmt.Sprintf(format, args...))
 }
+
+// Final is the one line that says why semrun exits with status, which is
+// not the command's own.
+func (l *logger) Final(status int, msg string) {
+	l.sl.Error(msg, "status", status)
+}
+
+// textHandler writes lines as semrun always has: "semrun: warning: ..."
+// and "semrun: ...". The message says everything; attributes are for JSON.
+type textHandler struct {
+	w     io.Writer
+	level slog.Level
+}
+
+func (h *textHandler) Enabled(_ context.Context, level slog.Level) bool { return level >= h.level }
+
+func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
+	prefix := "semrun: "
+	if r.Level == slog.LevelWarn {
+		prefix = "semrun: warning: "
+	}
+	_, err := io.WriteString(h.w, prefix+r.Message+"\n") // one write: lines from two goroutines do not mix
+	return err
+}
+
+func (h *textHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *textHandler) WithGroup(string) slog.Handler      { return h }

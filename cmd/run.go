@@ -179,7 +179,11 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 }
 
 func (o *runOptions) run(ctx context.Context) error {
+	o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too
 	log := o.logger(o.streams.Err)
+	if len(o.configFiles) > 0 {
+		log.Infof("config files, strongest first: %s", strings.Join(o.configFiles, ", "))
+	}
 	store, err := o.openStore(log.Warnf)
 	if err != nil {
 		return err

@@ -305,29 +305,47 @@ func needServer(t testing.TB) {
 	}
 }
 
-// NewCluster starts a Redis Cluster of masters nodes, each with replicas
-// replicas, with redis-cli --cluster create, for t, and stops it when t
-// ends. It returns once every node says the cluster is ok and every
-// replica is in sync.
+// NewCluster starts a cluster for t, as StartCluster does, and stops it
+// when t ends. Without redis-server it skips t, or fails it in CI.
 func NewCluster(t testing.TB, masters, replicas int) []*Server {
 	t.Helper()
 	needServer(t)
-	dir := t.TempDir()
+	nodes, err := StartCluster(t.TempDir(), masters, replicas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range nodes {
+		t.Cleanup(s.Stop)
+	}
+	return nodes
+}
+
+// StartCluster starts a Redis Cluster of masters nodes, each with
+// replicas replicas, with redis-cli --cluster create. It returns once
+// every node says the cluster is ok, knows every replica, and every
+// replica is in sync. The caller must Stop every node; on error none is
+// left running.
+func StartCluster(dir string, masters, replicas int) ([]*Server, error) {
 	var nodes []*Server
+	fail := func(err error) ([]*Server, error) {
+		for _, s := range nodes {
+			s.Stop()
+		}
+		return nil, err
+	}
 	var addrs []string
 	for range masters * (1 + replicas) {
 		s, err := startNode(dir, nil, true)
 		if err != nil {
-			t.Fatal(err)
+			return fail(err)
 		}
-		t.Cleanup(s.Stop)
 		nodes = append(nodes, s)
 		addrs = append(addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
+		return fail(fmt.Errorf("redis-cli --cluster create: %w: %s", err, out))
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range nodes {
@@ -335,19 +353,18 @@ func NewCluster(t testing.TB, masters, replicas int) []*Server {
 			out, err := exec.Command("redis-cli", "-p", strconv.Itoa(s.port), "cluster", "info").Output()
 			repl, rerr := exec.Command("redis-cli", "-p", strconv.Itoa(s.port), "info", "replication").Output()
 			known, kerr := exec.Command("redis-cli", "-p", strconv.Itoa(s.port), "cluster", "nodes").Output()
-			// Every node knows every replica, and every replica is in sync.
 			synced := kerr == nil && countReplicas(string(known)) == masters*replicas &&
 				(strings.Contains(string(repl), "master_link_status:up") || strings.Count(string(repl), "state=online") == replicas)
 			if err == nil && rerr == nil && strings.Contains(string(out), "cluster_state:ok") && synced {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("cluster node %s: not ok within 30s: %s", s.Addr, out)
+				return fail(fmt.Errorf("cluster node %s: not ok within 30s: %s", s.Addr, out))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	return nodes
+	return nodes, nil
 }
 
 // countReplicas counts the replicas in CLUSTER NODES output, whose third
@@ -362,19 +379,32 @@ func countReplicas(nodes string) int {
 	return n
 }
 
-// NewSentinel starts a Sentinel for t that watches the master at
-// masterAddr under name, with the given quorum, and notices a master down
-// after a second; it stops it when t ends.
+// NewSentinel starts a Sentinel for t, as StartSentinel does, and stops
+// it when t ends.
 func NewSentinel(t testing.TB, name, masterAddr string, quorum int) *Server {
 	t.Helper()
 	needServer(t)
-	dir := t.TempDir()
+	s, err := StartSentinel(t.TempDir(), name, masterAddr, quorum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// StartSentinel starts a Sentinel that watches the master at masterAddr
+// under name, with the given quorum, and notices a master down after a
+// second. The caller must Stop it.
+func StartSentinel(dir, name, masterAddr string, quorum int) (*Server, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
 	host, port, _ := strings.Cut(masterAddr, ":")
 	var last error
 	for range 5 { // another process may take the free port before it binds it
 		p, err := freePort()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", p))
 		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nloglevel warning\ndaemonize no\n"+
@@ -382,16 +412,14 @@ func NewSentinel(t testing.TB, name, masterAddr string, quorum int) *Server {
 			"sentinel failover-timeout %s 5000\nsentinel parallel-syncs %s 1\n",
 			p, dir, name, host, port, quorum, name, name, name)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), dir: dir, port: p, sentinel: conf}
 		if last = s.start(); last == nil {
-			t.Cleanup(s.Stop)
-			return s
+			return s, nil
 		}
 	}
-	t.Fatal(last)
-	return nil
+	return nil, last
 }
 
 func newServer(t testing.TB, cfg *TLSFiles) *Server {

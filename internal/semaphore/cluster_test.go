@@ -87,6 +87,16 @@ func TestRedisCluster(t *testing.T) {
 			t.Errorf("status of %s after the run: got %+v, want nothing held, nobody waiting, capacity %d", s.Key, s, n)
 		}
 	}
+	// Without keys, every master is scanned.
+	all, err := store.Status(ctx, nil)
+	if err != nil || len(all) != len(keys) {
+		t.Fatalf("Status without keys: got (%+v, %v), want the %d keys of all slots", all, err, len(keys))
+	}
+	for i, s := range all {
+		if s.Key != keys[i] {
+			t.Errorf("Status without keys: key %d is %s, want %s", i, s.Key, keys[i])
+		}
+	}
 }
 
 // TestRedisClusterRefusesUnixAndDatabases: a cluster is reached over

@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,6 +344,55 @@ func wakeKey(channel, id string) string {
 
 func (r *Redis) base(key string) string {
 	return keyEscaper.Replace(r.prefix) + "{" + keyEscaper.Replace(key) + "}:"
+}
+
+// globEscaper escapes what SCAN's MATCH pattern would read as a wildcard.
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+
+// keyUnescaper undoes keyEscaper.
+var keyUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// scanner is what a client needs to list keys.
+type scanner interface {
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+}
+
+// names lists the semaphores under the prefix, sorted, with SCAN: KEYS
+// would block Redis for as long as it takes to walk every key. In a
+// cluster, every master is scanned.
+func (r *Redis) names(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.connectTimeout)
+	defer cancel()
+	prefix := keyEscaper.Replace(r.prefix) + "{"
+	pattern := globEscaper.Replace(prefix) + "*}:*"
+	var mu sync.Mutex
+	found := map[string]bool{}
+	scan := func(ctx context.Context, c scanner) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			name, _, ok := strings.Cut(strings.TrimPrefix(iter.Val(), prefix), "}")
+			if ok {
+				mu.Lock()
+				found[keyUnescaper.Replace(name)] = true
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := r.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	case scanner:
+		err = scan(ctx, c)
+	default:
+		err = errors.New("this client cannot list keys: name them")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the keys under prefix %q on %s: %w", r.prefix, r.addr, err)
+	}
+	names := slices.Sorted(maps.Keys(found))
+	return names, nil
 }
 
 // blocker is what a client needs for pushed wake-ups (BLPOP); a client
@@ -688,7 +739,10 @@ func retryable(err error) bool {
 // Status implements Store. It needs the keys: listing them is not built yet.
 func (r *Redis) Status(ctx context.Context, keys []string) ([]KeyStatus, error) {
 	if len(keys) == 0 {
-		return nil, errors.New("no key given: listing the keys in Redis is not built yet, so name them: semrun status KEY...")
+		var err error
+		if keys, err = r.names(ctx); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]KeyStatus, 0, len(keys))
 	for _, key := range keys {
@@ -931,8 +985,10 @@ func replicaWait(ttl time.Duration) time.Duration {
 func (l *redisLease) Files() []*os.File { return nil }
 
 func (l *redisLease) Release(ctx context.Context) error {
-	if err := releaseScript.Run(ctx, l.r.client, l.keys, l.id, l.channel).Err(); err != nil {
-		return fmt.Errorf("release key %q on %s: %w", l.key, l.r.addr, err)
+	// Retried within ctx, as a release is safe to repeat: a failover or a
+	// dropped connection need not leave the seat held for a whole TTL.
+	if _, err := l.r.callRetrying(ctx, releaseScript, l.keys, l.id, l.channel); err != nil {
+		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
 	return nil
 }

@@ -709,3 +709,46 @@ func TestRedisHungStore(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisStatusListsKeys: without keys, Status lists every semaphore
+// under the prefix (by SCAN), sorted, with its escaped characters
+// restored, and none under a prefix that the first would match as a glob.
+func TestRedisStatusListsKeys(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	ctx := context.Background()
+	globby := newStore(t, srv.URL(), semaphore.RedisOptions{Prefix: "t*[?]{" + uniqueKey(t) + ":"})
+	other := newStore(t, srv.URL(), semaphore.RedisOptions{Prefix: "tx[a]{" + uniqueKey(t) + ":"})
+	req := func(key string) semaphore.Request {
+		return semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second}
+	}
+	held, err := globby.Acquire(ctx, req("b{c}%"))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer release(t, held)
+	for _, key := range []string{"a", "d"} {
+		l, err := globby.Acquire(ctx, req(key))
+		if err != nil {
+			t.Fatalf("Acquire %s: %v", key, err)
+		}
+		release(t, l)
+	}
+	o, err := other.Acquire(ctx, req("elsewhere"))
+	if err != nil {
+		t.Fatalf("Acquire under the other prefix: %v", err)
+	}
+	defer release(t, o)
+
+	st, err := globby.Status(ctx, nil)
+	if err != nil {
+		t.Fatalf("Status without keys: %v", err)
+	}
+	var names []string
+	for _, s := range st {
+		names = append(names, fmt.Sprintf("%s:%d", s.Key, s.Held))
+	}
+	if got, want := strings.Join(names, " "), "a:0 b{c}%:1 d:0"; got != want {
+		t.Errorf("Status without keys: got %s, want %s", got, want)
+	}
+}
