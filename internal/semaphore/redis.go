@@ -697,6 +697,10 @@ func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string
 				// does not say why.
 				return nil, fmt.Errorf("%s: Redis wants a password (the URL's, --redis-password-file, SEMRUN_REDIS_PASSWORD or REDISCLI_AUTH): %w", r.addr, err)
 			}
+			if strings.Contains(err.Error(), "can't run this command") {
+				// Inside a script, Redis 7 does not name the command it refused.
+				return nil, fmt.Errorf("%s: %w (semrun doctor names every command the user lacks)", r.addr, err)
+			}
 			return nil, fmt.Errorf("%s: %w", r.addr, err)
 		}
 		if failing == nil || !errors.Is(err, context.DeadlineExceeded) {
