@@ -176,31 +176,28 @@ func applyConfig(cmd *cobra.Command, c *commonOptions) error {
 // replaces only the user's file: the system file is the host's, and says
 // for every job on it where the fleet's permits live.
 func readConfigFiles(flags *pflag.FlagSet, src sources) ([]configFile, error) {
-	var files []configFile
+	type candidate struct {
+		path, shown string
+		mustExist   bool // one named with --config
+	}
+	var candidates []candidate
 	if f := flags.Lookup("config"); f != nil && f.Value.String() != "" {
-		v, err := readConfigFile(f.Value.String(), true)
-		if err != nil {
-			return nil, usageErrorf("%s: %v", src.show("config", f.Value.String()), err)
-		}
-		files = append(files, configFile{f.Value.String(), v})
+		candidates = append(candidates, candidate{f.Value.String(), src.show("config", f.Value.String()), true})
 	} else if path := userConfigFile(); path != "" {
-		v, err := readConfigFile(path, false)
+		candidates = append(candidates, candidate{path, "config file " + path, false})
+	}
+	if SystemConfigFile != "" {
+		candidates = append(candidates, candidate{SystemConfigFile, "config file " + SystemConfigFile, false})
+	}
+	var files []configFile
+	for _, c := range candidates {
+		v, err := readConfigFile(c.path, c.mustExist)
 		if err != nil {
-			return nil, usageErrorf("config file %s: %v", path, err)
+			return nil, usageErrorf("%s: %v", c.shown, err)
 		}
 		if v != nil {
-			files = append(files, configFile{path, v})
+			files = append(files, configFile{c.path, v})
 		}
-	}
-	if SystemConfigFile == "" {
-		return files, nil
-	}
-	v, err := readConfigFile(SystemConfigFile, false)
-	if err != nil {
-		return nil, usageErrorf("config file %s: %v", SystemConfigFile, err)
-	}
-	if v != nil {
-		files = append(files, configFile{SystemConfigFile, v})
 	}
 	return files, nil
 }

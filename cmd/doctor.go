@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -65,11 +66,12 @@ would, and 125 for bad flags or values.`,
 
 // doctor runs the checks of the store the settings chose. A lock directory
 // that cannot be used is a finding, not bad input: it is the first check.
+// On Windows, --local itself is refused, as for a run.
 func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphore.Check, error) {
 	store, err := common.openStore(log.Warnf)
 	if err != nil {
 		var usage *usageError
-		if common.local && errors.As(err, &usage) {
+		if common.local && runtime.GOOS != "windows" && errors.As(err, &usage) {
 			return []semaphore.Check{{
 				Name: "lock-dir", Status: semaphore.CheckFail, Detail: err.Error(),
 				Fix: "mend the directory as said, or choose another with --lock-dir (see The local store in the README)",

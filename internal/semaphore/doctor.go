@@ -1,19 +1,16 @@
-//go:build unix
-
-// The checks of semrun doctor. Built for unix only, since the local store's
-// checks are methods of Local, which is.
+// The checks of semrun doctor on Redis; the local store's are in
+// doctor_unix.go.
 
 package semaphore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"os/user"
-	"path/filepath"
+	"maps"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,7 +19,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sys/unix"
 )
 
 // CheckStatus is how one of doctor's checks came out.
@@ -65,69 +61,72 @@ const (
 const doctorTimeout = 5 * time.Second
 
 // doctorKey is the name of a throw-away semaphore that no one else uses.
-func doctorKey() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return "semrun-doctor-" + hex.EncodeToString(b)
-}
+func doctorKey() string { return "semrun-doctor-" + rand.Text() }
 
-// doer sends any command: every go-redis client does.
-type doer interface {
+// doctorClient is what doctor needs of a client: every go-redis client,
+// and each node of a cluster, has it.
+type doctorClient interface {
+	redis.Cmdable
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
 // node is one Redis server doctor looks at: the one behind the client, or
 // a master of a cluster.
 type node struct {
-	c    doer
+	c    doctorClient
 	name string // shown before each detail in a cluster; empty otherwise
-	info map[string]map[string]string
-	// blocked names the check that makes the scripts pointless to run
-	// there (unreachable, a replica, a sentinel).
-	blocked string
+	// info holds the fields of the INFO sections read, infoErr why a
+	// section could not be read.
+	info, infoErr map[string]string
+}
+
+// check is a check of n, whose detail names n in a cluster.
+func (n *node) check(name string, status CheckStatus, detail, fix string) Check {
+	if n.name != "" {
+		detail = "node " + n.name + ": " + detail
+	}
+	return Check{Name: name, Status: status, Detail: detail, Fix: fix}
 }
 
 // Doctor checks that Redis can keep semrun's promises: it is reachable and
 // new enough, semrun's scripts run there as this user, and nothing in its
 // settings can drop a permit (eviction) or serve a stale one (a replica).
-// It writes only to a throw-away semaphore under the prefix, which it
+// It writes only to throw-away semaphores under the prefix, which it
 // removes.
 func (r *Redis) Doctor(ctx context.Context) []Check {
+	var first, last []Check
+	blocked := "" // the first check that makes acl and scripts pointless
 	nodes, err := r.doctorNodes(ctx)
 	if err != nil {
-		return []Check{r.unreachable(r.addr, err)}
+		first, blocked = []Check{r.unreachable(r.addr, err)}, "latency"
 	}
-	var first, last []Check
-	blocked := ""
 	for _, n := range nodes {
-		c := r.latency(ctx, n)
-		first = append(first, c)
-		if c.Status == CheckFail {
-			n.blocked = "latency"
-		} else {
-			r.readInfo(ctx, n)
-			c := r.server(n)
-			first = append(first, c)
-			if c.Status == CheckFail {
-				n.blocked = "server"
-			} else {
-				rep := r.replication(n)
-				last = append(last, r.persistence(ctx, n), r.maxmemory(ctx, n), rep)
-				if rep.Status == CheckFail {
-					n.blocked = "replication"
-				}
-			}
+		lat := r.latency(ctx, n)
+		first = append(first, lat)
+		if lat.Status == CheckFail {
+			blocked = cmp.Or(blocked, "latency")
+			continue
 		}
-		if blocked == "" {
-			blocked = n.blocked
+		r.readInfo(ctx, n)
+		srv := r.server(n)
+		first = append(first, srv)
+		if srv.Status == CheckFail { // a sentinel, or a cluster node without --cluster
+			blocked = cmp.Or(blocked, "server")
+			continue
+		}
+		rep := r.replication(n)
+		last = append(last, r.persistence(ctx, n), r.maxmemory(ctx, n), rep)
+		if rep.Status == CheckFail { // a replica refuses the writes
+			blocked = cmp.Or(blocked, "replication")
 		}
 	}
 	if blocked != "" {
 		why := "not run: see " + blocked
 		first = append(first, Check{Name: "acl", Status: CheckSkip, Detail: why}, Check{Name: "scripts", Status: CheckSkip, Detail: why})
 	} else {
-		acl, refused := r.acl(ctx)
-		first = append(first, acl, r.scripts(ctx, refused))
+		c := r.client.(doctorClient) // doctorNodes made sure
+		acl, refused := r.acl(ctx, c)
+		first = append(first, acl, r.scripts(ctx, c, refused))
 	}
 	return append(first, last...)
 }
@@ -135,25 +134,29 @@ func (r *Redis) Doctor(ctx context.Context) []Check {
 // doctorNodes are the servers to look at: every master of a cluster, or
 // the one server.
 func (r *Redis) doctorNodes(ctx context.Context) ([]*node, error) {
-	if cc, ok := r.client.(*redis.ClusterClient); ok {
-		call, cancel := context.WithTimeout(ctx, r.connectTimeout)
-		defer cancel()
-		var mu sync.Mutex
-		var nodes []*node
-		err := cc.ForEachMaster(call, func(_ context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			nodes = append(nodes, &node{c: c, name: c.Options().Addr})
-			return nil
-		})
-		slices.SortFunc(nodes, func(a, b *node) int { return strings.Compare(a.name, b.name) })
-		return nodes, err
-	}
-	c, ok := r.client.(doer)
+	c, ok := r.client.(doctorClient)
 	if !ok {
 		return nil, errors.New("this client cannot send commands")
 	}
-	return []*node{{c: c}}, nil
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return []*node{{c: c}}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.connectTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var nodes []*node
+	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes = append(nodes, &node{c: m, name: m.Options().Addr})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(nodes, func(a, b *node) int { return strings.Compare(a.name, b.name) })
+	return nodes, nil
 }
 
 func isCluster(c redis.Scripter) bool {
@@ -170,25 +173,15 @@ func (r *Redis) username() string {
 	case *redis.ClusterClient:
 		u = c.Options().Username
 	}
-	if u == "" {
-		return "default"
-	}
-	return u
+	return cmp.Or(u, "default")
 }
 
-// do sends one command, bounded by the connect timeout.
-func (r *Redis) do(ctx context.Context, c doer, args ...any) *redis.Cmd {
+// do sends one command, bounded by the connect timeout: a server that
+// stops answering fails a check instead of hanging doctor.
+func (r *Redis) do(ctx context.Context, c doctorClient, args ...any) *redis.Cmd {
 	ctx, cancel := context.WithTimeout(ctx, r.connectTimeout)
 	defer cancel()
 	return c.Do(ctx, args...)
-}
-
-// on names n in a detail, in a cluster.
-func (n *node) on(detail string) string {
-	if n.name == "" {
-		return detail
-	}
-	return "node " + n.name + ": " + detail
 }
 
 // unreachable is the latency check of a server doctor could not talk to,
@@ -221,85 +214,76 @@ func (r *Redis) unreachable(addr string, err error) Check {
 // refusals are round trips too.
 func (r *Redis) latency(ctx context.Context, n *node) Check {
 	const rounds = 10
-	addr := r.addr
-	if n.name != "" {
-		addr = n.name
-	}
-	cmd, refused := "PING", false
+	addr := cmp.Or(n.name, r.addr)
 	// The first round trip connects: it is not counted.
-	if err := r.do(ctx, n.c, cmd).Err(); err != nil {
+	cmd := ""
+	for _, try := range []string{"PING", "TIME"} {
+		err := r.do(ctx, n.c, try).Err()
+		if err == nil {
+			cmd = try
+			break
+		}
 		if _, _, perm := refusal(err); !perm {
 			return r.unreachable(addr, err)
 		}
-		cmd = "TIME"
-		if err := r.do(ctx, n.c, cmd).Err(); err != nil {
-			if _, _, perm := refusal(err); !perm {
-				return r.unreachable(addr, err)
-			}
-			cmd, refused = "PING", true
-		}
 	}
-	rtts := make([]time.Duration, 0, rounds)
-	for range rounds {
+	what := cmd + "s"
+	if cmd == "" {
+		cmd, what = "PING", "refused PINGs"
+	}
+	rtts := make([]time.Duration, rounds)
+	for i := range rtts {
 		start := time.Now()
 		err := r.do(ctx, n.c, cmd).Err()
-		rtt := time.Since(start)
+		rtts[i] = time.Since(start)
 		if err != nil {
-			if _, _, perm := refusal(err); !perm || !refused {
+			if _, _, perm := refusal(err); !perm || what != "refused PINGs" {
 				return r.unreachable(addr, err)
 			}
 		}
-		rtts = append(rtts, rtt)
 	}
 	slices.Sort(rtts)
-	what := cmd + "s"
-	if refused {
-		what = "refused PINGs"
-	}
-	detail := fmt.Sprintf("p50 %s, max %s (%d %s)", millis(rtts[(len(rtts)-1)/2]), millis(rtts[len(rtts)-1]), rounds, what)
+	detail := fmt.Sprintf("p50 %s, max %s (%d %s)", millis(rtts[(rounds-1)/2]), millis(rtts[rounds-1]), rounds, what)
 	if n.name == "" {
 		detail = r.addr + ": " + detail
 	}
-	return Check{Name: "latency", Status: CheckOK, Detail: n.on(detail)}
+	return n.check("latency", CheckOK, detail, "")
 }
 
 // millis shows a round trip in milliseconds, with two significant digits
 // below 10ms.
 func millis(d time.Duration) string {
 	ms := float64(d) / float64(time.Millisecond)
+	decimals := 0
 	switch {
 	case ms < 1:
-		return strconv.FormatFloat(ms, 'f', 2, 64) + "ms"
+		decimals = 2
 	case ms < 10:
-		return strconv.FormatFloat(ms, 'f', 1, 64) + "ms"
+		decimals = 1
 	}
-	return strconv.FormatFloat(ms, 'f', 0, 64) + "ms"
+	return strconv.FormatFloat(ms, 'f', decimals, 64) + "ms"
 }
 
 // readInfo reads the INFO sections the checks need, one a call (Redis
-// before 7 takes one section per call). A section refused or unknown is
-// missing from n.info, and its error kept under "error".
+// before 7 takes one section per call).
 func (r *Redis) readInfo(ctx context.Context, n *node) {
-	n.info = map[string]map[string]string{"error": {}}
+	n.info, n.infoErr = map[string]string{}, map[string]string{}
 	for _, section := range []string{"server", "persistence", "memory", "replication"} {
-		text, err := r.do(ctx, n.c, "INFO", section).Text()
+		call, cancel := context.WithTimeout(ctx, r.connectTimeout)
+		sections, err := n.c.InfoMap(call, section).Result()
+		cancel()
 		if err != nil {
-			n.info["error"][section] = shortError(err)
-			continue
+			n.infoErr[section] = shortError(err)
 		}
-		fields := map[string]string{}
-		for _, line := range strings.Split(text, "\n") {
-			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
-				fields[k] = v
-			}
+		for _, fields := range sections {
+			maps.Copy(n.info, fields)
 		}
-		n.info[section] = fields
 	}
 }
 
 // infoMissing says why an INFO section could not be read.
 func (n *node) infoMissing(section string) string {
-	if why := n.info["error"][section]; why != "" {
+	if why := n.infoErr[section]; why != "" {
 		return fmt.Sprintf("INFO %s refused (%s)", section, why)
 	}
 	return fmt.Sprintf("INFO %s says nothing of it", section)
@@ -315,84 +299,52 @@ func shortError(err error) string {
 // server checks the version and the mode: a sentinel or a cluster node
 // reached as a plain server cannot serve semrun.
 func (r *Redis) server(n *node) Check {
-	c := Check{Name: "server"}
-	srv, ok := n.info["server"]
-	if !ok || srv["redis_version"] == "" {
-		c.Status = CheckWarn
-		c.Detail = n.on(fmt.Sprintf("could not read the version: %s; semrun needs Redis %d.%d or later (%s)", n.infoMissing("server"), minRedisMajor, minRedisMinor, minRedisWhy))
-		c.Fix = "allow INFO (see acl), or check by hand: redis-cli INFO server | grep redis_version"
-		return c
+	need := fmt.Sprintf("semrun needs %d.%d or later: %s", minRedisMajor, minRedisMinor, minRedisWhy)
+	version := n.info["redis_version"]
+	if version == "" {
+		return n.check("server", CheckWarn, "could not read the version: "+n.infoMissing("server")+"; "+need,
+			"allow INFO (see acl), or check by hand: redis-cli INFO server | grep redis_version")
 	}
-	version := srv["redis_version"]
 	name := "Redis " + version
-	if v := srv["valkey_version"]; v != "" {
+	if v := n.info["valkey_version"]; v != "" {
 		name = "Valkey " + v
 	}
-	mode := srv["redis_mode"]
-	switch {
+	switch mode := n.info["redis_mode"]; {
 	case mode == "sentinel":
-		c.Status, c.Detail = CheckFail, n.on(name+" is a Sentinel: it names the master that holds the data, and holds none itself")
-		c.Fix = "give --sentinel-master NAME (the master's name in the sentinels' configuration) with this address"
-		return c
+		return n.check("server", CheckFail, name+" is a Sentinel: it names the master that holds the data, and holds none itself",
+			"give --sentinel-master NAME (the master's name in the sentinels' configuration) with this address")
 	case mode == "cluster" && !isCluster(r.client):
-		c.Status, c.Detail = CheckFail, n.on(name+" is a node of a Redis Cluster: it refuses keys of the slots other nodes serve (MOVED)")
-		c.Fix = "add --cluster (SEMRUN_CLUSTER=true)"
-		return c
-	}
-	up := ""
-	if s, err := strconv.ParseInt(srv["uptime_in_seconds"], 10, 64); err == nil {
-		up = ", up " + (time.Duration(s) * time.Second).String()
-		if s < 60 {
-			up += " (until it has been up for the restart fence, the --ttl by default, it grants nothing)"
-		}
-	}
-	if mode != "" {
+		return n.check("server", CheckFail, name+" is a node of a Redis Cluster: it refuses keys of the slots other nodes serve (MOVED)",
+			"add --cluster (SEMRUN_CLUSTER=true)")
+	case mode != "":
 		name += " (" + mode + ")"
 	}
-	major, minor := parseVersion(version)
-	need := fmt.Sprintf("semrun needs %d.%d or later: %s", minRedisMajor, minRedisMinor, minRedisWhy)
+	if s, err := strconv.ParseInt(n.info["uptime_in_seconds"], 10, 64); err == nil {
+		name += ", up " + (time.Duration(s) * time.Second).String()
+		if s < 60 {
+			name += " (until it has been up for the restart fence, the --ttl by default, it grants nothing)"
+		}
+	}
+	var major, minor int
+	_, _ = fmt.Sscanf(version, "%d.%d", &major, &minor)
+	upgrade := fmt.Sprintf("upgrade Redis to %d.%d or later", minRedisMajor, minRedisMinor)
 	switch {
 	case major < 4:
-		c.Status = CheckFail
-		c.Detail = n.on(fmt.Sprintf("%s%s: %s; before 4.0 its scripts fail", name, up, need))
+		return n.check("server", CheckFail, name+": "+need+"; before 4.0 its scripts fail", upgrade)
 	case major < minRedisMajor || major == minRedisMajor && minor < minRedisMinor:
-		c.Status = CheckWarn
-		c.Detail = n.on(fmt.Sprintf("%s%s: %s; here they are refused, and poll instead of being woken", name, up, need))
-	default:
-		c.Status = CheckOK
-		c.Detail = n.on(fmt.Sprintf("%s%s; %s", name, up, need))
-		return c
+		return n.check("server", CheckWarn, name+": "+need+"; here they are refused, and poll instead of being woken", upgrade)
 	}
-	c.Fix = fmt.Sprintf("upgrade Redis to %d.%d or later", minRedisMajor, minRedisMinor)
-	return c
-}
-
-// parseVersion reads the major and minor numbers of "7.0.15".
-func parseVersion(v string) (major, minor int) {
-	parts := strings.SplitN(v, ".", 3)
-	major, _ = strconv.Atoi(parts[0])
-	if len(parts) > 1 {
-		minor, _ = strconv.Atoi(parts[1])
-	}
-	return major, minor
+	return n.check("server", CheckOK, name+"; "+need, "")
 }
 
 // configGet reads one setting with CONFIG GET, which an ACL user may be
 // refused.
 func (r *Redis) configGet(ctx context.Context, n *node, name string) (string, error) {
-	res, err := r.do(ctx, n.c, "CONFIG", "GET", name).Result()
-	if err != nil {
-		return "", err
-	}
-	switch v := res.(type) {
-	case []any: // RESP2: name, value
-		if len(v) == 2 {
-			return fmt.Sprint(v[1]), nil
-		}
-	case map[any]any: // RESP3
-		if s, ok := v[name]; ok {
-			return fmt.Sprint(s), nil
-		}
+	ctx, cancel := context.WithTimeout(ctx, r.connectTimeout)
+	defer cancel()
+	res, err := n.c.ConfigGet(ctx, name).Result()
+	if v, ok := res[name]; ok || err != nil {
+		return v, err
 	}
 	return "", fmt.Errorf("CONFIG GET %s: no such setting", name)
 }
@@ -401,38 +353,27 @@ func (r *Redis) configGet(ctx context.Context, n *node, name string) (string, er
 // restart fence keeps at most N holders through a restart that lost
 // permits. Losing them all stops every running command, though.
 func (r *Redis) persistence(ctx context.Context, n *node) Check {
-	c := Check{Name: "persistence"}
-	p, ok := n.info["persistence"]
-	if !ok || p["aof_enabled"] == "" {
-		c.Status = CheckWarn
-		c.Detail = n.on("could not check: " + n.infoMissing("persistence"))
-		c.Fix = "allow INFO (see acl), or check by hand as an admin: redis-cli INFO persistence (aof_enabled) and CONFIG GET save"
-		return c
-	}
-	if p["aof_enabled"] == "1" {
+	switch n.info["aof_enabled"] {
+	case "":
+		return n.check("persistence", CheckWarn, "could not check: "+n.infoMissing("persistence"),
+			"allow INFO (see acl), or check by hand as an admin: redis-cli INFO persistence (aof_enabled) and CONFIG GET save")
+	case "1":
 		how := ""
 		if fsync, err := r.configGet(ctx, n, "appendfsync"); err == nil {
 			how = " (appendfsync " + fsync + ")"
 		}
-		c.Status = CheckOK
-		c.Detail = n.on("AOF on" + how + ": a restart keeps the permits, but for the latest writes the disk had not got; the restart fence covers those")
-		return c
+		return n.check("persistence", CheckOK, "AOF on"+how+": a restart keeps the permits, but for the latest writes the disk had not got; the restart fence covers those", "")
 	}
 	save, err := r.configGet(ctx, n, "save")
 	switch {
 	case err != nil:
-		c.Status = CheckWarn
-		c.Detail = n.on(fmt.Sprintf("AOF off, and could not read the RDB save points (%s): without either, a restart loses every permit", shortError(err)))
-		c.Fix = "check by hand as an admin: redis-cli CONFIG GET save (empty: no snapshots); CONFIG SET appendonly yes keeps permits across a restart"
+		return n.check("persistence", CheckWarn, fmt.Sprintf("AOF off, and could not read the RDB save points (%s): without either, a restart loses every permit", shortError(err)),
+			"check by hand as an admin: redis-cli CONFIG GET save (empty: no snapshots); CONFIG SET appendonly yes keeps permits across a restart")
 	case strings.TrimSpace(save) != "":
-		c.Status = CheckOK
-		c.Detail = n.on("RDB snapshots (save " + save + "), no AOF: a restart loses the grants made since the last snapshot; the restart fence keeps new holders from joining those that still run")
-	default:
-		c.Status = CheckWarn
-		c.Detail = n.on("none (no AOF, no RDB snapshots): a restart loses every permit, so running commands are stopped (exit 112) and nothing is granted for the restart fence; the fence keeps at most N holders")
-		c.Fix = "CONFIG SET appendonly yes (and appendonly yes in redis.conf), to keep permits across a restart; keep the restart fence on either way"
+		return n.check("persistence", CheckOK, "RDB snapshots (save "+save+"), no AOF: a restart loses the grants made since the last snapshot; the restart fence keeps new holders from joining those that still run", "")
 	}
-	return c
+	return n.check("persistence", CheckWarn, "none (no AOF, no RDB snapshots): a restart loses every permit, so running commands are stopped (exit 112) and nothing is granted for the restart fence; the fence keeps at most N holders",
+		"CONFIG SET appendonly yes (and appendonly yes in redis.conf), to keep permits across a restart; keep the restart fence on either way")
 }
 
 // maxmemory checks that Redis never evicts semrun's keys: a holder's
@@ -442,10 +383,7 @@ func (r *Redis) persistence(ctx context.Context, n *node) Check {
 // only noeviction is safe. A full Redis under noeviction refuses writes,
 // which fails acquires and renewals, but never admits more than N.
 func (r *Redis) maxmemory(ctx context.Context, n *node) Check {
-	c := Check{Name: "maxmemory-policy"}
-	mem := n.info["memory"]
-	policy, limit := mem["maxmemory_policy"], mem["maxmemory"]
-	shownLimit := mem["maxmemory_human"]
+	policy, limit, shown := n.info["maxmemory_policy"], n.info["maxmemory"], n.info["maxmemory_human"]
 	if policy == "" || limit == "" {
 		// Not every server says it in INFO; CONFIG GET may be refused.
 		var err error
@@ -453,106 +391,66 @@ func (r *Redis) maxmemory(ctx context.Context, n *node) Check {
 			limit, err = r.configGet(ctx, n, "maxmemory")
 		}
 		if err != nil {
-			c.Status = CheckWarn
-			c.Detail = n.on(fmt.Sprintf("could not check: %s, and %s; any policy but noeviction lets Redis evict semrun's keys", n.infoMissing("memory"), shortError(err)))
-			c.Fix = "check by hand as an admin: redis-cli CONFIG GET maxmemory-policy (must be noeviction)"
-			return c
+			return n.check("maxmemory-policy", CheckWarn, fmt.Sprintf("could not check: %s, and %s; any policy but noeviction lets Redis evict semrun's keys", n.infoMissing("memory"), shortError(err)),
+				"check by hand as an admin: redis-cli CONFIG GET maxmemory-policy (must be noeviction)")
 		}
-		shownLimit = ""
+		shown = ""
 	}
+	shown = cmp.Or(shown, limit)
 	bytes, _ := strconv.ParseInt(limit, 10, 64)
-	if shownLimit == "" {
-		shownLimit = limit
-	}
-	fix := "CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in redis.conf); keep caches in another Redis"
+	used, _ := strconv.ParseInt(n.info["used_memory"], 10, 64)
+	const fix = "CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in redis.conf); keep caches in another Redis"
 	switch {
+	case policy == "noeviction" && bytes > 0 && used >= bytes:
+		return n.check("maxmemory-policy", CheckFail, fmt.Sprintf("noeviction, and full (maxmemory %s): Redis refuses semrun's writes, so acquires fail and holders lose their permits", shown),
+			"raise maxmemory, or free memory")
+	case policy == "noeviction" && bytes > 0 && used*10 >= bytes*9:
+		return n.check("maxmemory-policy", CheckWarn, fmt.Sprintf("noeviction, but %d%% of maxmemory %s used: when full, Redis refuses semrun's writes, so acquires fail and holders lose their permits", used*100/bytes, shown),
+			"raise maxmemory, or free memory")
 	case policy == "noeviction" && bytes > 0:
-		used, _ := strconv.ParseInt(mem["used_memory"], 10, 64)
-		if used >= bytes {
-			c.Status = CheckFail
-			c.Detail = n.on(fmt.Sprintf("noeviction, and full (maxmemory %s): Redis refuses semrun's writes, so acquires fail and holders lose their permits", shownLimit))
-			c.Fix = "raise maxmemory, or free memory"
-			return c
-		}
-		if used*10 >= bytes*9 {
-			c.Status = CheckWarn
-			c.Detail = n.on(fmt.Sprintf("noeviction, but %d%% of maxmemory %s used: when full, Redis refuses semrun's writes, so acquires fail and holders lose their permits", used*100/bytes, shownLimit))
-			c.Fix = "raise maxmemory, or free memory"
-			return c
-		}
-		c.Status = CheckOK
-		c.Detail = n.on(fmt.Sprintf("noeviction (maxmemory %s): a full Redis refuses writes rather than drop semrun's keys", shownLimit))
+		return n.check("maxmemory-policy", CheckOK, fmt.Sprintf("noeviction (maxmemory %s): a full Redis refuses writes rather than drop semrun's keys", shown), "")
 	case policy == "noeviction":
-		c.Status = CheckOK
-		c.Detail = n.on("noeviction (maxmemory 0: no limit): Redis never drops semrun's keys")
+		return n.check("maxmemory-policy", CheckOK, "noeviction (maxmemory 0: no limit): Redis never drops semrun's keys", "")
 	case bytes > 0:
-		c.Status = CheckFail
-		c.Detail = n.on(fmt.Sprintf("%s with maxmemory %s: a full Redis may evict semrun's keys (they all carry a TTL, so volatile-* policies pick them too), forgetting holders that still run: more than N could hold a key", policy, shownLimit))
-		c.Fix = fix
-	default:
-		c.Status = CheckWarn
-		c.Detail = n.on(policy + ", but maxmemory 0 (no limit): nothing is evicted now; once a limit is set, Redis may evict semrun's keys (they all carry a TTL, so volatile-* policies pick them too), and more than N could hold a key")
-		c.Fix = fix
+		return n.check("maxmemory-policy", CheckFail, fmt.Sprintf("%s with maxmemory %s: a full Redis may evict semrun's keys (they all carry a TTL, so volatile-* policies pick them too), forgetting holders that still run: more than N could hold a key", policy, shown), fix)
 	}
-	return c
+	return n.check("maxmemory-policy", CheckWarn, policy+", but maxmemory 0 (no limit): nothing is evicted now; once a limit is set, Redis may evict semrun's keys (they all carry a TTL, so volatile-* policies pick them too), and more than N could hold a key", fix)
 }
 
 // replication refuses a replica (it refuses semrun's writes, or keeps
 // grants its master never sees) and points a master with replicas at
 // --min-replicas.
 func (r *Redis) replication(n *node) Check {
-	c := Check{Name: "replication"}
-	rep, ok := n.info["replication"]
-	if !ok || rep["role"] == "" {
-		c.Status = CheckWarn
-		c.Detail = n.on("could not check: " + n.infoMissing("replication") + "; semrun needs a master, not a replica")
-		c.Fix = "allow INFO (see acl), or check by hand: redis-cli INFO replication (role:master)"
-		return c
-	}
-	if rep["role"] != "master" {
-		master := hostPort(rep["master_host"], rep["master_port"])
-		c.Status = CheckFail
-		c.Detail = n.on(fmt.Sprintf("a replica of %s: it refuses semrun's writes (READONLY), or, writable, keeps grants its master never sees", master))
-		c.Fix = fmt.Sprintf("point --redis at the master (%s), or use --sentinel-master to follow it through failovers", master)
-		return c
-	}
-	replicas, _ := strconv.Atoi(rep["connected_slaves"])
-	c.Status = CheckOK
-	switch {
-	case replicas == 0:
-		c.Detail = n.on("master, no replicas")
+	switch role := n.info["role"]; role {
+	case "":
+		return n.check("replication", CheckWarn, "could not check: "+n.infoMissing("replication")+"; semrun needs a master, not a replica",
+			"allow INFO (see acl), or check by hand: redis-cli INFO replication (role:master)")
+	case "master":
 	default:
-		c.Detail = n.on(fmt.Sprintf("master with %s: a failover can lose the grants they had not received yet; --min-replicas %d makes each grant wait until they have it", plural(replicas, "replica"), replicas))
+		master := "its master"
+		if host := n.info["master_host"]; host != "" {
+			master = net.JoinHostPort(host, n.info["master_port"])
+		}
+		return n.check("replication", CheckFail, fmt.Sprintf("a replica of %s: it refuses semrun's writes (READONLY), or, writable, keeps grants its master never sees", master),
+			fmt.Sprintf("point --redis at the master (%s), or use --sentinel-master to follow it through failovers", master))
 	}
-	return c
-}
-
-// plural says "1 replica" or "2 replicas".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
+	switch replicas, _ := strconv.Atoi(n.info["connected_slaves"]); replicas {
+	case 0:
+		return n.check("replication", CheckOK, "master, no replicas", "")
+	case 1:
+		return n.check("replication", CheckOK, "master with 1 replica: a failover can lose the grants it had not received yet; --min-replicas 1 makes each grant wait until it has it", "")
+	default:
+		return n.check("replication", CheckOK, fmt.Sprintf("master with %d replicas: a failover can lose the grants they had not received yet; --min-replicas %d makes each grant wait until they have it", replicas, replicas), "")
 	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// hostPort joins a host and port as INFO gives them.
-func hostPort(host, port string) string {
-	if host == "" {
-		return "its master"
-	}
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	return host + ":" + port
 }
 
 // An aclProbe is one command semrun sends, in a harmless form on the keys
 // of a throw-away semaphore, so that Redis names a refused command itself
 // (in a script, Redis 7 says only "can't run this command").
 type aclProbe struct {
-	name string // as ACL names it
-	args []any
-	// writes: it creates a key, which doctor removes afterwards.
+	args []any // the command first
+	// writes: it creates its key (args[1]), which is given a TTL in the
+	// same round trip and removed afterwards.
 	writes bool
 	// optional says what fails, or costs more, without it; empty: semrun
 	// needs it.
@@ -570,35 +468,38 @@ func aclProbes(keys []string, wake, noHolder string) []aclProbe {
 	renew := append([]any{len(keys)}, toAny(keys)...)
 	renew = append(renew, noHolder, 1000)
 	return []aclProbe{
-		// Cleaning up comes first: without it, nothing is written.
-		{name: "del", args: []any{"DEL", wake}},
-		{name: "pexpire", args: []any{"PEXPIRE", token, 60000}},
-		{name: "eval", args: append([]any{"EVAL", renewLuaSource}, renew...)},
-		{name: "evalsha", args: append([]any{"EVALSHA", renewScript.Hash()}, renew...)},
-		{name: "time", args: []any{"TIME"}},
-		{name: "info", args: []any{"INFO", "server"}},
-		{name: "wait", args: []any{"WAIT", 0, 0}, optional: "--min-replicas would fail"},
-		{name: "hset", args: []any{"HSET", info, "#doctor", 1}, writes: true},
-		{name: "hget", args: []any{"HGET", info, "#doctor"}},
-		{name: "hmget", args: []any{"HMGET", info, "#doctor", "#cap"}},
-		{name: "hincrby", args: []any{"HINCRBY", info, "#seq", 1}, writes: true},
-		{name: "hdel", args: []any{"HDEL", info, "#doctor"}},
-		{name: "zadd", args: []any{"ZADD", holders, 1, "doctor"}, writes: true},
-		{name: "zscore", args: []any{"ZSCORE", holders, "doctor"}},
-		{name: "zrank", args: []any{"ZRANK", holders, "doctor"}},
-		{name: "zcard", args: []any{"ZCARD", holders}},
-		{name: "zrange", args: []any{"ZRANGE", holders, 0, -1, "WITHSCORES"}},
-		{name: "zrangebyscore", args: []any{"ZRANGEBYSCORE", holders, "(0", "+inf", "WITHSCORES"}},
-		{name: "zremrangebyscore", args: []any{"ZREMRANGEBYSCORE", holders, "-inf", 0}},
-		{name: "zrem", args: []any{"ZREM", holders, "doctor"}},
-		{name: "incr", args: []any{"INCR", token}, writes: true},
-		{name: "set", args: []any{"SET", token, 1}, writes: true},
-		{name: "pttl", args: []any{"PTTL", token}},
-		{name: "rpush", args: []any{"RPUSH", wake, "doctor"}, writes: true},
+		// Cleaning up comes first: without PEXPIRE, nothing is written.
+		{args: []any{"DEL", wake}},
+		{args: []any{"PEXPIRE", token, 60000}},
+		{args: append([]any{"EVAL", renewLuaSource}, renew...)},
+		{args: append([]any{"EVALSHA", renewScript.Hash()}, renew...)},
+		{args: []any{"TIME"}},
+		{args: []any{"INFO", "server"}},
+		{args: []any{"WAIT", 0, 0}, optional: "--min-replicas would fail"},
+		{args: []any{"HSET", info, "#doctor", 1}, writes: true},
+		{args: []any{"HGET", info, "#doctor"}},
+		{args: []any{"HMGET", info, "#doctor", "#cap"}},
+		{args: []any{"HINCRBY", info, "#seq", 1}, writes: true},
+		{args: []any{"HDEL", info, "#doctor"}},
+		{args: []any{"ZADD", holders, 1, "doctor"}, writes: true},
+		{args: []any{"ZSCORE", holders, "doctor"}},
+		{args: []any{"ZRANK", holders, "doctor"}},
+		{args: []any{"ZCARD", holders}},
+		{args: []any{"ZRANGE", holders, 0, -1, "WITHSCORES"}},
+		{args: []any{"ZRANGEBYSCORE", holders, "(0", "+inf", "WITHSCORES"}},
+		{args: []any{"ZREMRANGEBYSCORE", holders, "-inf", 0}},
+		{args: []any{"ZREM", holders, "doctor"}},
+		{args: []any{"INCR", token}, writes: true},
+		{args: []any{"SET", token, 1}, writes: true},
+		{args: []any{"PTTL", token}},
+		{args: []any{"RPUSH", wake, "doctor"}, writes: true},
 		// What semrun's waiters send: a timeout in fractions of a second.
-		{name: "blpop", args: []any{"BLPOP", wake, "0.01"}},
+		{args: []any{"BLPOP", wake, "0.01"}},
 	}
 }
+
+// name is the command's name, as ACL names it.
+func (p aclProbe) name() string { return strings.ToLower(p.args[0].(string)) }
 
 func toAny(s []string) []any {
 	out := make([]any, len(s))
@@ -614,7 +515,7 @@ func toAny(s []string) []any {
 func RedisCommands() []string {
 	var names []string
 	for _, p := range aclProbes(make([]string, 5), "", "") {
-		names = append(names, p.name)
+		names = append(names, p.name())
 	}
 	slices.Sort(names)
 	return names
@@ -635,53 +536,57 @@ func refusal(err error) (command string, key, perm bool) {
 	return command, command == "" && strings.Contains(msg, "key"), true
 }
 
+// probe sends p. A command that writes goes in one round trip with a
+// PEXPIRE of its key, so that a doctor killed at any point leaves only
+// keys that expire.
+func (r *Redis) probe(ctx context.Context, c doctorClient, p aclProbe) error {
+	if !p.writes {
+		return r.do(ctx, c, p.args...).Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.connectTimeout)
+	defer cancel()
+	pipe := c.Pipeline()
+	cmd := pipe.Do(ctx, p.args...)
+	pipe.PExpire(ctx, p.args[1].(string), time.Minute)
+	_, _ = pipe.Exec(ctx)
+	return cmd.Err()
+}
+
 // acl sends every command semrun sends, as semrun does, on a throw-away
 // semaphore, and names those refused. It returns whether any was.
-func (r *Redis) acl(ctx context.Context) (Check, bool) {
-	c := Check{Name: "acl"}
-	d, ok := r.client.(doer)
-	if !ok {
-		return Check{Name: "acl", Status: CheckSkip, Detail: "this client cannot send commands"}, false
-	}
+func (r *Redis) acl(ctx context.Context, c doctorClient) (Check, bool) {
 	user := r.username()
 	key := doctorKey()
 	keys := r.keys(key)
 	wake := wakeKey(r.channel(key), key)
 	var missing, optional, costs, keyRefused, oddMsgs []string
 	odd := map[string][]string{} // commands by the error Redis answered them
-	canClean, canExpire, cleaned := false, false, false
+	canWrite := false            // PEXPIRE was allowed
 	probes := aclProbes(keys, wake, newPermitID())
 	if isCluster(r.client) {
 		// go-redis asks COMMAND where each command's key is, before it
 		// routes one it does not know (BLPOP); refused, it asks again every
 		// time, and sends the command to any node first.
-		probes = append(probes, aclProbe{name: "command", args: []any{"COMMAND"},
+		probes = append(probes, aclProbe{args: []any{"COMMAND"},
 			optional: "in a cluster, every BLPOP would cost a refused COMMAND and a redirection (MOVED)"})
 	}
 	for _, p := range probes {
-		if p.writes && !canClean {
-			continue // it would leave a key behind
+		if p.writes && !canWrite {
+			continue // it would leave a key behind that does not expire
 		}
-		err := r.do(ctx, d, p.args...).Err()
+		name := p.name()
+		err := r.probe(ctx, c, p)
 		// NOSCRIPT: EVALSHA was allowed (EVAL, refused, loaded nothing).
 		if err == nil || errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "NOSCRIPT") {
-			switch {
-			case p.name == "del":
-				canClean = true
-			case p.name == "pexpire":
-				canClean, canExpire = true, true
-			case p.writes && canExpire:
-				// Gone by itself even if doctor is killed before it cleans up.
-				_ = r.do(ctx, d, "PEXPIRE", p.args[1], 60000).Err()
-			}
+			canWrite = canWrite || name == "pexpire"
 			continue
 		}
 		var rerr redis.Error
 		if !errors.As(err, &rerr) {
 			// The network: the rest would fail alike.
-			c.Status, c.Detail = CheckFail, fmt.Sprintf("could not finish: %s: %v", strings.ToUpper(p.name), err)
-			r.cleanup(context.WithoutCancel(ctx), d, append(keys, wake))
-			return c, false
+			r.cleanup(ctx, c, append(keys, wake))
+			return Check{Name: "acl", Status: CheckFail, Detail: fmt.Sprintf("could not finish: %s: %v", strings.ToUpper(name), err),
+				Fix: "run doctor again once Redis answers (see latency)"}, false
 		}
 		command, key, perm := refusal(err)
 		switch {
@@ -690,38 +595,36 @@ func (r *Redis) acl(ctx context.Context) (Check, bool) {
 			if !slices.Contains(oddMsgs, msg) {
 				oddMsgs = append(oddMsgs, msg)
 			}
-			odd[msg] = append(odd[msg], strings.ToUpper(p.name))
+			odd[msg] = append(odd[msg], strings.ToUpper(name))
 		case key:
-			keyRefused = append(keyRefused, strings.ToUpper(p.name))
+			keyRefused = append(keyRefused, strings.ToUpper(name))
 		case command == "" && !strings.HasPrefix(err.Error(), "NOPERM"):
 			// A script refused one of its commands without naming it:
 			// the probes of those commands name it.
-		case command == "" || command == p.name:
+		case command == "" || command == name:
 			if p.optional != "" {
-				optional = append(optional, p.name)
-				costs = append(costs, fmt.Sprintf("not %s: %s", strings.ToUpper(p.name), p.optional))
+				optional = append(optional, name)
+				costs = append(costs, fmt.Sprintf("not %s: %s", strings.ToUpper(name), p.optional))
 			} else {
-				missing = append(missing, p.name)
+				missing = append(missing, name)
 			}
 		default:
 			// A script named the command it was refused.
 			missing = append(missing, command)
 		}
 	}
-	cleaned = r.cleanup(ctx, d, append(keys, wake))
+	cleaned := r.cleanup(ctx, c, append(keys, wake))
 	slices.Sort(missing)
 	missing = slices.Compact(missing)
-	pattern := globEscape(keyEscaper.Replace(r.prefix)) + "*"
-	var fixes []string
+	var fixes, problems []string
 	if len(missing) > 0 || len(optional) > 0 {
 		fixes = append(fixes, "ACL SETUSER "+user+" +"+strings.Join(append(slices.Clone(missing), optional...), " +"))
 	}
 	if len(keyRefused) > 0 {
-		fixes = append(fixes, "ACL SETUSER "+user+" ~"+pattern)
+		fixes = append(fixes, "ACL SETUSER "+user+" ~"+globEscaper.Replace(keyEscaper.Replace(r.prefix))+"*")
 	}
-	var problems []string
 	if len(missing) > 0 {
-		problems = append(problems, fmt.Sprintf("user %s may not run %s, which semrun sends", user, upper(missing)))
+		problems = append(problems, fmt.Sprintf("user %s may not run %s, which semrun sends", user, strings.ToUpper(strings.Join(missing, ", "))))
 		if slices.Contains(missing, "info") {
 			problems = append(problems, "without INFO every acquire fails (the restart fence reads it) unless --restart-fence 0")
 		}
@@ -733,60 +636,43 @@ func (r *Redis) acl(ctx context.Context) (Check, bool) {
 		}
 		problems = append(problems, fmt.Sprintf("user %s may not use keys under %s (refused to %s)", user, r.prefix, refused))
 	}
-	if !canClean && len(keyRefused) == 0 {
-		problems = append(problems, "DEL and PEXPIRE were refused, so the commands that write were not tried")
+	if !canWrite && len(keyRefused) == 0 {
+		problems = append(problems, "PEXPIRE was refused, so the commands that write were not tried")
 	}
 	switch {
 	case len(problems) > 0:
-		c.Status = CheckFail
-		c.Detail = strings.Join(problems, "; ")
-		c.Fix = strings.Join(fixes, "; ")
-		return c, true
+		return Check{Name: "acl", Status: CheckFail, Detail: strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}, true
 	case len(optional) > 0:
-		c.Status = CheckWarn
-		c.Detail = fmt.Sprintf("user %s may run every command semrun needs on keys under %s, but %s", user, r.prefix, strings.Join(costs, "; "))
-		c.Fix = strings.Join(fixes, "; ")
-		return c, false
+		return Check{Name: "acl", Status: CheckWarn, Fix: strings.Join(fixes, "; "),
+			Detail: fmt.Sprintf("user %s may run every command semrun needs on keys under %s, but %s", user, r.prefix, strings.Join(costs, "; "))}, false
 	case len(oddMsgs) > 0:
 		var answers []string
 		for _, msg := range oddMsgs {
 			answers = append(answers, strings.Join(odd[msg], ", ")+": "+msg)
 		}
-		c.Status = CheckWarn
-		c.Detail = fmt.Sprintf("user %s may run every command semrun sends, but Redis answered %s", user, strings.Join(answers, "; "))
-		c.Fix = fixFor(answers[0])
-		return c, false
+		return Check{Name: "acl", Status: CheckWarn, Fix: fixFor(answers[0]),
+			Detail: fmt.Sprintf("user %s may run every command semrun sends, but Redis answered %s", user, strings.Join(answers, "; "))}, false
 	}
-	c.Status = CheckOK
-	c.Detail = fmt.Sprintf("user %s may run the %d commands semrun sends, on keys under %s", user, len(RedisCommands()), r.prefix)
+	check := Check{Name: "acl", Status: CheckOK, Detail: fmt.Sprintf("user %s may run the %d commands semrun sends, on keys under %s", user, len(RedisCommands()), r.prefix)}
 	if !cleaned {
-		c.Status = CheckWarn
-		c.Detail += ", but doctor could not remove its throw-away keys (they expire within a minute)"
+		check.Status = CheckWarn
+		check.Detail += ", but doctor could not remove its throw-away keys (they expire within a minute)"
 	}
-	return c, false
-}
-
-func upper(names []string) string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = strings.ToUpper(n)
-	}
-	return strings.Join(out, ", ")
-}
-
-// globEscape escapes the characters an ACL key pattern reads as a glob.
-func globEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
+	return check, false
 }
 
 // cleanup removes doctor's throw-away keys, or makes them expire at once
-// for a user not allowed DEL. It tells whether that worked.
-func (r *Redis) cleanup(ctx context.Context, d doer, keys []string) bool {
-	// One call per key: in a cluster, the wake lists are in the slot of
-	// their semaphore, but DEL of many keys needs them in one.
+// for a user not allowed DEL, even when ctx was cancelled. They share one
+// hash tag, so one DEL takes them all in a cluster too. It tells whether
+// that worked.
+func (r *Redis) cleanup(ctx context.Context, c doctorClient, keys []string) bool {
+	ctx = context.WithoutCancel(ctx)
+	if r.do(ctx, c, append([]any{"DEL"}, toAny(keys)...)...).Err() == nil {
+		return true
+	}
 	ok := true
 	for _, k := range keys {
-		if r.do(ctx, d, "DEL", k).Err() != nil && r.do(ctx, d, "PEXPIRE", k, 1).Err() != nil {
+		if r.do(ctx, c, "PEXPIRE", k, 1).Err() != nil {
 			ok = false
 		}
 	}
@@ -797,22 +683,17 @@ func (r *Redis) cleanup(ctx context.Context, d doer, keys []string) bool {
 // semaphore: a grant, a waiter in line, a renewal, a release that hands
 // the seat over to the waiter (read with BLPOP), status, and the last
 // release. A missing permission the acl check found is not told again.
-func (r *Redis) scripts(ctx context.Context, aclFailed bool) Check {
-	c := Check{Name: "scripts"}
-	d, ok := r.client.(doer)
-	if !ok {
-		return Check{Name: "scripts", Status: CheckSkip, Detail: "this client cannot send commands"}
-	}
+func (r *Redis) scripts(ctx context.Context, c doctorClient, aclFailed bool) Check {
 	key := doctorKey()
 	keys, channel := r.keys(key), r.channel(key)
 	holder, waiter := newPermitID(), newPermitID()
-	defer r.cleanup(context.WithoutCancel(ctx), d, append(keys, wakeKey(channel, holder), wakeKey(channel, waiter)))
+	defer r.cleanup(ctx, c, append(keys, wakeKey(channel, holder), wakeKey(channel, waiter)))
 	loaded := false
 	run := func(s *redis.Script, args ...any) (any, error) {
 		call, cancel := context.WithTimeout(ctx, r.connectTimeout)
 		defer cancel()
 		res, err := s.EvalSha(call, r.client, keys, args...).Result()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") || errors.Is(err, redis.ErrNoScript) {
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
 			loaded = true
 			res, err = s.Eval(call, r.client, keys, args...).Result()
 		}
@@ -847,15 +728,17 @@ func (r *Redis) scripts(ctx context.Context, aclFailed bool) Check {
 		if err != nil {
 			return "renew (EVAL)", err
 		}
-		if res, err = run(releaseScript, holder, channel); err != nil {
+		if _, err = run(releaseScript, holder, channel); err != nil {
 			return "release", err
 		}
-		kv, err := r.do(ctx, d, "BLPOP", wakeKey(channel, waiter), "0.01").StringSlice()
+		// A whole second, which Redis before 6.0 takes too (the seat is
+		// there already): the acl check tries what waiters send.
+		kv, err := r.do(ctx, c, "BLPOP", wakeKey(channel, waiter), 1).StringSlice()
+		if err == nil && (len(kv) != 2 || !parseTurn(kv[1]).handed) {
+			err = fmt.Errorf("got %q, want the permit handed over", kv)
+		}
 		if err != nil {
 			return "BLPOP of the waiter's wake list", err
-		}
-		if len(kv) != 2 || !parseTurn(kv[1]).handed {
-			return "BLPOP of the waiter's wake list", fmt.Errorf("got %q, want the permit handed over", kv)
 		}
 		if res, err = run(statusScript); err != nil {
 			return "status", err
@@ -876,27 +759,17 @@ func (r *Redis) scripts(ctx context.Context, aclFailed bool) Check {
 		if loaded {
 			how = "loaded with EVAL, then run with EVALSHA"
 		}
-		c.Status = CheckOK
-		c.Detail = fmt.Sprintf("semrun's scripts (%s) granted, queued, renewed, handed a seat over (BLPOP) and released on a throw-away key", how)
-		return c
+		return Check{Name: "scripts", Status: CheckOK, Detail: "semrun's scripts (" + how + ") granted, queued, renewed, handed a seat over (BLPOP) and released on a throw-away key"}
 	}
-	if _, _, perm := refusal(err); perm {
-		if aclFailed {
-			return Check{Name: "scripts", Status: CheckSkip, Detail: fmt.Sprintf("stopped at %s by a missing permission (see acl)", step)}
-		}
-		c.Status = CheckFail
-		c.Detail = fmt.Sprintf("%s: %s", step, shortError(err))
-		c.Fix = "find the command refused as an admin: redis-cli ACL LOG 1 (its object), then ACL SETUSER " + r.username() + " +COMMAND"
-		if cmd := r.aclLogCommand(ctx, d); cmd != "" {
-			c.Detail += fmt.Sprintf(" (ACL LOG: %s)", strings.ToUpper(cmd))
-			c.Fix = "ACL SETUSER " + r.username() + " +" + cmd
-		}
-		return c
+	_, _, perm := refusal(err)
+	if perm && aclFailed {
+		return Check{Name: "scripts", Status: CheckSkip, Detail: fmt.Sprintf("stopped at %s by a missing permission (see acl)", step)}
 	}
-	c.Status = CheckFail
-	c.Detail = fmt.Sprintf("%s: %s", step, shortError(err))
-	c.Fix = fixFor(err.Error())
-	return c
+	check := Check{Name: "scripts", Status: CheckFail, Detail: step + ": " + shortError(err), Fix: fixFor(err.Error())}
+	if perm {
+		check.Fix = "find the command refused as an admin: redis-cli ACL LOG 1 (its object), then ACL SETUSER " + r.username() + " +COMMAND"
+	}
+	return check
 }
 
 // fixFor is the fix of an error a command got that is no refusal.
@@ -910,110 +783,4 @@ func fixFor(msg string) string {
 		return "add --cluster (SEMRUN_CLUSTER=true) for a Redis Cluster"
 	}
 	return fmt.Sprintf("use Redis %d.%d or later, or a server that runs Lua scripts as Redis does", minRedisMajor, minRedisMinor)
-}
-
-// aclLogCommand is the command Redis last refused this user, when the user
-// may read ACL LOG; empty otherwise.
-func (r *Redis) aclLogCommand(ctx context.Context, d doer) string {
-	entries, err := r.do(ctx, d, "ACL", "LOG", 10).Slice()
-	if err != nil {
-		return ""
-	}
-	user := r.username()
-	for _, e := range entries {
-		fields := map[string]string{}
-		switch e := e.(type) {
-		case []any: // RESP2: name, value, ...
-			for i := 0; i+1 < len(e); i += 2 {
-				fields[fmt.Sprint(e[i])] = fmt.Sprint(e[i+1])
-			}
-		case map[any]any:
-			for k, v := range e {
-				fields[fmt.Sprint(k)] = fmt.Sprint(v)
-			}
-		}
-		if fields["username"] == user && fields["reason"] == "command" {
-			return fields["object"]
-		}
-	}
-	return ""
-}
-
-// Doctor checks the lock directory: that it can be used (it exists or was
-// created, it is safe and writable: NewLocal checked that), who shares it,
-// and that a lock can be taken and freed in it. It leaves nothing behind.
-func (s *Local) Doctor(ctx context.Context) []Check {
-	return []Check{s.describeDir(), s.tryLock(ctx)}
-}
-
-// describeDir says who may use the lock directory.
-func (s *Local) describeDir() Check {
-	c := Check{Name: "lock-dir"}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(s.dir.Fd()), &st); err != nil {
-		c.Status, c.Detail = CheckFail, fmt.Sprintf("%s: %v", s.path, err)
-		return c
-	}
-	who := "this user's"
-	switch {
-	case st.Mode&unix.S_ISGID != 0 && st.Mode&0o020 != 0:
-		group := "gid " + strconv.Itoa(int(st.Gid))
-		if g, err := user.LookupGroupId(strconv.Itoa(int(st.Gid))); err == nil {
-			group = "group " + g.Name
-		}
-		who = "shared by " + group + " (setgid, group-writable)"
-	case st.Uid != uint32(os.Geteuid()):
-		who = userName(st.Uid) + "'s"
-	}
-	c.Status = CheckOK
-	c.Detail = fmt.Sprintf("%s: %s (mode %04o), writable", s.path, who, st.Mode&0o7777)
-	return c
-}
-
-// tryLock takes a permit of a throw-away key and frees it, then removes
-// the key's directory.
-func (s *Local) tryLock(ctx context.Context) Check {
-	c := Check{Name: "lock"}
-	key := doctorKey()
-	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
-	defer cancel()
-	l, err := s.Acquire(ctx, Request{Key: key, Permits: 1, TTL: doctorTimeout, NoWait: true, Holder: HolderInfo{Command: "doctor"}})
-	if err == nil {
-		err = l.Release(ctx)
-	}
-	if rmErr := s.removeKey(key); err == nil && rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
-		err = fmt.Errorf("remove the throw-away key's directory: %w", rmErr)
-	}
-	if err != nil {
-		c.Status, c.Detail = CheckFail, err.Error()
-		c.Fix = "choose a lock directory on a local file system that supports flock(2) (--lock-dir)"
-		return c
-	}
-	c.Status = CheckOK
-	c.Detail = "took and freed a lock (flock) on a throw-away key"
-	return c
-}
-
-// removeKey removes a key's directory and its files, never through a
-// symbolic link. Only doctor's own keys are removed: a key in use must
-// keep its files.
-func (s *Local) removeKey(key string) error {
-	name := keyDirName(key)
-	dir, err := openDir(int(s.dir.Fd()), name, filepath.Join(s.path, name))
-	if err != nil {
-		return err
-	}
-	entries, err := dir.ReadDir(-1)
-	if err == nil {
-		for _, e := range entries {
-			if uerr := unix.Unlinkat(int(dir.Fd()), e.Name(), 0); uerr != nil && err == nil {
-				err = uerr
-			}
-		}
-	}
-	dir.Close()
-	if err != nil {
-		return err
-	}
-	return unix.Unlinkat(int(s.dir.Fd()), name, unix.AT_REMOVEDIR)
 }

@@ -1,7 +1,11 @@
+//go:build unix
+
 package semaphore_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,15 +90,23 @@ func wantStatuses(t *testing.T, checks []semaphore.Check, want map[string]semaph
 	}
 }
 
-// dbsize fails t unless the server holds no key: doctor leaves nothing behind.
+// wantEmpty fails t unless the server holds no key: doctor leaves nothing
+// behind. Without DEL, its keys are made to expire in 1ms: a moment is
+// allowed.
 func wantEmpty(t *testing.T, raw *redis.Client) {
 	t.Helper()
-	keys, err := raw.Keys(context.Background(), "*").Result()
-	if err != nil {
-		t.Fatalf("KEYS *: %v", err)
-	}
-	if len(keys) > 0 {
-		t.Errorf("keys left behind: %v", keys)
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+		keys, err := raw.Keys(context.Background(), "*").Result()
+		if err != nil {
+			t.Fatalf("KEYS *: %v", err)
+		}
+		if len(keys) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("keys left behind: %v", keys)
+			return
+		}
 	}
 }
 
@@ -299,23 +312,26 @@ func TestDoctorREADMEACLUserPasses(t *testing.T) {
 func TestDoctorMissingPermissions(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		edits        []string
-		want         map[string]semaphore.CheckStatus
-		detail, fix  string
-		leavesNoKeys bool
+		edits       []string
+		want        map[string]semaphore.CheckStatus
+		detail, fix string
 	}{
 		{[]string{"-blpop"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
-			"may not run BLPOP", "ACL SETUSER semrun +blpop", true},
+			"may not run BLPOP", "ACL SETUSER semrun +blpop"},
 		{[]string{"-zrank", "-incr"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
-			"may not run INCR, ZRANK", "ACL SETUSER semrun +incr +zrank", true},
+			"may not run INCR, ZRANK", "ACL SETUSER semrun +incr +zrank"},
 		{[]string{"-info"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "server": semaphore.CheckWarn, "replication": semaphore.CheckWarn, "maxmemory-policy": semaphore.CheckWarn},
-			"may not run INFO", "ACL SETUSER semrun +info", true},
+			"may not run INFO", "ACL SETUSER semrun +info"},
 		{[]string{"-wait"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckWarn},
-			"not WAIT: --min-replicas would fail", "ACL SETUSER semrun +wait", true},
+			"not WAIT: --min-replicas would fail", "ACL SETUSER semrun +wait"},
 		{[]string{"resetkeys", "~other:*"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
-			"may not use keys under semrun:", "ACL SETUSER semrun ~semrun:*", true},
-		{[]string{"-del", "-pexpire"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
-			"may not run DEL, PEXPIRE", "ACL SETUSER semrun +del +pexpire", false},
+			"may not use keys under semrun:", "ACL SETUSER semrun ~semrun:*"},
+		// Without DEL, the keys are removed with PEXPIRE.
+		{[]string{"-del"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
+			"may not run DEL", "ACL SETUSER semrun +del"},
+		// Without PEXPIRE, nothing is written: a key could outlive doctor.
+		{[]string{"-pexpire"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
+			"may not run PEXPIRE, which semrun sends; PEXPIRE was refused, so the commands that write were not tried", "ACL SETUSER semrun +pexpire"},
 	} {
 		t.Run(strings.Join(tt.edits, " "), func(t *testing.T) {
 			t.Parallel()
@@ -330,9 +346,7 @@ func TestDoctorMissingPermissions(t *testing.T) {
 			if !strings.Contains(c.Detail, tt.detail) || c.Fix != tt.fix {
 				t.Errorf("acl: got %q (fix %q), want %q (fix %q)", c.Detail, c.Fix, tt.detail, tt.fix)
 			}
-			if tt.leavesNoKeys {
-				wantEmpty(t, rawClient(t, srv.Addr))
-			}
+			wantEmpty(t, rawClient(t, srv.Addr))
 		})
 	}
 }
@@ -373,6 +387,118 @@ func TestDoctorProbesEveryCommand(t *testing.T) {
 			t.Errorf("the README's ACL SETUSER line does not grant +%s", name)
 		}
 	}
+}
+
+// cutAfter fails every command after the first n, as a connection cut or
+// a doctor killed at that point would leave it.
+type cutAfter struct{ n atomic.Int64 }
+
+var errCut = errors.New("cut")
+
+func (h *cutAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cutAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.n.Add(-1) < 0 {
+			cmd.SetErr(errCut)
+			return errCut
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *cutAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.n.Add(-1) < 0 {
+			for _, cmd := range cmds {
+				cmd.SetErr(errCut)
+			}
+			return errCut
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestDoctorCutAnywhereLeavesKeysThatExpire: wherever doctor stops, what
+// it wrote expires within a minute.
+func TestDoctorCutAnywhereLeavesKeysThatExpire(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	raw := rawClient(t, srv.Addr)
+	ctx := context.Background()
+	for n := int64(0); ; n++ {
+		cut := &cutAfter{}
+		cut.n.Store(n)
+		c := rawClient(t, srv.Addr)
+		c.AddHook(cut)
+		checks := semaphore.NewRedisWithClient(c, nil, srv.URL(), semaphore.RedisOptions{Prefix: "semrun:"}).Doctor(ctxTimeout(t, 30*time.Second))
+		keys, err := raw.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatalf("KEYS *: %v", err)
+		}
+		for _, k := range keys {
+			if ttl, err := raw.PTTL(ctx, k).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
+				t.Errorf("cut after %d commands: key %s has TTL %v (%v), want at most a minute", n, k, ttl, err)
+			}
+		}
+		if err := raw.FlushAll(ctx).Err(); err != nil {
+			t.Fatalf("FLUSHALL: %v", err)
+		}
+		if cut.n.Load() >= 0 {
+			// Doctor finished before the cut: every point was tried.
+			if got := statuses(t, checks); got["scripts"] != semaphore.CheckOK {
+				t.Errorf("uncut: got %v, want scripts ok", got)
+			}
+			return
+		}
+		if c := findCheck(t, checks, "latency"); n == 0 && c.Status != semaphore.CheckFail {
+			t.Errorf("cut at once: got latency %s, want fail", c.Status)
+		}
+	}
+}
+
+// oldServer says it is another version of Redis.
+type oldServer struct {
+	*redis.Client
+	version string
+}
+
+func (s oldServer) InfoMap(ctx context.Context, sections ...string) *redis.InfoCmd {
+	cmd := s.Client.InfoMap(ctx, sections...)
+	if info, err := cmd.Result(); err == nil && info["Server"] != nil {
+		info["Server"]["redis_version"] = s.version
+	}
+	return cmd
+}
+
+// TestDoctorServerVersions: before 4.0 the scripts fail; before 6.0
+// waiters poll instead of blocking.
+func TestDoctorServerVersions(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	for _, tt := range []struct {
+		version string
+		want    map[string]semaphore.CheckStatus
+	}{
+		{"3.2.12", map[string]semaphore.CheckStatus{"server": semaphore.CheckFail, "acl": semaphore.CheckSkip, "scripts": semaphore.CheckSkip}},
+		{"5.0.14", map[string]semaphore.CheckStatus{"server": semaphore.CheckWarn}},
+		{"6.0.0", nil},
+		{"10.1.0", nil},
+	} {
+		c := oldServer{rawClient(t, srv.Addr), tt.version}
+		checks := semaphore.NewRedisWithClient(c, nil, srv.URL(), semaphore.RedisOptions{Prefix: "semrun:"}).Doctor(ctxTimeout(t, 30*time.Second))
+		got := statuses(t, checks)
+		for _, name := range []string{"server", "acl", "scripts"} {
+			want := cmp.Or(tt.want[name], semaphore.CheckOK)
+			if got[name] != want {
+				t.Errorf("Redis %s: check %s got %s, want %s", tt.version, name, got[name], want)
+			}
+		}
+		if c := findCheck(t, checks, "server"); !strings.HasPrefix(c.Detail, "Redis "+tt.version+" (standalone)") {
+			t.Errorf("Redis %s: got server %q, want it to name the version", tt.version, c.Detail)
+		}
+	}
+	wantEmpty(t, rawClient(t, srv.Addr))
 }
 
 func TestDoctorUnreachable(t *testing.T) {
