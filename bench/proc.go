@@ -16,8 +16,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Every process the bench starts is the leader of a process group of its
@@ -55,7 +53,7 @@ func (r *registry) signalAll(sig syscall.Signal) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for cmd := range r.live {
-		_ = syscall.Kill(-cmd.Process.Pid, sig)
+		signalGroup(cmd, sig)
 	}
 	return len(r.live)
 }
@@ -117,8 +115,7 @@ func newGroup(ctx context.Context, env []string) *group {
 func (g *group) start(argv []string, keep bool) (*proc, error) {
 	cmd := exec.CommandContext(g.ctx, argv[0], argv[1:]...)
 	cmd.Env = g.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	ownGroup(cmd)
 	cmd.WaitDelay = 3 * time.Second
 	p := &proc{cmd: cmd, done: make(chan struct{})}
 	if keep {
@@ -382,20 +379,4 @@ func waitStarted(ctx context.Context, path string, n int, p *proc, limit time.Du
 		}
 	}
 	return nil
-}
-
-// monotonic reads CLOCK_MONOTONIC in ns, as the children do.
-func monotonic() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
-}
-
-// realtimeOffset is CLOCK_REALTIME - CLOCK_MONOTONIC, in ns: subtracted
-// from a time of day, it gives the children's clock.
-func realtimeOffset() int64 {
-	var rt, mono unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
-	return rt.Nano() - mono.Nano()
 }

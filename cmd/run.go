@@ -21,13 +21,6 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-// forwarded are the signals that reach the child's process group, and that
-// end a wait for a permit.
-var forwarded = []os.Signal{
-	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
-}
-
 // Variables the child gets, deliberately not the configuration variables:
 // a semrun inside the child must not inherit its parent's key or capacity.
 const (
@@ -196,7 +189,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	// has exited must not change the exit status, and a Stop would cost a
 	// round trip to the runtime's signal thread for each signal.
 	signals := make(chan os.Signal, 16)
-	signal.Notify(signals, append(forwarded, syscall.SIGTSTP)...)
+	signal.Notify(signals, caughtSignals...)
 
 	began := time.Now()
 	lease, err := o.acquire(ctx, store, signals, log)
@@ -298,9 +291,9 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 			waiting = false
 		case sig := <-signals:
 			switch sig {
-			case syscall.SIGWINCH:
+			case resizeSignal:
 				continue // a resized terminal is no reason to give up
-			case syscall.SIGTSTP:
+			case stopSignal:
 				// Suspended while waiting (Ctrl-Z): a stopped waiter must
 				// not keep others waiting, so it leaves, and asks again
 				// when continued.

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -65,7 +64,7 @@ func (l *waitLine) tick() {
 // A line wider than the terminal is cut: a wrapped line cannot be redrawn.
 func (l *waitLine) draw() {
 	fd := int(l.w.Fd())
-	if pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && pgrp != unix.Getpgrp() {
+	if inBackground(fd) {
 		return
 	}
 	text := "semrun: " + waitText(l.key, *l.state, time.Since(l.began))

@@ -11,23 +11,44 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// waitEvent is a change of the child's state.
-type waitEvent struct {
-	status  unix.WaitStatus
-	stopped bool
-	// resumed is signalled when the job was continued after a stop.
-	resumed chan struct{}
-	// lingering says that the child exited with status, but left processes
-	// in its group; an event with groupGone follows once they are gone.
-	lingering, groupGone bool
+type waitStatus = unix.WaitStatus
+
+// group is the child's process group, named by its id: the child's pid.
+type group int
+
+// deliver passes on a signal semrun caught to the child's group, but for
+// SIGTSTP, which stops the group instead (SIGSTOP) and reports stopped.
+func (g group) deliver(sig os.Signal) (stopped bool) {
+	if sig != syscall.SIGTSTP {
+		_ = syscall.Kill(-int(g), sig.(syscall.Signal))
+		return false
+	}
+	_ = syscall.Kill(-int(g), syscall.SIGSTOP)
+	return true
 }
 
-// start starts the command at path, returns its pid, and reports its
-// changes of state on events. With jobControl, a stop of the child is
-// reported too, and waiting resumes once the event's resumed channel is
-// signalled. syscall.ForkExec, not os/exec: the child is reaped here, and
-// os/exec's first start forks once more to probe for pidfd.
-func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, events chan<- waitEvent) (int, error) {
+// terminate asks the group to end (SIGTERM); kill ends it (SIGKILL).
+func (g group) terminate() { g.signal(syscall.SIGTERM) }
+func (g group) kill()      { g.signal(syscall.SIGKILL) }
+
+// signal sends sig to the group, and SIGCONT so that a stopped child can
+// act on it.
+func (g group) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-int(g), sig)
+	_ = syscall.Kill(-int(g), syscall.SIGCONT)
+}
+
+// close does nothing: a process group holds nothing to free.
+func (group) close() {}
+
+// start starts the command at path in a process group of its own, and
+// reports its changes of state on events. With a terminal, a stop of the
+// child is reported too, and waiting resumes once the event's resumed
+// channel is signalled. syscall.ForkExec, not os/exec: the child is reaped
+// here, and os/exec's first start forks once more to probe for pidfd.
+func start(path string, spec Spec, term *terminal, events chan<- waitEvent) (group, error) {
+	adoptOrphans()
+	attr, jobControl := procAttr(term), term != nil
 	var files []uintptr
 	for _, f := range []*os.File{spec.Stdin, spec.Stdout, spec.Stderr} {
 		if f == nil { // as with os/exec: the null device
@@ -69,7 +90,7 @@ func start(path string, spec Spec, attr *syscall.SysProcAttr, jobControl bool, e
 	}()
 	s := <-ready
 	runtime.KeepAlive(spec) // its files stay open until the child has them
-	return s.pid, s.err
+	return group(s.pid), s.err
 }
 
 // reap waits for the child's changes of state and reports them on events,
@@ -197,11 +218,11 @@ func Suspend() { (*terminal)(nil).suspend() }
 
 // resume gives the terminal back to the child when the shell continued the
 // job in the foreground, and continues the child.
-func (t *terminal) resume(pgid int) {
+func (t *terminal) resume(g group) {
 	if t != nil {
 		if pgrp, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP); err == nil && pgrp == unix.Getpgrp() {
-			t.setForeground(pgid)
+			t.setForeground(int(g))
 		}
 	}
-	_ = unix.Kill(-pgid, unix.SIGCONT)
+	_ = unix.Kill(-int(g), unix.SIGCONT)
 }

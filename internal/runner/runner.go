@@ -90,6 +90,17 @@ func (e *StartError) Unwrap() error { return e.Err }
 // about to give the seat away, so the permit counts as lost.
 var ErrPresumedLost = errors.New("no renewal succeeded in time")
 
+// waitEvent is a change of the child's state.
+type waitEvent struct {
+	status  waitStatus
+	stopped bool
+	// resumed is signalled when the job was continued after a stop.
+	resumed chan struct{}
+	// lingering says that the child exited with status, but left processes
+	// in its group; an event with groupGone follows once they are gone.
+	lingering, groupGone bool
+}
+
 // Lease is the permit the child runs under.
 type Lease interface {
 	// Deadline is the instant at which the store may give the seat away,
@@ -136,12 +147,12 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	}
 	term := newTerminal(spec.Stdin)
 
-	adoptOrphans()
 	events := make(chan waitEvent, 1)
-	pgid, err := start(path, spec, procAttr(term), term != nil, events)
+	g, err := start(path, spec, term, events)
 	if err != nil {
 		return Result{}, startError(spec.Args[0], err)
 	}
+	defer g.close()
 	defer term.reclaim()
 
 	renewCtx, stopRenewing := context.WithCancel(ctx)
@@ -188,10 +199,10 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 			grace = min(grace, clock.Until(lease.Deadline().Add(-Margin(spec.TTL))))
 		}
 		if grace <= 0 {
-			signalGroup(pgid, syscall.SIGKILL)
+			g.kill()
 			return
 		}
-		signalGroup(pgid, syscall.SIGTERM)
+		g.terminate()
 		kill = clock.NewAlarm(clock.Now().Add(grace))
 	}
 	// resumed runs when semrun is continued after the job was suspended:
@@ -201,20 +212,15 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 		if lost != nil && lapses && clock.Now().After(lossAt(spec, lease)) {
 			onLost(presumedLost(spec))
 		}
-		term.resume(pgid)
+		term.resume(g)
 	}
 	for {
 		select {
 		case sig := <-spec.Signals:
-			if sig != syscall.SIGTSTP {
-				_ = syscall.Kill(-pgid, sig.(syscall.Signal))
-				continue
-			}
 			// SIGTSTP sent to semrun itself (not from the terminal, which
 			// stops the child's group) must not leave the child running
 			// while semrun, stopped, cannot renew: the whole job stops.
-			_ = syscall.Kill(-pgid, syscall.SIGSTOP)
-			if term == nil {
+			if g.deliver(sig) && term == nil {
 				term.suspend()
 				resumed()
 			} // else the child's stop comes as an event, handled below
@@ -233,7 +239,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 			onLost(presumedLost(spec))
 		case <-alarmC(kill):
 			kill = nil
-			signalGroup(pgid, syscall.SIGKILL)
+			g.kill()
 		case ev := <-events:
 			if ev.stopped {
 				// Suspended from the terminal: suspend the job as a whole.
@@ -247,7 +253,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 			}
 			if res.Terminated {
 				// What the child left in its group must not outlive the lease either.
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				g.kill()
 			}
 			res.ExitCode, res.Signal = ev.status.ExitStatus(), 0
 			if ev.status.Signaled() {
@@ -263,13 +269,6 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 			return res, nil
 		}
 	}
-}
-
-// signalGroup sends sig to the child's group, and SIGCONT so that a
-// stopped child can act on it.
-func signalGroup(pgid int, sig syscall.Signal) {
-	_ = syscall.Kill(-pgid, sig)
-	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 }
 
 func startError(command string, err error) error {

@@ -26,10 +26,6 @@ import (
 	"github.com/semrun/semrun/internal/clock"
 )
 
-// SystemLockDir is the lock directory every user of a host shares when it is
-// usable; see DefaultLockDir.
-const SystemLockDir = "/run/lock/semrun"
-
 // A key's directory holds one file a role. Seats are "seat.0" to
 // "seat.N-1"; waiters each have a "wait.*" file while they wait.
 const (
@@ -49,15 +45,6 @@ const (
 	firstFollowup = 2 * time.Millisecond
 	slowRecheck   = 2 * time.Second
 )
-
-// LocalOptions configure a host-local store.
-type LocalOptions struct {
-	// Dir is the lock directory; created (mode 0755) when missing, provided
-	// its parent exists.
-	Dir string
-	// Warnf, when set, receives warnings (callers asking different capacities).
-	Warnf func(format string, args ...any)
-}
 
 // Local is a Store whose permits are kernel file locks in a lock directory
 // on this host: seat i of a key is an exclusive flock(2) on its file, so the

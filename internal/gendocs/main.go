@@ -1,0 +1,157 @@
+// Command gendocs writes semrun's man pages and shell completions for the
+// release archives and packages:
+//
+//	go run ./internal/gendocs DIR
+//
+// It replaces DIR/man (gzipped man pages, one a command) and
+// DIR/completions (semrun.bash, semrun.zsh, semrun.fish). The pages are
+// dated by SOURCE_DATE_EPOCH (seconds) when it is set and positive, so that
+// a release's are reproducible; a snapshot without a commit time gets 0 or
+// less, and today's date.
+package main
+
+import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+
+	"github.com/semrun/semrun/cmd"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: gendocs DIR")
+		os.Exit(2)
+	}
+	if err := generate(os.Args[1]); err != nil {
+		fmt.Fprintf(os.Stderr, "gendocs: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// generate writes the man pages and completions into dir.
+func generate(dir string) error {
+	root := cmd.NewCmdRoot(cmd.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	root.DisableAutoGenTag = true   // no generation date in the pages' text
+	root.InitDefaultCompletionCmd() // cobra adds it only when it runs
+	date, err := sourceDate()
+	if err != nil {
+		return err
+	}
+	if err := genMan(root, date, filepath.Join(dir, "man")); err != nil {
+		return err
+	}
+	return genCompletions(root, filepath.Join(dir, "completions"))
+}
+
+// sourceDate is the date of the pages: SOURCE_DATE_EPOCH, else now.
+func sourceDate() (time.Time, error) {
+	epoch := os.Getenv("SOURCE_DATE_EPOCH")
+	if epoch == "" {
+		return time.Now(), nil
+	}
+	sec, err := strconv.ParseInt(epoch, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%s: not a number of seconds", epoch)
+	}
+	if sec <= 0 {
+		return time.Now(), nil
+	}
+	return time.Unix(sec, 0).UTC(), nil
+}
+
+// genMan writes one page a command into dir, gzipped, as packages ship them.
+func genMan(root *cobra.Command, date time.Time, dir string) error {
+	if err := fresh(dir); err != nil {
+		return err
+	}
+	header := &doc.GenManHeader{Section: "1", Manual: "semrun manual", Source: "semrun", Date: &date}
+	if err := doc.GenManTree(root, header, dir); err != nil {
+		return err
+	}
+	pages, err := filepath.Glob(filepath.Join(dir, "*.1"))
+	if err != nil {
+		return err
+	}
+	for _, page := range pages {
+		if err := gzipFile(page); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gzipFile replaces path with path.gz. The gzip header carries no name
+// and no time, so the same page always gives the same bytes.
+func gzipFile(path string) error {
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(path + ".gz")
+	if err != nil {
+		return err
+	}
+	zw, err := gzip.NewWriterLevel(out, gzip.BestCompression)
+	if err != nil {
+		out.Close()
+		return err
+	}
+	_, err = io.Copy(zw, in)
+	if closeErr := zw.Close(); err == nil {
+		err = closeErr
+	}
+	if closeErr := out.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Remove(path)
+}
+
+// genCompletions writes the bash, zsh and fish completion scripts into dir.
+func genCompletions(root *cobra.Command, dir string) error {
+	if err := fresh(dir); err != nil {
+		return err
+	}
+	for name, gen := range map[string]func(io.Writer) error{
+		"semrun.bash": func(w io.Writer) error { return root.GenBashCompletionV2(w, true) },
+		"semrun.zsh":  root.GenZshCompletion,
+		"semrun.fish": func(w io.Writer) error { return root.GenFishCompletion(w, true) },
+	} {
+		if err := writeFile(filepath.Join(dir, name), gen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, gen func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := gen(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// fresh empties dir, or makes it: a page of a command that is gone must
+// not ship.
+func fresh(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(dir, 0o755)
+}
