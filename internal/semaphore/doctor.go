@@ -661,6 +661,23 @@ func (r *Redis) acl(ctx context.Context, c doctorClient) (Check, bool) {
 	return check, false
 }
 
+// refused names the commands the user may not run, and the fix, for a
+// script that Redis refused a command without naming it.
+func (r *Redis) refused(ctx context.Context) string {
+	const unknown = "a command semrun's scripts run was refused (semrun doctor names it)"
+	c, ok := r.client.(doctorClient)
+	if !ok {
+		return unknown
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), doctorTimeout)
+	defer cancel()
+	check, refused := r.acl(ctx, c)
+	if !refused {
+		return unknown
+	}
+	return check.Detail + "; fix: " + check.Fix
+}
+
 // cleanup removes doctor's throw-away keys, or makes them expire at once
 // for a user not allowed DEL, even when ctx was cancelled. They share one
 // hash tag, so one DEL takes them all in a cluster too. It tells whether

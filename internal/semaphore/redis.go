@@ -698,8 +698,9 @@ func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string
 				return nil, fmt.Errorf("%s: Redis wants a password (the URL's, --redis-password-file, SEMRUN_REDIS_PASSWORD or REDISCLI_AUTH): %w", r.addr, err)
 			}
 			if strings.Contains(err.Error(), "can't run this command") {
-				// Inside a script, Redis 7 does not name the command it refused.
-				return nil, fmt.Errorf("%s: %w (semrun doctor names every command the user lacks)", r.addr, err)
+				// Inside a script, Redis 7 does not name the command it
+				// refused: doctor's probes do.
+				return nil, fmt.Errorf("%s: %s (Redis said: %w)", r.addr, r.refused(ctx), err)
 			}
 			return nil, fmt.Errorf("%s: %w", r.addr, err)
 		}
