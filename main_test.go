@@ -175,6 +175,7 @@ func cmdStore(ts *testscript.TestScript, neg bool, args []string) {
 // Cluster or a master watched by sentinels instead.
 // redis stop|kill|restart|pause|resume: control the server (the master).
 // redis promoted: wait until the sentinels have promoted the replica.
+// redis tls: start a TLS server instead, with certificates (see startTLS).
 // redis COMMAND ARGS...: send one command and print its reply.
 func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 {
@@ -202,6 +203,9 @@ func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 		return
 	case "promoted":
 		awaitPromotion(ts)
+		return
+	case "tls":
+		startTLS(ts)
 		return
 	}
 	if st.redis == nil {
@@ -310,6 +314,24 @@ func startSentinel(ts *testscript.TestScript) {
 	state(ts).sentinels = addrs
 	ts.Setenv("SEMRUN_REDIS_URL", "redis://"+addrs[0]+"/0?addr="+addrs[1]+"&addr="+addrs[2])
 	ts.Setenv("SEMRUN_SENTINEL_MASTER", "semrun")
+}
+
+// startTLS writes a CA, a server and a client certificate signed by it,
+// and another CA, to the script's directory (ca.pem, server.pem,
+// client.pem, each with its NAME-key.pem, other-ca.pem), starts a
+// TLS-only redis-server that requires a client certificate, and points
+// SEMRUN_REDIS_URL at it (rediss://).
+func startTLS(ts *testscript.TestScript) {
+	if err := redistest.Available(); err != nil {
+		ts.Fatalf("redis-server is required: %v", err)
+	}
+	p, err := redistest.WritePKI(ts.MkAbs("."))
+	ts.Check(err)
+	s, err := redistest.StartTLS(ts.MkAbs("."), p.TLSFiles(true))
+	ts.Check(err)
+	ts.Defer(s.Stop)
+	state(ts).redis = s
+	ts.Setenv("SEMRUN_REDIS_URL", s.URL())
 }
 
 // awaitPromotion waits until the sentinels name another master than the

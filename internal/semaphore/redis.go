@@ -702,7 +702,7 @@ func (r *Redis) callRetrying(ctx context.Context, s *redis.Script, keys []string
 				// refused: doctor's probes do.
 				return nil, fmt.Errorf("%s: %s (Redis said: %w)", r.addr, r.refused(ctx), err)
 			}
-			return nil, fmt.Errorf("%s: %w", r.addr, err)
+			return nil, fmt.Errorf("%s: %w%s", r.addr, err, trustHint(err))
 		}
 		if failing == nil || !errors.Is(err, context.DeadlineExceeded) {
 			failing = err // the attempt cut short at giveUp says less than the one before

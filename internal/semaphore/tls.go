@@ -75,3 +75,20 @@ func untrusted(err error) bool {
 	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
 		errors.As(err, &invalid) || errors.As(err, &alert) || errors.As(err, &op) && op.Op == "remote error"
 }
+
+// trustHint says which setting decides what failed to verify, for an
+// error untrusted reported; empty when none does.
+func trustHint(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &unknown):
+		return " (--tls-ca names the CAs trusted to sign Redis's certificate)"
+	case errors.As(err, &hostname):
+		return " (--tls-server-name sets the name it must have; the URL's host otherwise)"
+	case errors.As(err, &op) && op.Op == "remote error":
+		return " (Redis refused semrun's client certificate: see --tls-cert and --tls-key)"
+	}
+	return ""
+}

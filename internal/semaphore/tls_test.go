@@ -1,16 +1,9 @@
 package semaphore_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,130 +25,21 @@ const (
 	failFast          = 5 * time.Second
 )
 
-// pki is a CA, a server and a client certificate signed by it, and a
-// second CA that signed neither, as PEM files.
-type pki struct {
-	ca, otherCA           string
-	serverCert, serverKey string
-	clientCert, clientKey string
-}
-
-// newPKI makes the certificates of a test in a directory of its own. The
-// server's certificate is for IP 127.0.0.1 and DNS name redis.test.
-func newPKI(t testing.TB) pki {
+// newPKI makes the certificates of a test in a directory of its own.
+func newPKI(t testing.TB) redistest.PKI {
 	t.Helper()
-	dir := t.TempDir()
-	caCert, caKey := newCA(t, "semrun test CA")
-	otherCert, _ := newCA(t, "semrun unrelated CA")
-	p := pki{
-		ca:         filepath.Join(dir, "ca.pem"),
-		otherCA:    filepath.Join(dir, "other-ca.pem"),
-		serverCert: filepath.Join(dir, "server.pem"),
-		serverKey:  filepath.Join(dir, "server-key.pem"),
-		clientCert: filepath.Join(dir, "client.pem"),
-		clientKey:  filepath.Join(dir, "client-key.pem"),
+	p, err := redistest.WritePKI(t.TempDir())
+	if err != nil {
+		t.Fatalf("make certificates: got error %v, want nil", err)
 	}
-	writePEM(t, p.ca, "CERTIFICATE", caCert.Raw)
-	writePEM(t, p.otherCA, "CERTIFICATE", otherCert.Raw)
-
-	server := leafTemplate(t, "redis.test", x509.ExtKeyUsageServerAuth)
-	server.DNSNames = []string{"redis.test"}
-	server.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	signLeaf(t, server, caCert, caKey, p.serverCert, p.serverKey)
-
-	client := leafTemplate(t, "semrun test client", x509.ExtKeyUsageClientAuth)
-	signLeaf(t, client, caCert, caKey, p.clientCert, p.clientKey)
 	return p
-}
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("generate an ECDSA key: got error %v, want nil", err)
-	}
-	return key
-}
-
-func newCA(t testing.TB, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("create CA certificate %q: got error %v, want nil", name, err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("parse CA certificate %q: got error %v, want nil", name, err)
-	}
-	return cert, key
-}
-
-// serial is a random certificate serial number, so that no two
-// certificates of a run share one.
-func serial(t testing.TB) *big.Int {
-	t.Helper()
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
-	if err != nil {
-		t.Fatalf("random serial: got error %v, want nil", err)
-	}
-	return n.Add(n, big.NewInt(1))
-}
-
-func leafTemplate(t testing.TB, name string, usage x509.ExtKeyUsage) *x509.Certificate {
-	t.Helper()
-	return &x509.Certificate{
-		SerialNumber: serial(t),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-}
-
-// signLeaf signs tmpl with the CA and writes the certificate and its key.
-func signLeaf(t testing.TB, tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey, certFile, keyFile string) {
-	t.Helper()
-	key := newKey(t)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatalf("create certificate %q: got error %v, want nil", tmpl.Subject.CommonName, err)
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatalf("marshal key of %q: got error %v, want nil", tmpl.Subject.CommonName, err)
-	}
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", pkcs8)
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	data := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatalf("write %s: got error %v, want nil", path, err)
-	}
 }
 
 // tlsServer starts a TLS-only redis-server with p's certificates, which
 // requires a client certificate when authClients.
-func tlsServer(t *testing.T, p pki, authClients bool) *redistest.Server {
+func tlsServer(t *testing.T, p redistest.PKI, authClients bool) *redistest.Server {
 	t.Helper()
-	srv := redistest.NewTLS(t, redistest.TLSFiles{
-		CertFile: p.serverCert, KeyFile: p.serverKey, CAFile: p.ca,
-		AuthClients:    authClients,
-		ClientCertFile: p.clientCert, ClientKeyFile: p.clientKey,
-	})
+	srv := redistest.NewTLS(t, p.TLSFiles(authClients))
 	if !strings.HasPrefix(srv.URL(), "rediss://127.0.0.1:") {
 		t.Fatalf("TLS server URL: got %q, want rediss://127.0.0.1:port/0", srv.URL())
 	}
@@ -217,7 +101,7 @@ func TestRedisTLS(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
 	srv := tlsServer(t, p, true)
-	st := tlsStore(t, srv, semaphore.TLSOptions{CAFile: p.ca, CertFile: p.clientCert, KeyFile: p.clientKey})
+	st := tlsStore(t, srv, semaphore.TLSOptions{CAFile: p.CA, CertFile: p.ClientCert, KeyFile: p.ClientKey})
 	acquireRelease(t, st)
 }
 
@@ -226,7 +110,7 @@ func TestRedisTLSWithoutClientAuth(t *testing.T) {
 	p := newPKI(t)
 	srv := tlsServer(t, p, false)
 	// A server that asks for no client certificate needs only the CA.
-	acquireRelease(t, tlsStore(t, srv, semaphore.TLSOptions{CAFile: p.ca}))
+	acquireRelease(t, tlsStore(t, srv, semaphore.TLSOptions{CAFile: p.CA}))
 }
 
 func TestRedisTLSServerName(t *testing.T) {
@@ -234,7 +118,7 @@ func TestRedisTLSServerName(t *testing.T) {
 	p := newPKI(t)
 	srv := tlsServer(t, p, true)
 	opts := func(name string) semaphore.TLSOptions {
-		return semaphore.TLSOptions{CAFile: p.ca, CertFile: p.clientCert, KeyFile: p.clientKey, ServerName: name}
+		return semaphore.TLSOptions{CAFile: p.CA, CertFile: p.ClientCert, KeyFile: p.ClientKey, ServerName: name}
 	}
 
 	t.Run("matching", func(t *testing.T) {
@@ -257,7 +141,7 @@ func TestRedisTLSWrongCA(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
 	srv := tlsServer(t, p, true)
-	st := tlsStore(t, srv, semaphore.TLSOptions{CAFile: p.otherCA, CertFile: p.clientCert, KeyFile: p.clientKey})
+	st := tlsStore(t, srv, semaphore.TLSOptions{CAFile: p.OtherCA, CertFile: p.ClientCert, KeyFile: p.ClientKey})
 	took, err := acquireFails(t, st)
 	var unknown x509.UnknownAuthorityError
 	wantUntrusted(t, err, took, &unknown)
@@ -273,7 +157,7 @@ func TestRedisTLSInsecure(t *testing.T) {
 	srv := tlsServer(t, p, true)
 	// The CA did not sign the server's certificate, but it is not verified.
 	acquireRelease(t, tlsStore(t, srv, semaphore.TLSOptions{
-		CAFile: p.otherCA, CertFile: p.clientCert, KeyFile: p.clientKey, Insecure: true,
+		CAFile: p.OtherCA, CertFile: p.ClientCert, KeyFile: p.ClientKey, Insecure: true,
 	}))
 }
 
@@ -284,7 +168,7 @@ func TestRedisTLSClientCertificateRequired(t *testing.T) {
 	// The server verifies the client's certificate, so the client may
 	// complete its side of the handshake before the server closes it.
 	const timeout = 3 * time.Second
-	st := newStore(t, srv.URL(), semaphore.RedisOptions{TLS: &semaphore.TLSOptions{CAFile: p.ca}, ConnectTimeout: timeout})
+	st := newStore(t, srv.URL(), semaphore.RedisOptions{TLS: &semaphore.TLSOptions{CAFile: p.CA}, ConnectTimeout: timeout})
 	took, err := acquireFails(t, st)
 	if bound := timeout + 2*time.Second; took > bound {
 		t.Errorf("Acquire without a client certificate: returned after %v, want within the connect timeout %v (bound %v)",
@@ -329,14 +213,14 @@ func TestRedisTLSOptionsRefused(t *testing.T) {
 		tls  semaphore.TLSOptions
 		want []string // each must be in the error
 	}{
-		{"redis URL with a CA", "redis://127.0.0.1:1/0", semaphore.TLSOptions{CAFile: p.ca}, []string{"rediss://"}},
+		{"redis URL with a CA", "redis://127.0.0.1:1/0", semaphore.TLSOptions{CAFile: p.CA}, []string{"rediss://"}},
 		{"redis URL insecure", "redis://127.0.0.1:1/0", semaphore.TLSOptions{Insecure: true}, []string{"rediss://"}},
 		{"unix URL with a server name", "unix:///tmp/redis.sock", semaphore.TLSOptions{ServerName: "redis.test"}, []string{"rediss://"}},
-		{"certificate without key", tlsURL, semaphore.TLSOptions{CertFile: p.clientCert}, []string{"key"}},
-		{"key without certificate", tlsURL, semaphore.TLSOptions{KeyFile: p.clientKey}, []string{"certificate"}},
+		{"certificate without key", tlsURL, semaphore.TLSOptions{CertFile: p.ClientCert}, []string{"key"}},
+		{"key without certificate", tlsURL, semaphore.TLSOptions{KeyFile: p.ClientKey}, []string{"certificate"}},
 		{"CA file not PEM", tlsURL, semaphore.TLSOptions{CAFile: notPEM}, []string{notPEM}},
 		{"CA file missing", tlsURL, semaphore.TLSOptions{CAFile: notPEM + ".missing"}, []string{notPEM + ".missing"}},
-		{"key not matching certificate", tlsURL, semaphore.TLSOptions{CertFile: p.clientCert, KeyFile: p.serverKey}, []string{p.clientCert}},
+		{"key not matching certificate", tlsURL, semaphore.TLSOptions{CertFile: p.ClientCert, KeyFile: p.ServerKey}, []string{p.ClientCert}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tlsOpts := tc.tls
