@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -96,6 +97,11 @@ func newCmdRoot(s Streams, common *commonOptions) *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
 	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" for root and where root shares it, else /run/lock/semrun-UID)")
+	if runtime.GOOS == "windows" {
+		// There is no local store there: --local is refused, not offered.
+		_ = pf.MarkHidden("local")
+		_ = pf.MarkHidden("lock-dir")
+	}
 	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
 	pf.BoolVar(&common.cluster, "cluster", false, "Redis Cluster: --redis is a seed node (more with ?addr=host:port&addr=...)")
 	pf.StringVar(&common.sentinel, "sentinel-master", "", "Redis Sentinel: --redis is a sentinel (more with ?addr=...), its user and password the sentinels'; this names the master")
