@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,5 +287,101 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	}
 	if st, err := store.Status(ctx, []string{key}); err != nil || st[0].Held != 0 {
 		t.Errorf("status after the run: got (%+v, %v), want nothing held", st, err)
+	}
+}
+
+// TestRedisClusterReleaseDuringMigration: while a semaphore's slot
+// migrates, a release's script touches the holder's wake list, which the
+// node does not have, and Redis fails the script ("non local key"),
+// before it wrote anything. That heals once the migration ends: the
+// release is retried until then, and the seat goes to the waiter.
+func TestRedisClusterReleaseDuringMigration(t *testing.T) {
+	t.Parallel()
+	nodes := redistest.NewCluster(t, 3, 0)
+	store := newStore(t, "redis://"+nodes[0].Addr+"/0", semaphore.RedisOptions{Cluster: true, ConnectTimeout: 10 * time.Second})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	k := keysOf(testPrefix, key)
+	raw := rawClient(t, nodes[0].Addr)
+	slot, err := raw.ClusterKeySlot(ctx, k.holders).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	slots, err := raw.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	var from, to string
+	for _, r := range slots {
+		if int64(r.Start) <= slot && slot <= int64(r.End) {
+			from = r.Nodes[0].Addr
+		}
+	}
+	for _, n := range nodes {
+		if n.Addr != from {
+			to = n.Addr
+			break
+		}
+	}
+	src, dst := rawClient(t, from), rawClient(t, to)
+	id := func(c *redis.Client) string {
+		t.Helper()
+		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatalf("CLUSTER MYID: %v", err)
+		}
+		return id
+	}
+	fromID, toID := id(src), id(dst)
+
+	l := acquire(t, store, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+	// A waiter in line, so that every key the script names is on src: it
+	// runs there, instead of being redirected.
+	if pos := enqueue(t, src, key, "waiter", 1, 30*time.Second); pos != 1 {
+		t.Fatalf("a waiter behind the holder: got place %d, want 1", pos)
+	}
+	must := func(c *redis.Client, args ...any) {
+		t.Helper()
+		if err := c.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
+	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	// The migration is called off once the release's script failed on
+	// src, on the wake list, as src's command statistics tell.
+	failedScripts := func() int {
+		info, err := src.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return -1
+		}
+		n := 0
+		for _, m := range regexp.MustCompile(`cmdstat_eval(?:sha)?:.*failed_calls=(\d+)`).FindAllStringSubmatch(info, -1) {
+			f, _ := strconv.Atoi(m[1])
+			n += f
+		}
+		return n
+	}
+	before := failedScripts()
+	stable := make(chan error, 1)
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && failedScripts() <= before; time.Sleep(5 * time.Millisecond) {
+		}
+		err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err()
+		if err == nil {
+			err = dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err()
+		}
+		stable <- err
+	}()
+	if err := l.Release(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Errorf("Release while the slot migrates: got error %v, want nil once the migration ends", err)
+	}
+	if err := <-stable; err != nil {
+		t.Fatalf("CLUSTER SETSLOT STABLE: %v", err)
+	}
+	// Nothing was written before the failure, so the retry found the
+	// holder and handed its seat to the waiter.
+	if st, err := store.Status(ctx, []string{key}); err != nil || st[0].Held != 1 || len(st[0].Waiters) != 0 {
+		t.Errorf("status after the release: got (%+v, %v), want the waiter holding the seat", st, err)
 	}
 }

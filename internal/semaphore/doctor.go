@@ -495,6 +495,8 @@ func aclProbes(keys []string, wake, noHolder string) []aclProbe {
 		{args: []any{"RPUSH", wake, "doctor"}, writes: true},
 		// What semrun's waiters send: a timeout in fractions of a second.
 		{args: []any{"BLPOP", wake, "0.01"}},
+		{args: []any{"SCAN", 0, "MATCH", globEscaper.Replace(holders), "COUNT", 10},
+			optional: "semrun status without a KEY would fail"},
 	}
 }
 
@@ -669,7 +671,8 @@ func (r *Redis) refused(ctx context.Context) string {
 	if !ok {
 		return unknown
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), doctorTimeout)
+	// Within the caller's deadline: a release has 2s, and a Ctrl-C ends it.
+	ctx, cancel := context.WithTimeout(ctx, doctorTimeout)
 	defer cancel()
 	check, refused := r.acl(ctx, c)
 	if !refused {

@@ -118,18 +118,29 @@ func NewRedis(o RedisOptions) (*Redis, error) {
 // mislead.
 func (o RedisOptions) universal() (*redis.UniversalOptions, string, error) {
 	several := o.Cluster || o.SentinelMaster != ""
+	// The whole URL first: cut at its first ?, a password with an
+	// unescaped ? would be read partly as the query, and quoted.
+	shown, err := checkRedisURL(o.URL)
+	if err != nil {
+		return nil, "", err
+	}
 	base, query, _ := strings.Cut(o.URL, "?")
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		// The error would quote the query, which may hold a password.
-		_, shown, perr := ParseRedisURL(base)
-		if perr != nil {
-			return nil, "", perr
-		}
 		return nil, "", fmt.Errorf("%s: malformed URL query", shown)
 	}
 	more := q["addr"]
 	q.Del("addr")
+	for _, a := range more {
+		// As go-redis's cluster and sentinel URLs took them.
+		if h, p, err := net.SplitHostPort(a); err != nil || h == "" || p == "" {
+			if at := strings.LastIndex(a, "@"); at >= 0 {
+				a = "xxxxx" + a[at:] // never a password
+			}
+			return nil, "", fmt.Errorf("%s: addr=%s: want host:port", shown, a)
+		}
+	}
 	first := base
 	if len(q) > 0 {
 		first += "?" + q.Encode()
@@ -240,6 +251,20 @@ func NewRedisWithClient(c redis.Scripter, closer func() error, addr string, o Re
 // show in messages, its password redacted. Errors never quote raw, which
 // may hold a password.
 func ParseRedisURL(raw string) (*redis.Options, string, error) {
+	shown, err := checkRedisURL(raw)
+	if err != nil {
+		return nil, shown, err
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, shown, fmt.Errorf("%s: %s", shown, strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	return opt, shown, nil
+}
+
+// checkRedisURL checks raw's form, but not its query, and returns the URL
+// to show in messages (empty when even that could show a password).
+func checkRedisURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		var uerr *url.Error
@@ -247,44 +272,40 @@ func ParseRedisURL(raw string) (*redis.Options, string, error) {
 			err = uerr.Err // url.Error quotes the whole URL
 		}
 		if !strings.Contains(raw, "@") {
-			return nil, "", fmt.Errorf("malformed URL: %w", err)
+			return "", fmt.Errorf("malformed URL: %w", err)
 		}
 		if strings.Contains(err.Error(), `"`) {
 			// The error quotes part of the URL: with a password that has an
 			// unescaped / # or ?, that part is the password's.
-			return nil, "", unescapedPassword(raw)
+			return "", unescapedPassword(raw)
 		}
-		return nil, "", fmt.Errorf("%s: malformed URL: %w", hideUserinfo(raw), err)
+		return "", fmt.Errorf("%s: malformed URL: %w", hideUserinfo(raw), err)
 	}
 	shown := redactURL(u)
 	if u.Opaque != "" {
 		// "user:pass@host:6379" parses as scheme "user" with an opaque rest.
-		return nil, shown, fmt.Errorf("%s: not a URL of the form redis://host:port/db", shown)
+		return shown, fmt.Errorf("%s: not a URL of the form redis://host:port/db", shown)
 	}
 	if at := strings.LastIndex(raw, "@"); at >= 0 && (u.User == nil || !strings.HasPrefix(raw[at+1:], u.Host)) {
 		// The text before the last @ was not all read as user:password, so
 		// part of the password went into the host, path or query.
-		return nil, "", unescapedPassword(raw)
+		return "", unescapedPassword(raw)
 	}
 	switch u.Scheme {
 	case "redis", "rediss":
 		if u.Host == "" {
-			return nil, shown, fmt.Errorf("%s: no host", shown)
+			return shown, fmt.Errorf("%s: no host", shown)
 		}
 	case "unix":
 		if u.Path == "" {
-			return nil, shown, fmt.Errorf("%s: no socket path", shown)
+			return shown, fmt.Errorf("%s: no socket path", shown)
 		}
 	case "":
-		return nil, shown, fmt.Errorf("%s: no scheme (want redis://, rediss:// or unix://)", shown)
+		return shown, fmt.Errorf("%s: no scheme (want redis://, rediss:// or unix://)", shown)
 	default:
-		return nil, shown, fmt.Errorf("%s: unknown scheme %q (want redis, rediss or unix)", shown, u.Scheme)
+		return shown, fmt.Errorf("%s: unknown scheme %q (want redis, rediss or unix)", shown, u.Scheme)
 	}
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, shown, fmt.Errorf("%s: %s", shown, strings.TrimPrefix(err.Error(), "redis: "))
-	}
-	return opt, shown, nil
+	return shown, nil
 }
 
 // unescapedPassword is the error for a URL whose password was not all read
@@ -738,10 +759,15 @@ func retryable(err error) bool {
 			return true
 		}
 	}
-	return false
+	// While a semaphore's slot migrates, a script that touches one of its
+	// keys the node no longer has (a wake list: every key of a semaphore
+	// shares its slot) fails, for as long as the migration lasts. The
+	// scripts are safe to run again.
+	return strings.Contains(rerr.Error(), "Script attempted to access a non local key in a cluster node")
 }
 
-// Status implements Store. It needs the keys: listing them is not built yet.
+// Status implements Store. Without keys, it lists every key under the
+// prefix (see names).
 func (r *Redis) Status(ctx context.Context, keys []string) ([]KeyStatus, error) {
 	if len(keys) == 0 {
 		var err error

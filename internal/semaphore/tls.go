@@ -55,7 +55,7 @@ func (o *TLSOptions) apply(base *tls.Config) error {
 	if o.ServerName != "" {
 		base.ServerName = o.ServerName
 	}
-	if o.Insecure { // never undoes a URL's skip_verify=true
+	if o.Insecure {
 		base.InsecureSkipVerify = true
 	}
 	return nil

@@ -176,6 +176,15 @@ func TestRedisURLOptionsRefused(t *testing.T) {
 		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?db=2"}, `unknown URL option "db"`},
 		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?addr=127.0.0.1:2"}, "add --cluster or --sentinel-master"},
 		{semaphore.RedisOptions{URL: "redis://:" + secret + "@127.0.0.1:1/0?addr=%zz", Cluster: true}, "malformed URL query"},
+		// A password with an unescaped ? must not be read as a query, in
+		// any mode: its second half would be quoted as an option's name.
+		{semaphore.RedisOptions{URL: "redis://user:p?" + secret + "@127.0.0.1:1/0"}, "%3F"},
+		{semaphore.RedisOptions{URL: "redis://:64999?" + secret + "@127.0.0.1:1/0", Cluster: true}, "%3F"},
+		{semaphore.RedisOptions{URL: "redis://:64999?" + secret + "@127.0.0.1:1/0", SentinelMaster: "m"}, "%3F"},
+		// More seeds are host:port, as go-redis's own URL parsers required.
+		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?addr=127.0.0.1", Cluster: true}, "addr=127.0.0.1: want host:port"},
+		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?addr=:2", SentinelMaster: "m"}, "addr=:2: want host:port"},
+		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?addr=127.0.0.1:2&addr=", Cluster: true}, "want host:port"},
 	} {
 		_, err := semaphore.NewRedis(tc.o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), secret) {
