@@ -188,38 +188,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	k := keysOf(testPrefix, key)
-	raw := rawClient(t, nodes[0].Addr)
-	slot, err := raw.ClusterKeySlot(ctx, k.holders).Result()
-	if err != nil {
-		t.Fatalf("CLUSTER KEYSLOT: %v", err)
-	}
-	// Who serves the slot, and who will.
-	ids := map[string]string{}
-	var from, to string
-	for _, n := range nodes {
-		c := rawClient(t, n.Addr)
-		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatalf("CLUSTER MYID: %v", err)
-		}
-		ids[n.Addr] = id
-	}
-	slots, err := raw.ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatalf("CLUSTER SLOTS: %v", err)
-	}
-	for _, r := range slots {
-		if int64(r.Start) <= slot && slot <= int64(r.End) {
-			from = r.Nodes[0].Addr
-		}
-	}
-	for _, n := range nodes {
-		if n.Addr != from {
-			to = n.Addr
-			break
-		}
-	}
-	src, dst := rawClient(t, from), rawClient(t, to)
+	m := newSlotMove(t, nodes, k.holders)
 
 	const n, workers, rounds = 2, 6, 8
 	var running, most, done atomic.Int32
@@ -247,19 +216,10 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond) // holders and waiters at work
-	must := func(c interface {
-		Do(context.Context, ...any) *redis.Cmd
-	}, args ...any) {
-		t.Helper()
-		if err := c.Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-	}
-	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[from])
-	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to])
-	host, port, _ := strings.Cut(to, ":")
+	m.start(t)
+	host, port, _ := strings.Cut(m.to, ":")
 	for {
-		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		keys, err := m.src.ClusterGetKeysInSlot(ctx, int(m.slot), 100).Result()
 		if err != nil {
 			t.Fatalf("CLUSTER GETKEYSINSLOT: %v", err)
 		}
@@ -270,16 +230,16 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 		for _, key := range keys {
 			args = append(args, key)
 		}
-		must(src, args...)
+		must(t, m.src, args...)
 	}
-	for _, c := range []*redis.Client{dst, src} {
-		must(c, "CLUSTER", "SETSLOT", slot, "NODE", ids[to])
+	for _, c := range []*redis.Client{m.dst, m.src} {
+		must(t, c, "CLUSTER", "SETSLOT", m.slot, "NODE", m.toID)
 	}
 	if d := done.Load(); d == workers*rounds {
 		t.Errorf("every round ended before the slot had moved: the test exercised nothing")
 	}
 	wg.Wait()
-	if keys, err := dst.ClusterCountKeysInSlot(ctx, int(slot)).Result(); err != nil || keys == 0 {
+	if keys, err := m.dst.ClusterCountKeysInSlot(ctx, int(m.slot)).Result(); err != nil || keys == 0 {
 		t.Errorf("keys of the slot on the node it moved to: got (%d, %v), want some", keys, err)
 	}
 	if m := most.Load(); m > n {
@@ -302,37 +262,8 @@ func TestRedisClusterReleaseDuringMigration(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	k := keysOf(testPrefix, key)
-	raw := rawClient(t, nodes[0].Addr)
-	slot, err := raw.ClusterKeySlot(ctx, k.holders).Result()
-	if err != nil {
-		t.Fatalf("CLUSTER KEYSLOT: %v", err)
-	}
-	slots, err := raw.ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatalf("CLUSTER SLOTS: %v", err)
-	}
-	var from, to string
-	for _, r := range slots {
-		if int64(r.Start) <= slot && slot <= int64(r.End) {
-			from = r.Nodes[0].Addr
-		}
-	}
-	for _, n := range nodes {
-		if n.Addr != from {
-			to = n.Addr
-			break
-		}
-	}
-	src, dst := rawClient(t, from), rawClient(t, to)
-	id := func(c *redis.Client) string {
-		t.Helper()
-		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatalf("CLUSTER MYID: %v", err)
-		}
-		return id
-	}
-	fromID, toID := id(src), id(dst)
+	m := newSlotMove(t, nodes, k.holders)
+	src, dst, slot := m.src, m.dst, m.slot
 
 	l := acquire(t, store, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
 	// A waiter in line, so that every key the script names is on src: it
@@ -340,14 +271,7 @@ func TestRedisClusterReleaseDuringMigration(t *testing.T) {
 	if pos := enqueue(t, src, key, "waiter", 1, 30*time.Second); pos != 1 {
 		t.Fatalf("a waiter behind the holder: got place %d, want 1", pos)
 	}
-	must := func(c *redis.Client, args ...any) {
-		t.Helper()
-		if err := c.Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-	}
-	must(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
-	must(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+	m.start(t)
 	// The migration is called off once the release's script failed on
 	// src, on the wake list, as src's command statistics tell.
 	failedScripts := func() int {
@@ -383,5 +307,66 @@ func TestRedisClusterReleaseDuringMigration(t *testing.T) {
 	// holder and handed its seat to the waiter.
 	if st, err := store.Status(ctx, []string{key}); err != nil || st[0].Held != 1 || len(st[0].Waiters) != 0 {
 		t.Errorf("status after the release: got (%+v, %v), want the waiter holding the seat", st, err)
+	}
+}
+
+// slotMove is a move of a key's slot in a cluster, from the master that
+// serves it to another.
+type slotMove struct {
+	slot         int64
+	from, to     string // addresses
+	fromID, toID string // node ids
+	src, dst     *redis.Client
+}
+
+// newSlotMove finds who serves key's slot, and picks another master.
+func newSlotMove(t *testing.T, nodes []*redistest.Server, key string) slotMove {
+	t.Helper()
+	ctx := context.Background()
+	raw := rawClient(t, nodes[0].Addr)
+	slot, err := raw.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT: %v", err)
+	}
+	ranges, err := raw.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	m := slotMove{slot: slot}
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) {
+			m.from = r.Nodes[0].Addr
+		}
+	}
+	for _, n := range nodes {
+		if n.Addr != m.from {
+			m.to = n.Addr
+			break
+		}
+	}
+	m.src, m.dst = rawClient(t, m.from), rawClient(t, m.to)
+	for _, c := range []struct {
+		c  *redis.Client
+		id *string
+	}{{m.src, &m.fromID}, {m.dst, &m.toID}} {
+		if *c.id, err = c.c.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
+			t.Fatalf("CLUSTER MYID: %v", err)
+		}
+	}
+	return m
+}
+
+// start marks the slot as moving: importing on dst, migrating on src.
+func (m slotMove) start(t *testing.T) {
+	t.Helper()
+	must(t, m.dst, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", m.fromID)
+	must(t, m.src, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.toID)
+}
+
+// must sends a command, failing t if it fails.
+func must(t *testing.T, c *redis.Client, args ...any) {
+	t.Helper()
+	if err := c.Do(context.Background(), args...).Err(); err != nil {
+		t.Fatalf("%v: %v", args, err)
 	}
 }
