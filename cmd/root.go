@@ -118,6 +118,9 @@ func newCmdRoot(s Streams, common *commonOptions) *cobra.Command {
 	pf.BoolVarP(&common.quiet, "quiet", "q", false, "say nothing but errors")
 	pf.StringVar(&common.logFormat, "log-format", "text", "format of semrun's own lines on stderr: text or json (one object a line)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if !needsConfig(cmd) {
+			return nil
+		}
 		return applyConfig(cmd, common)
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
@@ -127,6 +130,19 @@ func newCmdRoot(s Streams, common *commonOptions) *cobra.Command {
 	root.SetErr(s.Err)
 	root.AddCommand(newCmdStatus(common), newCmdDoctor(common), newCmdVersion())
 	return root
+}
+
+// needsConfig tells whether cmd reads the settings: version and the
+// shell completions do not, so that a broken config file cannot keep
+// anyone from learning the version or completing a command line.
+func needsConfig(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		switch c.Name() {
+		case "version", "completion", cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd:
+			return false
+		}
+	}
+	return true
 }
 
 // validate checks the settings of commands that talk to a store, and
