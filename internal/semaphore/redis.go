@@ -158,6 +158,10 @@ func (o RedisOptions) universal() (*redis.UniversalOptions, string, error) {
 		}
 	}
 	switch {
+	case o.Cluster && o.SentinelMaster != "":
+		// go-redis would make a client that routes by slot among a
+		// master's replicas: not a cluster, and not one master either.
+		return nil, "", fmt.Errorf("%s: a cluster or a master behind sentinels, not both", shown)
 	case len(more) > 0 && !several:
 		return nil, "", fmt.Errorf("%s: ?addr= names more nodes of a cluster or more sentinels: add --cluster or --sentinel-master", shown)
 	case several && opt.Network == "unix":

@@ -175,6 +175,7 @@ func TestRedisURLOptionsRefused(t *testing.T) {
 		{semaphore.RedisOptions{URL: "redis://:" + secret + "@127.0.0.1:1/0?dial_timeout=3"}, `unknown URL option "dial_timeout"`},
 		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?db=2"}, `unknown URL option "db"`},
 		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0?addr=127.0.0.1:2"}, "add --cluster or --sentinel-master"},
+		{semaphore.RedisOptions{URL: "redis://127.0.0.1:1/0", Cluster: true, SentinelMaster: "m"}, "not both"},
 		{semaphore.RedisOptions{URL: "redis://:" + secret + "@127.0.0.1:1/0?addr=%zz", Cluster: true}, "malformed URL query"},
 		// A password with an unescaped ? must not be read as a query, in
 		// any mode: its second half would be quoted as an option's name.
