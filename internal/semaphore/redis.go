@@ -966,7 +966,7 @@ func (l *redisLease) renewReplicated(ctx context.Context) (int64, error) {
 		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
 		return nil
 	}); err != nil {
-		if c, ok := l.r.client.(*redis.ClusterClient); ok && movedOn(err) {
+		if c, ok := l.r.client.(*redis.ClusterClient); ok && (redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ")) {
 			// The slot moved: the next try asks the node that serves it now.
 			c.ReloadState(ctx)
 		}
@@ -1001,13 +1001,6 @@ func (r *Redis) replicaWaiter(ctx context.Context, key string) (pipeliner, error
 		return c, nil
 	}
 	return nil, errors.New("this client cannot wait for replicas")
-}
-
-// movedOn tells whether err is a cluster redirection: the key's slot is
-// served elsewhere now, or is on its way there.
-func movedOn(err error) bool {
-	msg := err.Error()
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // replicaWait bounds a WAIT for replicas: a tenth of the lease, from 100ms
