@@ -49,7 +49,7 @@ func TestRedisCluster(t *testing.T) {
 	const n, workers, rounds = 2, 6, 4
 	var wg sync.WaitGroup
 	for _, key := range keys {
-		var running, most atomic.Int32
+		var g gauge
 		for w := range workers {
 			wg.Add(1)
 			go func() {
@@ -61,11 +61,7 @@ func TestRedisCluster(t *testing.T) {
 						t.Errorf("Acquire %s: got error %v, want a permit", key, err)
 						return
 					}
-					now := running.Add(1)
-					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-					}
-					time.Sleep(5 * time.Millisecond)
-					running.Add(-1)
+					g.hold(5 * time.Millisecond)
 					if err := l.Release(ctx); err != nil {
 						t.Errorf("Release %s: got error %v, want nil", key, err)
 					}
@@ -73,7 +69,7 @@ func TestRedisCluster(t *testing.T) {
 			}()
 		}
 		t.Cleanup(func() {
-			if m := most.Load(); m > n {
+			if m := g.most.Load(); m > n {
 				t.Errorf("key %s: at most %d held at once, want at most %d", key, m, n)
 			}
 		})
@@ -191,7 +187,8 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	m := newSlotMove(t, nodes, k.holders)
 
 	const n, workers, rounds = 2, 6, 8
-	var running, most, done atomic.Int32
+	var g gauge
+	var done atomic.Int32
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
@@ -203,11 +200,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 					t.Errorf("Acquire during the migration: got error %v, want a permit", err)
 					return
 				}
-				now := running.Add(1)
-				for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-				}
-				time.Sleep(20 * time.Millisecond)
-				running.Add(-1)
+				g.hold(20 * time.Millisecond)
 				if err := l.Release(ctx); err != nil {
 					t.Errorf("Release during the migration: got error %v, want nil", err)
 				}
@@ -242,7 +235,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	if keys, err := m.dst.ClusterCountKeysInSlot(ctx, int(m.slot)).Result(); err != nil || keys == 0 {
 		t.Errorf("keys of the slot on the node it moved to: got (%d, %v), want some", keys, err)
 	}
-	if m := most.Load(); m > n {
+	if m := g.most.Load(); m > n {
 		t.Errorf("at most %d held at once across the migration, want at most %d", m, n)
 	}
 	if st, err := store.Status(ctx, []string{key}); err != nil || st[0].Held != 0 {
@@ -369,4 +362,17 @@ func must(t *testing.T, c *redis.Client, args ...any) {
 	if err := c.Do(context.Background(), args...).Err(); err != nil {
 		t.Fatalf("%v: %v", args, err)
 	}
+}
+
+// gauge counts the holders of a key at any one time, and the most there
+// ever were.
+type gauge struct{ running, most atomic.Int32 }
+
+// hold counts one more holder for d.
+func (g *gauge) hold(d time.Duration) {
+	now := g.running.Add(1)
+	for m := g.most.Load(); now > m && !g.most.CompareAndSwap(m, now); m = g.most.Load() {
+	}
+	time.Sleep(d)
+	g.running.Add(-1)
 }
