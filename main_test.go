@@ -183,9 +183,7 @@ func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	st := state(ts)
 	if args[0] == "start" {
-		if err := redistest.Available(); err != nil {
-			ts.Fatalf("redis-server is required: %v", err)
-		}
+		needRedis(ts)
 		s, err := redistest.Start(ts.MkAbs("."))
 		ts.Check(err)
 		ts.Defer(s.Stop)
@@ -246,9 +244,7 @@ func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 // startCluster starts a Redis Cluster of 3 masters, each with a replica,
 // and points semrun at it: SEMRUN_CLUSTER, and two seeds in the URL.
 func startCluster(ts *testscript.TestScript) {
-	if err := redistest.Available(); err != nil {
-		ts.Fatalf("redis-server is required: %v", err)
-	}
+	needRedis(ts)
 	nodes, err := redistest.StartCluster(ts.MkAbs("."), 3, 1)
 	ts.Check(err)
 	for _, s := range nodes {
@@ -262,9 +258,7 @@ func startCluster(ts *testscript.TestScript) {
 // watch it under the name "semrun", and points semrun at the sentinels.
 // Later redis commands (kill, ...) act on the master.
 func startSentinel(ts *testscript.TestScript) {
-	if err := redistest.Available(); err != nil {
-		ts.Fatalf("redis-server is required: %v", err)
-	}
+	needRedis(ts)
 	dir := ts.MkAbs(".")
 	master, err := redistest.Start(dir)
 	ts.Check(err)
@@ -278,16 +272,10 @@ func startSentinel(ts *testscript.TestScript) {
 	host, port, _ := strings.Cut(master.Addr, ":")
 	ts.Check(c.Do(ctx, "REPLICAOF", host, port).Err())
 	// The sentinels learn of the replica from the master once it is in sync.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	waitFor(ts, "redis sentinel: the replica in sync", func() (bool, string) {
 		info, err := c.Info(ctx, "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			ts.Fatalf("redis sentinel: the replica is not in sync after 30s: %v %s", err, info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && strings.Contains(info, "master_link_status:up"), fmt.Sprint(err, info)
+	})
 	var addrs []string
 	for range 3 {
 		s, err := redistest.StartSentinel(dir, "semrun", master.Addr, 2)
@@ -299,16 +287,10 @@ func startSentinel(ts *testscript.TestScript) {
 	for _, addr := range addrs {
 		sc := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
 		defer sc.Close()
-		for deadline := time.Now().Add(30 * time.Second); ; {
+		waitFor(ts, "redis sentinel: sentinel "+addr+" knows the replica and the other sentinels", func() (bool, string) {
 			info, err := sc.Info(ctx, "sentinel").Result()
-			if err == nil && strings.Contains(info, "slaves=1,sentinels=3") {
-				break
-			}
-			if time.Now().After(deadline) {
-				ts.Fatalf("redis sentinel: sentinel %s not ready after 30s: %v %s", addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err == nil && strings.Contains(info, "slaves=1,sentinels=3"), fmt.Sprint(err, info)
+		})
 	}
 	state(ts).redis = master
 	state(ts).sentinels = addrs
@@ -322,9 +304,7 @@ func startSentinel(ts *testscript.TestScript) {
 // TLS-only redis-server that requires a client certificate, and points
 // SEMRUN_REDIS_URL at it (rediss://).
 func startTLS(ts *testscript.TestScript) {
-	if err := redistest.Available(); err != nil {
-		ts.Fatalf("redis-server is required: %v", err)
-	}
+	needRedis(ts)
 	p, err := redistest.WritePKI(ts.MkAbs("."))
 	ts.Check(err)
 	s, err := redistest.StartTLS(ts.MkAbs("."), p.TLSFiles(true))
@@ -343,15 +323,30 @@ func awaitPromotion(ts *testscript.TestScript) {
 	}
 	c := redis.NewSentinelClient(&redis.Options{Addr: st.sentinels[0], Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	waitFor(ts, "redis promoted: the sentinels name another master", func() (bool, string) {
 		addr, err := c.GetMasterAddrByName(context.Background(), "semrun").Result()
-		if err == nil && len(addr) == 2 && addr[0]+":"+addr[1] != st.redis.Addr {
+		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] != st.redis.Addr, fmt.Sprint("they name ", addr, err)
+	})
+}
+
+// needRedis fails the script without redis-server.
+func needRedis(ts *testscript.TestScript) {
+	if err := redistest.Available(); err != nil {
+		ts.Fatalf("redis-server is required: %v", err)
+	}
+}
+
+// waitFor waits (at most 30s) until ok says so; what it returns besides
+// says what it saw, for the failure.
+func waitFor(ts *testscript.TestScript, what string, ok func() (bool, string)) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		done, saw := ok()
+		if done {
 			return
 		}
 		if time.Now().After(deadline) {
-			ts.Fatalf("redis promoted: the sentinels still name %v after 30s (%v)", addr, err)
+			ts.Fatalf("%s: not after 30s: %s", what, saw)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -554,11 +549,9 @@ func cmdWaitout(ts *testscript.TestScript, neg bool, args []string) {
 	p := started(ts, "waitout", args[0])
 	re, err := regexp.Compile("(?m)" + args[1])
 	ts.Check(err)
-	for deadline := time.Now().Add(30 * time.Second); !re.MatchString(p.stderr.String()); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			ts.Fatalf("waitout: no line matching %q from %s after 30s; stderr:\n%s", args[1], args[0], p.stderr.String())
-		}
-	}
+	waitFor(ts, fmt.Sprintf("waitout: a line matching %q from %s", args[1], args[0]), func() (bool, string) {
+		return re.MatchString(p.stderr.String()), "stderr:\n" + p.stderr.String()
+	})
 }
 
 // pidstate PIDFILE STATE: wait (at most 10s) until the process whose pid is
