@@ -15,11 +15,6 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-// doctorer is a store that can check itself.
-type doctorer interface {
-	Doctor(ctx context.Context) []semaphore.Check
-}
-
 func newCmdDoctor(common *commonOptions) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -80,11 +75,7 @@ func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphor
 		return nil, err
 	}
 	defer store.Close()
-	d, ok := store.(doctorer)
-	if !ok {
-		return nil, errors.New("doctor: this store has no checks")
-	}
-	return d.Doctor(ctx), nil
+	return store.Doctor(ctx), nil
 }
 
 // printChecks writes one line per check: its status (problems in capitals),

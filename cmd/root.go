@@ -9,20 +9,15 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/semrun/semrun/internal/runner"
-	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/localstore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore"
 )
-
-// Streams are the standard files semrun and its child use.
-type Streams struct {
-	In       *os.File
-	Out, Err *os.File
-}
 
 // commonOptions are the settings every command that talks to a store has.
 type commonOptions struct {
@@ -31,12 +26,10 @@ type commonOptions struct {
 	redisURL     string
 	cluster      bool
 	sentinel     string // the master's name
-	tls          semaphore.TLSOptions
+	tls          redisstore.TLSOptions
 	passwordFile string
 	// urlInArgs: --redis was given on the command line, where others see it.
 	urlInArgs bool
-	// urlPassword: the URL carries a password (the sentinels' with Sentinel).
-	urlPassword bool
 	// usedCLIAuth: the password came from REDISCLI_AUTH, which the child
 	// then does not get.
 	usedCLIAuth    bool
@@ -46,6 +39,8 @@ type commonOptions struct {
 	verbose, quiet bool
 	logFormat      string
 	sources        sources
+	// flags are the command's flags, once it runs.
+	flags *pflag.FlagSet
 	// configured: applyConfig ran, so logFormat is the settings' own.
 	configured bool
 	// stderr is where semrun's own lines go.
@@ -58,13 +53,13 @@ type commonOptions struct {
 
 // Main runs semrun with the process's arguments and returns its exit status.
 func Main() int {
-	return Run(context.Background(), os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	return Run(context.Background(), os.Args[1:], System())
 }
 
 // Run runs semrun with args and returns its exit status. When the child was
 // killed by a signal, Run makes semrun die of the same signal, and returns
 // 128+N only where that is not possible.
-func Run(ctx context.Context, args []string, s Streams) int {
+func Run(ctx context.Context, args []string, s *IOStreams) int {
 	common := &commonOptions{sources: sources{}}
 	root := newCmdRoot(s, common)
 	root.SetArgs(args)
@@ -76,7 +71,7 @@ func Run(ctx context.Context, args []string, s Streams) int {
 			// unknown flag, no command): read them now, for --log-format.
 			_ = applyConfig(cmd, common)
 		}
-		common.logger(s.Err).Final(code, msg)
+		common.logger(s.ErrOut).Final(code, msg)
 	}
 	if sig != 0 {
 		runner.DieOf(sig)
@@ -86,17 +81,17 @@ func Run(ctx context.Context, args []string, s Streams) int {
 
 // NewCmdRoot builds the semrun command: run a command under a permit, with
 // status, version and completion as subcommands.
-func NewCmdRoot(s Streams) *cobra.Command {
+func NewCmdRoot(s *IOStreams) *cobra.Command {
 	return newCmdRoot(s, &commonOptions{sources: sources{}})
 }
 
 // newCmdRoot is NewCmdRoot with the settings Run reads after the command.
-func newCmdRoot(s Streams, common *commonOptions) *cobra.Command {
-	common.stderr = s.Err
+func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
+	common.stderr = s.ErrOut
 	root := newCmdRun(s, common)
 	pf := root.PersistentFlags()
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
-	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+semaphore.SystemLockDir+" for root and where root shares it, else /run/lock/semrun-UID)")
+	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+localstore.SystemDir+" for root and where root shares it, else /run/lock/semrun-UID)")
 	if runtime.GOOS == "windows" {
 		// There is no local store there: --local is refused, not offered.
 		_ = pf.MarkHidden("local")
@@ -127,7 +122,7 @@ func newCmdRoot(s Streams, common *commonOptions) *cobra.Command {
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
-	root.SetErr(s.Err)
+	root.SetErr(s.ErrOut)
 	root.AddCommand(newCmdStatus(common), newCmdDoctor(common), newCmdVersion())
 	return root
 }
@@ -145,8 +140,8 @@ func needsConfig(cmd *cobra.Command) bool {
 	return true
 }
 
-// validate checks the settings of commands that talk to a store, and
-// decides which store that is.
+// validate checks the settings of commands that talk to a store that the
+// store does not own, and decides which store that is.
 func (c *commonOptions) validate(cmd *cobra.Command) error {
 	flags := cmd.Flags()
 	if c.local {
@@ -162,145 +157,15 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 	if !c.local && flags.Changed("lock-dir") {
 		return usageErrorf("--lock-dir %s: only with --local", c.lockDir)
 	}
-	if c.local {
-		if c.lockDir == "" && c.sources.rank(flags, "lock-dir") > rankDefault {
-			return usageErrorf("%s: must not be empty", c.sources.name("lock-dir"))
-		}
-	} else if opt, shown, err := semaphore.ParseRedisURL(c.seedURL()); err != nil {
-		return usageErrorf("%s: %v", c.sources.name("redis"), err)
-	} else if err := c.checkTLS(opt.TLSConfig != nil, shown); err != nil {
-		return err
-	} else {
-		c.urlPassword = opt.Password != ""
-	}
 	c.urlInArgs = c.sources.rank(flags, "redis") == rankFlag
-	if !c.local && c.cluster && c.sentinel != "" {
-		return usageErrorf("%s and %s: choose one", c.sources.name("cluster"), c.sources.name("sentinel-master"))
-	}
+	c.flags = flags
 	if c.connectTimeout <= 0 {
 		return usageErrorf("%s: must be positive", c.sources.show("connect-timeout", c.connectTimeout))
-	}
-	if c.prefix == "" {
-		return usageErrorf("%s: must not be empty", c.sources.name("prefix"))
 	}
 	if c.verbose && c.quiet {
 		return usageErrorf("--verbose and --quiet: choose one")
 	}
 	return nil
-}
-
-// seedURL is the URL to check as one server's: with --cluster, the
-// query's further seeds (?addr=...) are go-redis's cluster syntax.
-func (c *commonOptions) seedURL() string {
-	if !c.cluster && c.sentinel == "" {
-		return c.redisURL
-	}
-	base, _, _ := strings.Cut(c.redisURL, "?")
-	return base
-}
-
-// checkTLS refuses TLS settings without a rediss:// URL, and a client
-// certificate without its key or a key without its certificate.
-func (c *commonOptions) checkTLS(tls bool, shown string) error {
-	set := []struct {
-		flag string
-		on   bool
-	}{{"tls-ca", c.tls.CAFile != ""}, {"tls-cert", c.tls.CertFile != ""}, {"tls-key", c.tls.KeyFile != ""},
-		{"tls-server-name", c.tls.ServerName != ""}, {"tls-insecure", c.tls.Insecure}}
-	for _, s := range set {
-		if s.on && !tls {
-			return usageErrorf("%s: needs a rediss:// URL, not %s (%s)", c.sources.name(s.flag), shown, c.sources.name("redis"))
-		}
-	}
-	switch {
-	case c.tls.CertFile != "" && c.tls.KeyFile == "":
-		return usageErrorf("%s %s: needs %s", c.sources.name("tls-cert"), c.tls.CertFile, c.sources.name("tls-key"))
-	case c.tls.KeyFile != "" && c.tls.CertFile == "":
-		return usageErrorf("%s %s: needs %s", c.sources.name("tls-key"), c.tls.KeyFile, c.sources.name("tls-cert"))
-	}
-	return nil
-}
-
-// openStore opens the store the settings chose: the host's lock directory
-// with --local, else Redis. Nothing past this point knows which it is.
-func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, error) {
-	if warnf == nil {
-		warnf = c.logger(c.stderr).Warnf
-	}
-	if c.local {
-		dir := c.lockDir
-		if dir == "" {
-			dir = semaphore.DefaultLockDir()
-		}
-		s, err := semaphore.NewLocal(semaphore.LocalOptions{Dir: dir, Warnf: warnf})
-		if err != nil {
-			return nil, usageErrorf("%v", err)
-		}
-		return s, nil
-	}
-	password, err := c.password()
-	if err != nil {
-		return nil, err
-	}
-	if c.tls.Insecure {
-		warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
-	}
-	if c.urlInArgs && c.urlPassword {
-		warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
-	}
-	s, err := semaphore.NewRedis(semaphore.RedisOptions{
-		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
-		TLS: &c.tls, Password: password, Cluster: c.cluster, SentinelMaster: c.sentinel,
-	})
-	if err != nil {
-		return nil, usageErrorf("%s: %v", c.sources.name("redis"), err)
-	}
-	return s, nil
-}
-
-// Where a password may come from besides the URL, in this order.
-const (
-	envRedisPassword = "SEMRUN_REDIS_PASSWORD"
-	envRedisCLIAuth  = "REDISCLI_AUTH" // redis-cli's
-)
-
-// password is the Redis password from --redis-password-file, else
-// SEMRUN_REDIS_PASSWORD, else REDISCLI_AUTH; empty when none is set. A
-// file others can read is refused: the password would not be secret.
-func (c *commonOptions) password() (string, error) {
-	// With Sentinel, the URL's password is the sentinels': the master's
-	// comes from the other sources.
-	if c.urlPassword && c.sentinel == "" {
-		return "", nil // the URL's
-	}
-	if c.passwordFile != "" {
-		name := c.sources.name("redis-password-file")
-		f, err := os.Open(c.passwordFile)
-		if err != nil {
-			return "", usageErrorf("%s: %v", name, err)
-		}
-		defer f.Close()
-		st, err := f.Stat()
-		if err != nil {
-			return "", usageErrorf("%s: %v", name, err)
-		}
-		if perm := st.Mode().Perm(); perm&0o077 != 0 {
-			return "", usageErrorf("%s %s: readable by others (mode %04o); chmod 600 it", name, c.passwordFile, perm)
-		}
-		b, err := io.ReadAll(io.LimitReader(f, 4096))
-		if err != nil {
-			return "", usageErrorf("%s: %v", name, err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
-	if p := os.Getenv(envRedisPassword); p != "" {
-		return p, nil
-	}
-	if p := os.Getenv(envRedisCLIAuth); p != "" {
-		c.usedCLIAuth = true
-		return p, nil
-	}
-	return "", nil
 }
 
 // logger writes semrun's own lines to stderr, as --verbose, --quiet and

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
@@ -35,15 +34,12 @@ const (
 const (
 	defaultKillAfter    = 10 * time.Second
 	defaultLostExitCode = 112
-	maxTTL              = 24 * time.Hour
-	maxPermits          = 1_000_000
-	maxReplicas         = 1000
 	releaseTimeout      = 2 * time.Second
 )
 
 type runOptions struct {
 	*commonOptions
-	streams Streams
+	streams *IOStreams
 
 	key          string
 	permits      int
@@ -58,9 +54,11 @@ type runOptions struct {
 	restartFence time.Duration
 	minReplicas  int
 	command      []string
+	// req is what the flags ask of the store, once validated.
+	req semaphore.Request
 }
 
-func newCmdRun(s Streams, common *commonOptions) *cobra.Command {
+func newCmdRun(s *IOStreams, common *commonOptions) *cobra.Command {
 	o := &runOptions{commonOptions: common, streams: s}
 	cmd := &cobra.Command{
 		Use:   "semrun [flags] -- COMMAND [ARG...]",
@@ -110,28 +108,25 @@ back when it exits, and exits with COMMAND's status.`,
 	return cmd
 }
 
+// validate checks what the request does not: it fills the defaults that
+// depend on other settings, and builds the request, which checks itself.
 func (o *runOptions) validate(cmd *cobra.Command) error {
-	show := o.sources.show
-	if err := semaphore.CheckKey(o.key); err != nil {
-		if o.key == "" && !cmd.Flags().Changed("key") && o.sources["key"] == "" {
-			return usageErrorf("--key is required")
-		}
-		return usageErrorf("%s: %v", show("key", fmt.Sprintf("%q", o.key)), err)
+	show, set := o.sources.show, func(flag string) bool { return cmd.Flags().Changed(flag) || o.sources[flag] != "" }
+	if o.key == "" && !set("key") {
+		return usageErrorf("--key is required")
+	}
+	if !set("restart-fence") {
+		o.restartFence = o.ttl
+	}
+	o.req = semaphore.Request{
+		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait,
+		RestartFence: o.restartFence, MinReplicas: o.minReplicas,
+	}
+	if err := o.req.Validate(); err != nil {
+		return o.refused(err)
 	}
 	if slices.Contains(heldKeys(), o.key) {
 		return usageErrorf("%s: already held by the semrun this command runs under; waiting would wait for itself", show("key", fmt.Sprintf("%q", o.key)))
-	}
-	if o.permits < 1 || o.permits > maxPermits {
-		return usageErrorf("%s: must be from 1 to %d", show("permits", o.permits), maxPermits)
-	}
-	if o.weight < 1 || o.weight > o.permits {
-		return usageErrorf("%s: must be from 1 to %s", show("weight", o.weight), permits(o.permits, ""))
-	}
-	if o.ttl < time.Second || o.ttl > maxTTL {
-		return usageErrorf("%s: must be from 1s to %v", show("ttl", o.ttl), maxTTL)
-	}
-	if o.ttl%time.Millisecond != 0 {
-		return usageErrorf("%s: must be whole milliseconds", show("ttl", o.ttl))
 	}
 	if o.timeout < 0 {
 		return usageErrorf("%s: must not be negative", show("timeout", o.timeout))
@@ -151,29 +146,17 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 		return err
 	}
 	limit := runner.MaxKillAfter(o.ttl)
-	if cmd.Flags().Changed("kill-after") || o.sources["kill-after"] != "" {
-		if o.killAfter < 0 || o.killAfter > limit {
-			return usageErrorf("%s: must be from 0 to %v (2/5 of the --ttl), so that renewals can be retried and the command killed before its lease can lapse", show("kill-after", o.killAfter), limit)
-		}
-	} else {
+	if !set("kill-after") {
 		o.killAfter = min(defaultKillAfter, limit)
-	}
-	if o.minReplicas < 0 || o.minReplicas > maxReplicas {
-		return usageErrorf("%s: must be from 0 to %d", show("min-replicas", o.minReplicas), maxReplicas)
-	}
-	if cmd.Flags().Changed("restart-fence") || o.sources["restart-fence"] != "" {
-		if o.restartFence < 0 || o.restartFence > maxTTL {
-			return usageErrorf("%s: must be from 0 to %v", show("restart-fence", o.restartFence), maxTTL)
-		}
-	} else {
-		o.restartFence = o.ttl
+	} else if o.killAfter < 0 || o.killAfter > limit {
+		return usageErrorf("%s: must be from 0 to %v (2/5 of the --ttl), so that renewals can be retried and the command killed before its lease can lapse", show("kill-after", o.killAfter), limit)
 	}
 	return nil
 }
 
 func (o *runOptions) run(ctx context.Context) error {
 	o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too
-	log := o.logger(o.streams.Err)
+	log := o.logger(o.streams.ErrOut)
 	if len(o.configFiles) > 0 {
 		log.Infof("config files, strongest first: %s", strings.Join(o.configFiles, ", "))
 	}
@@ -204,7 +187,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	}
 	res, runErr := runner.Run(ctx, runner.Spec{
 		Args: o.command, Env: o.childEnv(os.Environ(), lease.Token()), Inherit: lease.Files(),
-		Stdin: o.streams.In, Stdout: o.streams.Out, Stderr: o.streams.Err,
+		Stdin: fileOf(o.streams.In), Stdout: fileOf(o.streams.Out), Stderr: fileOf(o.streams.ErrOut),
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
 		Signals: signals, Warnf: log.Warnf,
 	}, lease)
@@ -237,17 +220,15 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 // signal arrives.
 func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals <-chan os.Signal, log *logger) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
-	req := semaphore.Request{
-		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait, RestartFence: o.restartFence, MinReplicas: o.minReplicas,
-		Holder: semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])},
-	}
+	req := o.req
+	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])}
 	// On a terminal a person watches: one line, kept up to date. Elsewhere
 	// (cron) only --verbose says it, once.
 	var line *waitLine
 	defer func() { line.clear() }()
 	switch {
-	case !o.quiet && term.IsTerminal(int(o.streams.Err.Fd())):
-		line = newWaitLine(o.streams.Err, o.key)
+	case !o.quiet && o.streams.ErrTerminal != nil:
+		line = newWaitLine(o.streams.ErrOut, o.streams.ErrTerminal, o.key)
 		req.OnWait = line.update
 	case o.verbose:
 		var once sync.Once
@@ -261,34 +242,13 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 		waitCtx, cancel = context.WithTimeout(waitCtx, o.timeout)
 		defer cancel()
 	}
-	type acquired struct {
-		lease semaphore.Lease
-		err   error
-	}
-	done := make(chan acquired, 1)
-	var stopTrying context.CancelFunc
-	try := func() {
-		var tryCtx context.Context
-		tryCtx, stopTrying = context.WithCancel(waitCtx)
-		go func() {
-			lease, err := store.Acquire(tryCtx, req)
-			done <- acquired{lease, err}
-		}()
-	}
-	// giveUp ends the try under way, giving back a permit granted as it ended.
-	giveUp := func() {
-		stopTrying()
-		if a := <-done; a.err == nil {
-			o.release(ctx, a.lease, log)
-		}
-	}
-	try()
-	var a acquired
-	for waiting := true; waiting; {
+	t := &try{store: store, req: req, done: make(chan acquired, 1)}
+	t.start(waitCtx)
+	for {
 		select {
-		case a = <-done:
-			stopTrying()
-			waiting = false
+		case a := <-t.done:
+			t.stop()
+			return o.acquired(ctx, a, log)
 		case sig := <-signals:
 			switch sig {
 			case resizeSignal:
@@ -297,16 +257,51 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 				// Suspended while waiting (Ctrl-Z): a stopped waiter must
 				// not keep others waiting, so it leaves, and asks again
 				// when continued.
-				giveUp()
+				o.giveUp(ctx, t, log)
 				line.clear() // the shell says the job stopped on a clean line
 				runner.Suspend()
-				try()
+				t.start(waitCtx)
 				continue
 			}
-			giveUp()
+			o.giveUp(ctx, t, log)
 			return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
 		}
 	}
+}
+
+// acquired is what one Acquire returned.
+type acquired struct {
+	lease semaphore.Lease
+	err   error
+}
+
+// try is the Acquire under way, in a goroutine of its own so that a signal
+// can end the wait.
+type try struct {
+	store semaphore.Store
+	req   semaphore.Request
+	done  chan acquired
+	stop  context.CancelFunc
+}
+
+func (t *try) start(ctx context.Context) {
+	ctx, t.stop = context.WithCancel(ctx)
+	go func() {
+		lease, err := t.store.Acquire(ctx, t.req)
+		t.done <- acquired{lease, err}
+	}()
+}
+
+// giveUp ends the try under way, giving back a permit granted as it ended.
+func (o *runOptions) giveUp(ctx context.Context, t *try, log *logger) {
+	t.stop()
+	if a := <-t.done; a.err == nil {
+		o.release(ctx, a.lease, log)
+	}
+}
+
+// acquired says how a wait ended: with the permit, or why not.
+func (o *runOptions) acquired(ctx context.Context, a acquired, log *logger) (semaphore.Lease, error) {
 	var fence *semaphore.FenceError
 	switch {
 	case a.err == nil:
@@ -334,9 +329,9 @@ func (o *runOptions) busy(log *logger, why string) error {
 // permits says "1 permit" or "all 3 permits", with all before a plural.
 func permits(n int, all string) string {
 	if n == 1 {
-		return "1 permit"
+		return semaphore.Count(n, "permit")
 	}
-	return fmt.Sprintf("%s%d permits", all, n)
+	return all + semaphore.Count(n, "permit")
 }
 
 // heldKeys are the keys the semruns this one runs under hold. Keys have no

@@ -2,11 +2,9 @@ package cmd
 
 import (
 	"fmt"
-	"os"
+	"io"
 	"sync"
 	"time"
-
-	"golang.org/x/term"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -15,7 +13,8 @@ import (
 // key, seats held, place in line, time waited. It is cleared when the wait
 // ends, so the child's output starts on a clean line.
 type waitLine struct {
-	w     *os.File
+	w     io.Writer
+	term  Terminal
 	key   string
 	began time.Time
 
@@ -25,8 +24,8 @@ type waitLine struct {
 	done  chan struct{}
 }
 
-func newWaitLine(w *os.File, key string) *waitLine {
-	return &waitLine{w: w, key: key, began: time.Now()}
+func newWaitLine(w io.Writer, term Terminal, key string) *waitLine {
+	return &waitLine{w: w, term: term, key: key, began: time.Now()}
 }
 
 // update is the store's OnWait: it redraws the line, and from the first
@@ -63,12 +62,11 @@ func (l *waitLine) tick() {
 // semrun is in the background (Ctrl-Z, then bg): the prompt is the shell's.
 // A line wider than the terminal is cut: a wrapped line cannot be redrawn.
 func (l *waitLine) draw() {
-	fd := int(l.w.Fd())
-	if inBackground(fd) {
+	if l.term.Background() {
 		return
 	}
 	text := "semrun: " + waitText(l.key, *l.state, time.Since(l.began))
-	if width, _, err := term.GetSize(fd); err == nil && width > 1 && len(text) >= width {
+	if width := l.term.Width(); width > 1 && len(text) >= width {
 		text = text[:width-1]
 	}
 	fmt.Fprintf(l.w, "\r\x1b[K%s", text)

@@ -38,7 +38,7 @@ func main() {
 
 // generate writes the man pages and completions into dir.
 func generate(dir string) error {
-	root := cmd.NewCmdRoot(cmd.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	root := cmd.NewCmdRoot(cmd.System())
 	root.DisableAutoGenTag = true   // no generation date in the pages' text
 	root.InitDefaultCompletionCmd() // cobra adds it only when it runs
 	date, err := sourceDate()

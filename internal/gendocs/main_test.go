@@ -115,7 +115,7 @@ func gunzip(t *testing.T, path string) string {
 // complete is what semrun offers a completion script for the word prefix.
 func complete(t *testing.T, prefix string) string {
 	t.Helper()
-	root := cmd.NewCmdRoot(cmd.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	root := cmd.NewCmdRoot(cmd.System())
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(io.Discard)

@@ -52,7 +52,8 @@ type Request struct {
 	NoWait bool
 	// Holder describes the holder for status output (host, pid, command).
 	Holder HolderInfo
-	// Weight is how many of the N seats the permit takes, at once; 0 is 1.
+	// Weight is how many of the N seats the permit takes, at once; 0 is 1
+	// (see Seats).
 	Weight int
 	// OnWait, when set, is called when the caller starts to wait and
 	// whenever what it waits for changes.
@@ -84,7 +85,8 @@ type WaitState struct {
 	Fenced time.Duration
 }
 
-func (r Request) weight() int { return max(r.Weight, 1) }
+// Seats is how many seats the permit takes: Weight, or 1 when it is 0.
+func (r Request) Seats() int { return max(r.Weight, 1) }
 
 // HolderInfo is what status shows about a holder. It must hold no secret.
 type HolderInfo struct {
@@ -99,8 +101,12 @@ type Store interface {
 	// Acquire returns a held permit. It waits until one is free, ctx is done
 	// (returning ctx's error) or, with NoWait, returns ErrBusy at once.
 	Acquire(ctx context.Context, req Request) (Lease, error)
-	// Status reports on each key.
+	// Status reports on each key; with no keys, on every key the store
+	// knows.
 	Status(ctx context.Context, keys []string) ([]KeyStatus, error)
+	// Doctor checks that the store can keep these rules where it is: one
+	// Check each, problems with their fix. It writes only what it removes.
+	Doctor(ctx context.Context) []Check
 	// Close releases the store's connections.
 	Close() error
 }
@@ -166,21 +172,44 @@ type Holder struct {
 	ExpiresIn time.Duration `json:"expires_in_ns"`
 }
 
-// check refuses a request no store can serve.
-func (r Request) check() error {
-	if err := CheckKey(r.Key); err != nil {
-		return fmt.Errorf("key %q: %w", r.Key, err)
-	}
-	if r.Permits < 1 {
-		return fmt.Errorf("key %q: %d permits, want at least 1", r.Key, r.Permits)
-	}
-	if r.Weight < 0 || r.Weight > r.Permits {
-		return fmt.Errorf("key %q: weight %d, want from 1 to the %d permits", r.Key, r.Weight, r.Permits)
-	}
-	if r.TTL < time.Millisecond {
-		return fmt.Errorf("key %q: lease %v, want at least 1ms", r.Key, r.TTL)
+// Bounds of a request, beyond which it is a mistake.
+const (
+	MaxPermits  = 1_000_000
+	MinTTL      = time.Second
+	MaxTTL      = 24 * time.Hour
+	MaxReplicas = 1000
+)
+
+// Validate refuses a request no store should serve, with a *SettingError
+// naming the setting at fault. Every store's Acquire calls it first; a
+// caller calls it too to refuse bad input before it opens a store.
+func (r Request) Validate() error {
+	switch {
+	case CheckKey(r.Key) != nil:
+		return &SettingError{Setting: KeySetting, Value: fmt.Sprintf("%q", r.Key), Err: CheckKey(r.Key)}
+	case r.Permits < 1 || r.Permits > MaxPermits:
+		return &SettingError{Setting: PermitsSetting, Value: r.Permits, Err: fmt.Errorf("must be from 1 to %d", MaxPermits)}
+	case r.Weight < 0 || r.Weight > r.Permits:
+		return &SettingError{Setting: WeightSetting, Value: r.Weight, Err: fmt.Errorf("must be from 1 to %s", Count(r.Permits, "permit"))}
+	case r.TTL < MinTTL || r.TTL > MaxTTL:
+		return &SettingError{Setting: TTLSetting, Value: r.TTL, Err: fmt.Errorf("must be from %v to %v", MinTTL, MaxTTL)}
+	case r.TTL%time.Millisecond != 0:
+		// The store's clock counts whole milliseconds.
+		return &SettingError{Setting: TTLSetting, Value: r.TTL, Err: errors.New("must be whole milliseconds")}
+	case r.RestartFence < 0 || r.RestartFence > MaxTTL:
+		return &SettingError{Setting: RestartFenceSetting, Value: r.RestartFence, Err: fmt.Errorf("must be from 0 to %v", MaxTTL)}
+	case r.MinReplicas < 0 || r.MinReplicas > MaxReplicas:
+		return &SettingError{Setting: MinReplicasSetting, Value: r.MinReplicas, Err: fmt.Errorf("must be from 0 to %d", MaxReplicas)}
 	}
 	return nil
+}
+
+// Count says "1 permit" or "3 permits".
+func Count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // CheckKey tells whether key can name a semaphore.

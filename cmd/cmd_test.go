@@ -1,0 +1,161 @@
+//go:build unix
+
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/localstore"
+)
+
+// run runs semrun with args, with buffers for streams and none of the
+// host's configuration, and returns its status, stdout and stderr.
+func run(t *testing.T, s *IOStreams, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if s == nil {
+		s = &IOStreams{}
+	}
+	s.In, s.Out, s.ErrOut = strings.NewReader(""), &out, &errOut
+	code := Run(context.Background(), args, s)
+	return code, out.String(), errOut.String()
+}
+
+// isolate keeps the host's config files and SEMRUN_ variables out of t.
+func isolate(t *testing.T) {
+	t.Helper()
+	saved := SystemConfigFile
+	SystemConfigFile = ""
+	t.Cleanup(func() { SystemConfigFile = saved })
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "SEMRUN_") || name == envRedisCLIAuth {
+			t.Setenv(name, "")
+			os.Unsetenv(name)
+		}
+	}
+}
+
+func TestRunRefusesBadInputInTheUsersWords(t *testing.T) {
+	isolate(t)
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"-k", "k", "--permits", "0", "--", "true"}, "semrun: --permits 0: must be from 1 to 1000000\n"},
+		{map[string]string{"SEMRUN_PERMITS": "0"}, []string{"-k", "k", "--", "true"}, "semrun: SEMRUN_PERMITS=0: must be from 1 to 1000000\n"},
+		{nil, []string{"-k", "k", "--ttl", "500ms", "--", "true"}, "semrun: --ttl 500ms: must be from 1s to 24h0m0s\n"},
+		{nil, []string{"-k", "k", "-n", "2", "--weight", "3", "--", "true"}, "semrun: --weight 3: must be from 1 to 2 permits\n"},
+		{nil, []string{"--", "true"}, "semrun: --key is required\n"},
+		// A store's refusal, naming settings as the user set them.
+		{nil, []string{"-k", "k", "--redis", "redis://127.0.0.1:1/0", "--tls-ca", "ca.pem", "--", "true"},
+			"semrun: --tls-ca: needs a rediss:// URL, not redis://127.0.0.1:1/0 (--redis)\n"},
+		{map[string]string{"SEMRUN_TLS_CA": "ca.pem", "SEMRUN_REDIS_URL": "redis://127.0.0.1:1/0"}, []string{"-k", "k", "--", "true"},
+			"semrun: SEMRUN_TLS_CA: needs a rediss:// URL, not redis://127.0.0.1:1/0 (SEMRUN_REDIS_URL)\n"},
+		{nil, []string{"-k", "k", "--redis", "rediss://127.0.0.1:1/0", "--tls-cert", "c.pem", "--", "true"},
+			"semrun: --tls-cert c.pem: needs --tls-key\n"},
+		{nil, []string{"-k", "k", "--cluster", "--sentinel-master", "m", "--", "true"}, "semrun: --cluster and --sentinel-master: choose one\n"},
+		{map[string]string{"SEMRUN_REDIS_URL": "redis://127.0.0.1:1/0?addr=127.0.0.1:2"}, []string{"-k", "k", "--", "true"},
+			"semrun: SEMRUN_REDIS_URL: redis://127.0.0.1:1/0: ?addr= names more nodes of a cluster or more sentinels: add --cluster or --sentinel-master\n"},
+		{nil, []string{"-k", "k", "--local", "--lock-dir", "", "--", "true"}, "semrun: --lock-dir: must not be empty\n"},
+	} {
+		for name, value := range tc.env {
+			t.Setenv(name, value)
+		}
+		code, out, errOut := run(t, nil, tc.args...)
+		if code != exitFailure || out != "" || errOut != tc.want {
+			t.Errorf("semrun %q with %v: got status %d, stdout %q, stderr %q; want 125, nothing, %q", tc.args, tc.env, code, out, errOut, tc.want)
+		}
+		for name := range tc.env {
+			os.Unsetenv(name)
+		}
+	}
+}
+
+func TestRunPassesTheChildsStatus(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	code, out, errOut := run(t, nil, "--local", "--lock-dir", dir, "-k", "k", "--", "sh", "-c", "exit 3")
+	if code != 3 || out != "" || errOut != "" {
+		t.Errorf("a child that exits 3: got status %d, stdout %q, stderr %q; want 3 and nothing printed", code, out, errOut)
+	}
+	code, _, errOut = run(t, nil, "--local", "--lock-dir", dir, "-k", "k", "-v", "--", "true")
+	if code != 0 || !strings.Contains(errOut, `semrun: key "k": permit held after `) || !strings.HasSuffix(errOut, "semrun: key \"k\": permit released\n") {
+		t.Errorf("-v: got status %d, stderr %q; want 0, the permit held and released said", code, errOut)
+	}
+}
+
+func TestStatusAndDoctorWriteToTheirStreams(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	store, err := localstore.New(localstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("localstore.New: %v", err)
+	}
+	defer store.Close()
+	l, err := store.Acquire(context.Background(), semaphore.Request{Key: "busy", Permits: 2, TTL: time.Minute, NoWait: true,
+		Holder: semaphore.HolderInfo{Host: "h", PID: 7, Command: "job"}})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer l.Release(context.Background())
+
+	code, out, errOut := run(t, nil, "status", "--local", "--lock-dir", dir, "busy")
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "key \"busy\": 1 held, capacity 2\n") || !regexp.MustCompile(`(?m)^  h +7 +job +2 +1 `).MatchString(out) {
+		t.Errorf("status: got status %d, stdout %q, stderr %q; want 0 and the holder", code, out, errOut)
+	}
+	code, out, _ = run(t, nil, "status", "--local", "--lock-dir", dir, "--json")
+	var st []semaphore.KeyStatus
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st) != 1 || st[0].Key != "busy" || st[0].Held != 1 {
+		t.Errorf("status --json: got status %d, %q (%v); want the key busy, 1 held", code, out, err)
+	}
+	code, out, errOut = run(t, nil, "doctor", "--local", "--lock-dir", dir)
+	if code != 0 || errOut != "" || !strings.Contains(out, "ok    lock: took and freed a lock") {
+		t.Errorf("doctor: got status %d, stdout %q, stderr %q; want 0 and the lock check", code, out, errOut)
+	}
+	code, out, errOut = run(t, nil, "doctor", "--local", "--lock-dir", filepath.Join(dir, "busy", "seat.0"))
+	if code != exitDoctorFailed || !strings.HasPrefix(out, "FAIL  lock-dir: ") || errOut != "semrun: doctor: lock-dir failed\n" {
+		t.Errorf("doctor of a file as the lock directory: got status %d, stdout %q, stderr %q; want 1, lock-dir failing", code, out, errOut)
+	}
+}
+
+// fakeTerminal is a terminal of a given width, in the foreground.
+type fakeTerminal int
+
+func (t fakeTerminal) Width() int     { return int(t) }
+func (fakeTerminal) Background() bool { return false }
+
+func TestWaitLineOnATerminal(t *testing.T) {
+	isolate(t)
+	dir := t.TempDir()
+	store, err := localstore.New(localstore.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("localstore.New: %v", err)
+	}
+	defer store.Close()
+	l, err := store.Acquire(context.Background(), semaphore.Request{Key: "busy", Permits: 1, TTL: time.Minute, NoWait: true})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer l.Release(context.Background())
+
+	code, _, errOut := run(t, &IOStreams{ErrTerminal: fakeTerminal(60)}, "--local", "--lock-dir", dir, "-k", "busy", "--timeout", "1500ms", "--", "true")
+	line := "\r\x1b[Ksemrun: waiting for key \"busy\": 1/1 seats held, 1st in l"
+	if code != 75 || !strings.HasPrefix(errOut, line) || !strings.HasSuffix(errOut, "\r\x1b[Ksemrun: key \"busy\": no permit within 1.5s (--timeout)\n") {
+		t.Errorf("a wait on a terminal 60 wide: got status %d, stderr %q; want 75, the line cut to 59 columns (%q), cleared, then why", code, errOut, line)
+	}
+	code, _, errOut = run(t, nil, "--local", "--lock-dir", dir, "-k", "busy", "--timeout", "100ms", "--", "true")
+	if code != 75 || errOut != "semrun: key \"busy\": no permit within 100ms (--timeout)\n" {
+		t.Errorf("a wait elsewhere: got status %d, stderr %q; want 75 and only why", code, errOut)
+	}
+}

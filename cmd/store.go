@@ -1,0 +1,169 @@
+package cmd
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/localstore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore"
+)
+
+// settingFlags are the flags that set the settings of requests and stores.
+var settingFlags = map[semaphore.Setting]string{
+	semaphore.KeySetting:             "key",
+	semaphore.PermitsSetting:         "permits",
+	semaphore.WeightSetting:          "weight",
+	semaphore.TTLSetting:             "ttl",
+	semaphore.RestartFenceSetting:    "restart-fence",
+	semaphore.MinReplicasSetting:     "min-replicas",
+	localstore.DirSetting:            "lock-dir",
+	redisstore.URLSetting:            "redis",
+	redisstore.PrefixSetting:         "prefix",
+	redisstore.ClusterSetting:        "cluster",
+	redisstore.SentinelMasterSetting: "sentinel-master",
+	redisstore.TLSCASetting:          "tls-ca",
+	redisstore.TLSCertSetting:        "tls-cert",
+	redisstore.TLSKeySetting:         "tls-key",
+	redisstore.TLSServerNameSetting:  "tls-server-name",
+	redisstore.TLSInsecureSetting:    "tls-insecure",
+}
+
+// names name settings in the stores' messages the way the user set them:
+// the one place that does is sources.
+type names struct {
+	src   sources
+	flags *pflag.FlagSet
+}
+
+var _ semaphore.Names = names{}
+
+// Name is how the user set s: --tls-ca, SEMRUN_TLS_CA or tls-ca in FILE;
+// the flag when they did not.
+func (n names) Name(s semaphore.Setting) string {
+	if s == redisstore.PasswordSetting {
+		return n.Ways(s, "")
+	}
+	flag, ok := settingFlags[s]
+	if !ok {
+		return string(s)
+	}
+	return n.src.name(flag)
+}
+
+// Ways is the flag and the variable that set s: "--redis (SEMRUN_REDIS_URL)",
+// "--cluster (SEMRUN_CLUSTER=true)".
+func (n names) Ways(s semaphore.Setting, value string) string {
+	if s == redisstore.PasswordSetting {
+		// The URL's aside, which the store knows of.
+		return "--redis-password-file, " + envRedisPassword + " or " + envRedisCLIAuth
+	}
+	flag, ok := settingFlags[s]
+	if !ok {
+		return string(s)
+	}
+	way := "--" + flag
+	if f := n.flags.Lookup(flag); value != "" && (f == nil || f.Value.Type() != "bool") {
+		way += " " + value
+	}
+	if env, ok := envNames[flag]; ok {
+		if value != "" {
+			env += "=" + value
+		}
+		way += " (" + env + ")"
+	}
+	return way
+}
+
+// refused is err, a setting a request or a store refused, in the user's
+// words: "--permits 0", "SEMRUN_PERMITS=0" or "permits 0 in FILE", and why.
+func (c *commonOptions) refused(err error) error {
+	var se *semaphore.SettingError
+	if !errors.As(err, &se) {
+		var usage *usageError
+		if errors.As(err, &usage) {
+			return err
+		}
+		return &usageError{err}
+	}
+	flag, ok := settingFlags[se.Setting]
+	switch {
+	case !ok:
+		return &usageError{err}
+	case se.Value == nil:
+		return usageErrorf("%s: %v", c.sources.name(flag), se.Err)
+	}
+	return usageErrorf("%s: %v", c.sources.show(flag, se.Value), se.Err)
+}
+
+// openStore opens the store the settings chose: the host's lock directory
+// with --local, else Redis. It is the one place that names a store; the
+// store checks the settings it owns.
+func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, error) {
+	if warnf == nil {
+		warnf = c.logger(c.stderr).Warnf
+	}
+	n := names{src: c.sources, flags: c.flags}
+	if c.local {
+		return c.openLocal(warnf, n)
+	}
+	s, err := redisstore.New(redisstore.Options{
+		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
+		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
+	})
+	if err != nil {
+		return nil, c.refused(err)
+	}
+	if c.tls.Insecure {
+		warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
+	}
+	if c.urlInArgs && s.PasswordInURL() {
+		warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
+	}
+	return s, nil
+}
+
+// Where a password may come from besides the URL, in this order.
+const (
+	envRedisPassword = "SEMRUN_REDIS_PASSWORD"
+	envRedisCLIAuth  = "REDISCLI_AUTH" // redis-cli's
+)
+
+// password is the Redis password from --redis-password-file, else
+// SEMRUN_REDIS_PASSWORD, else REDISCLI_AUTH; empty when none is set. The
+// store asks for it only when the URL carries none. A file others can read
+// is refused: the password would not be secret.
+func (c *commonOptions) password() (string, error) {
+	if c.passwordFile != "" {
+		name := c.sources.name("redis-password-file")
+		f, err := os.Open(c.passwordFile)
+		if err != nil {
+			return "", usageErrorf("%s: %v", name, err)
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return "", usageErrorf("%s: %v", name, err)
+		}
+		if perm := st.Mode().Perm(); perm&0o077 != 0 {
+			return "", usageErrorf("%s %s: readable by others (mode %04o); chmod 600 it", name, c.passwordFile, perm)
+		}
+		b, err := io.ReadAll(io.LimitReader(f, 4096))
+		if err != nil {
+			return "", usageErrorf("%s: %v", name, err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	if p := os.Getenv(envRedisPassword); p != "" {
+		return p, nil
+	}
+	if p := os.Getenv(envRedisCLIAuth); p != "" {
+		c.usedCLIAuth = true
+		return p, nil
+	}
+	return "", nil
+}

@@ -1,0 +1,351 @@
+//go:build unix
+
+package localstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+	"golang.org/x/sys/unix"
+)
+
+// Acquire implements semaphore.Store. The first waiter in line holds the
+// key's queue lock and is woken by inotify when a seat's file is closed or
+// released; the waiters behind it sleep in the kernel on the queue lock.
+func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	k, err := s.openKey(req.Key)
+	if err != nil {
+		return nil, err
+	}
+	defer k.close()
+	a := &attempt{s: s, k: k, req: req, seats: map[int]*os.File{}}
+	defer a.close()
+	if a.queue, err = k.open(queueFile, os.O_RDWR|os.O_CREATE); err != nil {
+		return nil, err
+	}
+	// Nobody in line: take a free seat now, or be first in line.
+	lease, held, err := a.try(ctx, a.joinLine)
+	if lease != nil || err != nil {
+		return lease, err
+	}
+	if req.NoWait {
+		return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, held, req.Permits, semaphore.ErrBusy)
+	}
+	return a.wait(ctx, held)
+}
+
+// attempt is one caller's try for a seat of a key.
+type attempt struct {
+	s     *Store
+	k     *keyDir
+	req   semaphore.Request
+	grant *os.File
+	queue *os.File
+	// inLine: the queue lock is this caller's: it is first in line.
+	inLine bool
+	seats  map[int]*os.File // seat files looked at, kept open while waiting
+	told   bool             // the capacity was checked
+}
+
+// joinLine takes the queue lock, without waiting for it, and tells whether
+// the caller may take a free seat now: nobody was in line. A caller that
+// will not wait also may when the lock is taken but nobody waits: a wait
+// given up inside a long-lived process holds the lock for an instant once
+// its turn comes (a blocked flock cannot be interrupted), and a caller
+// that takes the lock registers as a waiter a moment later.
+func (a *attempt) joinLine() (bool, error) {
+	ok, err := flock(a.queue, unix.LOCK_EX|unix.LOCK_NB)
+	a.inLine = ok
+	if ok || err != nil || !a.req.NoWait {
+		return ok, err
+	}
+	return !a.k.anyLocked(waitPrefix), nil
+}
+
+// wait waits in line for a seat, held being the seats held when it last
+// looked.
+func (a *attempt) wait(ctx context.Context, held int) (semaphore.Lease, error) {
+	onWait := a.req.OnWait
+	if onWait == nil {
+		onWait = func(semaphore.WaitState) {}
+	}
+	st := semaphore.WaitState{Held: held, Capacity: a.req.Permits}
+	if a.inLine {
+		st.Position = 1
+	}
+	onWait(st)
+	stopWaiting, err := a.register()
+	if err != nil {
+		return nil, err
+	}
+	defer stopWaiting()
+	if !a.inLine {
+		if err := lockWait(ctx, a.queue); err != nil {
+			a.queue = nil // lockWait closes it
+			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
+		}
+		a.inLine = true
+		onWait(semaphore.WaitState{Held: held, Capacity: a.req.Permits, Position: 1})
+	}
+	return a.waitForSeat(ctx)
+}
+
+// waitForSeat waits, first in line, for a seat. The watch starts before the
+// seats are looked at, so no release between the two goes unnoticed.
+func (a *attempt) waitForSeat(ctx context.Context) (semaphore.Lease, error) {
+	w := watchSeats(a.k)
+	// Dropping the last inotify watch of a directory makes the kernel wait
+	// for a grace period (10ms and more measured): not before the child.
+	defer func() { go w.close() }()
+	recheck := slowRecheck
+	for {
+		lease, _, err := a.try(ctx, nil)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		woken, err := w.wait(ctx, recheck)
+		if err != nil {
+			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
+		}
+		switch {
+		case woken:
+			recheck = firstFollowup
+		case recheck < slowRecheck:
+			recheck = min(recheck*4, slowRecheck)
+		}
+	}
+}
+
+// try takes the key's grant lock and, when gate (if any) lets it, a free
+// seat. It returns the lease, or nil and how many seats are held.
+func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore.Lease, int, error) {
+	if err := a.lockGrant(ctx); err != nil {
+		return nil, 0, err
+	}
+	defer func() { _, _ = flock(a.grant, unix.LOCK_UN) }()
+	if !a.told {
+		a.told = true
+		a.checkCapacity()
+	}
+	if gate != nil {
+		ok, err := gate()
+		if err != nil || !ok {
+			// Someone is in line: every seat was held when it last looked.
+			return nil, a.req.Permits, err
+		}
+	}
+	taken, held, err := a.takeSeats()
+	if err != nil || taken == nil {
+		return nil, held, err
+	}
+	l, err := a.lease(taken)
+	if err != nil {
+		return nil, held, err // not a nil *lease in an interface
+	}
+	return l, held, nil
+}
+
+// lockGrant takes the key's grant lock. It is held for microseconds,
+// unless its holder was stopped there: the wait for it can be given up.
+func (a *attempt) lockGrant(ctx context.Context) error {
+	if a.grant == nil {
+		f, err := a.k.open(grantFile, os.O_RDWR|os.O_CREATE)
+		if err != nil {
+			return err
+		}
+		a.grant = f
+	}
+	if err := lockWait(ctx, a.grant); err != nil {
+		if ctx.Err() != nil {
+			a.grant = nil // lockWait closes it
+			return fmt.Errorf("wait for key %q: %w", a.req.Key, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// takeSeats locks the seats a permit takes: a weight of K takes K seats at
+// once, or none. It returns them, or nil and how many seats are held.
+func (a *attempt) takeSeats() ([]int, int, error) {
+	held, weight := 0, a.req.Seats()
+	var taken []int
+	for i := 0; i < a.req.Permits && len(taken) < weight; i++ {
+		f := a.seats[i]
+		if f == nil {
+			var err error
+			if f, err = a.k.open(seatPrefix+strconv.Itoa(i), os.O_RDWR|os.O_CREATE); err != nil {
+				a.unlockSeats(taken)
+				return nil, held, err
+			}
+			a.seats[i] = f
+		}
+		ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
+		if err != nil {
+			a.unlockSeats(taken)
+			return nil, held, err
+		}
+		if !ok {
+			held++
+			continue
+		}
+		taken = append(taken, i)
+	}
+	if len(taken) < weight {
+		a.unlockSeats(taken)
+		return nil, held, nil
+	}
+	return taken, held, nil
+}
+
+func (a *attempt) unlockSeats(taken []int) {
+	for _, i := range taken {
+		_, _ = flock(a.seats[i], unix.LOCK_UN)
+	}
+}
+
+// lease makes the seats taken a permit with the key's next token; the
+// grant lock is held.
+func (a *attempt) lease(taken []int) (*lease, error) {
+	token, err := a.nextToken()
+	if err != nil {
+		a.unlockSeats(taken)
+		return nil, err
+	}
+	keyDir, err := unix.FcntlInt(a.k.dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		a.unlockSeats(taken)
+		return nil, fmt.Errorf("lock directory %s: %w", a.k.path, err)
+	}
+	l := &lease{keyDir: keyDir, token: token}
+	rec := record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Seats(), Token: token, SinceMS: time.Now().UnixMilli()}
+	for _, i := range taken {
+		// The record is for status only: a seat is held by its lock.
+		_ = rec.write(a.seats[i])
+		l.seats = append(l.seats, a.seats[i])
+		l.names = append(l.names, seatPrefix+strconv.Itoa(i))
+		delete(a.seats, i)
+	}
+	return l, nil
+}
+
+// nextToken hands out the key's next fencing token; the grant lock is held.
+// Seeding from the clock keeps tokens rising after the lock directory is
+// emptied, as /run is at boot.
+func (a *attempt) nextToken() (int64, error) {
+	f, err := a.k.open(tokenFile, os.O_RDWR|os.O_CREATE)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 32)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	last, _ := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+	token := max(last+1, time.Now().UnixMicro())
+	if _, err := f.WriteAt(fmt.Appendf(nil, "%020d\n", token), 0); err != nil {
+		return 0, fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	return token, nil
+}
+
+// checkCapacity records the N this call asks for, and warns when the last
+// caller asked for another; the grant lock is held.
+func (a *attempt) checkCapacity() {
+	f, err := a.k.open(capacityFile, os.O_RDWR|os.O_CREATE)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, 32)
+	n, _ := f.ReadAt(buf, 0)
+	previous, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err == nil && previous == a.req.Permits {
+		return
+	}
+	if err == nil {
+		a.s.warnf("key %q: this call asks for %d permits, the previous caller asked for %d", a.req.Key, a.req.Permits, previous)
+	}
+	b := fmt.Appendf(nil, "%d\n", a.req.Permits)
+	if _, err := f.WriteAt(b, 0); err == nil {
+		_ = f.Truncate(int64(len(b)))
+	}
+}
+
+// register leaves a locked file in the key's directory while the caller
+// waits, so that status can count and show waiters. It also removes the
+// files of waiters that are gone.
+func (a *attempt) register() (func(), error) {
+	a.removeStaleWaiters()
+	var name string
+	var f *os.File
+	for f == nil {
+		name = waitPrefix + rand.Text()[:16]
+		var err error
+		if f, err = a.k.open(name, os.O_RDWR|os.O_CREATE|os.O_EXCL); err != nil {
+			return nil, err
+		}
+		if _, err := flock(f, unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, err
+		}
+		// Between the create and the lock, another waiter may have taken
+		// the file for a dead waiter's and removed it: start again.
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Nlink == 0 {
+			f.Close()
+			f = nil
+		}
+	}
+	_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Seats(), SinceMS: time.Now().UnixMilli()}.write(f)
+	return func() {
+		_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
+		f.Close()
+	}, nil
+}
+
+// removeStaleWaiters removes the files of waiters that are gone.
+func (a *attempt) removeStaleWaiters() {
+	for _, name := range a.k.names(waitPrefix) {
+		f, err := a.k.open(name, os.O_RDONLY)
+		if err != nil {
+			continue
+		}
+		// Removed only under its lock: a waiter locks its file before it
+		// checks that the file is still there.
+		if free, _ := flock(f, unix.LOCK_EX|unix.LOCK_NB); free {
+			_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
+		}
+		f.Close()
+	}
+}
+
+// close gives back what the attempt holds and has open, but the seats of
+// the lease it returned.
+func (a *attempt) close() {
+	if a.inLine {
+		_, _ = flock(a.queue, unix.LOCK_UN)
+	}
+	if a.queue != nil {
+		a.queue.Close()
+	}
+	for _, f := range a.seats {
+		f.Close()
+	}
+	if a.grant != nil {
+		a.grant.Close()
+	}
+}

@@ -1,0 +1,226 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/semrun/semrun/internal/clock"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// WaiterLease is how long a waiter keeps its place in line without telling
+// the store it is still there: a waiter that vanished (killed, host gone)
+// leaves the line after at most this, or the lease of the permit it asks
+// for if that is shorter.
+const WaiterLease = 10 * time.Second
+
+// newPermitID returns 130 bits from crypto/rand: a client that does not
+// hold a permit cannot guess its id to renew or release it.
+func newPermitID() string { return rand.Text() }
+
+// Acquire implements semaphore.Store. A caller that cannot have its turn
+// now takes a place in line, and blocks until a script pushes its turn to
+// its wake list (a release, a lapsed lease or a vanished waiter gave it its
+// turn), the earliest lease can lapse, or its place needs renewing: that
+// renewal is also the safety net for a lost message.
+func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	a, err := s.newAsker(req)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		l, delay, err := a.ask(ctx)
+		if l != nil || err != nil {
+			return l, err
+		}
+		t, err := a.wake.wait(ctx, delay)
+		if err != nil {
+			s.abandon(ctx, a.keys, a.id)
+			return nil, fmt.Errorf("wait for key %q: %w", req.Key, err)
+		}
+		if !t.handed {
+			continue
+		}
+		if l, err := a.take(ctx, t); l != nil || err != nil {
+			return l, err
+		}
+	}
+}
+
+// asker is one Acquire's state as it asks for a permit and waits for it.
+type asker struct {
+	s    *Store
+	req  semaphore.Request
+	keys semKeys
+	id   string
+	args namedArgs
+	// wlease is the caller's waiter lease; 0 when it does not wait.
+	wlease time.Duration
+	wake   wakeups
+	// told: the capacity the previous caller asked was looked at.
+	told bool
+	last semaphore.WaitState
+	// inLine is the last ask that left the caller in line: when it sent it,
+	// and the server's clock as the script ran, after that. A permit handed
+	// over later lapses at a server time, which this turns into a local
+	// deadline that is never later than the store's.
+	inLine struct {
+		sent clock.Instant
+		now  int64
+	}
+}
+
+func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
+	a := &asker{s: s, req: req, keys: newKeys(s.prefix, req.Key), id: newPermitID()}
+	if !req.NoWait {
+		a.wlease = min(req.TTL, WaiterLease)
+	}
+	meta, err := json.Marshal(req.Holder)
+	if err != nil {
+		return nil, fmt.Errorf("encode holder info: %w", err)
+	}
+	a.args = acquireArgs{
+		id: a.id, permits: req.Permits, ttl: req.TTL, meta: meta, weight: req.Seats(),
+		wait: a.wlease, wake: a.keys.wake, fence: req.RestartFence,
+	}.named()
+	a.wake = wakeups{client: s.client, key: a.keys.wakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
+	return a, nil
+}
+
+// ask runs the acquire script once. It returns the lease granted, or how
+// long to wait for a turn before asking again.
+func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error) {
+	s, req := a.s, a.req
+	sent := clock.Now()
+	res, err := s.call(ctx, acquireScript, a.keys, a.args)
+	if err != nil {
+		if ctx.Err() != nil {
+			// The script may have run before ctx ended: give back what
+			// may have been granted, or the place in line, now.
+			s.abandon(ctx, a.keys, a.id)
+		}
+		return nil, 0, fmt.Errorf("acquire key %q: %w", req.Key, err)
+	}
+	r, err := decodeAcquire(res)
+	if err != nil {
+		s.abandon(ctx, a.keys, a.id)
+		return nil, 0, fmt.Errorf("acquire key %q: %w", req.Key, err)
+	}
+	a.warn(r)
+	if r.granted {
+		l, err := s.replicated(ctx, req, s.newLease(req, a.keys, a.id, r.token, sent.Add(serverSpan(r.left))))
+		return l, 0, err
+	}
+	fenced := time.Duration(r.fenced) * time.Millisecond
+	if req.NoWait {
+		if fenced > 0 {
+			return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.FenceError{Left: fenced})
+		}
+		return nil, 0, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, r.held, req.Permits, semaphore.ErrBusy)
+	}
+	a.inLine.sent, a.inLine.now = sent, r.now
+	// The fence is shown to the second, so that the line is not redrawn for less.
+	st := semaphore.WaitState{Held: int(r.held), Capacity: req.Permits, Position: int(r.position), Waiting: int(r.waiting), Fenced: fenced.Round(time.Second)}
+	if st != a.last && req.OnWait != nil {
+		req.OnWait(st)
+		a.last = st
+	}
+	// Jittered, so that waiters that came together do not renew together.
+	delay := a.wlease/3*9/10 + mrand.N(a.wlease/15+1)
+	// Healthy holders renew long before their lease could lapse, and a
+	// waiter asks again before that; only a crashed holder's lapse comes
+	// first, and then every waiter looks at once.
+	if r.lapse > 0 {
+		delay = min(delay, time.Duration(r.lapse)*time.Millisecond+time.Millisecond)
+	}
+	return nil, delay, nil
+}
+
+// warn says, once, that the caller disagrees with the previous one about
+// the capacity, and, each time, that the server's clock jumped.
+func (a *asker) warn(r acquireReply) {
+	if r.previous != int64(a.req.Permits) && !a.told {
+		a.s.warnf("key %q: this call asks for %d permits, the previous caller asked for %d", a.req.Key, a.req.Permits, r.previous)
+	}
+	a.told = true
+	switch moved := time.Duration(r.moved) * time.Millisecond; {
+	case moved > 0:
+		a.s.warnf("key %q: no call reached Redis for longer than its holders renew: Redis's clock stepped forward, or every holder stopped renewing; their leases were pushed back %v", a.req.Key, moved)
+	case moved < 0:
+		a.s.warnf("key %q: Redis's clock went back %v", a.req.Key, -moved)
+	}
+}
+
+// take returns the permit a script handed over, or nil to ask again.
+func (a *asker) take(ctx context.Context, t turn) (semaphore.Lease, error) {
+	s, req := a.s, a.req
+	l := s.newLease(req, a.keys, a.id, t.token, a.inLine.sent.Add(serverSpan(t.expiry-a.inLine.now)))
+	// A waiter that read its turn late (it was stopped) renews first, so
+	// that its command does not start with its lease about to lapse.
+	if clock.Until(l.deadline) < req.TTL/2 {
+		call, cancel := context.WithTimeout(ctx, s.connectTimeout)
+		err := l.Renew(call)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			s.abandon(ctx, a.keys, a.id)
+			return nil, fmt.Errorf("wait for key %q: %w", req.Key, context.Cause(ctx))
+		case err != nil:
+			// Lapsed unused (ErrLost: ask again, at the back of the line),
+			// or in doubt: asking again tells which.
+			return nil, nil
+		}
+	}
+	return s.replicated(ctx, req, l)
+}
+
+// replicated returns l once req.MinReplicas replicas have its grant,
+// renewing it on one connection with a WAIT until they do, for at most the
+// connect timeout; it gives the permit back if they never do.
+func (s *Store) replicated(ctx context.Context, req semaphore.Request, l *lease) (semaphore.Lease, error) {
+	if req.MinReplicas <= 0 {
+		return l, nil
+	}
+	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
+	giveUp := time.Now().Add(s.connectTimeout)
+	for {
+		// Each try gets the WAIT's own bound, and the connect timeout for the rest.
+		call, cancel := context.WithTimeout(ctx, replicaWait(l.ttl)+s.connectTimeout)
+		err := l.Renew(call)
+		cancel()
+		if err == nil {
+			return l, nil
+		}
+		if errors.Is(err, semaphore.ErrLost) || ctx.Err() != nil || time.Until(giveUp) <= 0 || sleep(ctx, min(wait.step(), time.Until(giveUp))) != nil {
+			s.abandon(ctx, l.keys, l.id)
+			switch {
+			case ctx.Err() != nil:
+				return nil, fmt.Errorf("acquire key %q: %w", req.Key, context.Cause(ctx))
+			case errors.Is(err, semaphore.ErrLost):
+				return nil, fmt.Errorf("acquire key %q: lapsed before %d replicas had it: %w", req.Key, req.MinReplicas, err)
+			}
+			return nil, fmt.Errorf("acquire key %q: %w: %w", req.Key, semaphore.ErrUnreachable, err)
+		}
+	}
+}
+
+// serverSpan is a span of ms between two readings of the server's clock,
+// as a local duration never longer than the true one: each reading is
+// rounded down to the millisecond, which can add up to 1ms to the span.
+func serverSpan(ms int64) time.Duration { return time.Duration(ms-1) * time.Millisecond }
+
+// abandon releases id after ctx ended, under a short deadline of its own.
+func (s *Store) abandon(ctx context.Context, k semKeys, id string) {
+	// Short: a caller who gave up on waiting, or was signalled, wants out now.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
+	defer cancel()
+	_, _ = releaseScript.run(ctx, s.client, k, releaseArgs(id, k.wake))
+}

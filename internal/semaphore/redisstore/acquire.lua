@@ -1,0 +1,104 @@
+-- acquire.lua: sweep lapsed holders and waiters, handing their seats to the
+-- waiters whose turn that makes, then grant a permit when it is the
+-- caller's turn: nobody waits and its weight fits under N, or it was
+-- handed one. Otherwise, unless it will not wait, the caller gets, or
+-- keeps, its place in line, with a lease of its own.
+-- KEYS: see lib.lua. ARGV (acquireArgs in scripts.go):
+--   id       the permit id
+--   permits  the capacity N
+--   ttl      the lease, ms
+--   meta     what status shows of the caller
+--   weight   the seats it takes
+--   wait     the waiter lease, ms; 0: the caller does not wait
+--   wake     the prefix of the key's wake lists
+--   fence    the restart fence, ms (0: none): while the server has been up
+--            for less, nobody is granted a permit, the caller included
+-- Reply (acquireReply in scripts.go):
+--   granted   1 when the caller holds a permit
+--   token     its fencing token (0 when not granted)
+--   held      the seats taken
+--   previous  the capacity the previous caller asked
+--   lapse     ms until the earliest lease lapses (or, while fenced, until the fence ends)
+--   position  the caller's place in line (1 first; 0 not in line)
+--   waiting   how many wait
+--   now       the server's clock, ms
+--   left      ms left of the caller's lease (0 when not granted)
+--   fenced    ms left of the restart fence
+--   moved     ms the holders' leases were pushed back (negative: ms the clock went back; see rebase)
+-- Running it twice with the same permit id (a client retry, or a waiter
+-- that asks after it was handed its permit) grants once and returns the
+-- same token.
+local a = args()
+local id, n, ttl, meta = a.id, tonumber(a.permits), tonumber(a.ttl), a.meta
+local weight, wlease, wake = tonumber(a.weight), tonumber(a.wait), a.wake
+
+local prev = tonumber(redis.call('HGET', infoKey, '#cap') or n)
+
+fenced(tonumber(a.fence) or 0) -- sets the fence up, see lib.lua
+
+-- wakeIn is when a waiter should ask again at the latest: when the fence
+-- ends, or else when the earliest lease can lapse.
+local function wakeIn()
+  local f = fenced()
+  if f > 0 then return f end
+  return earliest()
+end
+
+-- record keeps the caller's place in line with a fresh waiter lease.
+local function record(since)
+  redis.call('HSET', waitersKey, id, waiterRecord{expiry = now + wlease, permits = n, weight = weight, since = since, ttl = ttl, meta = meta})
+end
+
+local moved = rebase()
+local longest = 0
+local changed = sweep()
+local busy = used()
+local inline = redis.call('ZSCORE', queueKey, id)
+if inline and wlease > 0 then
+  local w = readWaiter(redis.call('HGET', waitersKey, id))
+  record(w and w.since or now)
+end
+-- A waiter that asks again runs the hand-over too: its turn may have come
+-- while no script could hand it over (the restart fence held it back).
+if changed or inline then
+  local given
+  longest, given = handoff(wake, busy)
+  busy = busy + given
+end
+
+local function answer(granted, token, left, position, lapse)
+  return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
+    position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
+    fenced = fenced(), moved = moved}
+end
+
+local mine = readHolder(redis.call('HGET', infoKey, id))
+local expiry = redis.call('ZSCORE', holdersKey, id)
+if mine and expiry then
+  redis.call('DEL', wakekey(wake, id))
+  redis.call('HSET', infoKey, '#cap', n)
+  keepalive(longest)
+  return answer(1, mine.token, tonumber(expiry) - now, 0, earliest())
+end
+
+redis.call('HSET', infoKey, '#cap', n)
+if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= n and fenced() == 0 then
+  local token = grant(id, n, weight, ttl, meta)
+  busy = busy + weight
+  keepalive(math.max(ttl, longest))
+  return answer(1, token, ttl, 0, earliest())
+end
+
+if wlease == 0 then
+  keepalive(longest)
+  return answer(0, 0, 0, 0, wakeIn())
+end
+
+if not inline then
+  redis.call('ZADD', queueKey, redis.call('HINCRBY', waitersKey, '#seq', 1), id)
+  record(now)
+  -- A permit handed over before, which lapsed unused, left its turn there.
+  redis.call('DEL', wakekey(wake, id))
+end
+keepalive(math.max(ttl, wlease, longest))
+return answer(0, 0, 0, redis.call('ZRANK', queueKey, id) + 1, wakeIn())

@@ -1,0 +1,119 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// call runs a script, retrying failures that may heal (connection refused,
+// timeouts, a loading server) for at most the connect timeout.
+func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) (any, error) {
+	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
+	giveUp := time.Now().Add(s.connectTimeout)
+	var failing error
+	stopped := func() error {
+		cause := context.Cause(ctx)
+		if failing != nil && errors.Is(cause, context.DeadlineExceeded) {
+			// The caller's deadline ran out while the store was failing:
+			// that is the store's fault, not a busy semaphore.
+			return fmt.Errorf("%w: %s: %w", semaphore.ErrUnreachable, s.addr, failing)
+		}
+		return cause
+	}
+	for {
+		attempt, cancel := context.WithDeadline(ctx, giveUp)
+		res, err := sc.run(attempt, s.client, k, args)
+		cancel()
+		switch {
+		case err == nil:
+			return res, nil
+		case ctx.Err() != nil:
+			return nil, stopped()
+		case !retryable(err):
+			return nil, s.refusal(ctx, err)
+		}
+		if failing == nil || !errors.Is(err, context.DeadlineExceeded) {
+			failing = err // the attempt cut short at giveUp says less than the one before
+		}
+		left := time.Until(giveUp)
+		if left <= 0 {
+			return nil, fmt.Errorf("%w: %s: %w", semaphore.ErrUnreachable, s.addr, failing)
+		}
+		if sleep(ctx, min(wait.step(), left)) != nil {
+			return nil, stopped()
+		}
+	}
+}
+
+// refusal says why Redis refused a script, where its own words do not.
+func (s *Store) refusal(ctx context.Context, err error) error {
+	switch {
+	case unauthenticated(err):
+		// Redis refuses a command of many arguments from a client that has
+		// not authenticated with a protocol error that does not say why.
+		return fmt.Errorf("%s: Redis wants a password (the URL's, %s): %w", s.addr, s.names.Ways(PasswordSetting, ""), err)
+	case strings.Contains(err.Error(), "can't run this command"):
+		// Inside a script, Redis 7 does not name the command it refused:
+		// sent alone, each command semrun sends is named if refused.
+		return fmt.Errorf("%s: %s (Redis said: %w)", s.addr, s.refusedCommands(ctx), err)
+	}
+	return fmt.Errorf("%s: %w%s", s.addr, err, s.trustHint(err))
+}
+
+// unauthenticated tells a refusal for want of a password.
+func unauthenticated(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOAUTH") || strings.Contains(msg, "unauthenticated")
+}
+
+// retryable tells failures that may heal from those that will not (bad
+// password, missing permission, a script error).
+func retryable(err error) bool {
+	if untrusted(err) {
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true // the network: refused, reset, timed out
+	}
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
+		if strings.HasPrefix(rerr.Error(), p) {
+			return true
+		}
+	}
+	// While a semaphore's slot migrates, a script that touches one of its
+	// keys the node no longer has (a wake list: every key of a semaphore
+	// shares its slot) fails, for as long as the migration lasts. The
+	// scripts are safe to run again.
+	return strings.Contains(rerr.Error(), "Script attempted to access a non local key in a cluster node")
+}
+
+// backoff doubles a delay up to max, each step jittered by ±25% so that
+// waiters started together do not retry together.
+type backoff struct{ next, max time.Duration }
+
+func (b *backoff) step() time.Duration {
+	d := b.next
+	b.next = min(b.next*2, b.max)
+	return d*3/4 + mrand.N(d/2+1)
+}
+
+// sleep waits for d or until ctx is done, returning ctx's cause then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

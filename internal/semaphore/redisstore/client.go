@@ -1,0 +1,100 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is everything the store sends to Redis: the scripts, a waiter's
+// BLPOP, and what needs one server in particular (a renewal and its WAIT,
+// SCAN, doctor's checks). ServerClient and ClusterClient adapt go-redis's
+// clients; a test may wrap either, or write its own.
+type Client interface {
+	// The scripts, run with EVALSHA, loaded with EVAL when Redis lacks them.
+	redis.Scripter
+	// Do sends one command where its key lives (BLPOP, doctor's probes).
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	// Node is the server that serves key: the one server, or in a cluster
+	// the master of the key's slot, as WAIT names no key to route by.
+	Node(ctx context.Context, key string) (Node, error)
+	// Masters are every master: the one server, or each of a cluster's.
+	Masters(ctx context.Context) ([]Node, error)
+	// Moved says that a Node answered MOVED or ASK: the slot it was asked
+	// for has moved, and the next Node is to be found anew.
+	Moved(ctx context.Context)
+	// User is the ACL user the client logs in as; "default" when none.
+	User() string
+	Close() error
+}
+
+// Node is one Redis server.
+type Node interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	// Pipelined sends fn's commands on one connection, as WAIT needs: it
+	// waits for the replicas to have the writes of its own connection.
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	InfoMap(ctx context.Context, sections ...string) *redis.InfoCmd
+	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
+	// Addr is where the node listens, host:port.
+	Addr() string
+}
+
+// node is a go-redis client of one server as a Node.
+type node struct{ *redis.Client }
+
+func (n node) Addr() string { return n.Options().Addr }
+
+// ServerClient is c, a client of one server or of the master behind
+// sentinels (go-redis's failover client), as a Client.
+func ServerClient(c *redis.Client) Client { return serverClient{c} }
+
+type serverClient struct{ *redis.Client }
+
+func (c serverClient) Node(context.Context, string) (Node, error) { return node{c.Client}, nil }
+func (c serverClient) Masters(context.Context) ([]Node, error)    { return []Node{node{c.Client}}, nil }
+func (serverClient) Moved(context.Context)                        {}
+func (c serverClient) User() string                               { return userOr(c.Options().Username) }
+
+// ClusterClient is c, a Redis Cluster's client, as a Client. Every key of
+// a semaphore, its wake lists included, shares one hash tag, so each
+// script runs on the one master that serves its slot; go-redis follows
+// MOVED and ASK.
+func ClusterClient(c *redis.ClusterClient) Client { return clusterClient{c} }
+
+type clusterClient struct{ *redis.ClusterClient }
+
+func (c clusterClient) Node(ctx context.Context, key string) (Node, error) {
+	m, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return node{m}, nil
+}
+
+func (c clusterClient) Masters(ctx context.Context) ([]Node, error) {
+	var mu sync.Mutex
+	var nodes []Node
+	err := c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes = append(nodes, node{m})
+		return nil
+	})
+	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Addr(), b.Addr()) })
+	return nodes, err
+}
+
+func (c clusterClient) Moved(ctx context.Context) { c.ReloadState(ctx) }
+func (c clusterClient) User() string              { return userOr(c.Options().Username) }
+
+func userOr(name string) string {
+	if name == "" {
+		return "default"
+	}
+	return name
+}

@@ -1,0 +1,341 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+var uptimeLine = regexp.MustCompile(`uptime_in_seconds:(\d+)`)
+
+// uptime is how long the server says it has been up.
+func uptime(t *testing.T, c *redis.Client) time.Duration {
+	t.Helper()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatalf("INFO server: got error %v, want the server's info", err)
+	}
+	m := uptimeLine.FindStringSubmatch(info)
+	if m == nil {
+		t.Fatalf("INFO server: got %q, want uptime_in_seconds", info)
+	}
+	s, _ := strconv.Atoi(m[1])
+	return time.Duration(s) * time.Second
+}
+
+// TestRedisRestartFence: a server that restarted empty grants nothing, to
+// anyone, until it has been up for the fence, while the holder from before
+// the restart finds its permit gone and never re-creates it.
+func TestRedisRestartFence(t *testing.T) {
+	t.Parallel()
+	srv, store, raw := setup(t, Options{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}
+	old, err := store.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire before the restart, no fence: got error %v, want a permit", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	const fence = 2 * time.Second
+	req.RestartFence = fence
+
+	busy := req
+	busy.NoWait = true
+	if _, err := store.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) || !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("Acquire --no-wait right after the restart: got error %v, want ErrFenced, an ErrBusy", err)
+	}
+	if err := old.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
+		t.Errorf("Renew of the permit from before the restart: got %v, want ErrLost", err)
+	}
+
+	var states []semaphore.WaitState
+	req.OnWait = func(st semaphore.WaitState) { states = append(states, st) }
+	l, err := store.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire waiting out the fence: got error %v, want a permit", err)
+	}
+	defer l.Release(ctx)
+	if up := uptime(t, raw); up < fence {
+		t.Errorf("server uptime once granted: got %v, want at least the fence, %v", up, fence)
+	}
+	if len(states) == 0 || states[0].Fenced <= 0 || states[0].Fenced > fence {
+		t.Errorf("wait states: got %+v, want the first to say the fence holds, for at most %v", states, fence)
+	}
+	// The old holder's release, however late, frees nothing of the new one.
+	if err := old.Release(ctx); err != nil {
+		t.Errorf("Release of the permit from before the restart: got %v, want nil", err)
+	}
+	if st, err := store.Status(ctx, []string{key}); err != nil || len(st[0].Holders) != 1 || st[0].Holders[0].Token != l.Token() {
+		t.Errorf("status after the old holder's release: got (%+v, %v), want the new holder only", st, err)
+	}
+}
+
+// TestRedisRestartFenceHoldsHandOvers: while the fence holds, a waiter
+// leaving does not hand seats to those behind it; the fence ends for all.
+func TestRedisRestartFenceHoldsHandOvers(t *testing.T) {
+	t.Parallel()
+	_, store, raw := setup(t, Options{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	const fence = 3 * time.Second
+	req := semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, RestartFence: fence}
+
+	// inLine returns an OnWait that says, once, that its caller is in line.
+	inLine := func(c chan<- struct{}) func(semaphore.WaitState) {
+		return func(semaphore.WaitState) {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}
+	first, cancelFirst := context.WithCancel(ctx)
+	firstInLine, secondInLine := make(chan struct{}, 1), make(chan struct{}, 1)
+	firstDone := make(chan error, 1)
+	go func() {
+		r := req
+		r.OnWait = inLine(firstInLine)
+		_, err := store.Acquire(first, r)
+		firstDone <- err
+	}()
+	<-firstInLine
+	second := make(chan semaphore.Lease, 1)
+	go func() {
+		r := req
+		r.RestartFence = time.Second // a shorter fence asked later does not shorten it
+		r.OnWait = inLine(secondInLine)
+		l, err := store.Acquire(ctx, r)
+		if err != nil {
+			t.Errorf("second waiter: got error %v, want a permit", err)
+		}
+		second <- l
+	}()
+	<-secondInLine
+	cancelFirst() // leaves the line: a release, which must not hand over
+	if err := <-firstDone; err == nil {
+		t.Errorf("first waiter, cancelled: got a permit, want an error")
+	}
+	l := <-second
+	if l == nil {
+		return
+	}
+	defer l.Release(ctx)
+	if up := uptime(t, raw); up < fence {
+		t.Errorf("server uptime once the second waiter got its permit: got %v, want at least %v", up, fence)
+	}
+}
+
+// TestMiniredisHasNoRestartFence: a server that does not say its uptime
+// (miniredis) is not fenced, as the scripts document.
+func TestMiniredisHasNoRestartFence(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	store := newStore(t, "redis://"+m.Addr(), Options{})
+	l, err := store.Acquire(context.Background(), semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: time.Minute, RestartFence: time.Hour, NoWait: true})
+	if err != nil {
+		t.Fatalf("Acquire with a fence from miniredis: got error %v, want a permit", err)
+	}
+	_ = l.Release(context.Background())
+}
+
+// replicaPair starts a master and a replica of it, waits until the
+// replica is in sync and both have been up for at least up, and returns
+// both servers with raw clients to them.
+func replicaPair(t *testing.T, up time.Duration) (master *redistest.Server, raw *redis.Client, replica *redistest.Server, replicaRaw *redis.Client) {
+	t.Helper()
+	master = redistest.New(t)
+	raw = rawClient(t, master.Addr)
+	replica = redistest.New(t)
+	replicaRaw = rawClient(t, replica.Addr)
+	ctx := context.Background()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	if err := replicaRaw.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+	for {
+		info, err := raw.Info(ctx, "replication").Result()
+		if err != nil {
+			t.Fatalf("INFO replication: %v", err)
+		}
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range []*redis.Client{raw, replicaRaw} {
+		for uptime(t, c) < up {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return master, raw, replica, replicaRaw
+}
+
+// TestRedisFailoverFenceHoldsReleases: on a promoted replica, a release
+// that comes before any acquire hands nothing over during the fence.
+func TestRedisFailoverFenceHoldsReleases(t *testing.T) {
+	t.Parallel()
+	const fence = 2 * time.Second
+	_, raw, _, replicaRaw := replicaPair(t, fence)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	k := newKeys(testPrefix, key)
+	acquire := func(c *redis.Client, id string, wlease time.Duration) acquireReply {
+		t.Helper()
+		return runAcquireArgs(t, c, k, acquireArgs{id: id, permits: 1, ttl: 30 * time.Second, wait: wlease, fence: fence})
+	}
+	if r := acquire(raw, "HOLDER", 0); !r.granted {
+		t.Fatalf("holder on the master: got %+v, want granted", r)
+	}
+	if r := acquire(raw, "WAITER", 10*time.Second); r.granted || r.position != 1 {
+		t.Fatalf("waiter on the master: got %+v, want first in line", r)
+	}
+	if n, err := raw.Do(ctx, "WAIT", 1, 10000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: got (%d, %v), want 1", n, err)
+	}
+	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatalf("REPLICAOF NO ONE: %v", err)
+	}
+	runScript(t, replicaRaw, releaseScript, k, releaseArgs("HOLDER", k.wake))
+	if _, err := replicaRaw.ZScore(ctx, k.holders, "WAITER").Result(); !errors.Is(err, redis.Nil) {
+		t.Errorf("the waiter after the first release on the promoted replica: a holder (err %v), want still in line while the fence holds", err)
+	}
+	if r := acquire(replicaRaw, "WAITER", 10*time.Second); r.granted || r.fenced <= 0 {
+		t.Errorf("the waiter asking on the promoted replica: got %+v, want not granted, fenced", r)
+	}
+}
+
+// TestRedisFailoverFence: a replica promoted by a failover may lack the
+// latest grants, so a key first served under a new replication id grants
+// nothing for the fence, however long the server has been up.
+func TestRedisFailoverFence(t *testing.T) {
+	t.Parallel()
+	const fence = 2 * time.Second
+	master, _, replica, replicaRaw := replicaPair(t, fence)
+	store := newStore(t, master.URL(), Options{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, RestartFence: fence}
+	// The holder, from before the failover, keeps running.
+	if _, err := store.Acquire(ctx, req); err != nil {
+		t.Fatalf("Acquire on the master: got error %v, want a permit", err)
+	}
+	// WAIT counts its own connection's writes, not the store's: wait
+	// until the replica has the key instead. (A key it never got is not
+	// fenced: the README says so.)
+	for {
+		n, err := replicaRaw.HExists(ctx, newKeys(testPrefix, key).info, "#replid").Result()
+		if err != nil {
+			t.Fatalf("HEXISTS on the replica: %v", err)
+		}
+		if n {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatalf("REPLICAOF NO ONE: %v", err)
+	}
+	promoted := newStore(t, replica.URL(), Options{})
+	// The promoted replica has the holder: the key is busy either way.
+	// Once the holder's permit is gone (as if the failover lost it), the
+	// fence still holds new grants back.
+	if err := replicaRaw.Del(ctx, newKeys(testPrefix, key).holders).Err(); err != nil {
+		t.Fatalf("DEL holders on the promoted replica: %v", err)
+	}
+	started := time.Now()
+	busy := req
+	busy.NoWait = true
+	if _, err := promoted.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) {
+		info, _ := replicaRaw.HGetAll(ctx, newKeys(testPrefix, key).info).Result()
+		repl, _ := replicaRaw.Info(ctx, "replication").Result()
+		t.Errorf("Acquire --no-wait on the promoted replica: got error %v, want ErrFenced; its info hash %v; its INFO %q", err, info, repl)
+	}
+	l2, err := promoted.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire waiting out the failover fence: got error %v, want a permit", err)
+	}
+	defer l2.Release(ctx)
+	if waited := time.Since(started); waited < fence-10*time.Millisecond {
+		t.Errorf("permit on the promoted replica: granted %v after the failover, want not before the fence, %v", waited, fence)
+	}
+	// The next caller, under the same replication id, is not fenced again.
+	if err := l2.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	l3, err := promoted.Acquire(ctx, busy)
+	if err != nil {
+		t.Errorf("Acquire --no-wait after the fence: got error %v, want a permit", err)
+	} else {
+		_ = l3.Release(ctx)
+	}
+}
+
+// TestRedisMinReplicas: with MinReplicas, Acquire returns only once the
+// replicas have the grant, a renewal they do not get in time fails without
+// counting, and a grant they never get is given back.
+func TestRedisMinReplicas(t *testing.T) {
+	t.Parallel()
+	master, raw, replica, replicaRaw := replicaPair(t, 0)
+	// Patient while the replica is up (a loaded machine can make it lag),
+	// quick to give up once it is stopped.
+	patient := newStore(t, master.URL(), Options{ConnectTimeout: 20 * time.Second})
+	store := newStore(t, master.URL(), Options{ConnectTimeout: 500 * time.Millisecond})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	k := newKeys(testPrefix, key)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinReplicas: 1}
+	l, err := patient.Acquire(ctx, req)
+	if err != nil {
+		t.Fatalf("Acquire with a replica online: got error %v, want a permit", err)
+	}
+	if n := zcard(t, replicaRaw, k.holders); n != 1 {
+		t.Errorf("holders on the replica once Acquire returned: got %d, want 1", n)
+	}
+	renewed, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		err := l.Renew(renewed)
+		if err == nil {
+			break
+		}
+		if renewed.Err() != nil {
+			t.Fatalf("Renew with a replica online: got error %v for 20s, want nil", err)
+		}
+		time.Sleep(100 * time.Millisecond) // a lagging replica: the runner retries too
+	}
+
+	if err := replica.Pause(); err != nil {
+		t.Fatalf("pause the replica: %v", err)
+	}
+	defer replica.Resume()
+	before := l.Deadline()
+	if err := l.Renew(ctx); err == nil || errors.Is(err, semaphore.ErrLost) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Errorf("Renew with the replica stopped: got error %v, want a failure that is not ErrLost, naming the replicas", err)
+	}
+	if l.Deadline() != before {
+		t.Errorf("Deadline after a renewal no replica had: moved, want unchanged")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := store.Acquire(ctx, req); !errors.Is(err, semaphore.ErrUnreachable) || !strings.Contains(err.Error(), "replicas") {
+		t.Errorf("Acquire with the replica stopped: got error %v, want ErrUnreachable naming the replicas", err)
+	}
+	if n := zcard(t, raw, k.holders); n != 0 {
+		t.Errorf("holders on the master after the grant no replica had: got %d, want 0 (given back)", n)
+	}
+}

@@ -1,0 +1,131 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/clock"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// lease is a held permit: a member of the semaphore's holders, whose score
+// is when it lapses on the server's clock.
+type lease struct {
+	s           *Store
+	minReplicas int
+	key         string
+	keys        semKeys
+	id          string
+	ttl         time.Duration
+	token       int64
+
+	mu       sync.Mutex
+	deadline clock.Instant
+}
+
+func (s *Store) newLease(req semaphore.Request, k semKeys, id string, token int64, deadline clock.Instant) *lease {
+	return &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, token: token, deadline: deadline}
+}
+
+func (l *lease) Token() int64 { return l.token }
+
+func (l *lease) Deadline() clock.Instant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *lease) Renew(ctx context.Context) error {
+	sent := clock.Now()
+	var renewed bool
+	var err error
+	if l.minReplicas > 0 {
+		renewed, err = l.renewReplicated(ctx)
+	} else {
+		var res any
+		if res, err = renewScript.run(ctx, l.s.client, l.keys, renewArgs(l.id, l.ttl)); err == nil {
+			renewed, err = decodeRenew(res)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("renew key %q on %s: %w", l.key, l.s.addr, err)
+	}
+	if !renewed {
+		return fmt.Errorf("renew key %q: %w", l.key, semaphore.ErrLost)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// The script's expiry is its clock's reading, rounded down, plus ttl.
+	if d := sent.Add(l.ttl - time.Millisecond); d.After(l.deadline) {
+		l.deadline = d
+	}
+	return nil
+}
+
+// renewReplicated renews the lease and waits, on the same connection, for
+// minReplicas replicas to have the renewal, and so every write before it,
+// the grant included. A renewal they do not all have in time does not
+// count: a failover could lose it.
+func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
+	node, err := l.s.client.Node(ctx, l.keys.holders)
+	if err != nil {
+		return false, fmt.Errorf("find the node that serves key %q: %w", l.key, err)
+	}
+	var renew, wait *redis.Cmd
+	timeout := replicaWait(l.ttl)
+	if d, ok := ctx.Deadline(); ok {
+		// WAIT must answer before the call's deadline cuts the connection.
+		timeout = max(min(timeout, time.Until(d)/2), time.Millisecond)
+	}
+	if _, err := node.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		// The whole script: a NOSCRIPT reply to EVALSHA could not be
+		// answered with a load in time, in a pipeline.
+		renew = pipe.Eval(ctx, renewScript.source, l.keys.list(), renewArgs(l.id, l.ttl)...)
+		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
+		return nil
+	}); err != nil {
+		if redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ") {
+			// The slot moved: the next try asks the node that serves it now.
+			l.s.client.Moved(ctx)
+		}
+		return false, renewScript.wrap(err)
+	}
+	res, err := renew.Result()
+	if err != nil {
+		return false, renewScript.wrap(err)
+	}
+	if renewed, err := decodeRenew(res); err != nil || !renewed {
+		return false, err
+	}
+	acked, err := wait.Int64()
+	if err != nil {
+		return false, err
+	}
+	if acked < int64(l.minReplicas) {
+		return false, fmt.Errorf("%d of %d replicas had it within %v (%s)", acked, l.minReplicas, timeout, l.s.names.Name(semaphore.MinReplicasSetting))
+	}
+	return true, nil
+}
+
+// replicaWait bounds a WAIT for replicas: a tenth of the lease, from 100ms
+// to 1s.
+func replicaWait(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 100*time.Millisecond), time.Second)
+}
+
+// Files is nil: the permit lives in Redis.
+func (l *lease) Files() []*os.File { return nil }
+
+func (l *lease) Release(ctx context.Context) error {
+	// Retried within ctx, as a release is safe to repeat: a failover or a
+	// dropped connection need not leave the seat held for a whole TTL.
+	if _, err := l.s.call(ctx, releaseScript, l.keys, releaseArgs(l.id, l.keys.wake)); err != nil {
+		return fmt.Errorf("release key %q: %w", l.key, err)
+	}
+	return nil
+}

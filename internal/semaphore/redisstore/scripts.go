@@ -1,0 +1,274 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// Each script is lib.lua and the script's own file, sent as one.
+var (
+	//go:embed lib.lua
+	libLua string
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed renew.lua
+	renewLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed status.lua
+	statusLua string
+
+	acquireScript = newScript("acquire.lua", acquireLua)
+	renewScript   = newScript("renew.lua", renewLua)
+	releaseScript = newScript("release.lua", releaseLua)
+	statusScript  = newScript("status.lua", statusLua)
+)
+
+// script is one of the store's scripts.
+type script struct {
+	name   string
+	source string // lib.lua and the script's own file
+	*redis.Script
+}
+
+func newScript(name, body string) script {
+	return script{name: name, source: libLua + body, Script: redis.NewScript(libLua + body)}
+}
+
+// run runs the script with EVALSHA, loading it first when Redis lacks it.
+func (s script) run(ctx context.Context, c redis.Scripter, k semKeys, args namedArgs) (any, error) {
+	res, err := s.Run(ctx, c, k.list(), args...).Result()
+	return res, s.wrap(err)
+}
+
+// libLines is how many lines of a script lib.lua takes.
+var libLines = strings.Count(libLua, "\n")
+
+// scriptLine finds where an error says it was raised: Redis says
+// "user_script:N", gopher-lua (miniredis) ":N:" and "<:N>".
+var scriptLine = regexp.MustCompile(`(user_script|[\s<]):(\d+)`)
+
+// wrap names the file and line of an error a script raised, where Redis
+// counts the lines of lib.lua and the script's own as one.
+func (s script) wrap(err error) error {
+	if err == nil || !strings.Contains(err.Error(), ":") {
+		return err
+	}
+	msg := scriptLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		at := strings.LastIndexByte(m, ':')
+		line, _ := strconv.Atoi(m[at+1:])
+		before := m[:at]
+		if before == "user_script" {
+			before = ""
+		}
+		if line > libLines {
+			return before + s.name + ":" + strconv.Itoa(line-libLines)
+		}
+		return before + "lib.lua:" + strconv.Itoa(line)
+	})
+	if msg == err.Error() {
+		return err
+	}
+	return &scriptError{msg: msg, err: err}
+}
+
+// scriptError is what Redis said, with the script's own file and line.
+type scriptError struct {
+	msg string
+	err error
+}
+
+func (e *scriptError) Error() string { return e.msg }
+func (e *scriptError) Unwrap() error { return e.err }
+
+// namedArgs are a script's ARGV: name, value, name, value... (lib.lua's args).
+type namedArgs []any
+
+// acquireArgs are acquire.lua's arguments.
+type acquireArgs struct {
+	id      string
+	permits int
+	ttl     time.Duration
+	// meta is what status shows of the caller: its semaphore.HolderInfo,
+	// as JSON.
+	meta   []byte
+	weight int
+	// wait is the waiter lease; 0: the caller does not wait.
+	wait time.Duration
+	wake string // the wake lists' prefix
+	// fence is the restart fence; 0: none.
+	fence time.Duration
+}
+
+func (a acquireArgs) named() namedArgs {
+	return namedArgs{
+		"id", a.id, "permits", a.permits, "ttl", a.ttl.Milliseconds(), "meta", a.meta,
+		"weight", a.weight, "wait", a.wait.Milliseconds(), "wake", a.wake, "fence", max(a.fence, 0).Milliseconds(),
+	}
+}
+
+// acquireReply is acquire.lua's reply.
+type acquireReply struct {
+	granted                bool
+	token, held, previous  int64
+	lapse                  int64 // ms until the earliest lease lapses, or the fence ends
+	position, waiting, now int64
+	left, fenced, moved    int64 // ms
+}
+
+func decodeAcquire(res any) (acquireReply, error) {
+	var r acquireReply
+	var granted int64
+	err := decodeReply(acquireScript.name, res, map[string]any{
+		"granted": &granted, "token": &r.token, "held": &r.held, "previous": &r.previous,
+		"lapse": &r.lapse, "position": &r.position, "waiting": &r.waiting, "now": &r.now,
+		"left": &r.left, "fenced": &r.fenced, "moved": &r.moved,
+	})
+	r.granted = granted == 1
+	return r, err
+}
+
+// renewArgs are renew.lua's arguments.
+func renewArgs(id string, ttl time.Duration) namedArgs {
+	return namedArgs{"id", id, "ttl", ttl.Milliseconds()}
+}
+
+// decodeRenew reads renew.lua's reply: whether the lease was extended.
+func decodeRenew(res any) (bool, error) {
+	var renewed int64
+	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed})
+	return renewed == 1, err
+}
+
+// releaseArgs are release.lua's arguments.
+func releaseArgs(id, wake string) namedArgs { return namedArgs{"id", id, "wake", wake} }
+
+// decodeRelease reads release.lua's reply: whether the caller held or waited.
+func decodeRelease(res any) (bool, error) {
+	var released int64
+	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released})
+	return released == 1, err
+}
+
+// statusReply is status.lua's reply.
+type statusReply struct {
+	now, capacity    int64
+	holders, waiters []any
+}
+
+func decodeStatus(res any) (statusReply, error) {
+	var r statusReply
+	err := decodeReply(statusScript.name, res, map[string]any{
+		"now": &r.now, "capacity": &r.capacity, "holders": &r.holders, "waiters": &r.waiters,
+	})
+	return r, err
+}
+
+// decodeReply reads a reply of names and values into fields, each an
+// *int64 or a *[]any by its name. Every field must be there, once, with a
+// value of its type, and nothing else: a reply is the scripts' own, and
+// any other is not to be trusted.
+func decodeReply(script string, res any, fields map[string]any) error {
+	v, ok := res.([]any)
+	if !ok || len(v) != 2*len(fields) {
+		return fmt.Errorf("%s: unexpected reply %.200v", script, res)
+	}
+	seen := map[string]bool{}
+	for i := 0; i < len(v); i += 2 {
+		name, _ := v[i].(string)
+		field, ok := fields[name]
+		if !ok || seen[name] {
+			return fmt.Errorf("%s: unexpected reply %.200v (field %q)", script, res, name)
+		}
+		seen[name] = true
+		switch f := field.(type) {
+		case *int64:
+			*f, ok = v[i+1].(int64)
+		case *[]any:
+			*f, ok = v[i+1].([]any)
+		}
+		if !ok {
+			return fmt.Errorf("%s: unexpected reply %.200v (field %q)", script, res, name)
+		}
+	}
+	return nil
+}
+
+// turn is what a waiter read from its wake list.
+type turn struct {
+	// handed is true when a script gave the waiter its permit: token is
+	// its fencing token and expiry the server time its lease lapses at.
+	// Otherwise the waiter asks again.
+	handed        bool
+	token, expiry int64
+}
+
+// readTurn reads a turn record (lib.lua's turnRecord): "g <token> <expiry
+// ms>" for a permit handed over; anything else is no turn, and the waiter
+// asks again.
+func readTurn(elem string) turn {
+	var t turn
+	if n, err := fmt.Sscanf(elem, "g %d %d", &t.token, &t.expiry); err == nil && n == 2 {
+		t.handed = true
+	}
+	return t
+}
+
+// readHolder reads a holder record (lib.lua's holderRecord), now being the
+// server's clock in ms.
+func readHolder(rec string, now int64) (semaphore.Holder, error) {
+	var h semaphore.Holder
+	n, err := readRecord(rec, 4, &h.HolderInfo)
+	if err != nil {
+		return h, err
+	}
+	h.Permits, h.Token, h.Age, h.Weight = int(n[0]), n[1], time.Duration(now-n[2])*time.Millisecond, int(n[3])
+	return h, nil
+}
+
+// readWaiter reads a waiter record (lib.lua's waiterRecord), now being the
+// server's clock in ms.
+func readWaiter(rec string, now int64) (semaphore.Waiter, error) {
+	var w semaphore.Waiter
+	n, err := readRecord(rec, 5, &w.HolderInfo)
+	if err != nil {
+		return w, err
+	}
+	w.Permits, w.Weight, w.Waited = int(n[1]), int(n[2]), time.Duration(now-n[3])*time.Millisecond
+	return w, nil
+}
+
+// readRecord reads count integers, then the holder JSON, from a record.
+func readRecord(rec string, count int, info *semaphore.HolderInfo) ([]int64, error) {
+	f := strings.SplitN(rec, " ", count+1)
+	if len(f) != count+1 {
+		return nil, fmt.Errorf("malformed record %.200q", rec)
+	}
+	nums := make([]int64, count)
+	for i := range nums {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("malformed record %.200q", rec)
+		}
+		nums[i] = n
+	}
+	if f[count] != "" {
+		if err := json.Unmarshal([]byte(f[count]), info); err != nil {
+			return nil, fmt.Errorf("malformed record %.200q: %w", rec, err)
+		}
+	}
+	return nums, nil
+}
+
+// isNoScript tells Redis's answer to EVALSHA of a script it does not have.
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }

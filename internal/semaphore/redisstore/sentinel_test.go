@@ -1,0 +1,78 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// TestRedisSentinelFailover: through three sentinels, a holder whose grant
+// a replica had keeps its permit when the master is killed and the
+// replica promoted, and a waiter gets the seat from the new
+// master only once that holder releases it.
+func TestRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
+	master, _, _, replicaRaw := replicaPair(t, 0)
+	var sentinels []*redistest.Server
+	for range 3 {
+		sentinels = append(sentinels, redistest.NewSentinel(t, "semrun", master.Addr, 2))
+	}
+	url := "redis://" + sentinels[0].Addr + "/0?addr=" + sentinels[1].Addr + "&addr=" + sentinels[2].Addr
+	store, err := New(Options{URL: url, Prefix: testPrefix, SentinelMaster: "semrun", ConnectTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("NewRedis with SentinelMaster: got error %v, want a store", err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	ctx := context.Background()
+	key := uniqueKey(t)
+	const ttl = 30 * time.Second
+	h, err := store.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+	if err != nil {
+		t.Fatalf("Acquire through the sentinels: got error %v, want a permit", err)
+	}
+	// (--min-replicas would make every renewal wait for a replica too,
+	// which the promoted one no longer has.)
+	for zcard(t, replicaRaw, newKeys(testPrefix, key).holders) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	master.Kill()
+	var released atomic.Bool
+	got := make(chan semaphore.Lease, 1)
+	go func() {
+		l, err := store.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
+		if err != nil {
+			t.Errorf("waiter through the failover: got error %v, want a permit", err)
+		} else if !released.Load() {
+			t.Errorf("waiter: got a permit while the holder from before the failover still held it")
+		}
+		got <- l
+	}()
+	// The holder renews on the promoted replica, which had its grant.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := h.Renew(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, semaphore.ErrLost) || time.Now().After(deadline) {
+			t.Fatalf("holder's renewal after the failover: got %v, want it to succeed on the new master", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	released.Store(true)
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("holder's release on the new master: %v", err)
+	}
+	if l := <-got; l != nil {
+		if l.Token() <= h.Token() {
+			t.Errorf("waiter's token: got %d, want more than the holder's %d", l.Token(), h.Token())
+		}
+		_ = l.Release(ctx)
+	}
+}

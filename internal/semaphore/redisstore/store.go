@@ -1,0 +1,189 @@
+// Package redisstore keeps semaphores in Redis: one server, the master
+// that sentinels name, or a Redis Cluster. A semaphore is a few keys that
+// share one hash tag (keys.go), touched only by the Lua scripts embedded
+// here (scripts.go and *.lua); waiters block on wake lists of their own
+// (wait.go); a permit is a lease on the server's clock (lease.go).
+package redisstore
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// The settings of a Redis store, as messages name them (see semaphore.Names).
+const (
+	URLSetting            semaphore.Setting = "Redis URL"
+	PrefixSetting         semaphore.Setting = "key prefix"
+	PasswordSetting       semaphore.Setting = "Redis password"
+	ClusterSetting        semaphore.Setting = "cluster"
+	SentinelMasterSetting semaphore.Setting = "sentinel master"
+	TLSCASetting          semaphore.Setting = "TLS CA file"
+	TLSCertSetting        semaphore.Setting = "TLS certificate"
+	TLSKeySetting         semaphore.Setting = "TLS key"
+	TLSServerNameSetting  semaphore.Setting = "TLS server name"
+	TLSInsecureSetting    semaphore.Setting = "TLS insecure"
+)
+
+// Options configure a Redis store.
+type Options struct {
+	// URL is redis://[user:pass@]host:port/db, rediss:// or unix:///path.
+	URL string
+	// Prefix namespaces every key the store writes; it must not be empty.
+	Prefix string
+	// ConnectTimeout bounds how long an unreachable store is retried;
+	// DefaultConnectTimeout when not positive.
+	ConnectTimeout time.Duration
+	// Warnf, when set, receives warnings (callers asking different capacities).
+	Warnf func(format string, args ...any)
+	// TLS configures TLS for a rediss:// URL; set for another scheme, it
+	// is refused.
+	TLS TLSOptions
+	// Password, when set, gives the password when the URL carries none,
+	// or the master's behind sentinels: from a file or the environment,
+	// so that it is not on the command line. New calls it only then.
+	Password func() (string, error)
+	// Cluster treats the URL as a seed node of a Redis Cluster (more seeds
+	// with ?addr=host:port&addr=...), as redis-cli -c does.
+	Cluster bool
+	// SentinelMaster, when set, treats the URL as a Sentinel (more with
+	// ?addr=), whose userinfo is the sentinels' own; the master of that
+	// name holds the permits, with Password for it.
+	SentinelMaster string
+	// Names name the settings in messages; semaphore.OwnNames when nil.
+	Names semaphore.Names
+}
+
+func (o *Options) names() semaphore.Names {
+	if o.Names == nil {
+		return semaphore.OwnNames{}
+	}
+	return o.Names
+}
+
+// Store is a semaphore.Store whose permits live in Redis.
+type Store struct {
+	client         Client
+	prefix         string
+	addr           string // redacted, for messages
+	connectTimeout time.Duration
+	cluster        bool
+	// urlPassword: the URL carries the password the store logs in with.
+	urlPassword bool
+	warnf       func(format string, args ...any)
+	names       semaphore.Names
+}
+
+var _ semaphore.Store = (*Store)(nil)
+
+var silenceLibrary sync.Once
+
+// New checks o and returns a store for o.URL: one server, a Redis Cluster
+// or the master that sentinels name. It does not connect yet, so a command
+// that fails validation later has held nothing and waited for nothing.
+// Settings it refuses come as a *semaphore.SettingError.
+func New(o Options) (*Store, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	t, err := o.parseTarget()
+	if err != nil {
+		return nil, err
+	}
+	if err := o.applyTLS(t.opt.TLSConfig, t.shown); err != nil {
+		return nil, err
+	}
+	if o.Password != nil && t.opt.Password == "" {
+		if t.opt.Password, err = o.Password(); err != nil {
+			return nil, err
+		}
+	}
+	o.settle(t.opt)
+	addr := t.shown
+	if o.SentinelMaster != "" {
+		addr += " (sentinel master " + o.SentinelMaster + ")"
+	}
+	var c Client
+	switch {
+	case o.Cluster:
+		c = ClusterClient(redis.NewClusterClient(t.opt.Cluster()))
+	case o.SentinelMaster != "":
+		c = ServerClient(redis.NewFailoverClient(t.opt.Failover()))
+	default:
+		c = ServerClient(redis.NewClient(t.opt.Simple()))
+	}
+	s := NewWithClient(c, addr, o)
+	s.urlPassword = t.password
+	return s, nil
+}
+
+// DefaultConnectTimeout is how long an unreachable store is retried
+// unless Options say otherwise.
+const DefaultConnectTimeout = 10 * time.Second
+
+// check refuses settings that are wrong whatever the URL, and fills in
+// the defaults.
+func (o *Options) check() error {
+	if o.Prefix == "" {
+		return &semaphore.SettingError{Setting: PrefixSetting, Err: errors.New("must not be empty")}
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	return nil
+}
+
+// settle applies semrun's connection settings to the client's options.
+func (o *Options) settle(opt *redis.UniversalOptions) {
+	// go-redis logs dial failures to stderr on its own; semrun decides what is printed.
+	silenceLibrary.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
+	// RESP2, and no CLIENT SETINFO: one round trip less per connection
+	// (go-redis still sends HELLO 2 on each).
+	opt.Protocol = 2
+	opt.DisableIdentity = true
+	opt.ContextTimeoutEnabled = true
+	// Every call has a deadline of its own, which bounds its reads; a fixed
+	// read timeout would cut a waiter's BLPOP short.
+	opt.ReadTimeout = -1
+	// A waiter's BLPOP holds a connection while it blocks: every waiting
+	// Acquire in the process needs one of its own, besides the renewals,
+	// releases and status calls. Connections are only made when needed.
+	opt.PoolSize = 1024
+	// Retries are decided here, against the connect timeout, not inside go-redis.
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = 5 * time.Second // go-redis's default
+	}
+	opt.DialTimeout = min(opt.DialTimeout, o.ConnectTimeout)
+}
+
+// NewWithClient returns a store over c; addr names it in messages and must
+// hold no secret. Of o, only Prefix, ConnectTimeout, Warnf, Cluster and
+// Names are used: c is connected as it is. Tests use it to wrap a client.
+func NewWithClient(c Client, addr string, o Options) *Store {
+	warnf := o.Warnf
+	if warnf == nil {
+		warnf = func(string, ...any) {}
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	return &Store{client: c, prefix: o.Prefix, addr: addr, connectTimeout: o.ConnectTimeout,
+		cluster: o.Cluster, warnf: warnf, names: o.names()}
+}
+
+// Addr is the store's address with any password redacted.
+func (s *Store) Addr() string { return s.addr }
+
+// PasswordInURL tells whether the URL carries the password the store logs
+// in with, which then is wherever the URL is (a command line).
+func (s *Store) PasswordInURL() bool { return s.urlPassword }
+
+// Close closes the store's connections.
+func (s *Store) Close() error { return s.client.Close() }

@@ -1,0 +1,109 @@
+package redisstore
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// TLSOptions configure TLS to Redis, as redis-cli's --cacert, --cert,
+// --key and --sni do. They apply to a rediss:// URL only.
+type TLSOptions struct {
+	// CAFile holds the PEM certificates that may sign the server's; the
+	// system's when empty.
+	CAFile string
+	// CertFile and KeyFile are the client's certificate and key, for a
+	// server that asks for one (tls-auth-clients); both or neither.
+	CertFile, KeyFile string
+	// ServerName is the name to verify the server's certificate against;
+	// the URL's host when empty.
+	ServerName string
+	// Insecure skips verifying the server's certificate.
+	Insecure bool
+}
+
+// apply checks o and sets it on base, go-redis's TLS configuration for the
+// URL (nil when it is not rediss://), reading the files it names.
+func (o *Options) applyTLS(base *tls.Config, shown string) error {
+	t, names := o.TLS, o.names()
+	for _, s := range []struct {
+		setting semaphore.Setting
+		on      bool
+	}{{TLSCASetting, t.CAFile != ""}, {TLSCertSetting, t.CertFile != ""}, {TLSKeySetting, t.KeyFile != ""},
+		{TLSServerNameSetting, t.ServerName != ""}, {TLSInsecureSetting, t.Insecure}} {
+		if s.on && base == nil {
+			return &semaphore.SettingError{Setting: s.setting,
+				Err: fmt.Errorf("needs a rediss:// URL, not %s (%s)", shown, names.Name(URLSetting))}
+		}
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		return &semaphore.SettingError{Setting: TLSCertSetting, Value: t.CertFile, Err: fmt.Errorf("needs %s", names.Name(TLSKeySetting))}
+	case t.KeyFile != "" && t.CertFile == "":
+		return &semaphore.SettingError{Setting: TLSKeySetting, Value: t.KeyFile, Err: fmt.Errorf("needs %s", names.Name(TLSCertSetting))}
+	case base == nil:
+		return nil
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return &semaphore.SettingError{Setting: TLSCASetting, Err: err} // err names the file
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return &semaphore.SettingError{Setting: TLSCASetting, Value: t.CAFile, Err: errors.New("no PEM certificate in it")}
+		}
+		base.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return &semaphore.SettingError{Setting: TLSCertSetting, Value: t.CertFile,
+				Err: fmt.Errorf("with the key %s: %w", t.KeyFile, err)}
+		}
+		base.Certificates = []tls.Certificate{pair}
+	}
+	if t.ServerName != "" {
+		base.ServerName = t.ServerName
+	}
+	base.InsecureSkipVerify = t.Insecure
+	return nil
+}
+
+// untrusted tells a failure to trust the server's certificate, which
+// retrying does not heal.
+func untrusted(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var alert tls.AlertError
+	// Over TCP, an alert from the server (a client certificate refused)
+	// comes as a net.OpError whose Op says so.
+	var op *net.OpError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &alert) || errors.As(err, &op) && op.Op == "remote error"
+}
+
+// trustHint says which setting decides what failed to verify, for an
+// error untrusted reported; empty when none does.
+func (s *Store) trustHint(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &unknown):
+		return fmt.Sprintf(" (%s names the CAs trusted to sign Redis's certificate)", s.names.Name(TLSCASetting))
+	case errors.As(err, &hostname):
+		return fmt.Sprintf(" (%s sets the name it must have; the URL's host otherwise)", s.names.Name(TLSServerNameSetting))
+	case errors.As(err, &op) && op.Op == "remote error":
+		return fmt.Sprintf(" (Redis refused semrun's client certificate: see %s and %s)",
+			s.names.Name(TLSCertSetting), s.names.Name(TLSKeySetting))
+	}
+	return ""
+}

@@ -1,0 +1,198 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// target is what the URL and the options say to connect to.
+type target struct {
+	opt *redis.UniversalOptions
+	// shown is the URL to show in messages: no password, no query.
+	shown string
+	// password: the URL carries the password semrun logs in with (a
+	// sentinel URL's is the sentinels').
+	password bool
+}
+
+// parseTarget reads o.URL into the universal client's options. go-redis's
+// parser reads the first node's URL; with Cluster or SentinelMaster, more
+// nodes come from ?addr=, as in go-redis's cluster URLs. No other query
+// option is taken: semrun's own settings set what they would (timeouts,
+// retries, TLS), and one that did nothing would mislead.
+func (o *Options) parseTarget() (*target, error) {
+	// The whole URL first: cut at its first ?, a password with an
+	// unescaped ? would be read partly as the query, and quoted.
+	shown, err := checkURL(o.URL)
+	if err != nil {
+		return nil, o.urlError(err)
+	}
+	base, query, _ := strings.Cut(o.URL, "?")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		// The error would quote the query, which may hold a password.
+		return nil, o.urlError(fmt.Errorf("%s: malformed URL query", shown))
+	}
+	more := q["addr"]
+	q.Del("addr")
+	for _, a := range more {
+		// As go-redis's cluster and sentinel URLs took them.
+		if h, p, err := net.SplitHostPort(a); err != nil || h == "" || p == "" {
+			if at := strings.LastIndex(a, "@"); at >= 0 {
+				a = "xxxxx" + a[at:] // never a password
+			}
+			return nil, o.urlError(fmt.Errorf("%s: addr=%s: want host:port", shown, a))
+		}
+	}
+	first := base
+	if len(q) > 0 {
+		first += "?" + q.Encode()
+	}
+	opt, err := redis.ParseURL(first)
+	if err != nil {
+		return nil, o.urlError(fmt.Errorf("%s: %s", shown, strings.TrimPrefix(err.Error(), "redis: ")))
+	}
+	if err := o.checkTopology(shown, q, more, opt); err != nil {
+		return nil, err
+	}
+	u := &redis.UniversalOptions{
+		Addrs:    append([]string{opt.Addr}, more...),
+		DB:       opt.DB,
+		Username: opt.Username, Password: opt.Password,
+		TLSConfig:     opt.TLSConfig,
+		DialTimeout:   opt.DialTimeout,
+		MasterName:    o.SentinelMaster,
+		IsClusterMode: o.Cluster,
+	}
+	t := &target{opt: u, shown: shown, password: opt.Password != "" && o.SentinelMaster == ""}
+	if o.SentinelMaster != "" {
+		// The URL's user and password are the sentinels' own; the
+		// master's password comes from o.Password.
+		u.SentinelUsername, u.SentinelPassword = u.Username, u.Password
+		u.Username, u.Password = "", ""
+	}
+	if opt.Network == "unix" {
+		// The universal options carry no network, so the socket is dialled here.
+		path := opt.Addr
+		u.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			d := net.Dialer{Timeout: u.DialTimeout}
+			return d.DialContext(ctx, "unix", path)
+		}
+	}
+	return t, nil
+}
+
+// checkTopology refuses query options semrun does not take, and URLs that
+// do not fit a cluster or sentinels.
+func (o *Options) checkTopology(shown string, q url.Values, more []string, opt *redis.Options) error {
+	names := o.names()
+	several := o.Cluster || o.SentinelMaster != ""
+	for name := range q {
+		if name == "skip_verify" {
+			return o.urlError(fmt.Errorf("%s: skip_verify in the URL: use %s, which warns", shown, names.Name(TLSInsecureSetting)))
+		}
+		if name != "db" || opt.Network != "unix" {
+			return o.urlError(fmt.Errorf("%s: unknown URL option %q (semrun takes addr= with a cluster or sentinels, db= with unix://)", shown, name))
+		}
+	}
+	switch {
+	case o.Cluster && o.SentinelMaster != "":
+		// go-redis would make a client that routes by slot among a
+		// master's replicas: not a cluster, and not one master either.
+		return fmt.Errorf("%s and %s: choose one", names.Name(ClusterSetting), names.Name(SentinelMasterSetting))
+	case len(more) > 0 && !several:
+		return o.urlError(fmt.Errorf("%s: ?addr= names more nodes of a cluster or more sentinels: add %s or %s",
+			shown, names.Name(ClusterSetting), names.Name(SentinelMasterSetting)))
+	case several && opt.Network == "unix":
+		return o.urlError(fmt.Errorf("%s: a cluster or sentinels are reached by redis:// or rediss://", shown))
+	case o.Cluster && opt.DB != 0:
+		return o.urlError(fmt.Errorf("%s: a cluster has only database 0", shown))
+	}
+	return nil
+}
+
+func (o *Options) urlError(err error) error {
+	return &semaphore.SettingError{Setting: URLSetting, Err: err}
+}
+
+// checkURL checks raw's form, but not its query, and returns the URL to
+// show in messages. Errors never quote raw, which may hold a password.
+func checkURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // url.Error quotes the whole URL
+		}
+		if !strings.Contains(raw, "@") {
+			return "", fmt.Errorf("malformed URL: %w", err)
+		}
+		if strings.Contains(err.Error(), `"`) {
+			// The error quotes part of the URL: with a password that has an
+			// unescaped / # or ?, that part is the password's.
+			return "", unescapedPassword(raw)
+		}
+		return "", fmt.Errorf("%s: malformed URL: %w", hideUserinfo(raw), err)
+	}
+	shown := redactURL(u)
+	if u.Opaque != "" {
+		// "user:pass@host:6379" parses as scheme "user" with an opaque rest.
+		return shown, fmt.Errorf("%s: not a URL of the form redis://host:port/db", shown)
+	}
+	if at := strings.LastIndex(raw, "@"); at >= 0 && (u.User == nil || !strings.HasPrefix(raw[at+1:], u.Host)) {
+		// The text before the last @ was not all read as user:password, so
+		// part of the password went into the host, path or query.
+		return "", unescapedPassword(raw)
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		if u.Host == "" {
+			return shown, fmt.Errorf("%s: no host", shown)
+		}
+	case "unix":
+		if u.Path == "" {
+			return shown, fmt.Errorf("%s: no socket path", shown)
+		}
+	case "":
+		return shown, fmt.Errorf("%s: no scheme (want redis://, rediss:// or unix://)", shown)
+	default:
+		return shown, fmt.Errorf("%s: unknown scheme %q (want redis, rediss or unix)", shown, u.Scheme)
+	}
+	return shown, nil
+}
+
+// unescapedPassword is the error for a URL whose password was not all read
+// as one, most likely for an unescaped / # or ? in it.
+func unescapedPassword(raw string) error {
+	return fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
+}
+
+// hideUserinfo replaces everything between the scheme and the last @ of a
+// URL that did not parse, so that no part of a password is shown.
+func hideUserinfo(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	scheme, _, found := strings.Cut(raw, "://")
+	if !found || len(scheme) > at {
+		return "…" + raw[at:]
+	}
+	return scheme + "://xxxxx" + raw[at:]
+}
+
+// redactURL shows u without its password, its query (options may hold
+// secrets) or, for an opaque URL, anything after the scheme.
+func redactURL(u *url.URL) string {
+	if u.Opaque != "" {
+		return u.Scheme + ":…"
+	}
+	shown := *u
+	shown.RawQuery, shown.ForceQuery = "", false
+	return shown.Redacted()
+}

@@ -1,0 +1,55 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// wakeups are a waiter's wake list. The scripts push its turn there, and
+// it stays until read: a wake-up that comes while the waiter asks is not lost.
+type wakeups struct {
+	client Client
+	key    string
+	// poll paces the waiter when BLPOP fails (a Redis before 6.0 refuses
+	// its timeouts in fractions of a second): it looks again instead.
+	poll backoff
+}
+
+// wait returns when the waiter's turn was pushed, or after d, or with ctx's
+// cause: at once, even while BLPOP still blocks.
+func (w *wakeups) wait(ctx context.Context, d time.Duration) (turn, error) {
+	type popped struct {
+		elem string
+		err  error
+	}
+	// The call's own deadline is a second past BLPOP's timeout.
+	call, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+time.Second)
+	done := make(chan popped, 1)
+	go func() {
+		defer cancel()
+		kv, err := w.client.Do(call, "BLPOP", w.key, strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)).StringSlice()
+		if errors.Is(err, redis.Nil) {
+			err = nil // timed out: time to renew the place in line
+		}
+		var p popped
+		if err == nil && len(kv) == 2 {
+			p.elem = kv[1]
+		}
+		p.err = err
+		done <- p
+	}()
+	select {
+	case <-ctx.Done():
+		return turn{}, context.Cause(ctx)
+	case p := <-done:
+		if p.err != nil {
+			// Waiting goes on: the next ask retries the store, or fails.
+			return turn{}, sleep(ctx, min(d, w.poll.step()))
+		}
+		return readTurn(p.elem), nil
+	}
+}

@@ -1,0 +1,49 @@
+package semaphore_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// TestRequestValidate: a request that no store should serve is refused
+// with a *SettingError naming the setting at fault and its value.
+func TestRequestValidate(t *testing.T) {
+	ok := semaphore.Request{Key: "k", Permits: 3, TTL: 30 * time.Second}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("Validate(%+v): got %v, want nil", ok, err)
+	}
+	for _, tc := range []struct {
+		edit func(*semaphore.Request)
+		want string
+	}{
+		{func(r *semaphore.Request) { r.Key = "" }, `key "": must not be empty`},
+		{func(r *semaphore.Request) { r.Key = strings.Repeat("k", semaphore.MaxKeyLen+1) }, "is 201 bytes long"},
+		{func(r *semaphore.Request) { r.Permits = 0 }, "permits 0: must be from 1 to 1000000"},
+		{func(r *semaphore.Request) { r.Permits = semaphore.MaxPermits + 1 }, "permits 1000001: must be from 1 to 1000000"},
+		{func(r *semaphore.Request) { r.Weight = 4 }, "weight 4: must be from 1 to 3 permits"},
+		{func(r *semaphore.Request) { r.Weight = -1 }, "weight -1: must be from 1 to 3 permits"},
+		{func(r *semaphore.Request) { r.TTL = 999 * time.Millisecond }, "lease 999ms: must be from 1s to 24h0m0s"},
+		{func(r *semaphore.Request) { r.TTL = 25 * time.Hour }, "lease 25h0m0s: must be from 1s to 24h0m0s"},
+		{func(r *semaphore.Request) { r.TTL = time.Second + time.Microsecond }, "lease 1.000001s: must be whole milliseconds"},
+		{func(r *semaphore.Request) { r.RestartFence = -time.Second }, "restart fence -1s: must be from 0 to 24h0m0s"},
+		{func(r *semaphore.Request) { r.MinReplicas = semaphore.MaxReplicas + 1 }, "min replicas 1001: must be from 0 to 1000"},
+	} {
+		req := ok
+		tc.edit(&req)
+		err := req.Validate()
+		var refused *semaphore.SettingError
+		if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v): got %v, want a *SettingError saying %q", req, err, tc.want)
+		}
+	}
+	if got := (semaphore.Request{Weight: 0}).Seats(); got != 1 {
+		t.Errorf("Seats of weight 0: got %d, want 1", got)
+	}
+	if got := (semaphore.Request{Weight: 2}).Seats(); got != 2 {
+		t.Errorf("Seats of weight 2: got %d, want 2", got)
+	}
+}

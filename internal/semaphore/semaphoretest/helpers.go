@@ -1,0 +1,163 @@
+// Package semaphoretest is the contract every semaphore.Store obeys, as a
+// suite of tests each store runs (Run), and the helpers its own tests share.
+package semaphoretest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+var keySeq atomic.Int64
+
+// UniqueKey returns a semaphore key no other test uses.
+func UniqueKey(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), keySeq.Add(1))
+}
+
+// StatusOf returns the status of one key.
+func StatusOf(t testing.TB, st semaphore.Store, key string) semaphore.KeyStatus {
+	t.Helper()
+	status, err := st.Status(Context(t, 5*time.Second), []string{key})
+	if err != nil {
+		t.Fatalf("Status(%q): got error %v, want nil", key, err)
+	}
+	if len(status) != 1 || status[0].Key != key {
+		t.Fatalf("Status(%q): got %+v, want one entry for the key", key, status)
+	}
+	return status[0]
+}
+
+// Context is a context that ends after d, or when t ends.
+func Context(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Acquire takes a permit with NoWait and fails t if none is granted.
+func Acquire(t testing.TB, s semaphore.Store, req semaphore.Request) semaphore.Lease {
+	t.Helper()
+	req.NoWait = true
+	l, err := s.Acquire(Context(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatalf("Acquire(key %q, n=%d): got error %v, want a permit", req.Key, req.Permits, err)
+	}
+	return l
+}
+
+// WaitFor polls cond every 20ms until it holds or bound passes.
+func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still false after %v, want true", what, bound)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Warnings collects what a store passes to Warnf.
+type Warnings struct {
+	mu  sync.Mutex
+	got []string
+}
+
+// Warnf collects one warning.
+func (w *Warnings) Warnf(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, fmt.Sprintf(format, args...))
+}
+
+// Take returns the warnings collected since the last Take.
+func (w *Warnings) Take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	got := w.got
+	w.got = nil
+	return got
+}
+
+// Release gives l back, failing t on an error.
+func Release(t testing.TB, l semaphore.Lease) {
+	t.Helper()
+	if err := l.Release(Context(t, 5*time.Second)); err != nil {
+		t.Fatalf("Release: got error %v, want nil", err)
+	}
+}
+
+// Hold takes a permit with NoWait, fails t if none is granted, and gives it
+// back when t ends (releasing twice is harmless).
+func Hold(t testing.TB, s semaphore.Store, req semaphore.Request) semaphore.Lease {
+	t.Helper()
+	l := Acquire(t, s, req)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.Release(ctx)
+	})
+	return l
+}
+
+// Acquired is what a background Acquire returned.
+type Acquired struct {
+	L   semaphore.Lease
+	Err error
+}
+
+// StartAcquire runs Acquire in a goroutine with a context of its own that
+// ends after bound or when stop is called. When t ends, that context is
+// canceled, the goroutine is waited for and a permit it got is released.
+func StartAcquire(t testing.TB, s semaphore.Store, req semaphore.Request, bound time.Duration) (result <-chan Acquired, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	out := make(chan Acquired, 1)
+	done := make(chan struct{})
+	var got semaphore.Lease
+	go func() {
+		defer close(done)
+		l, err := s.Acquire(ctx, req)
+		got = l
+		out <- Acquired{l, err}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if got != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = got.Release(ctx)
+		}
+	})
+	return out, cancel
+}
+
+// Receive waits up to bound for a background Acquire to return. The bound
+// only catches a hang.
+func Receive(t testing.TB, ch <-chan Acquired, bound time.Duration, what string) Acquired {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(bound):
+		t.Fatalf("%s: still waiting after %v, want it to return", what, bound)
+		return Acquired{}
+	}
+}
+
+// Signal returns a func that closes the returned channel on its first call.
+func Signal() (func(), <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }, ch
+}

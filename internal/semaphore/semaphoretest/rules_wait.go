@@ -1,0 +1,177 @@
+package semaphoretest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+func ruleWaiterGetsReleasedSeat(t *testing.T, b *Backend, st semaphore.Store) {
+	key := UniqueKey(t)
+	a := Hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+
+	var waits []semaphore.WaitState
+	onWait, waiting := Signal()
+	got, _ := StartAcquire(t, st, semaphore.Request{
+		Key: key, Permits: 1, TTL: 10 * time.Second,
+		OnWait: func(s semaphore.WaitState) {
+			waits = append(waits, s)
+			onWait()
+		},
+	}, 30*time.Second)
+	select {
+	case r := <-got:
+		t.Fatalf("waiting Acquire with the only seat held: got (%v, %v), want it to wait", r.L, r.Err)
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waiting Acquire with the only seat held: OnWait not called after 10s, want it called")
+	}
+
+	Release(t, a)
+	r := Receive(t, got, 10*time.Second, "waiting Acquire after the holder released")
+	if r.Err != nil {
+		t.Fatalf("waiting Acquire after the holder released: got %v, want a permit", r.Err)
+	}
+	checkWaits(t, b.Kind, waits, semaphore.WaitState{Held: 1, Capacity: 1, Position: 1, Waiting: 1})
+	if r.L.Token() <= a.Token() {
+		t.Errorf("token of the waiter: got %d, want more than the first holder's %d", r.L.Token(), a.Token())
+	}
+	if s := StatusOf(t, st, key); s.Held != 1 || s.Holders[0].Token != r.L.Token() || len(s.Waiters) != 0 {
+		t.Errorf("Status after the waiter got in: got %+v, want one holder with token %d and no waiter", s, r.L.Token())
+	}
+	if _, err := st.Acquire(Context(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("no-wait Acquire while the waiter holds: got %v, want ErrBusy", err)
+	}
+}
+
+// checkWaits checks the OnWait calls of a lone waiter that waited for one
+// state, want: a store that keeps a line reports exactly want; one that
+// does not may know less (Position and Waiting 0) and learn its position
+// later, but says the same Held and Capacity and never repeats itself.
+func checkWaits(t *testing.T, kind Kind, got []semaphore.WaitState, want semaphore.WaitState) {
+	t.Helper()
+	if kind.InLine {
+		if !slices.Equal(got, []semaphore.WaitState{want}) {
+			t.Errorf("OnWait calls: got %+v, want [%+v]", got, want)
+		}
+		return
+	}
+	if len(got) == 0 {
+		t.Fatalf("OnWait calls: got none, want at least one")
+	}
+	for i, s := range got {
+		if s.Held != want.Held || s.Capacity != want.Capacity || s.Position < 0 || s.Position > want.Position || s.Waiting < 0 || s.Waiting > want.Waiting {
+			t.Errorf("OnWait call %d: got %+v, want held %d, capacity %d, position and waiting unknown (0) or as in %+v", i, s, want.Held, want.Capacity, want)
+		}
+		if i > 0 && s == got[i-1] {
+			t.Errorf("OnWait calls %d and %d: got %+v twice, want a call only when the state changes", i-1, i, s)
+		}
+	}
+}
+
+func ruleAcquireTimeoutWhileBusy(t *testing.T, _ *Backend, st semaphore.Store) {
+	key := UniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second}
+	a := Hold(t, st, req)
+
+	start := time.Now()
+	l, err := st.Acquire(Context(t, 300*time.Millisecond), req)
+	if !errors.Is(err, context.DeadlineExceeded) || l != nil {
+		t.Fatalf("Acquire while busy until ctx deadline: got (%v, %v), want (nil, context.DeadlineExceeded)", l, err)
+	}
+	if errors.Is(err, semaphore.ErrUnreachable) || errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("Acquire while busy until ctx deadline: got %v, want neither ErrUnreachable nor ErrBusy", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Acquire returned after %v, want soon after its 300ms deadline", d)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := time.AfterFunc(100*time.Millisecond, cancel)
+	t.Cleanup(func() { stop.Stop(); cancel() })
+	if l, err := st.Acquire(ctx, req); !errors.Is(err, context.Canceled) || l != nil {
+		t.Fatalf("Acquire while busy until ctx canceled: got (%v, %v), want (nil, context.Canceled)", l, err)
+	}
+
+	s := StatusOf(t, st, key)
+	if s.Held != 1 || len(s.Holders) != 1 || s.Holders[0].Token != a.Token() || len(s.Waiters) != 0 {
+		t.Errorf("Status after the given-up waits: got %+v, want only the first holder (token %d) and no waiter", s, a.Token())
+	}
+	// The waits that gave up hold nothing: once the holder is gone,
+	// the seat is free at once.
+	Release(t, a)
+	b := Hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+	if b.Token() <= a.Token() {
+		t.Errorf("token after the given-up waits: got %d, want more than %d", b.Token(), a.Token())
+	}
+}
+
+// ruleWaitersServedInOrder: waiters in separate stores, as separate
+// processes would be, each started once the one before it is in line, get
+// the permit in the order they came where the store keeps a line. Every
+// store serves them all.
+func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
+	key := UniqueKey(t)
+	const waiters = 5
+	h := Hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+
+	// A store each, as a process each would have.
+	stores := make([]semaphore.Store, waiters)
+	for i := range stores {
+		stores[i] = b.Open(nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		order  []int
+		tokens []int64
+		errs   = make(chan error, waiters)
+	)
+	t.Cleanup(func() { cancel(); wg.Wait() }) // before the stores close
+	for i, s := range stores {
+		wg.Go(func() {
+			l, err := s.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: 100 + i}})
+			if err != nil {
+				errs <- fmt.Errorf("waiter %d: got %w, want a permit", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			tokens = append(tokens, l.Token())
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			if err := l.Release(context.Background()); err != nil {
+				errs <- fmt.Errorf("waiter %d: release: got %w, want nil", i, err)
+			}
+		})
+		WaitFor(t, 10*time.Second, fmt.Sprintf("waiter %d in Status", i), func() bool { return len(StatusOf(t, st, key).Waiters) == i+1 })
+		time.Sleep(100 * time.Millisecond)
+	}
+	Release(t, h)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(order) != waiters {
+		t.Fatalf("waiters served: got %v, want all %d", order, waiters)
+	}
+	if b.Kind.InLine {
+		if want := []int{0, 1, 2, 3, 4}; !slices.Equal(order, want) {
+			t.Errorf("order in which the waiters got the permit: got %v, want %v (the order they came)", order, want)
+		}
+	}
+	if !slices.IsSorted(tokens) {
+		t.Errorf("tokens in the order of the grants: got %v, want rising", tokens)
+	}
+	if s := StatusOf(t, st, key); s.Held != 0 || len(s.Waiters) != 0 {
+		t.Errorf("Status once every waiter is done: got %+v, want no holder and no waiter", s)
+	}
+}
