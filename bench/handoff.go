@@ -43,50 +43,92 @@ func (h *handoffs) add(o handoffs) {
 // child in turn holds for -hold. The gaps are from one child's end to the
 // next child's start, on the clock all processes share.
 func (b *bench) handoff() ([]*table, error) {
-	type result struct {
-		l      *locker
-		rounds int
-		handoffs
+	rs, traced, failed := b.handoffRounds()
+	t, where := b.handoffTables(rs, traced)
+	var overlapped []string
+	for _, r := range rs {
+		if r.overlaps > 0 {
+			overlapped = append(overlapped, fmt.Sprintf("%s %d times", r.l.name, r.overlaps))
+		}
 	}
-	var rs []*result
+	if len(overlapped) > 0 {
+		t.note("TWO CHILDREN RAN AT ONCE under one permit: %s.", strings.Join(overlapped, ", "))
+		failed = errors.Join(failed, fmt.Errorf("permit held twice: %s", strings.Join(overlapped, ", ")))
+	} else {
+		t.note("No two children ever ran at once.")
+	}
+	startup, err := b.childStartup(20)
+	if err != nil {
+		return nil, errors.Join(failed, err)
+	}
+	where.note("The child is %s; started directly by the bench, it takes %s (p50) from fork to its first timestamp: that much of every gap is the child's own start.", b.childName(), ms(startup))
+	where.note("Waiting: the processes still waiting behind the next holder, in the gap before its child starts.")
+	where.note("Its lock's process exits: when the bench reaps the semrun, flock or sem that ran the child. semrun releases before it exits; flock's lock is freed as it exits.")
+	where.note("Grant: the fencing token semrun hands the child (`$SEMRUN_FENCING_TOKEN`), which is the grant's time in µs on the host's clock (Redis's TIME, or the local clock).")
+	if len(traced.release) > 0 {
+		p50 := p50Of
+		where.note("semrun (Redis), one more round traced with Redis's MONITOR: gap p50 %s. Of it (p50s of %d gaps): from a child's end to its semrun's release reaching Redis %s; from there to the next semrun's granted acquire reaching Redis %s, of which the release script took %s to push the wake-up; from there to the next child's start %s.",
+			p50(traced.gaps), len(traced.release), p50(traced.release), p50(traced.wake), p50(traced.publish), p50(traced.start))
+	}
+	return []*table{t, where}, failed
+}
+
+// handoffResult is what the handoff rounds of one lock measured.
+type handoffResult struct {
+	l      *locker
+	rounds int
+	handoffs
+}
+
+// handoffRounds runs the rounds of every lock, interleaved, so that noise
+// falls on all, and one more round of semrun with Redis traced with
+// MONITOR, which costs Redis and the bench some time: not in the table.
+func (b *bench) handoffRounds() ([]*handoffResult, handoffs, error) {
+	var rs []*handoffResult
 	for _, l := range b.lockers(1) {
 		n := b.o.handoffRounds
 		if l.name == "GNU sem" {
 			n = b.o.handoffSemRounds
 		}
 		if n > 0 {
-			rs = append(rs, &result{l: l, rounds: n})
+			rs = append(rs, &handoffResult{l: l, rounds: n})
 		}
 	}
-	startup, err := b.childStartup(20)
-	if err != nil {
-		return nil, err
-	}
-	var failed error
-rounds:
 	for round := range max(b.o.handoffRounds, b.o.handoffSemRounds) {
-		for _, i := range rand.Perm(len(rs)) { // interleaved, so that noise falls on all
+		for _, i := range rand.Perm(len(rs)) {
 			r := rs[i]
 			if round >= r.rounds {
 				continue
 			}
 			h, err := b.handoffRound(r.l, false)
 			if err != nil {
-				failed = fmt.Errorf("%s: %w", r.l.name, err)
-				break rounds
+				return rs, handoffs{}, fmt.Errorf("%s: %w", r.l.name, err)
 			}
 			r.add(h)
 		}
 	}
-	// One more round of semrun with Redis, traced with MONITOR, which
-	// costs Redis and the bench some time: not in the table.
 	var traced handoffs
-	if l := find(b.lockers(1), "semrun (Redis)"); l != nil && b.o.handoffTrace && failed == nil {
+	if l := find(b.lockers(1), "semrun (Redis)"); l != nil && b.o.handoffTrace {
+		var err error
 		if traced, err = b.handoffRound(l, true); err != nil {
-			failed = fmt.Errorf("semrun (Redis), traced: %w", err)
+			return rs, traced, fmt.Errorf("semrun (Redis), traced: %w", err)
 		}
 	}
+	return rs, traced, nil
+}
 
+// p50Of is the median of ds, shown, or "–" for none.
+func p50Of(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "–"
+	}
+	slices.Sort(ds)
+	return ms(quantile(ds, 0.5))
+}
+
+// handoffTables are the gaps of every lock next to flock's, and where
+// their time goes.
+func (b *bench) handoffTables(rs []*handoffResult, traced handoffs) (*table, *table) {
 	t := &table{
 		title: fmt.Sprintf("handoff: %d processes for 1 permit, each child holding %v; gap from one child's end to the next one's start",
 			b.o.waiters, b.o.hold),
@@ -104,13 +146,7 @@ rounds:
 			flock50, flock99 = quantile(r.gaps, 0.5), quantile(r.gaps, 0.99)
 		}
 	}
-	p50 := func(ds []time.Duration) string {
-		if len(ds) == 0 {
-			return "–"
-		}
-		slices.Sort(ds)
-		return ms(quantile(ds, 0.5))
-	}
+	p50 := p50Of
 	for _, r := range rs {
 		if len(r.gaps) == 0 {
 			continue
@@ -118,18 +154,7 @@ rounds:
 		g50, g99 := quantile(r.gaps, 0.5), quantile(r.gaps, 0.99)
 		target := ""
 		if r.l.name == "semrun (Redis)" {
-			target = fmt.Sprintf("p50 ≤ %.1f×, p99 ≤ %.0f×", handoffP50Target, handoffP99Target)
-			if flock50 > 0 {
-				ok50 := float64(g50) <= handoffP50Target*float64(flock50)
-				ok99 := float64(g99) <= handoffP99Target*float64(flock99)
-				target += ": " + verdict(ok50 && ok99)
-				switch {
-				case !ok50 && ok99:
-					target += " (p50)"
-				case ok50 && !ok99:
-					target += " (p99)"
-				}
-			}
+			target = handoffVerdict(g50, g99, flock50, flock99)
 		}
 		t.add(r.l.name, fmt.Sprint(len(r.gaps)), ms(g50), ms(g99), ms(r.gaps[len(r.gaps)-1]),
 			ratio(float64(g50), float64(flock50)), ratio(float64(g99), float64(flock99)), target)
@@ -138,28 +163,25 @@ rounds:
 	t.note("Each round: one holder takes the permit, %d waiters start and queue behind it (the bench waits until they use no CPU), then it lets go; %d gaps a round, %d rounds (GNU sem %d). p99 is the nearest rank: with few gaps, close to the max.",
 		b.o.waiters-1, b.o.waiters-1, b.o.handoffRounds, b.o.handoffSemRounds)
 	t.note("flock: `flock FILE child`; GNU sem: `sem --fg --id K -j 1 child`, whose waiters poll with a random sleep of up to a second.")
-	var overlapped []string
-	for _, r := range rs {
-		if r.overlaps > 0 {
-			overlapped = append(overlapped, fmt.Sprintf("%s %d times", r.l.name, r.overlaps))
-		}
-	}
-	if len(overlapped) > 0 {
-		t.note("TWO CHILDREN RAN AT ONCE under one permit: %s.", strings.Join(overlapped, ", "))
-		failed = errors.Join(failed, fmt.Errorf("permit held twice: %s", strings.Join(overlapped, ", ")))
-	} else {
-		t.note("No two children ever ran at once.")
-	}
+	return t, where
+}
 
-	where.note("The child is %s; started directly by the bench, it takes %s (p50) from fork to its first timestamp: that much of every gap is the child's own start.", b.childName(), ms(startup))
-	where.note("Waiting: the processes still waiting behind the next holder, in the gap before its child starts.")
-	where.note("Its lock's process exits: when the bench reaps the semrun, flock or sem that ran the child. semrun releases before it exits; flock's lock is freed as it exits.")
-	where.note("Grant: the fencing token semrun hands the child (`$SEMRUN_FENCING_TOKEN`), which is the grant's time in µs on the host's clock (Redis's TIME, or the local clock).")
-	if len(traced.release) > 0 {
-		where.note("semrun (Redis), one more round traced with Redis's MONITOR: gap p50 %s. Of it (p50s of %d gaps): from a child's end to its semrun's release reaching Redis %s; from there to the next semrun's granted acquire reaching Redis %s, of which the release script took %s to push the wake-up; from there to the next child's start %s.",
-			p50(traced.gaps), len(traced.release), p50(traced.release), p50(traced.wake), p50(traced.publish), p50(traced.start))
+// handoffVerdict says whether semrun's gaps meet their targets next to flock's.
+func handoffVerdict(g50, g99, flock50, flock99 time.Duration) string {
+	target := fmt.Sprintf("p50 ≤ %.1f×, p99 ≤ %.0f×", handoffP50Target, handoffP99Target)
+	if flock50 == 0 {
+		return target
 	}
-	return []*table{t, where}, failed
+	ok50 := float64(g50) <= handoffP50Target*float64(flock50)
+	ok99 := float64(g99) <= handoffP99Target*float64(flock99)
+	target += ": " + verdict(ok50 && ok99)
+	switch {
+	case !ok50 && ok99:
+		target += " (p50)"
+	case ok50 && !ok99:
+		target += " (p99)"
+	}
+	return target
 }
 
 // handoffRound runs one round under l; with trace, it also tells where

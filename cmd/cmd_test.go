@@ -123,6 +123,10 @@ func TestStatusAndDoctorWriteToTheirStreams(t *testing.T) {
 	if code != 0 || errOut != "" || !strings.Contains(out, "ok    lock: took and freed a lock") {
 		t.Errorf("doctor: got status %d, stdout %q, stderr %q; want 0 and the lock check", code, out, errOut)
 	}
+	code, out, errOut = run(t, nil, "doctor", "--local", "--lock-dir", "")
+	if code != exitFailure || out != "" || errOut != "semrun: --lock-dir: must not be empty\n" {
+		t.Errorf("doctor with an empty lock directory: got status %d, stdout %q, stderr %q; want 125, bad input", code, out, errOut)
+	}
 	code, out, errOut = run(t, nil, "doctor", "--local", "--lock-dir", filepath.Join(dir, "busy", "seat.0"))
 	if code != exitDoctorFailed || !strings.HasPrefix(out, "FAIL  lock-dir: ") || errOut != "semrun: doctor: lock-dir failed\n" {
 		t.Errorf("doctor of a file as the lock directory: got status %d, stdout %q, stderr %q; want 1, lock-dir failing", code, out, errOut)

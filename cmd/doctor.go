@@ -65,8 +65,10 @@ would, and 125 for bad flags or values.`,
 func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphore.Check, error) {
 	store, err := common.openStore(log.Warnf)
 	if err != nil {
-		var usage *usageError
-		if common.local && runtime.GOOS != "windows" && errors.As(err, &usage) {
+		// A lock directory that exists but cannot be used is a finding; a
+		// setting refused is bad input, as for a run.
+		var refused *semaphore.SettingError
+		if common.local && runtime.GOOS != "windows" && !errors.As(err, &refused) {
 			return []semaphore.Check{{
 				Name: "lock-dir", Status: semaphore.CheckFail, Detail: err.Error(),
 				Fix: "mend the directory as said, or choose another with --lock-dir (see The local store in the README)",

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -81,13 +82,14 @@ func (n names) Ways(s semaphore.Setting, value string) string {
 
 // refused is err, a setting a request or a store refused, in the user's
 // words: "--permits 0", "SEMRUN_PERMITS=0" or "permits 0 in FILE", and why.
+// Any other error of a store's constructor is bad input too.
 func (c *commonOptions) refused(err error) error {
 	var se *semaphore.SettingError
-	if !errors.As(err, &se) {
-		var usage *usageError
-		if errors.As(err, &usage) {
-			return err
-		}
+	var usage *usageError
+	switch {
+	case errors.As(err, &usage):
+		return err
+	case !errors.As(err, &se):
 		return &usageError{err}
 	}
 	flag, ok := settingFlags[se.Setting]
@@ -95,10 +97,19 @@ func (c *commonOptions) refused(err error) error {
 	case !ok:
 		return &usageError{err}
 	case se.Value == nil:
-		return usageErrorf("%s: %v", c.sources.name(flag), se.Err)
+		return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.sources.name(flag), se.Err), se}}
 	}
-	return usageErrorf("%s: %v", c.sources.show(flag, se.Value), se.Err)
+	return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.sources.show(flag, se.Value), se.Err), se}}
 }
+
+// shownSetting is a *semaphore.SettingError in the user's words.
+type shownSetting struct {
+	msg string
+	se  *semaphore.SettingError
+}
+
+func (e *shownSetting) Error() string { return e.msg }
+func (e *shownSetting) Unwrap() error { return e.se }
 
 // openStore opens the store the settings chose: the host's lock directory
 // with --local, else Redis. It is the one place that names a store; the
