@@ -35,6 +35,29 @@ func (t Instant) Before(u Instant) bool { return t.ns < u.ns }
 // Until is how long until t; negative once t has passed.
 func Until(t Instant) time.Duration { return t.Sub(Now()) }
 
+// Clock reads a clock and sets alarms on it. System is the host's; code
+// that takes a Clock can be run on a fake one in tests (clocktest).
+type Clock interface {
+	// Now reads the clock.
+	Now() Instant
+	// NewAlarm sets an alarm for at; one already past fires at once.
+	NewAlarm(at Instant) *Alarm
+	// WithDeadline returns a copy of parent whose context also ends when
+	// the clock reaches at, with cause context.DeadlineExceeded.
+	WithDeadline(parent context.Context, at Instant) (context.Context, context.CancelFunc)
+}
+
+// System is the host's clock, the one the package's functions read.
+var System Clock = system{}
+
+type system struct{}
+
+func (system) Now() Instant               { return Now() }
+func (system) NewAlarm(at Instant) *Alarm { return NewAlarm(at) }
+func (system) WithDeadline(parent context.Context, at Instant) (context.Context, context.CancelFunc) {
+	return WithDeadline(parent, at)
+}
+
 // Alarm delivers once on C when the clock reaches its instant, as soon as
 // the host wakes if it slept through it.
 type Alarm struct {
@@ -51,6 +74,22 @@ func NewAlarm(at Instant) *Alarm {
 		return &Alarm{C: c, stop: func() {}}
 	}
 	return &Alarm{C: c, stop: alarm(at, fire)}
+}
+
+// NewManualAlarm returns an alarm for a Clock other than System to set:
+// fire delivers on its C (once: a fire while a delivery is unread is
+// dropped), and its Stop calls stop, which may be nil.
+func NewManualAlarm(stop func()) (a *Alarm, fire func()) {
+	c := make(chan struct{}, 1)
+	if stop == nil {
+		stop = func() {}
+	}
+	return &Alarm{C: c, stop: stop}, func() {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Stop disarms a; it may still have fired.

@@ -91,3 +91,47 @@ func TestWithDeadline(t *testing.T) {
 		t.Errorf("cancelled before its deadline: got cause %v, want Canceled", err)
 	}
 }
+
+// System is the package's functions behind the Clock interface.
+func TestSystem(t *testing.T) {
+	var c clock.Clock = clock.System
+	if before, now := clock.Now(), c.Now(); now.Before(before) {
+		t.Errorf("System.Now: got %v, before clock.Now's %v", now, before)
+	}
+	a := c.NewAlarm(c.Now().Add(-time.Second))
+	defer a.Stop()
+	select {
+	case <-a.C:
+	default:
+		t.Errorf("System alarm for an instant past: did not fire at once")
+	}
+	ctx, cancel := c.WithDeadline(context.Background(), c.Now().Add(time.Hour))
+	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) < 59*time.Minute {
+		t.Errorf("System.WithDeadline an hour ahead: got Deadline (%v, %v), want about an hour ahead", d, ok)
+	}
+}
+
+func TestManualAlarm(t *testing.T) {
+	stopped := 0
+	a, fire := clock.NewManualAlarm(func() { stopped++ })
+	select {
+	case <-a.C:
+		t.Fatalf("manual alarm: delivered before fire")
+	default:
+	}
+	fire()
+	fire() // a second fire while the first is unread is dropped, not blocked on
+	<-a.C
+	select {
+	case <-a.C:
+		t.Errorf("manual alarm fired twice before a read: delivered twice")
+	default:
+	}
+	a.Stop()
+	if stopped != 1 {
+		t.Errorf("Stop: called stop %d times, want 1", stopped)
+	}
+	b, _ := clock.NewManualAlarm(nil)
+	b.Stop() // no stop given: nothing to do
+}

@@ -21,29 +21,29 @@ type group struct{ job windows.Handle }
 
 // deliver does nothing: Ctrl-C, Ctrl-Break and a closing console reach
 // every process of the console, the child included, straight from Windows.
-func (*group) deliver(os.Signal) (stopped bool) { return false }
+func (group) deliver(os.Signal) (stopped bool) { return false }
 
 // terminate ends the job at once, with no grace period: Windows has no
 // SIGTERM, and Ctrl-Break reaches the child alone only in a console process
 // group of its own, where Ctrl-C would no longer reach it.
-func (g *group) terminate() { g.kill() }
-func (g *group) kill()      { _ = windows.TerminateJobObject(g.job, 1) }
+func (g group) terminate() { g.kill() }
+func (g group) kill()      { _ = windows.TerminateJobObject(g.job, 1) }
 
 // close closes the job, ending whatever is still in it.
-func (g *group) close() { _ = windows.CloseHandle(g.job) }
+func (g group) close() { _ = windows.CloseHandle(g.job) }
 
 // start starts the command at path in a Job Object of its own, and
 // reports its end on events. The child starts suspended and runs only once
 // it is in the job, so that no process it starts can escape the job.
 // spec.Inherit is not passed on: only the local store has files to pass,
 // and Windows has no local store.
-func start(path string, spec Spec, _ *terminal, events chan<- waitEvent) (*group, error) {
+func start(path string, spec Spec, _ *terminal, events chan<- waitEvent) (group, error) {
 	var files []uintptr
 	for _, f := range []*os.File{spec.Stdin, spec.Stdout, spec.Stderr} {
 		if f == nil { // as with os/exec: the null device
 			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 			if err != nil {
-				return nil, err
+				return group{}, err
 			}
 			defer null.Close()
 			f = null
@@ -52,7 +52,7 @@ func start(path string, spec Spec, _ *terminal, events chan<- waitEvent) (*group
 	}
 	job, err := newJob()
 	if err != nil {
-		return nil, err
+		return group{}, err
 	}
 	pid, h, err := syscall.StartProcess(path, spec.Args, &syscall.ProcAttr{
 		Env: spec.Env, Files: files,
@@ -61,7 +61,7 @@ func start(path string, spec Spec, _ *terminal, events chan<- waitEvent) (*group
 	runtime.KeepAlive(spec) // its files stay open until the child has them
 	if err != nil {
 		_ = windows.CloseHandle(job)
-		return nil, err
+		return group{}, err
 	}
 	proc := windows.Handle(h)
 	err = windows.AssignProcessToJobObject(job, proc)
@@ -72,10 +72,10 @@ func start(path string, spec Spec, _ *terminal, events chan<- waitEvent) (*group
 		_ = windows.TerminateProcess(proc, 1)
 		_ = windows.CloseHandle(proc)
 		_ = windows.CloseHandle(job)
-		return nil, err
+		return group{}, err
 	}
 	go reap(proc, job, events)
-	return &group{job: job}, nil
+	return group{job: job}, nil
 }
 
 // newJob makes a Job Object that ends its processes when its last handle
@@ -182,7 +182,7 @@ type terminal struct{}
 func newTerminal(*os.File) *terminal { return nil }
 func (*terminal) reclaim()           {}
 func (*terminal) suspend()           {}
-func (*terminal) resume(*group)      {}
+func (*terminal) resume(group)       {}
 
 // Suspend does nothing: Windows has no job-control stop.
 func Suspend() {}

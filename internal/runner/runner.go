@@ -50,6 +50,9 @@ type Spec struct {
 	Signals <-chan os.Signal
 	// Warnf receives warnings: a lost permit with Continue, failed renewals.
 	Warnf func(format string, args ...any)
+	// Clock times the renewals, the loss of the permit and the grace
+	// period; nil is clock.System. The lease's Deadline is read on it.
+	Clock clock.Clock
 }
 
 // Result is how the child ended.
@@ -141,6 +144,9 @@ func Check(command string) error {
 // returns a *StartError when the child could not be started. ctx ending
 // stops the renewals only; the child's end is always waited for.
 func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
+	if spec.Clock == nil {
+		spec.Clock = clock.System
+	}
 	path, err := exec.LookPath(spec.Args[0])
 	if err != nil {
 		return Result{}, startError(spec.Args[0], err)
@@ -155,120 +161,181 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	defer g.close()
 	defer term.reclaim()
 
-	renewCtx, stopRenewing := context.WithCancel(ctx)
+	s := &supervisor{spec: spec, lease: lease, g: g, term: term, lapses: !lease.Deadline().IsZero()}
+	s.startRenewing(ctx)
+	defer s.stop()
+	return s.run(events), nil
+}
+
+// supervisor is Run's state while the child runs: the channels and alarms
+// its one select waits on, and how the child has ended so far. Only Run's
+// goroutine touches it; keepAlive, which renews, has its own copy of what
+// it needs and reports on lost and renewed.
+type supervisor struct {
+	spec  Spec
+	lease Lease
+	// lapses is false for a lease that never ends, which needs no renewal.
+	lapses bool
+	g      group
+	term   *terminal
+
+	// stopRenewing ends keepAlive, which closes renewing as it returns.
+	stopRenewing context.CancelFunc
+	renewing     chan struct{}
+	// lost and renewed are keepAlive's reports; nil, which never delivers,
+	// for a lease that never lapses and once the permit is lost.
+	lost    <-chan error
+	renewed <-chan struct{}
+	// giveUp fires when no renewal succeeded in time, on a clock that
+	// counts a suspend of the host: the child is then told to stop. nil
+	// when the lease never lapses, and once the permit is lost.
+	giveUp *clock.Alarm
+	// kill fires once the grace period after SIGTERM is over.
+	kill *clock.Alarm
+	res  Result
+}
+
+// startRenewing starts keepAlive and the giveUp alarm, for a lease that lapses.
+func (s *supervisor) startRenewing(ctx context.Context) {
+	renewCtx, stop := context.WithCancel(ctx)
+	renewing := make(chan struct{})
+	s.stopRenewing, s.renewing = stop, renewing
+	if !s.lapses {
+		close(renewing)
+		return
+	}
 	lost := make(chan error, 1)
 	renewed := make(chan struct{}, 1)
-	renewing := make(chan struct{})
-	// giveUp fires when no renewal succeeded in time, on a clock that
-	// counts a suspend of the host: the child is then told to stop.
-	var giveUp *clock.Alarm
-	lapses := !lease.Deadline().IsZero() // a lease that never lapses needs no renewal
-	if !lapses {
-		close(renewing)
-	} else {
-		giveUp = clock.NewAlarm(lossAt(spec, lease))
-		go func() {
-			defer close(renewing)
-			keepAlive(renewCtx, spec, lease, renewed, lost)
-		}()
-	}
-	defer func() {
-		stopRenewing()
-		<-renewing // no renewal, nor its warning, outlives Run
-		giveUp.Stop()
+	s.lost, s.renewed = lost, renewed
+	s.giveUp = s.spec.Clock.NewAlarm(lossAt(s.spec, s.lease))
+	spec, lease := s.spec, s.lease
+	go func() {
+		defer close(renewing)
+		keepAlive(renewCtx, spec, lease, renewed, lost)
 	}()
+}
 
-	var res Result
-	var kill *clock.Alarm
-	defer func() { kill.Stop() }()
-	onLost := func(err error) {
-		lost, renewed = nil, nil
-		giveUp.Stop()
-		giveUp = nil
-		stopRenewing()
-		res.Lost = err
-		if spec.OnLost == Continue {
-			spec.Warnf("permit lost (%v); the command runs on without it", err)
-			return
-		}
-		res.Terminated = true
-		// The grace period never runs past the lease: a loss noticed late
-		// (semrun was stopped, a timer fired late) leaves less of it.
-		grace := spec.KillAfter
-		if lapses {
-			grace = min(grace, clock.Until(lease.Deadline().Add(-Margin(spec.TTL))))
-		}
-		if grace <= 0 {
-			g.kill()
-			return
-		}
-		g.terminate()
-		kill = clock.NewAlarm(clock.Now().Add(grace))
-	}
-	// resumed runs when semrun is continued after the job was suspended:
-	// past the point where the permit counts as lost, the child is stopped
-	// before it can run on next to a new holder.
-	resumed := func() {
-		if lost != nil && lapses && clock.Now().After(lossAt(spec, lease)) {
-			onLost(presumedLost(spec))
-		}
-		term.resume(g)
-	}
+// stop ends the renewals and waits for keepAlive to return: no renewal,
+// nor its warning, outlives Run. No alarm is left set.
+func (s *supervisor) stop() {
+	s.stopRenewing()
+	<-s.renewing
+	s.giveUp.Stop()
+	s.kill.Stop()
+}
+
+// run waits for what happens next, in one select, until the child and what
+// it left in its group are gone, and returns how the child ended.
+func (s *supervisor) run(events <-chan waitEvent) Result {
 	for {
 		select {
-		case sig := <-spec.Signals:
-			// SIGTSTP sent to semrun itself (not from the terminal, which
-			// stops the child's group) must not leave the child running
-			// while semrun, stopped, cannot renew: the whole job stops.
-			if g.deliver(sig) && term == nil {
-				term.suspend()
-				resumed()
-			} // else the child's stop comes as an event, handled below
-		case err := <-lost:
-			onLost(err)
-		case <-renewed:
-			giveUp.Stop()
-			giveUp = clock.NewAlarm(lossAt(spec, lease))
-		case <-alarmC(giveUp):
-			if at := lossAt(spec, lease); clock.Until(at) > 0 {
-				// A renewal succeeded as the alarm went off: Run has yet
-				// to read that it did.
-				giveUp = clock.NewAlarm(at)
-				continue
-			}
-			onLost(presumedLost(spec))
-		case <-alarmC(kill):
-			kill = nil
-			g.kill()
+		case sig := <-s.spec.Signals:
+			s.forward(sig)
+		case err := <-s.lost:
+			s.onLost(err)
+		case <-s.renewed:
+			// The lease's deadline moved on: so does the point where the
+			// permit counts as lost.
+			s.giveUp.Stop()
+			s.giveUp = s.spec.Clock.NewAlarm(lossAt(s.spec, s.lease))
+		case <-alarmC(s.giveUp):
+			s.givingUp()
+		case <-alarmC(s.kill):
+			s.kill = nil
+			s.g.kill()
 		case ev := <-events:
-			if ev.stopped {
-				// Suspended from the terminal: suspend the job as a whole.
-				term.suspend()
-				resumed()
-				ev.resumed <- struct{}{}
-				continue
+			if s.childChanged(ev) {
+				return s.res
 			}
-			if ev.groupGone {
-				return res, nil
-			}
-			if res.Terminated {
-				// What the child left in its group must not outlive the lease either.
-				g.kill()
-			}
-			res.ExitCode, res.Signal = ev.status.ExitStatus(), 0
-			if ev.status.Signaled() {
-				res.ExitCode, res.Signal = -1, ev.status.Signal()
-			}
-			if ev.lingering {
-				// The child left processes in its group (work it put in
-				// the background): the permit stays held, and renewed,
-				// until they are gone too, and semrun exits with the
-				// child's status then.
-				continue
-			}
-			return res, nil
 		}
 	}
+}
+
+// forward passes sig on to the child's group. SIGTSTP sent to semrun
+// itself (not from the terminal, which stops the child's group) must not
+// leave the child running while semrun, stopped, cannot renew: the whole
+// job stops.
+func (s *supervisor) forward(sig os.Signal) {
+	if s.g.deliver(sig) && s.term == nil {
+		s.term.suspend()
+		s.resumed()
+	} // else the child's stop comes as an event, handled by childChanged
+}
+
+// givingUp runs when giveUp fires: unless a renewal succeeded meanwhile,
+// the permit counts as lost.
+func (s *supervisor) givingUp() {
+	if at := lossAt(s.spec, s.lease); until(s.spec.Clock, at) > 0 {
+		// A renewal succeeded as the alarm went off: Run has yet to read
+		// that it did.
+		s.giveUp = s.spec.Clock.NewAlarm(at)
+		return
+	}
+	s.onLost(presumedLost(s.spec))
+}
+
+// onLost ends the renewals and, unless the child is to continue, tells it
+// to stop: SIGTERM, and SIGKILL when the grace period is over.
+func (s *supervisor) onLost(err error) {
+	s.lost, s.renewed = nil, nil
+	s.giveUp.Stop()
+	s.giveUp = nil
+	s.stopRenewing()
+	s.res.Lost = err
+	if s.spec.OnLost == Continue {
+		s.spec.Warnf("permit lost (%v); the command runs on without it", err)
+		return
+	}
+	s.res.Terminated = true
+	// The grace period never runs past the lease: a loss noticed late
+	// (semrun was stopped, a timer fired late) leaves less of it.
+	grace := s.spec.KillAfter
+	if s.lapses {
+		grace = min(grace, until(s.spec.Clock, s.lease.Deadline().Add(-Margin(s.spec.TTL))))
+	}
+	if grace <= 0 {
+		s.g.kill()
+		return
+	}
+	s.g.terminate()
+	s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(grace))
+}
+
+// resumed runs when semrun is continued after the job was suspended:
+// past the point where the permit counts as lost, the child is stopped
+// before it can run on next to a new holder.
+func (s *supervisor) resumed() {
+	if s.lost != nil && s.lapses && s.spec.Clock.Now().After(lossAt(s.spec, s.lease)) {
+		s.onLost(presumedLost(s.spec))
+	}
+	s.term.resume(s.g)
+}
+
+// childChanged handles a change of the child's state, and tells whether
+// Run is done: the child exited and left nothing in its group.
+func (s *supervisor) childChanged(ev waitEvent) (done bool) {
+	if ev.stopped {
+		// Suspended from the terminal: suspend the job as a whole.
+		s.term.suspend()
+		s.resumed()
+		ev.resumed <- struct{}{}
+		return false
+	}
+	if ev.groupGone {
+		return true
+	}
+	if s.res.Terminated {
+		// What the child left in its group must not outlive the lease either.
+		s.g.kill()
+	}
+	s.res.ExitCode, s.res.Signal = ev.status.ExitStatus(), 0
+	if ev.status.Signaled() {
+		s.res.ExitCode, s.res.Signal = -1, ev.status.Signal()
+	}
+	// A lingering child left processes in its group (work it put in the
+	// background): the permit stays held, and renewed, until they are gone
+	// too, and semrun exits with the child's status then.
+	return !ev.lingering
 }
 
 func startError(command string, err error) error {
@@ -300,23 +367,26 @@ func alarmC(a *clock.Alarm) <-chan struct{} {
 // keepAlive renews the lease every RenewEvery(TTL), and retries a failed
 // renewal sooner, until ctx ends. It says renewed after each renewal that
 // succeeded, and lost, once, when the store says the permit is gone. When
-// to give up is Run's to decide.
+// to give up is Run's to decide. It waits on alarms of spec.Clock, as Run
+// does: where that clock counts a suspend of the host, a renewal due while
+// the host slept is tried as soon as it wakes.
 func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struct{}, lost chan<- error) {
+	clk := spec.Clock
 	every := RenewEvery(spec.TTL)
 	// Never so late that the child must be told to stop before a renewal
 	// was tried: a lease handed over with little left is renewed at once.
-	onTime := func() time.Duration { return min(every, clock.Until(lossAt(spec, lease))/2) }
+	onTime := func() time.Duration { return min(every, until(clk, lossAt(spec, lease))/2) }
 	next := onTime()
 	for {
-		t := time.NewTimer(max(next, 0))
+		due := clk.NewAlarm(clk.Now().Add(max(next, 0)))
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			due.Stop()
 			return
-		case <-t.C:
+		case <-due.C:
 		}
 		// The call must end before the child has to be told to stop.
-		call, cancel := clock.WithDeadline(ctx, lossAt(spec, lease))
+		call, cancel := clk.WithDeadline(ctx, lossAt(spec, lease))
 		err := lease.Renew(call)
 		cancel()
 		switch {
@@ -334,7 +404,10 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 		default:
 			spec.Warnf("renewal failed, retrying: %v", err)
 			// At least three more tries fit before the child must stop.
-			next = max(min(spec.TTL/12, clock.Until(lossAt(spec, lease))/3), 50*time.Millisecond)
+			next = max(min(spec.TTL/12, until(clk, lossAt(spec, lease))/3), 50*time.Millisecond)
 		}
 	}
 }
+
+// until is how long until at on c; negative once at has passed.
+func until(c clock.Clock, at clock.Instant) time.Duration { return at.Sub(c.Now()) }

@@ -5,287 +5,828 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/semrun/semrun/internal/clock"
-	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/clock/clocktest"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-// fixture is a real redis-server with a store and one held lease.
-type fixture struct {
-	srv   *redistest.Server
-	store *semaphore.Redis
-	lease semaphore.Lease
-	key   string
-}
+// The runner runs real children (sh, cat), but its lease is a fake and its
+// clock a clocktest.Clock: renewals, the loss of the permit and the kill
+// happen when a test advances the clock, and a test knows that the runner
+// has reacted by the alarms it has set (expectAlarms). Only what a child
+// does takes real time, and that is waited for with a bound.
 
-func newFixture(t *testing.T, ttl time.Duration) *fixture {
-	t.Helper()
-	srv := redistest.New(t)
-	store, err := semaphore.NewRedis(semaphore.RedisOptions{URL: srv.URL(), Prefix: "test:", ConnectTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	key := strings.ReplaceAll(t.Name(), "/", "-")
-	lease, err := store.Acquire(context.Background(), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{srv: srv, store: store, lease: lease, key: key}
-}
+const (
+	ttl = 30 * time.Second
+	// killAfter is the default grace period of these tests: with it, the
+	// child is told to stop 30s - 6s - 3s = 21s after the last renewal.
+	killAfter = 6 * time.Second
+	// patience bounds every wait for the runner or a child, in real time.
+	patience = 20 * time.Second
+)
 
-// flushAll drops every key, as a store that lost its data would.
-func (f *fixture) flushAll(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
-	defer c.Close()
-	if err := c.FlushAll(context.Background()).Err(); err != nil {
-		t.Errorf("FLUSHALL: %v", err)
-	}
-}
+// renewal is what one call of the fake lease's Renew does.
+type renewal int
 
-func (f *fixture) held(t *testing.T) int {
-	t.Helper()
-	st, err := f.store.Status(context.Background(), []string{f.key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st[0].Held
-}
+const (
+	renewOK   renewal = iota // extends the lease by its TTL from the call
+	renewFail                // fails, leaving the permit in doubt
+	renewHang                // answers nothing until the call's context ends
+	renewLost                // says the permit is gone (semaphore.ErrLost)
+	// renewLate extends the lease, but its answer comes only as the
+	// call's context ends: it crossed the deadline on its way back.
+	renewLate
+)
 
-func spec(t *testing.T, ttl time.Duration, args ...string) runner.Spec {
-	return runner.Spec{
-		Args: args, Env: os.Environ(),
-		Stdin: nil, Stdout: os.Stdout, Stderr: os.Stderr,
-		TTL: ttl, KillAfter: runner.MaxKillAfter(ttl) / 2,
-		Warnf: t.Logf,
-	}
-}
+// fakeLease is a lease whose deadline is on the test's clock. Its renewals
+// do what its script says, in turn; the script's last entry repeats.
+type fakeLease struct {
+	clk *clocktest.Clock
+	ttl time.Duration
+	// calls gets the clock's reading at each call of Renew.
+	calls chan clock.Instant
+	// inFlight counts the calls of Renew that have not returned.
+	inFlight atomic.Int32
 
-func TestExitStatusAndSignal(t *testing.T) {
-	f := newFixture(t, 3*time.Second)
-	res, err := runner.Run(context.Background(), spec(t, 3*time.Second, "sh", "-c", "exit 7"), f.lease)
-	if err != nil || res.ExitCode != 7 || res.Signal != 0 || res.Lost != nil {
-		t.Fatalf("got %+v, %v; want exit 7", res, err)
-	}
-	res, err = runner.Run(context.Background(), spec(t, 3*time.Second, "sh", "-c", "kill -USR2 $$"), f.lease)
-	if err != nil || res.Signal != syscall.SIGUSR2 {
-		t.Fatalf("got %+v, %v; want death by SIGUSR2", res, err)
-	}
-}
-
-func TestStartErrors(t *testing.T) {
-	f := newFixture(t, 3*time.Second)
-	var se *runner.StartError
-	_, err := runner.Run(context.Background(), spec(t, 3*time.Second, "no-such-command-here"), f.lease)
-	if !errors.As(err, &se) || !se.NotFound {
-		t.Fatalf("got %v, want a not-found StartError", err)
-	}
-	if err := runner.Check(t.TempDir()); !errors.As(err, &se) || se.NotFound {
-		t.Fatalf("Check(directory) = %v, want a cannot-execute StartError", err)
-	}
-}
-
-// The lease outlives its TTL while the child runs, renewed every TTL/3.
-func TestRenewalKeepsThePermit(t *testing.T) {
-	f := newFixture(t, time.Second)
-	res, err := runner.Run(context.Background(), spec(t, time.Second, "sleep", "2.5"), f.lease)
-	if err != nil || res.ExitCode != 0 || res.Lost != nil {
-		t.Fatalf("got %+v, %v; want a clean exit with the permit kept", res, err)
-	}
-	if got := f.held(t); got != 1 {
-		t.Fatalf("got %d holders after 2.5 TTLs, want 1", got)
-	}
-}
-
-// Forwarded signals reach the child's process group, grandchildren too.
-func TestForwardsSignals(t *testing.T) {
-	f := newFixture(t, 3*time.Second)
-	dir := t.TempDir()
-	ready := filepath.Join(dir, "ready")
-	signals := make(chan os.Signal, 1)
-	s := spec(t, 3*time.Second, "sh", "-c", `trap 'exit 9' USR1; touch "$0"; while :; do sleep 0.05; done`, ready)
-	s.Signals = signals
-	go func() {
-		waitFile(t, ready)
-		signals <- syscall.SIGUSR1
-	}()
-	res, err := runner.Run(context.Background(), s, f.lease)
-	if err != nil || res.ExitCode != 9 {
-		t.Fatalf("got %+v, %v; want exit 9 from the child's trap", res, err)
-	}
-}
-
-func TestLostPermitTerminatesChild(t *testing.T) {
-	f := newFixture(t, 3*time.Second)
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		f.flushAll(t)
-	}()
-	res, err := runner.Run(context.Background(), spec(t, 3*time.Second, "sleep", "30"), f.lease)
-	if err != nil || !res.Terminated || res.Signal != syscall.SIGTERM || !errors.Is(res.Lost, semaphore.ErrLost) {
-		t.Fatalf("got %+v, %v; want the child terminated for a lost permit", res, err)
-	}
-}
-
-func TestLostPermitContinue(t *testing.T) {
-	f := newFixture(t, 3*time.Second)
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		f.flushAll(t)
-	}()
-	s := spec(t, 3*time.Second, "sh", "-c", "sleep 1.5; exit 4")
-	s.OnLost = runner.Continue
-	res, err := runner.Run(context.Background(), s, f.lease)
-	if err != nil || res.Terminated || res.ExitCode != 4 || !errors.Is(res.Lost, semaphore.ErrLost) {
-		t.Fatalf("got %+v, %v; want the child to finish with 4, the loss reported", res, err)
-	}
-}
-
-// A child that ignores SIGTERM is killed after the grace period.
-func TestKillAfter(t *testing.T) {
-	f := newFixture(t, 3*time.Second)
-	dir := t.TempDir()
-	ready := filepath.Join(dir, "ready")
-	go func() {
-		waitFile(t, ready)
-		f.flushAll(t)
-	}()
-	s := spec(t, 3*time.Second, "sh", "-c", `trap '' TERM; touch "$0"; while :; do sleep 0.05; done`, ready)
-	s.KillAfter = 200 * time.Millisecond
-	res, err := runner.Run(context.Background(), s, f.lease)
-	if err != nil || !res.Terminated || res.Signal != syscall.SIGKILL {
-		t.Fatalf("got %+v, %v; want SIGKILL after the grace period", res, err)
-	}
-}
-
-// With the store unreachable (paused), the permit is presumed lost and the
-// child is gone before the lease could lapse on the server.
-func TestPresumedLossEndsChildBeforeLeaseLapses(t *testing.T) {
-	ttl := 3 * time.Second
-	f := newFixture(t, ttl)
-	if err := f.srv.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	defer f.srv.Resume()
-	s := spec(t, ttl, "sh", "-c", `trap '' TERM; while :; do sleep 0.05; done`)
-	s.KillAfter = 500 * time.Millisecond
-	res, err := runner.Run(context.Background(), s, f.lease)
-	ended := clock.Now()
-	if err != nil || !res.Terminated || !errors.Is(res.Lost, runner.ErrPresumedLost) {
-		t.Fatalf("got %+v, %v; want the child stopped for a presumed loss", res, err)
-	}
-	// The lease's deadline counts from the send time of the last renewal
-	// that succeeded, so the server cannot have freed the seat before it.
-	if deadline := f.lease.Deadline(); !ended.Before(deadline) {
-		t.Fatalf("child ended %v after the lease's earliest lapse, want before it", ended.Sub(deadline))
-	}
-}
-
-func waitFile(t *testing.T, path string) {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-	}
-	t.Errorf("%s did not appear", path)
-}
-
-// A store that stalls for a moment around the first renewal (a failover, a
-// slow fork for a snapshot) must not cost a healthy job its permit, even with
-// the longest grace period allowed: retries fit before the child must stop.
-func TestRenewalRidesOutShortStall(t *testing.T) {
-	ttl := 3 * time.Second
-	f := newFixture(t, ttl)
-	go func() {
-		time.Sleep(runner.RenewEvery(ttl) - 100*time.Millisecond)
-		c := redis.NewClient(&redis.Options{Addr: f.srv.Addr})
-		defer c.Close()
-		if err := c.Do(context.Background(), "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
-			t.Errorf("CLIENT PAUSE: %v", err)
-		}
-	}()
-	s := spec(t, ttl, "sleep", "2")
-	s.KillAfter = runner.MaxKillAfter(ttl)
-	res, err := runner.Run(context.Background(), s, f.lease)
-	if err != nil || res.Lost != nil || res.ExitCode != 0 {
-		t.Fatalf("got %+v, %v; want the job to keep its permit through a 300ms stall", res, err)
-	}
-}
-
-// Work the child leaves running in its group holds the permit: Run returns
-// the child's status only once that work is gone too (Linux, where semrun
-// adopts the orphans).
-func TestRunWaitsForWhatTheChildLeftInItsGroup(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("only Linux adopts orphans")
-	}
-	f := newFixture(t, 3*time.Second)
-	bgpid := filepath.Join(t.TempDir(), "bgpid")
-	res, err := runner.Run(context.Background(), spec(t, 3*time.Second, "sh", "-c", `sleep 0.3 & echo $! > "$0"; exit 3`, bgpid), f.lease)
-	if err != nil || res.ExitCode != 3 || res.Lost != nil {
-		t.Fatalf("got %+v, %v; want exit 3", res, err)
-	}
-	b, err := os.ReadFile(bgpid)
-	if err != nil {
-		t.Fatalf("read the background pid: %v", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("background pid %q: %v", b, err)
-	}
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("the child's background work (pid %d) when Run returned: kill -0 gave %v, want ESRCH (gone and reaped)", pid, err)
-	}
-}
-
-// shortLease is a lease handed over with little of it left: its deadline
-// is near, and each renewal extends it by the TTL from when it was sent.
-type shortLease struct {
 	mu       sync.Mutex
-	ttl      time.Duration
 	deadline clock.Instant
-	renewals int
+	script   []renewal
 }
 
-func (l *shortLease) Deadline() clock.Instant {
+func (l *fakeLease) Deadline() clock.Instant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
 }
 
-func (l *shortLease) Renew(context.Context) error {
+func (l *fakeLease) Renew(ctx context.Context) error {
+	l.inFlight.Add(1)
+	defer l.inFlight.Add(-1)
+	sent := l.clk.Now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.renewals++
-	l.deadline = clock.Now().Add(l.ttl)
-	return nil
+	how := renewOK
+	if len(l.script) > 0 {
+		how = l.script[0]
+	}
+	if len(l.script) > 1 {
+		l.script = l.script[1:]
+	}
+	if how == renewOK || how == renewLate {
+		// A lease is extended from when the renewal was sent, as the
+		// store's script does.
+		l.deadline = sent.Add(l.ttl)
+	}
+	l.mu.Unlock()
+	l.calls <- sent
+	switch how {
+	case renewOK:
+		return nil
+	case renewFail:
+		return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	case renewHang:
+		<-ctx.Done()
+		return fmt.Errorf("renew: %w", context.Cause(ctx))
+	case renewLate:
+		<-ctx.Done()
+		return nil
+	default:
+		return fmt.Errorf("renew: %w", semaphore.ErrLost)
+	}
 }
 
-// A lease with less left than a renewal period and the grace need is
-// renewed at once, not presumed lost before anyone tried to renew it.
+// harness runs one child under a fake lease of ttl, held from start until
+// start + ttl, on a fake clock.
+type harness struct {
+	t     *testing.T
+	clk   *clocktest.Clock
+	start clock.Instant
+	lease *fakeLease
+	spec  runner.Spec
+	// signals are forwarded by Run, as a semrun that caught them would.
+	signals chan os.Signal
+	// warnings gets what Run says through Warnf.
+	warnings chan string
+	// stdin is the child's standard input: closing it ends cat.
+	stdin *os.File
+
+	done chan struct{} // closed once Run returned res, err
+	res  runner.Result
+	err  error
+}
+
+func newHarness(t *testing.T, args ...string) *harness {
+	t.Helper()
+	clk := clocktest.New()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		w.Close()
+	})
+	// What the children say (sh reports jobs it saw killed) is shown only
+	// when the test fails.
+	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer stderr.Close()
+		if b, _ := os.ReadFile(stderr.Name()); t.Failed() && len(b) > 0 {
+			t.Logf("the child's stderr:\n%s", b)
+		}
+	})
+	h := &harness{
+		t: t, clk: clk, start: clk.Now(),
+		lease:    &fakeLease{clk: clk, ttl: ttl, calls: make(chan clock.Instant, 1000), deadline: clk.Now().Add(ttl)},
+		signals:  make(chan os.Signal, 4),
+		warnings: make(chan string, 100),
+		stdin:    w,
+	}
+	h.spec = runner.Spec{
+		Args: args, Env: os.Environ(),
+		Stdin: r, Stdout: nil, Stderr: stderr,
+		TTL: ttl, KillAfter: killAfter,
+		Signals: h.signals,
+		Warnf: func(format string, args ...any) {
+			select {
+			case h.warnings <- fmt.Sprintf(format, args...):
+			default:
+			}
+		},
+		Clock: clk,
+	}
+	return h
+}
+
+// run starts Run. A test that ends before Run returned has the child's
+// group killed, so that neither outlives the test.
+func (h *harness) run() {
+	h.done = make(chan struct{})
+	go func() {
+		defer close(h.done)
+		h.res, h.err = runner.Run(context.Background(), h.spec, h.lease)
+	}()
+	h.t.Cleanup(func() {
+		select {
+		case <-h.done:
+			return
+		default:
+		}
+		h.signals <- syscall.SIGKILL
+		select {
+		case <-h.done:
+		case <-time.After(patience):
+			h.t.Errorf("Run still running %v after its child's group was killed", patience)
+		}
+	})
+}
+
+// wait waits for Run to return.
+func (h *harness) wait() (runner.Result, error) {
+	h.t.Helper()
+	select {
+	case <-h.done:
+		return h.res, h.err
+	case <-time.After(patience):
+		h.t.Fatalf("Run: did not return within %v; pending alarms %v", patience, h.offsets(h.clk.Alarms()))
+		return runner.Result{}, nil
+	}
+}
+
+// running fails the test if Run has returned.
+func (h *harness) running() {
+	h.t.Helper()
+	select {
+	case <-h.done:
+		h.t.Fatalf("Run returned %+v, %v at +%v; want it still running", h.res, h.err, h.clk.Now().Sub(h.start))
+	default:
+	}
+}
+
+// advanceTo moves the clock on to start+at.
+func (h *harness) advanceTo(at time.Duration) {
+	h.t.Helper()
+	d := h.start.Add(at).Sub(h.clk.Now())
+	if d < 0 {
+		h.t.Fatalf("advanceTo(+%v): the clock is at +%v already", at, h.clk.Now().Sub(h.start))
+	}
+	h.clk.Advance(d)
+}
+
+// expectAlarms waits until the alarms pending on the clock are at want,
+// counted from start: that is how a test knows the runner has reacted to
+// what happened, and when it will act next.
+func (h *harness) expectAlarms(want ...time.Duration) {
+	h.t.Helper()
+	slices.Sort(want)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	err := h.clk.BlockUntilFunc(ctx, func(alarms []clock.Instant) bool {
+		return slices.Equal(h.offsets(alarms), want)
+	})
+	if err != nil {
+		h.t.Fatalf("at +%v, pending alarms: got %v, want %v", h.clk.Now().Sub(h.start), h.offsets(h.clk.Alarms()), want)
+	}
+}
+
+func (h *harness) offsets(alarms []clock.Instant) []time.Duration {
+	var d []time.Duration
+	for _, a := range alarms {
+		d = append(d, a.Sub(h.start))
+	}
+	return d
+}
+
+// expectRenewal waits for a call of Renew, which must come at start+at.
+func (h *harness) expectRenewal(at time.Duration) {
+	h.t.Helper()
+	select {
+	case sent := <-h.lease.calls:
+		if got := sent.Sub(h.start); got != at {
+			h.t.Fatalf("renewal: got one at +%v, want it at +%v", got, at)
+		}
+	case <-time.After(patience):
+		h.t.Fatalf("renewal at +%v: got none within %v, want one", at, patience)
+	}
+}
+
+// expectNoMoreRenewals fails the test if Renew was called since the last
+// renewal expected.
+func (h *harness) expectNoMoreRenewals() {
+	h.t.Helper()
+	select {
+	case sent := <-h.lease.calls:
+		h.t.Errorf("renewal: got one at +%v, want none", sent.Sub(h.start))
+	default:
+	}
+}
+
+// expectWarning waits for a warning that contains want.
+func (h *harness) expectWarning(want string) {
+	h.t.Helper()
+	select {
+	case got := <-h.warnings:
+		if !strings.Contains(got, want) {
+			h.t.Fatalf("warning: got %q, want one saying %q", got, want)
+		}
+	case <-time.After(patience):
+		h.t.Fatalf("warning %q: got none within %v", want, patience)
+	}
+}
+
+// expectNoWarning fails the test if Run warned.
+func (h *harness) expectNoWarning() {
+	h.t.Helper()
+	select {
+	case got := <-h.warnings:
+		h.t.Errorf("warning: got %q, want none", got)
+	default:
+	}
+}
+
+// waitFile waits, in real time and with a bound, for a child to create path.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(patience); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: got nothing within %v, want the child to create it", filepath.Base(path), patience)
+		}
+	}
+}
+
+// stubborn is a shell script that survives SIGTERM and says so: it touches
+// $0 once its traps are set, $1 on each SIGTERM, and $2 on each SIGUSR1.
+const stubborn = `trap 'touch "$1"' TERM; trap 'touch "$2"' USR1; touch "$0"; while :; do sleep 1 & wait; done`
+
+// stubbornFiles returns the files stubborn touches: ready, termed and alive.
+func stubbornFiles(t *testing.T) (ready, termed, alive string) {
+	dir := t.TempDir()
+	return filepath.Join(dir, "ready"), filepath.Join(dir, "termed"), filepath.Join(dir, "alive")
+}
+
+func TestExitStatusPassesThrough(t *testing.T) {
+	h := newHarness(t, "sh", "-c", "exit 7")
+	h.run()
+	res, err := h.wait()
+	if err != nil || res != (runner.Result{ExitCode: 7}) {
+		t.Fatalf("got %+v, %v; want exit 7, no signal, nothing lost", res, err)
+	}
+	h.expectAlarms() // Run leaves no alarm set
+}
+
+func TestDeathBySignalIsReported(t *testing.T) {
+	h := newHarness(t, "sh", "-c", "kill -USR2 $$")
+	h.run()
+	res, err := h.wait()
+	if err != nil || res != (runner.Result{ExitCode: -1, Signal: syscall.SIGUSR2}) {
+		t.Fatalf("got %+v, %v; want death by SIGUSR2", res, err)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage")
+	if err := os.WriteFile(garbage, []byte("\x00\x01 not a program\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	noInterpreter := filepath.Join(dir, "script")
+	if err := os.WriteFile(noInterpreter, []byte("#!/no/such/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, command string
+		notFound      bool
+	}{
+		{"not found", "no-such-command-here", true},
+		{"a directory", dir, false},
+		{"not a program", garbage, false}, // found, but exec fails: ENOEXEC
+		// exec fails with ENOENT: not found, as timeout(1) says.
+		{"its interpreter missing", noInterpreter, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.command)
+			_, err := runner.Run(context.Background(), h.spec, h.lease)
+			var se *runner.StartError
+			if !errors.As(err, &se) || se.NotFound != tc.notFound || se.Command != tc.command {
+				t.Fatalf("Run(%s): got %v, want a StartError with NotFound %v", tc.command, err, tc.notFound)
+			}
+			if !strings.HasPrefix(se.Error(), tc.command+": ") {
+				t.Errorf("StartError: got %q, want it to start with the command", se.Error())
+			}
+			if n := len(h.lease.calls); n != 0 {
+				t.Errorf("renewals: got %d for a child never started, want 0", n)
+			}
+			h.expectAlarms()
+		})
+	}
+	var se *runner.StartError
+	if err := runner.Check(dir); !errors.As(err, &se) || se.NotFound {
+		t.Errorf("Check(directory): got %v, want a cannot-execute StartError", err)
+	}
+	if err := runner.Check("no-such-command-here"); !errors.As(err, &se) || !se.NotFound {
+		t.Errorf("Check(missing): got %v, want a not-found StartError", err)
+	}
+	if err := runner.Check(""); !errors.As(err, &se) || !se.NotFound {
+		t.Errorf(`Check(""): got %v, want a not-found StartError`, err)
+	}
+	if err := runner.Check("sh"); err != nil {
+		t.Errorf("Check(sh): got %v, want nil", err)
+	}
+}
+
+// The lease is renewed every TTL/3 of the clock's time, and outlives its
+// TTL while the child runs.
+func TestRenewsEveryThirdOfTTL(t *testing.T) {
+	h := newHarness(t, "cat")
+	h.run()
+	every := runner.RenewEvery(ttl)
+	if every != 10*time.Second {
+		t.Fatalf("RenewEvery(%v): got %v, want 10s", ttl, every)
+	}
+	lossAfter := ttl - killAfter - runner.Margin(ttl) // 21s
+	h.expectAlarms(every, lossAfter)
+	for i := 1; i <= 4; i++ { // past the TTL
+		at := time.Duration(i) * every
+		h.advanceTo(at)
+		h.expectRenewal(at)
+		// The next renewal is due TTL/3 later; the child is told to stop
+		// only 21s after this one.
+		h.expectAlarms(at+every, at+lossAfter)
+	}
+	h.stdin.Close()
+	res, err := h.wait()
+	if err != nil || res != (runner.Result{}) {
+		t.Fatalf("got %+v, %v; want a clean exit with the permit kept", res, err)
+	}
+	h.expectNoMoreRenewals()
+	h.expectNoWarning()
+	h.expectAlarms()
+}
+
+// A lease that never lapses (zero Deadline) is never renewed.
+func TestLeaseThatNeverLapsesIsNotRenewed(t *testing.T) {
+	h := newHarness(t, "cat")
+	h.lease.deadline = clock.Instant{}
+	h.run()
+	h.expectAlarms()
+	h.advanceTo(10 * ttl)
+	h.stdin.Close()
+	if res, err := h.wait(); err != nil || res != (runner.Result{}) {
+		t.Fatalf("got %+v, %v; want a clean exit", res, err)
+	}
+	h.expectNoMoreRenewals()
+}
+
+// Forwarded signals reach the child's process group, grandchildren too.
+func TestForwardsSignalsToTheGroup(t *testing.T) {
+	dir := t.TempDir()
+	ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")
+	// The child waits for a grandchild that touches $1 on SIGUSR1; the
+	// child exits 9 on its own SIGUSR1, once the grandchild is done.
+	h := newHarness(t, "sh", "-c", `
+		trap 'wait; exit 9' USR1
+		sh -c 'trap "touch \"\$1\"; exit 0" USR1; echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; while :; do sleep 1 & wait; done' "$0" "$1" &
+		wait`, ready, got)
+	h.run()
+	killGroupOnFailure(t, readPid(t, ready))
+	h.signals <- syscall.SIGUSR1
+	res, err := h.wait()
+	if err != nil || res.ExitCode != 9 || res.Signal != 0 {
+		t.Fatalf("got %+v, %v; want exit 9 from the child's trap", res, err)
+	}
+	if _, err := os.Stat(got); err != nil {
+		t.Errorf("the grandchild's trap: %v, want it to have run", err)
+	}
+}
+
+// A loss the store reports ends the child with SIGTERM.
+func TestLossTerminatesChild(t *testing.T) {
+	h := newHarness(t, "cat")
+	h.lease.script = []renewal{renewLost}
+	h.run()
+	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	res, err := h.wait()
+	if err != nil || !res.Terminated || res.Signal != syscall.SIGTERM || !errors.Is(res.Lost, semaphore.ErrLost) {
+		t.Fatalf("got %+v, %v; want the child terminated by SIGTERM for a lost permit", res, err)
+	}
+	if errors.Is(res.Lost, runner.ErrPresumedLost) {
+		t.Errorf("Lost: got %v, want the store's loss, not a presumed one", res.Lost)
+	}
+	h.expectAlarms()
+}
+
+// With Continue, a lost permit is a warning: the child finishes.
+func TestLossContinue(t *testing.T) {
+	h := newHarness(t, "sh", "-c", "cat; exit 4")
+	h.spec.OnLost = runner.Continue
+	h.lease.script = []renewal{renewLost}
+	h.run()
+	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	h.expectWarning("permit lost")
+	// Nothing more to renew, give up on or kill.
+	h.expectAlarms()
+	h.advanceTo(3 * ttl)
+	h.running()
+	h.stdin.Close()
+	res, err := h.wait()
+	if err != nil || res.Terminated || res.ExitCode != 4 || res.Signal != 0 || !errors.Is(res.Lost, semaphore.ErrLost) {
+		t.Fatalf("got %+v, %v; want the child to finish with 4, the loss reported", res, err)
+	}
+	h.expectNoMoreRenewals()
+}
+
+// A child that ignores SIGTERM gets SIGKILL once KillAfter has passed, and
+// not before.
+func TestKillAfterGracePeriod(t *testing.T) {
+	ready, termed, alive := stubbornFiles(t)
+	h := newHarness(t, "sh", "-c", stubborn, ready, termed, alive)
+	h.lease.script = []renewal{renewLost}
+	h.run()
+	waitFile(t, ready)
+	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	h.expectAlarms(10*time.Second + killAfter)
+	waitFile(t, termed)
+
+	h.advanceTo(10*time.Second + killAfter - time.Millisecond)
+	h.expectAlarms(10*time.Second + killAfter)
+	h.signals <- syscall.SIGUSR1 // still alive to answer?
+	waitFile(t, alive)
+	h.running()
+
+	h.advanceTo(10*time.Second + killAfter)
+	res, err := h.wait()
+	if err != nil || !res.Terminated || res.Signal != syscall.SIGKILL || !errors.Is(res.Lost, semaphore.ErrLost) {
+		t.Fatalf("got %+v, %v; want SIGKILL after the grace period", res, err)
+	}
+}
+
+// With renewals that fail or hang (the store unreachable), the permit is
+// presumed lost: the child is told to stop at Deadline - KillAfter - Margin
+// and is gone before the lease's Deadline, when the store could give the
+// seat away.
+func TestPresumedLoss(t *testing.T) {
+	lossAt := ttl - killAfter - runner.Margin(ttl) // 21s: the renewal at 10s failed
+	for _, tc := range []struct {
+		name string
+		how  renewal
+		// pending are the alarms after the renewal at 10s.
+		pending []time.Duration
+	}{
+		// Retried TTL/12 later, while the child is to stop at 21s.
+		{"renewals fail", renewFail, []time.Duration{10*time.Second + ttl/12, lossAt}},
+		// The call's own deadline is when the child must be told to stop.
+		{"renewals hang", renewHang, []time.Duration{lossAt, lossAt}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ready, termed, alive := stubbornFiles(t)
+			h := newHarness(t, "sh", "-c", stubborn, ready, termed, alive)
+			h.lease.script = []renewal{tc.how}
+			h.run()
+			waitFile(t, ready)
+			h.expectAlarms(10*time.Second, lossAt)
+			h.advanceTo(10 * time.Second)
+			h.expectRenewal(10 * time.Second)
+			h.expectAlarms(tc.pending...)
+
+			h.advanceTo(lossAt)
+			// Told to stop, SIGKILL due a margin before the lease's end.
+			h.expectAlarms(ttl - runner.Margin(ttl))
+			waitFile(t, termed)
+			h.running()
+			h.advanceTo(ttl - runner.Margin(ttl))
+			res, err := h.wait()
+			if err != nil || !res.Terminated || res.Signal != syscall.SIGKILL || !errors.Is(res.Lost, runner.ErrPresumedLost) {
+				t.Fatalf("got %+v, %v; want the child killed for a presumed loss", res, err)
+			}
+			if now, deadline := h.clk.Now(), h.lease.Deadline(); !now.Before(deadline) {
+				t.Errorf("child gone at +%v, lease's deadline +%v; want it gone before", now.Sub(h.start), deadline.Sub(h.start))
+			}
+			h.expectAlarms()
+		})
+	}
+}
+
+// A loss noticed late (semrun was stopped, an alarm fired late) leaves
+// less of the grace period: SIGKILL still lands a margin before the lease
+// ends, and at once when that is past.
+func TestLateLossShortensTheGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// noticed is when the loss due at 21s is noticed.
+		noticed time.Duration
+		// killAt is when SIGKILL is due; 0 for at once, without SIGTERM.
+		killAt time.Duration
+	}{
+		{"some grace left", 25 * time.Second, ttl - runner.Margin(ttl)},
+		{"none left", 28 * time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ready, termed, alive := stubbornFiles(t)
+			h := newHarness(t, "sh", "-c", stubborn, ready, termed, alive)
+			h.lease.script = []renewal{renewHang}
+			h.run()
+			waitFile(t, ready)
+			h.expectAlarms(10*time.Second, 21*time.Second)
+			h.advanceTo(10 * time.Second)
+			h.expectRenewal(10 * time.Second)
+			h.expectAlarms(21*time.Second, 21*time.Second)
+			h.advanceTo(tc.noticed)
+			if tc.killAt != 0 {
+				h.expectAlarms(tc.killAt)
+				waitFile(t, termed)
+				h.running()
+				h.advanceTo(tc.killAt)
+			}
+			res, err := h.wait()
+			if err != nil || !res.Terminated || res.Signal != syscall.SIGKILL || !errors.Is(res.Lost, runner.ErrPresumedLost) {
+				t.Fatalf("got %+v, %v; want the child killed for a presumed loss", res, err)
+			}
+		})
+	}
+}
+
+// A store that stalls for a moment around a renewal (a failover, a slow
+// fork for a snapshot) costs a healthy job nothing: the failed renewal is
+// retried sooner (TTL/12, at least 50ms, and so that three tries fit before
+// the child must stop), and one success keeps the permit, even with the
+// longest grace period allowed.
+func TestFailedRenewalRetriedSooner(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		ttl, kill time.Duration
+		// first is when the first renewal is due, retry when it is
+		// retried, lossAt when the child must stop without a renewal.
+		first, retry, lossAt time.Duration
+		// after the retry succeeded: the next renewal and loss.
+		next, nextLossAt time.Duration
+		// left is what is left of the lease at first; 0 is its TTL.
+		left time.Duration
+	}{
+		{"TTL/12", 30 * time.Second, killAfter, 10 * time.Second, 12500 * ms, 21 * time.Second, 22500 * ms, 33500 * ms, 0},
+		// With the longest grace, the child must stop 15s in: the first
+		// renewal is due at half that, and retried a third of the rest later.
+		{"longest grace", 30 * time.Second, runner.MaxKillAfter(30 * time.Second), 7500 * ms, 10 * time.Second, 15 * time.Second, 17500 * ms, 25 * time.Second, 0},
+		{"at least 50ms", 300 * ms, 10 * ms, 100 * ms, 150 * ms, 260 * ms, 250 * ms, 410 * ms, 0},
+		// Handed over with 27s left, the child must stop 12s in: the first
+		// renewal is due at half that, and retried a third of the rest
+		// later, sooner than TTL/12.
+		{"three tries fit", 30 * time.Second, runner.MaxKillAfter(30 * time.Second), 6 * time.Second, 8 * time.Second, 12 * time.Second, 15500 * ms, 23 * time.Second, 27 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "cat")
+			h.spec.TTL, h.spec.KillAfter = tc.ttl, tc.kill
+			h.lease.ttl, h.lease.deadline = tc.ttl, h.start.Add(tc.ttl)
+			if tc.left != 0 {
+				h.lease.deadline = h.start.Add(tc.left)
+			}
+			h.lease.script = []renewal{renewFail, renewOK}
+			h.run()
+			h.expectAlarms(tc.first, tc.lossAt)
+			h.advanceTo(tc.first)
+			h.expectRenewal(tc.first)
+			h.expectWarning("renewal failed")
+			h.expectAlarms(tc.retry, tc.lossAt)
+			h.advanceTo(tc.retry)
+			h.expectRenewal(tc.retry)
+			// The child is no longer to stop at lossAt: the permit is kept.
+			h.expectAlarms(tc.next, tc.nextLossAt)
+			h.stdin.Close()
+			res, err := h.wait()
+			if err != nil || res != (runner.Result{}) {
+				t.Fatalf("got %+v, %v; want the job to keep its permit through the stall", res, err)
+			}
+			h.expectNoWarning()
+		})
+	}
+}
+
+// A renewal under way when the child ends is called off: Run returns only
+// once it has, and it is no failure to warn about.
+func TestRenewalUnderWayEndsWithRun(t *testing.T) {
+	h := newHarness(t, "cat")
+	h.lease.script = []renewal{renewHang}
+	h.run()
+	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	h.expectAlarms(21*time.Second, 21*time.Second) // giving up, and the call's deadline
+	h.stdin.Close()
+	res, err := h.wait()
+	if err != nil || res != (runner.Result{}) {
+		t.Fatalf("got %+v, %v; want a clean exit", res, err)
+	}
+	if n := h.lease.inFlight.Load(); n != 0 {
+		t.Errorf("renewals under way when Run returned: got %d, want 0", n)
+	}
+	h.expectNoWarning()
+	h.expectAlarms()
+}
+
+// A renewal that succeeds just as the child is due to be told to stop
+// keeps the permit, whichever Run reads first: the alarm, or the renewal.
+func TestRenewalAsTheChildIsDueToStop(t *testing.T) {
+	h := newHarness(t, "cat")
+	h.lease.script = []renewal{renewLate, renewOK}
+	h.run()
+	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	h.expectAlarms(21*time.Second, 21*time.Second) // giving up, and the call's deadline
+	h.advanceTo(21 * time.Second)
+	// Renewed from 10s: the child is to stop at 31s; the next renewal
+	// comes halfway there.
+	h.expectAlarms(26*time.Second, 31*time.Second)
+	h.stdin.Close()
+	res, err := h.wait()
+	if err != nil || res != (runner.Result{}) {
+		t.Fatalf("got %+v, %v; want the job to keep its permit", res, err)
+	}
+}
+
+// A child terminated for a lost permit takes what it left in its group
+// with it: that must not outlive the lease either.
+func TestTerminatedChildTakesItsGroupAlong(t *testing.T) {
+	dir := t.TempDir()
+	ready, bgPid := filepath.Join(dir, "ready"), filepath.Join(dir, "bg")
+	h := newHarness(t, "sh", "-c", `
+		(trap '' TERM; touch "$0"; while :; do sleep 1 & wait; done) &
+		echo $! > "$1.tmp" && mv "$1.tmp" "$1"
+		cat`, ready, bgPid)
+	h.lease.script = []renewal{renewLost}
+	h.run()
+	waitFile(t, ready)
+	bg := readPid(t, bgPid)
+	killGroupOnFailure(t, bg)
+	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	// The grace period is not over (its alarm is not advanced to): the
+	// group is killed as the child ends.
+	res, err := h.wait()
+	if err != nil || !res.Terminated || res.Signal != syscall.SIGTERM || !errors.Is(res.Lost, semaphore.ErrLost) {
+		t.Fatalf("got %+v, %v; want the child terminated by SIGTERM for a lost permit", res, err)
+	}
+	if runtime.GOOS == "linux" { // elsewhere, init reaps it
+		if err := syscall.Kill(bg, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("the child's background work (pid %d) when Run returned: kill -0 gave %v, want ESRCH (gone and reaped)", bg, err)
+		}
+	}
+}
+
+// A lease handed over with little left (less than a renewal period and
+// the grace the child needs) is renewed at once, before it could count as
+// lost.
 func TestShortLeaseRenewedBeforeItCountsAsLost(t *testing.T) {
-	const ttl = 3 * time.Second
-	l := &shortLease{ttl: ttl, deadline: clock.Now().Add(2 * time.Second)}
-	s := spec(t, ttl, "sleep", "1.5")
-	s.KillAfter = time.Second // the child would be told to stop 0.7s in
-	res, err := runner.Run(context.Background(), s, l)
-	if err != nil || res.Lost != nil || res.ExitCode != 0 {
-		t.Fatalf("got %+v, %v; want the child to run its 1.5s on a renewed lease", res, err)
+	h := newHarness(t, "cat")
+	h.spec.KillAfter = 10 * time.Second
+	h.lease.deadline = h.start.Add(20 * time.Second)
+	h.run()
+	// The child would be told to stop 7s in: the renewal comes at half that.
+	h.expectAlarms(3500*time.Millisecond, 7*time.Second)
+	h.advanceTo(3500 * time.Millisecond)
+	h.expectRenewal(3500 * time.Millisecond)
+	// Renewed to +33.5s: the child must stop at +20.5s, the next renewal
+	// comes halfway there.
+	h.expectAlarms(12*time.Second, 20500*time.Millisecond)
+	h.advanceTo(10 * time.Second)
+	h.stdin.Close()
+	res, err := h.wait()
+	if err != nil || res != (runner.Result{}) {
+		t.Fatalf("got %+v, %v; want the child to run on a renewed lease", res, err)
 	}
-	if l.renewals == 0 {
-		t.Errorf("renewals: got 0, want at least one")
+}
+
+// Work the child leaves running in its group holds the permit: Run renews
+// it meanwhile, and returns the child's status only once that work is gone
+// too (Linux, where semrun adopts the orphans).
+func TestRunWaitsForWhatTheChildLeftInItsGroup(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux adopts orphans")
 	}
+	dir := t.TempDir()
+	childPid, bgPid, release := filepath.Join(dir, "child"), filepath.Join(dir, "bg"), filepath.Join(dir, "release")
+	h := newHarness(t, "sh", "-c", `
+		(while [ ! -e "$2" ]; do sleep 0.01; done) &
+		echo $! > "$1.tmp" && mv "$1.tmp" "$1"
+		echo $$ > "$0.tmp" && mv "$0.tmp" "$0"
+		exit 3`, childPid, bgPid, release)
+	h.run()
+	h.expectAlarms(10*time.Second, 21*time.Second)
+	child, bg := readPid(t, childPid), readPid(t, bgPid)
+	killGroupOnFailure(t, bg)
+	// The child itself exits at once, and is reaped.
+	for deadline := time.Now().Add(patience); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, patience)
+		}
+	}
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	h.running()
+
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.wait()
+	if err != nil || res != (runner.Result{ExitCode: 3}) {
+		t.Fatalf("got %+v, %v; want exit 3", res, err)
+	}
+	if err := syscall.Kill(bg, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the child's background work (pid %d) when Run returned: kill -0 gave %v, want ESRCH (gone and reaped)", bg, err)
+	}
+}
+
+// killGroupOnFailure kills the process group of pid, a process the child
+// started, if the test fails: what a runner that failed to end it left
+// behind must not outlive the test.
+func killGroupOnFailure(t *testing.T, pid int) {
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		return // gone already
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	})
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	waitFile(t, path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid in %s: got %q, want a number", filepath.Base(path), b)
+	}
+	return pid
 }
