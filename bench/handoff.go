@@ -43,6 +43,10 @@ func (h *handoffs) add(o handoffs) {
 // child in turn holds for -hold. The gaps are from one child's end to the
 // next child's start, on the clock all processes share.
 func (b *bench) handoff() ([]*table, error) {
+	startup, err := b.childStartup(20)
+	if err != nil {
+		return nil, err
+	}
 	rs, traced, failed := b.handoffRounds()
 	t, where := b.handoffTables(rs, traced)
 	var overlapped []string
@@ -56,10 +60,6 @@ func (b *bench) handoff() ([]*table, error) {
 		failed = errors.Join(failed, fmt.Errorf("permit held twice: %s", strings.Join(overlapped, ", ")))
 	} else {
 		t.note("No two children ever ran at once.")
-	}
-	startup, err := b.childStartup(20)
-	if err != nil {
-		return nil, errors.Join(failed, err)
 	}
 	where.note("The child is %s; started directly by the bench, it takes %s (p50) from fork to its first timestamp: that much of every gap is the child's own start.", b.childName(), ms(startup))
 	where.note("Waiting: the processes still waiting behind the next holder, in the gap before its child starts.")

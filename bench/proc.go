@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/semrun/semrun/internal/clock"
 )
 
 // Every process the bench starts is the leader of a process group of its
@@ -242,7 +244,7 @@ func settle(ctx context.Context, ps []*proc, quiet, limit time.Duration) error {
 		if now.Sub(start) > limit {
 			return nil
 		}
-		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 10*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -291,17 +293,6 @@ func memory(pid int) (rss, hwm int64, err error) {
 		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 	}
 	return rss, hwm, s.Err()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // An interval is one child's run, in ns on CLOCK_MONOTONIC, its parent,
@@ -374,7 +365,7 @@ func waitStarted(ctx context.Context, path string, n int, p *proc, limit time.Du
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no child started within %v", limit)
 		}
-		if err := sleepCtx(ctx, time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, time.Millisecond); err != nil {
 			return err
 		}
 	}

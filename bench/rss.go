@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/semrun/semrun/internal/clock"
 )
 
 // rssTarget is the most memory a semrun may keep resident, waiting or holding.
@@ -68,7 +70,7 @@ func (b *bench) rssOf(l *locker) (holdRSS, holdHWM, waitRSS, waitHWM int64, err 
 	if err != nil {
 		return
 	}
-	if err = sleepCtx(b.ctx, 300*time.Millisecond); err != nil {
+	if err = clock.Sleep(b.ctx, 300*time.Millisecond); err != nil {
 		return
 	}
 	if err = settle(b.ctx, []*proc{holder, waiter}, 200*time.Millisecond, 10*time.Second); err != nil {

@@ -163,3 +163,34 @@ func TestWaitLineOnATerminal(t *testing.T) {
 		t.Errorf("a wait elsewhere: got status %d, stderr %q; want 75 and only why", code, errOut)
 	}
 }
+
+// TestStoreSettingsComeBeforeTheCommand: a store's setting refused wins
+// over a command that cannot run, as any bad flag does.
+func TestStoreSettingsComeBeforeTheCommand(t *testing.T) {
+	isolate(t)
+	code, _, errOut := run(t, nil, "-k", "k", "--redis", "bogus://x", "--", "no-such-command-here")
+	if code != exitFailure || !strings.HasPrefix(errOut, "semrun: --redis: bogus://x: unknown scheme") {
+		t.Errorf("a bad URL and no such command: got status %d, stderr %q; want 125 for the URL", code, errOut)
+	}
+}
+
+// TestPasswordOnTheCommandLineWarns: a password in a URL given as a flag
+// can be seen with ps, a sentinel's too.
+func TestPasswordOnTheCommandLineWarns(t *testing.T) {
+	isolate(t)
+	const warning = "semrun: warning: --redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD\n"
+	for _, args := range [][]string{
+		{"--redis", "redis://:pw@127.0.0.1:1/0"},
+		{"--redis", "redis://:pw@127.0.0.1:1/0", "--sentinel-master", "m"},
+	} {
+		args = append(args, "-k", "k", "--no-wait", "--connect-timeout", "100ms", "--", "true")
+		code, _, errOut := run(t, nil, args...)
+		if code != exitFailure || !strings.HasPrefix(errOut, warning) || strings.Contains(errOut, "pw@") {
+			t.Errorf("semrun %q: got status %d, stderr %q; want 125 after the warning, and no password", args, code, errOut)
+		}
+	}
+	t.Setenv("SEMRUN_REDIS_URL", "redis://:pw@127.0.0.1:1/0")
+	if _, _, errOut := run(t, nil, "-k", "k", "--no-wait", "--connect-timeout", "100ms", "--", "true"); strings.Contains(errOut, "warning") {
+		t.Errorf("a password in SEMRUN_REDIS_URL: got stderr %q, want no warning", errOut)
+	}
+}

@@ -86,10 +86,22 @@ back when it exits, and exits with COMMAND's status.`,
 			if err := o.commonOptions.validate(cmd); err != nil {
 				return err
 			}
+			o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too
+			log := o.logger(o.streams.ErrOut)
+			if len(o.configFiles) > 0 {
+				log.Infof("config files, strongest first: %s", strings.Join(o.configFiles, ", "))
+			}
+			// The store checks its own settings as it opens, before the
+			// command is looked for, as a bad flag is.
+			store, err := o.openStore(log.Warnf)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
 			if err := o.validate(cmd); err != nil {
 				return err
 			}
-			return o.run(cmd.Context())
+			return o.run(cmd.Context(), store, log)
 		},
 	}
 	f := cmd.Flags()
@@ -154,18 +166,8 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 	return nil
 }
 
-func (o *runOptions) run(ctx context.Context) error {
-	o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too
-	log := o.logger(o.streams.ErrOut)
-	if len(o.configFiles) > 0 {
-		log.Infof("config files, strongest first: %s", strings.Join(o.configFiles, ", "))
-	}
-	store, err := o.openStore(log.Warnf)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-
+// run runs the command under a permit of store.
+func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger) error {
 	// Signals are caught from before the wait, so one that arrives while
 	// waiting ends the wait, and none is lost between wait and child.
 	// They stay caught until semrun exits: one that comes after the child

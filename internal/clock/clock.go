@@ -126,6 +126,19 @@ func WithDeadline(parent context.Context, at Instant) (context.Context, context.
 	}
 }
 
+// Sleep waits for d on Go's timer, which does not count a suspend, or
+// until ctx is done, and returns ctx's cause then.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // timerAlarm is an alarm on a Go timer, which does not count a suspend.
 func timerAlarm(at Instant, fire func()) func() {
 	t := time.AfterFunc(Until(at), fire)

@@ -135,3 +135,19 @@ func TestManualAlarm(t *testing.T) {
 	b, _ := clock.NewManualAlarm(nil)
 	b.Stop() // no stop given: nothing to do
 }
+
+func TestSleep(t *testing.T) {
+	if err := clock.Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Errorf("Sleep(1ms): got %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	why := errors.New("given up")
+	cancel(why)
+	start := time.Now()
+	if err := clock.Sleep(ctx, time.Hour); err != why {
+		t.Errorf("Sleep(1h) with ctx done: got %v, want its cause %v", err, why)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Sleep(1h) with ctx done: returned after %v, want at once", d)
+	}
+}

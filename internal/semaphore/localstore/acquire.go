@@ -54,16 +54,20 @@ type attempt struct {
 	queue *os.File
 	// inLine: the queue lock is this caller's: it is first in line.
 	inLine bool
-	seats  map[int]*os.File // seat files looked at, kept open while waiting
-	told   bool             // the capacity was checked
+	// unregister removes the caller's wait file (see register); nil
+	// while it has none.
+	unregister func()
+	seats      map[int]*os.File // seat files looked at, kept open while waiting
+	told       bool             // the capacity was checked
 }
 
 // joinLine takes the queue lock, without waiting for it, and tells whether
 // the caller may take a free seat now: nobody was in line. A caller that
 // will not wait also may when the lock is taken but nobody waits: a wait
 // given up inside a long-lived process holds the lock for an instant once
-// its turn comes (a blocked flock cannot be interrupted), and a caller
-// that takes the lock registers as a waiter a moment later.
+// its turn comes (a blocked flock cannot be interrupted); a caller that
+// takes the lock and finds no seat registers as a waiter before it drops
+// the grant lock (try).
 func (a *attempt) joinLine() (bool, error) {
 	ok, err := flock(a.queue, unix.LOCK_EX|unix.LOCK_NB)
 	a.inLine = ok
@@ -85,11 +89,12 @@ func (a *attempt) wait(ctx context.Context, held int) (semaphore.Lease, error) {
 		st.Position = 1
 	}
 	onWait(st)
-	stopWaiting, err := a.register()
-	if err != nil {
-		return nil, err
+	if a.unregister == nil {
+		var err error
+		if a.unregister, err = a.register(); err != nil {
+			return nil, err
+		}
 	}
-	defer stopWaiting()
 	if !a.inLine {
 		if err := lockWait(ctx, a.queue); err != nil {
 			a.queue = nil // lockWait closes it
@@ -146,7 +151,16 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 		}
 	}
 	taken, held, err := a.takeSeats()
-	if err != nil || taken == nil {
+	if err != nil {
+		return nil, held, err
+	}
+	if taken == nil {
+		if a.inLine && !a.req.NoWait && a.unregister == nil {
+			// First in line: its wait file is there before the grant lock
+			// is dropped, so that a caller that will not wait sees the line
+			// (joinLine).
+			a.unregister, err = a.register()
+		}
 		return nil, held, err
 	}
 	l, err := a.lease(taken)
@@ -336,6 +350,9 @@ func (a *attempt) removeStaleWaiters() {
 // close gives back what the attempt holds and has open, but the seats of
 // the lease it returned.
 func (a *attempt) close() {
+	if a.unregister != nil {
+		a.unregister()
+	}
 	if a.inLine {
 		_, _ = flock(a.queue, unix.LOCK_UN)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,15 +61,5 @@ func lockWait(ctx context.Context, f *os.File) error {
 			f.Close()
 		}()
 		return ctx.Err()
-	}
-}
-
-// sleep waits for d or until ctx is done, returning ctx's cause then.
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
 }

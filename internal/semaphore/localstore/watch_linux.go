@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/semrun/semrun/internal/clock"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +47,7 @@ func (w *seatWatch) close() {
 // passed first, and ctx's error when ctx ends.
 func (w *seatWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
 	if w.f == nil {
-		return false, sleep(ctx, pollEvery)
+		return false, clock.Sleep(ctx, pollEvery)
 	}
 	if err := w.f.SetReadDeadline(time.Now().Add(d)); err != nil {
 		return false, err

@@ -5,6 +5,8 @@ package localstore
 import (
 	"context"
 	"time"
+
+	"github.com/semrun/semrun/internal/clock"
 )
 
 // seatWatch, without inotify, looks at the seats again every pollEvery.
@@ -17,7 +19,7 @@ func watchSeats(*keyDir) *seatWatch { return &seatWatch{} }
 func (*seatWatch) close() {}
 
 func (*seatWatch) wait(ctx context.Context, _ time.Duration) (bool, error) {
-	return false, sleep(ctx, pollEvery)
+	return false, clock.Sleep(ctx, pollEvery)
 }
 
 // ring has no one to wake: waiters look again on their own.

@@ -199,7 +199,7 @@ func (s *Store) replicated(ctx context.Context, req semaphore.Request, l *lease)
 		if err == nil {
 			return l, nil
 		}
-		if errors.Is(err, semaphore.ErrLost) || ctx.Err() != nil || time.Until(giveUp) <= 0 || sleep(ctx, min(wait.step(), time.Until(giveUp))) != nil {
+		if errors.Is(err, semaphore.ErrLost) || ctx.Err() != nil || time.Until(giveUp) <= 0 || clock.Sleep(ctx, min(wait.step(), time.Until(giveUp))) != nil {
 			s.abandon(ctx, l.keys, l.id)
 			switch {
 			case ctx.Err() != nil:

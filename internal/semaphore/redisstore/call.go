@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -47,7 +48,7 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 		if left <= 0 {
 			return nil, fmt.Errorf("%w: %s: %w", semaphore.ErrUnreachable, s.addr, failing)
 		}
-		if sleep(ctx, min(wait.step(), left)) != nil {
+		if clock.Sleep(ctx, min(wait.step(), left)) != nil {
 			return nil, stopped()
 		}
 	}
@@ -104,16 +105,4 @@ func (b *backoff) step() time.Duration {
 	d := b.next
 	b.next = min(b.next*2, b.max)
 	return d*3/4 + mrand.N(d/2+1)
-}
-
-// sleep waits for d or until ctx is done, returning ctx's cause then.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

@@ -259,10 +259,12 @@ local function handoff(prefix, busy)
   for _, turn in ipairs(turns) do
     local id, w = turn[1], turn[2]
     local k = wakekey(prefix, id)
+    -- The wake list first: refused while its slot migrates, it leaves no
+    -- grant behind that a retry would not announce.
+    redis.call('DEL', k)
     local token = grant(id, w.permits, w.weight, w.ttl, w.meta)
     redis.call('ZREM', queueKey, id)
     redis.call('HDEL', waitersKey, id)
-    redis.call('DEL', k)
     redis.call('RPUSH', k, turnRecord(token, now + w.ttl))
     redis.call('PEXPIRE', k, 60000)
     longest = math.max(longest, w.ttl)

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -61,8 +62,9 @@ var scriptLine = regexp.MustCompile(`(user_script|[\s<]):(\d+)`)
 // wrap names the file and line of an error a script raised, where Redis
 // counts the lines of lib.lua and the script's own as one.
 func (s script) wrap(err error) error {
-	if err == nil || !strings.Contains(err.Error(), ":") {
-		return err
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return err // nil, or not the server's: the network, a deadline
 	}
 	msg := scriptLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
 		at := strings.LastIndexByte(m, ':')
@@ -181,14 +183,14 @@ func decodeStatus(res any) (statusReply, error) {
 func decodeReply(script string, res any, fields map[string]any) error {
 	v, ok := res.([]any)
 	if !ok || len(v) != 2*len(fields) {
-		return fmt.Errorf("%s: unexpected reply %.200v", script, res)
+		return fmt.Errorf("%s: unexpected reply %s", script, shortReply(res))
 	}
 	seen := map[string]bool{}
 	for i := 0; i < len(v); i += 2 {
 		name, _ := v[i].(string)
 		field, ok := fields[name]
 		if !ok || seen[name] {
-			return fmt.Errorf("%s: unexpected reply %.200v (field %q)", script, res, name)
+			return fmt.Errorf("%s: unexpected reply %s (field %.40q)", script, shortReply(res), name)
 		}
 		seen[name] = true
 		switch f := field.(type) {
@@ -198,10 +200,19 @@ func decodeReply(script string, res any, fields map[string]any) error {
 			*f, ok = v[i+1].([]any)
 		}
 		if !ok {
-			return fmt.Errorf("%s: unexpected reply %.200v (field %q)", script, res, name)
+			return fmt.Errorf("%s: unexpected reply %s (field %.40q)", script, shortReply(res), name)
 		}
 	}
 	return nil
+}
+
+// shortReply shows at most 200 bytes of a reply, which may be anything.
+func shortReply(res any) string {
+	s := fmt.Sprint(res)
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
 }
 
 // turn is what a waiter read from its wake list.

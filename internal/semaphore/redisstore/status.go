@@ -43,7 +43,7 @@ func readStatus(key string, res any) (semaphore.KeyStatus, error) {
 	for _, e := range r.holders {
 		pair, _ := e.([]any)
 		if len(pair) != 2 {
-			return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected holder %.200v", statusScript.name, e)
+			return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected holder %s", statusScript.name, shortReply(e))
 		}
 		expiry, _ := pair[0].(int64)
 		rec, _ := pair[1].(string)

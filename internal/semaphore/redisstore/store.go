@@ -73,7 +73,7 @@ type Store struct {
 	addr           string // redacted, for messages
 	connectTimeout time.Duration
 	cluster        bool
-	// urlPassword: the URL carries the password the store logs in with.
+	// urlPassword: the URL carries a password, the server's or the sentinels'.
 	urlPassword bool
 	warnf       func(format string, args ...any)
 	names       semaphore.Names
@@ -181,8 +181,8 @@ func NewWithClient(c Client, addr string, o Options) *Store {
 // Addr is the store's address with any password redacted.
 func (s *Store) Addr() string { return s.addr }
 
-// PasswordInURL tells whether the URL carries the password the store logs
-// in with, which then is wherever the URL is (a command line).
+// PasswordInURL tells whether the URL carries a password (the server's, or
+// the sentinels'), which then is wherever the URL is: a command line.
 func (s *Store) PasswordInURL() bool { return s.urlPassword }
 
 // Close closes the store's connections.

@@ -18,8 +18,8 @@ type target struct {
 	opt *redis.UniversalOptions
 	// shown is the URL to show in messages: no password, no query.
 	shown string
-	// password: the URL carries the password semrun logs in with (a
-	// sentinel URL's is the sentinels').
+	// password: the URL carries a password (a sentinel URL's is the
+	// sentinels'), which is then wherever the URL is.
 	password bool
 }
 
@@ -72,7 +72,7 @@ func (o *Options) parseTarget() (*target, error) {
 		MasterName:    o.SentinelMaster,
 		IsClusterMode: o.Cluster,
 	}
-	t := &target{opt: u, shown: shown, password: opt.Password != "" && o.SentinelMaster == ""}
+	t := &target{opt: u, shown: shown, password: opt.Password != ""}
 	if o.SentinelMaster != "" {
 		// The URL's user and password are the sentinels' own; the
 		// master's password comes from o.Password.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/semrun/semrun/internal/clock"
 )
 
 // wakeups are a waiter's wake list. The scripts push its turn there, and
@@ -48,7 +49,7 @@ func (w *wakeups) wait(ctx context.Context, d time.Duration) (turn, error) {
 	case p := <-done:
 		if p.err != nil {
 			// Waiting goes on: the next ask retries the store, or fails.
-			return turn{}, sleep(ctx, min(d, w.poll.step()))
+			return turn{}, clock.Sleep(ctx, min(d, w.poll.step()))
 		}
 		return readTurn(p.elem), nil
 	}
