@@ -44,53 +44,84 @@ type Node interface {
 	Addr() string
 }
 
-// node is a go-redis client of one server as a Node.
-type node struct{ *redis.Client }
+// A struct that embeds a go-redis client gets a method for each of its
+// hundreds, and the binary one function each: the adapters below embed
+// only the small interfaces they need.
 
-func (n node) Addr() string { return n.Options().Addr }
+// commands is what both go-redis clients answer that a Client passes on.
+type commands interface {
+	redis.Scripter
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	Close() error
+}
+
+// nodeCommands is what a Node passes on to go-redis's client of a server.
+type nodeCommands interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	InfoMap(ctx context.Context, sections ...string) *redis.InfoCmd
+	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
+}
+
+// node is a go-redis client of one server as a Node.
+type node struct {
+	nodeCommands
+	addr string
+}
+
+func (n node) Addr() string { return n.addr }
+
+func newNode(c *redis.Client) Node { return node{c, c.Options().Addr} }
 
 // ServerClient is c, a client of one server or of the master behind
 // sentinels (go-redis's failover client), as a Client.
-func ServerClient(c *redis.Client) Client { return serverClient{c} }
+func ServerClient(c *redis.Client) Client { return serverClient{c, c} }
 
-type serverClient struct{ *redis.Client }
+type serverClient struct {
+	commands
+	c *redis.Client
+}
 
-func (c serverClient) Node(context.Context, string) (Node, error) { return node{c.Client}, nil }
-func (c serverClient) Masters(context.Context) ([]Node, error)    { return []Node{node{c.Client}}, nil }
+func (s serverClient) Node(context.Context, string) (Node, error) { return newNode(s.c), nil }
+func (s serverClient) Masters(context.Context) ([]Node, error)    { return []Node{newNode(s.c)}, nil }
 func (serverClient) Moved(context.Context)                        {}
-func (c serverClient) User() string                               { return userOr(c.Options().Username) }
+func (s serverClient) User() string                               { return userOr(s.c.Options().Username) }
 
 // ClusterClient is c, a Redis Cluster's client, as a Client. Every key of
 // a semaphore, its wake lists included, shares one hash tag, so each
 // script runs on the one master that serves its slot; go-redis follows
 // MOVED and ASK.
-func ClusterClient(c *redis.ClusterClient) Client { return clusterClient{c} }
+func ClusterClient(c *redis.ClusterClient) Client { return clusterClient{c, c} }
 
-type clusterClient struct{ *redis.ClusterClient }
+type clusterClient struct {
+	commands
+	c *redis.ClusterClient
+}
 
-func (c clusterClient) Node(ctx context.Context, key string) (Node, error) {
-	m, err := c.MasterForKey(ctx, key)
+func (s clusterClient) Node(ctx context.Context, key string) (Node, error) {
+	m, err := s.c.MasterForKey(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	return node{m}, nil
+	return newNode(m), nil
 }
 
-func (c clusterClient) Masters(ctx context.Context) ([]Node, error) {
+func (s clusterClient) Masters(ctx context.Context) ([]Node, error) {
 	var mu sync.Mutex
 	var nodes []Node
-	err := c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+	err := s.c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
 		mu.Lock()
 		defer mu.Unlock()
-		nodes = append(nodes, node{m})
+		nodes = append(nodes, newNode(m))
 		return nil
 	})
 	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Addr(), b.Addr()) })
 	return nodes, err
 }
 
-func (c clusterClient) Moved(ctx context.Context) { c.ReloadState(ctx) }
-func (c clusterClient) User() string              { return userOr(c.Options().Username) }
+func (s clusterClient) Moved(ctx context.Context) { s.c.ReloadState(ctx) }
+func (s clusterClient) User() string              { return userOr(s.c.Options().Username) }
 
 func userOr(name string) string {
 	if name == "" {

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,8 @@ type script struct {
 }
 
 func newScript(name, body string) script {
-	return script{name: name, source: libLua + body, Script: redis.NewScript(libLua + body)}
+	source := libLua + body
+	return script{name: name, source: source, Script: redis.NewScript(source)}
 }
 
 // run runs the script with EVALSHA, loading it first when Redis lacks it.
@@ -57,7 +59,8 @@ var libLines = strings.Count(libLua, "\n")
 
 // scriptLine finds where an error says it was raised: Redis says
 // "user_script:N", gopher-lua (miniredis) ":N:" and "<:N>".
-var scriptLine = regexp.MustCompile(`(user_script|[\s<]):(\d+)`)
+// Compiled when first needed: start-up need not pay for it.
+var scriptLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(user_script|[\s<]):(\d+)`) })
 
 // wrap names the file and line of an error a script raised, where Redis
 // counts the lines of lib.lua and the script's own as one.
@@ -66,7 +69,7 @@ func (s script) wrap(err error) error {
 	if !errors.As(err, &rerr) {
 		return err // nil, or not the server's: the network, a deadline
 	}
-	msg := scriptLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+	msg := scriptLine().ReplaceAllStringFunc(err.Error(), func(m string) string {
 		at := strings.LastIndexByte(m, ':')
 		line, _ := strconv.Atoi(m[at+1:])
 		before := m[:at]
