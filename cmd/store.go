@@ -68,7 +68,7 @@ func (n names) Ways(s semaphore.Setting, value string) string {
 		return string(s)
 	}
 	way := "--" + flag
-	if f := n.flags.Lookup(flag); value != "" && (f == nil || f.Value.Type() != "bool") {
+	if value != "" && !n.isBool(flag) {
 		way += " " + value
 	}
 	if env, ok := envNames[flag]; ok {
@@ -78,6 +78,15 @@ func (n names) Ways(s semaphore.Setting, value string) string {
 		way += " (" + env + ")"
 	}
 	return way
+}
+
+// isBool tells a flag that takes no value: --cluster, not --cluster true.
+func (n names) isBool(flag string) bool {
+	if n.flags == nil {
+		return false
+	}
+	f := n.flags.Lookup(flag)
+	return f != nil && f.Value.Type() == "bool"
 }
 
 // refused is err, a setting a request or a store refused, in the user's

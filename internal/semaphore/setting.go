@@ -20,11 +20,11 @@ const (
 
 // Names tell how the user knows each setting.
 type Names interface {
-	// Name is how the user set s, or how one sets it when they did not
-	// (the command line answers --tls-ca, SEMRUN_TLS_CA or "tls-ca in FILE").
+	// Name is how the user set s, or how one sets it when they did not:
+	// on a command line, the flag, variable or config file key that did.
 	Name(s Setting) string
-	// Ways lists the ways to set s to value, for a fix ("--cluster
-	// (SEMRUN_CLUSTER=true)"); value is left out when empty.
+	// Ways lists the ways to set s to value, for a fix: on a command line,
+	// its flag and its variable; value is left out when empty.
 	Ways(s Setting, value string) string
 }
 

@@ -33,6 +33,14 @@ type Client interface {
 
 // Node is one Redis server.
 type Node interface {
+	ServerCommands
+	// Addr is where the node listens, host:port.
+	Addr() string
+}
+
+// ServerCommands are what the store sends to one server in particular;
+// go-redis's client of a server has them.
+type ServerCommands interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 	// Pipelined sends fn's commands on one connection, as WAIT needs: it
 	// waits for the replicas to have the writes of its own connection.
@@ -40,8 +48,6 @@ type Node interface {
 	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
 	InfoMap(ctx context.Context, sections ...string) *redis.InfoCmd
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
-	// Addr is where the node listens, host:port.
-	Addr() string
 }
 
 // A struct that embeds a go-redis client gets a method for each of its
@@ -55,18 +61,9 @@ type commands interface {
 	Close() error
 }
 
-// nodeCommands is what a Node passes on to go-redis's client of a server.
-type nodeCommands interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
-	InfoMap(ctx context.Context, sections ...string) *redis.InfoCmd
-	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
-}
-
 // node is a go-redis client of one server as a Node.
 type node struct {
-	nodeCommands
+	ServerCommands
 	addr string
 }
 
