@@ -56,6 +56,7 @@ func TestRunRefusesBadInputInTheUsersWords(t *testing.T) {
 		{map[string]string{"SEMRUN_PERMITS": "0"}, []string{"-k", "k", "--", "true"}, "semrun: SEMRUN_PERMITS=0: must be from 1 to 1000000\n"},
 		{nil, []string{"-k", "k", "--ttl", "500ms", "--", "true"}, "semrun: --ttl 500ms: must be from 1s to 24h0m0s\n"},
 		{nil, []string{"-k", "k", "-n", "2", "--weight", "3", "--", "true"}, "semrun: --weight 3: must be from 1 to 2 permits\n"},
+		{nil, []string{"-k", "k", "-n", "2", "--weight", "0", "--", "true"}, "semrun: --weight 0: must be from 1 to 2 permits\n"},
 		{nil, []string{"--", "true"}, "semrun: --key is required\n"},
 		// A store's refusal, naming settings as the user set them.
 		{nil, []string{"-k", "k", "--redis", "redis://127.0.0.1:1/0", "--tls-ca", "ca.pem", "--", "true"},

@@ -130,6 +130,10 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 	if !set("restart-fence") {
 		o.restartFence = o.ttl
 	}
+	if o.weight == 0 {
+		// A request's 0 is its default, 1; from a user, 0 seats is a mistake.
+		return usageErrorf("%s: must be from 1 to %s", show("weight", 0), permits(o.permits, ""))
+	}
 	o.req = semaphore.Request{
 		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait,
 		RestartFence: o.restartFence, MinReplicas: o.minReplicas,
