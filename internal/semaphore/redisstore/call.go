@@ -39,7 +39,7 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 		case ctx.Err() != nil:
 			return nil, stopped()
 		case !retryable(err):
-			return nil, s.refusal(ctx, err)
+			return nil, s.explain(ctx, err)
 		}
 		if failing == nil || !errors.Is(err, context.DeadlineExceeded) {
 			failing = err // the attempt cut short at giveUp says less than the one before
@@ -54,8 +54,8 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 	}
 }
 
-// refusal says why Redis refused a script, where its own words do not.
-func (s *Store) refusal(ctx context.Context, err error) error {
+// explain says why Redis refused a script, where its own words do not.
+func (s *Store) explain(ctx context.Context, err error) error {
 	switch {
 	case unauthenticated(err):
 		// Redis refuses a command of many arguments from a client that has
