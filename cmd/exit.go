@@ -12,6 +12,7 @@ import (
 // Exit statuses semrun decides itself; the child's own pass through.
 const (
 	exitDoctorFailed  = 1   // doctor found something that would break semrun
+	exitUnreadable    = 1   // status could not read some key
 	exitFailure       = 125 // semrun's own failure before the child started
 	exitNotExecutable = 126
 	exitNotFound      = 127
@@ -69,6 +70,13 @@ func (e *doctorError) Error() string {
 	return fmt.Sprintf("doctor: %d checks failed: %s", len(e.failed), strings.Join(e.failed, ", "))
 }
 
+// unreadableError means status could not read some of the keys it showed.
+type unreadableError struct{ failed, total int }
+
+func (e *unreadableError) Error() string {
+	return fmt.Sprintf("status: could not read %d of %d keys", e.failed, e.total)
+}
+
 // childExit is how the child ended: its exit status, or the signal that killed it.
 type childExit struct {
 	code int
@@ -93,6 +101,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		interrupted *interruptedError
 		start       *runner.StartError
 		doctor      *doctorError
+		unreadable  *unreadableError
 	)
 	switch {
 	case err == nil:
@@ -114,6 +123,8 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return exitNotExecutable, 0, start.Error()
 	case errors.As(err, &doctor):
 		return exitDoctorFailed, 0, doctor.Error()
+	case errors.As(err, &unreadable):
+		return exitUnreadable, 0, unreadable.Error()
 	}
 	return exitFailure, 0, err.Error()
 }

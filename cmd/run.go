@@ -308,12 +308,17 @@ func (o *runOptions) giveUp(ctx context.Context, t *try, log *logger) {
 
 // acquired says how a wait ended: with the permit, or why not.
 func (o *runOptions) acquired(ctx context.Context, a acquired, log *logger) (semaphore.Lease, error) {
-	var fence *semaphore.FenceError
+	var (
+		fence *semaphore.FenceError
+		full  *semaphore.LineError
+	)
 	switch {
 	case a.err == nil:
 		return a.lease, nil
 	case errors.As(a.err, &fence):
 		return nil, o.busy(log, fmt.Sprintf("key %q: Redis restarted or failed over recently, and grants nothing for %v more (--restart-fence; --no-wait)", o.key, max(fence.Left.Round(time.Second), time.Second)))
+	case errors.As(a.err, &full):
+		return nil, o.busy(log, fmt.Sprintf("key %q: %d callers wait already, the most one key takes; not joining the line", o.key, full.Waiting))
 	case errors.Is(a.err, semaphore.ErrBusy):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
 	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:

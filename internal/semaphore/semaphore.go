@@ -144,6 +144,11 @@ type KeyStatus struct {
 	// Waiters are the callers waiting for a permit, longest waiting first,
 	// where the store keeps track of them.
 	Waiters []Waiter `json:"waiters"`
+	// Unlisted is how many holders and waiters are not listed: a store
+	// lists the first ones of a long line only.
+	Unlisted int `json:"unlisted,omitempty"`
+	// Error says why the key could not be read; nothing else is known of it.
+	Error string `json:"error,omitempty"`
 }
 
 // Waiter describes one caller waiting for a permit.
@@ -229,3 +234,12 @@ func CheckKey(key string) error {
 	}
 	return nil
 }
+
+// LineError means the caller was refused a place in line: Waiting callers
+// wait already, and the store takes at most Max. It wraps ErrBusy.
+type LineError struct{ Waiting, Max int }
+
+func (e *LineError) Error() string {
+	return fmt.Sprintf("the line is full (%d waiting, at most %d): %v", e.Waiting, e.Max, ErrBusy)
+}
+func (e *LineError) Unwrap() error { return ErrBusy }

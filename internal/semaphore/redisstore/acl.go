@@ -36,7 +36,7 @@ func (s *Store) aclProbes(k semKeys, noHolder string) []aclProbe {
 	wake := k.wakeList(noHolder)
 	// The renewal of a permit nobody holds reads the keys and writes nothing.
 	renew := append([]any{len(k.list())}, toAny(k.list())...)
-	renew = append(renew, renewArgs(noHolder, time.Second)...)
+	renew = append(renew, renewArgs(noHolder, time.Second, 0)...)
 	return []aclProbe{
 		// Cleaning up comes first: without PEXPIRE, nothing is written.
 		{args: []any{"DEL", wake}},
@@ -49,7 +49,6 @@ func (s *Store) aclProbes(k semKeys, noHolder string) []aclProbe {
 		{args: []any{"HSET", k.info, "#doctor", 1}, writes: true},
 		{args: []any{"HGET", k.info, "#doctor"}},
 		{args: []any{"HMGET", k.info, "#doctor", "#cap"}},
-		{args: []any{"HINCRBY", k.info, "#seq", 1}, writes: true},
 		{args: []any{"HDEL", k.info, "#doctor"}},
 		{args: []any{"ZADD", k.holders, 1, "doctor"}, writes: true},
 		{args: []any{"ZSCORE", k.holders, "doctor"}},
@@ -57,10 +56,10 @@ func (s *Store) aclProbes(k semKeys, noHolder string) []aclProbe {
 		{args: []any{"ZCARD", k.holders}},
 		{args: []any{"ZRANGE", k.holders, 0, -1, "WITHSCORES"}},
 		{args: []any{"ZRANGEBYSCORE", k.holders, "(0", "+inf", "WITHSCORES"}},
-		{args: []any{"ZREMRANGEBYSCORE", k.holders, "-inf", 0}},
 		{args: []any{"ZREM", k.holders, "doctor"}},
-		{args: []any{"INCR", k.token}, writes: true},
 		{args: []any{"SET", k.token, 1}, writes: true},
+		{args: []any{"GET", k.token}},
+		{args: []any{"EXISTS", k.token}},
 		{args: []any{"PTTL", k.token}},
 		{args: []any{"RPUSH", wake, "doctor"}, writes: true},
 		// What semrun's waiters send: a timeout in fractions of a second.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/semrun/semrun/internal/clock"
@@ -14,10 +15,32 @@ import (
 )
 
 // WaiterLease is how long a waiter keeps its place in line without telling
-// the store it is still there: a waiter that vanished (killed, host gone)
-// leaves the line after at most this, or the lease of the permit it asks
-// for if that is shorter.
+// the store it is still there, in a short line: a waiter that vanished
+// (killed, host gone) leaves the line after at most this. A longer line
+// gives its waiters longer leases (waiterLease), so that keeping places
+// costs Redis the same however long the line. Either way a vanished
+// waiter whose turn comes costs those behind it only a claim window
+// (lib.lua's CLAIM), not its lease.
 const WaiterLease = 10 * time.Second
+
+// MaxWaiterLease bounds the waiter lease of the longest lines.
+const MaxWaiterLease = time.Minute
+
+// MaxLine is the longest line one key takes: a caller that would make it
+// longer is refused as busy, with a *semaphore.LineError.
+const MaxLine = 10_000
+
+// waiterLease is the lease of a waiter in a line of waiting callers: 15ms
+// a waiter, from WaiterLease to MaxWaiterLease, which keeps the renewals
+// of places under about 200 a second per key.
+func waiterLease(waiting int64) time.Duration {
+	return min(max(WaiterLease, time.Duration(waiting)*15*time.Millisecond), MaxWaiterLease)
+}
+
+// watchers is how many waiters at the head of the line ask again when the
+// earliest lease can lapse: only a seat that lapses needs them, and the
+// rest of the line need not wake with them.
+const watchers = 8
 
 // newPermitID returns 130 bits from crypto/rand: a client that does not
 // hold a permit cannot guess its id to renew or release it.
@@ -41,16 +64,41 @@ func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 		if l != nil || err != nil {
 			return l, err
 		}
-		t, err := a.wake.wait(ctx, delay)
-		if err != nil {
-			s.abandon(ctx, a.keys, a.id)
-			return nil, fmt.Errorf("wait for key %q: %w", req.Key, err)
-		}
-		if !t.handed {
-			continue
-		}
-		if l, err := a.take(ctx, t); l != nil || err != nil {
+		if l, err := a.await(ctx, clock.Now().Add(delay)); l != nil || err != nil {
 			return l, err
+		}
+	}
+}
+
+// await waits, until the deadline, for the caller's turn: it returns the
+// permit handed over, or nil to ask again.
+func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Lease, error) {
+	for {
+		t, popped, err := a.wake.wait(ctx, clock.Until(deadline))
+		switch {
+		case err != nil:
+			a.s.abandon(ctx, a.keys, a.id)
+			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
+		case !popped:
+			return nil, nil // time to ask again
+		case t.handed:
+			return a.take(ctx, t)
+		case t.look > 0:
+			// A permit handed to the waiter before this one may lapse
+			// unclaimed then: whoever asks first takes it back.
+			if at := a.inLine.recv.Add(time.Duration(t.look-a.inLine.now+1) * time.Millisecond); at.Before(deadline) {
+				deadline = at
+			}
+		default:
+			// Not the scripts': someone else wrote it. Dropped, and the
+			// waiter slows down, so that a stream of them costs little.
+			if err := clock.Sleep(ctx, a.garbage.step()); err != nil {
+				a.s.abandon(ctx, a.keys, a.id)
+				return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, context.Cause(ctx))
+			}
+		}
+		if clock.Until(deadline) <= 0 {
+			return nil, nil
 		}
 	}
 }
@@ -61,36 +109,38 @@ type asker struct {
 	req  semaphore.Request
 	keys semKeys
 	id   string
-	args namedArgs
-	// wlease is the caller's waiter lease; 0 when it does not wait.
-	wlease time.Duration
-	wake   wakeups
+	args acquireArgs
+	wake wakeups
+	// garbage paces a waiter whose wake list holds what no script wrote.
+	garbage backoff
 	// told: the capacity the previous caller asked was looked at.
 	told bool
 	last semaphore.WaitState
 	// inLine is the last ask that left the caller in line: when it sent it,
-	// and the server's clock as the script ran, after that. A permit handed
-	// over later lapses at a server time, which this turns into a local
-	// deadline that is never later than the store's.
+	// when the reply came, and the server's clock as the script ran, in
+	// between. A permit handed over later lapses at a server time, which
+	// sent turns into a local deadline that is never later than the
+	// store's; a time to look again, recv turns into one never earlier.
 	inLine struct {
-		sent clock.Instant
-		now  int64
+		sent, recv clock.Instant
+		now        int64
 	}
 }
 
 func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
-	a := &asker{s: s, req: req, keys: newKeys(s.prefix, req.Key), id: newPermitID()}
-	if !req.NoWait {
-		a.wlease = min(req.TTL, WaiterLease)
-	}
+	a := &asker{s: s, req: req, keys: newKeys(s.prefix, req.Key), id: newPermitID(),
+		garbage: backoff{next: 50 * time.Millisecond, max: 2 * time.Second}}
 	meta, err := json.Marshal(req.Holder)
 	if err != nil {
 		return nil, fmt.Errorf("encode holder info: %w", err)
 	}
 	a.args = acquireArgs{
 		id: a.id, permits: req.Permits, ttl: req.TTL, meta: meta, weight: req.Seats(),
-		wait: a.wlease, wake: a.keys.wake, fence: req.RestartFence,
-	}.named()
+		wake: a.keys.wake, fence: req.RestartFence, line: s.maxLine,
+	}
+	if !req.NoWait {
+		a.args.wait = WaiterLease
+	}
 	a.wake = wakeups{client: s.client, key: a.keys.wakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
 	return a, nil
 }
@@ -100,7 +150,8 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error) {
 	s, req := a.s, a.req
 	sent := clock.Now()
-	res, err := s.call(ctx, acquireScript, a.keys, a.args)
+	res, err := s.call(ctx, acquireScript, a.keys, a.args.named())
+	recv := clock.Now()
 	if err != nil {
 		if ctx.Err() != nil {
 			// The script may have run before ctx ended: give back what
@@ -115,6 +166,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		return nil, 0, fmt.Errorf("acquire key %q: %w", req.Key, err)
 	}
 	a.warn(r)
+	s.dropped(req.Key, r.bad)
 	if r.granted {
 		l, err := s.replicated(ctx, req, s.newLease(req, a.keys, a.id, r.token, sent.Add(serverSpan(r.left))))
 		return l, 0, err
@@ -126,7 +178,10 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		}
 		return nil, 0, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, r.held, req.Permits, semaphore.ErrBusy)
 	}
-	a.inLine.sent, a.inLine.now = sent, r.now
+	if r.full {
+		return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.LineError{Waiting: int(r.waiting), Max: s.maxLine})
+	}
+	a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.now
 	// The fence is shown to the second, so that the line is not redrawn for less.
 	st := semaphore.WaitState{Held: int(r.held), Capacity: req.Permits, Position: int(r.position), Waiting: int(r.waiting), Fenced: fenced.Round(time.Second)}
 	if st != a.last && req.OnWait != nil {
@@ -134,11 +189,14 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		a.last = st
 	}
 	// Jittered, so that waiters that came together do not renew together.
-	delay := a.wlease/3*9/10 + mrand.N(a.wlease/15+1)
+	wlease := a.args.wait
+	delay := wlease/3*9/10 + mrand.N(wlease/15+1)
+	a.args.wait = waiterLease(r.waiting)
 	// Healthy holders renew long before their lease could lapse, and a
-	// waiter asks again before that; only a crashed holder's lapse comes
-	// first, and then every waiter looks at once.
-	if r.lapse > 0 {
+	// waiter asks again before that; only a crashed holder's lapse, or a
+	// permit handed over and never claimed, comes first, and then the
+	// waiters at the head look.
+	if r.lapse > 0 && (r.position <= watchers || r.fenced > 0) {
 		delay = min(delay, time.Duration(r.lapse)*time.Millisecond+time.Millisecond)
 	}
 	return nil, delay, nil
@@ -216,6 +274,16 @@ func (s *Store) replicated(ctx context.Context, req semaphore.Request, l *lease)
 // as a local duration never longer than the true one: each reading is
 // rounded down to the millisecond, which can add up to 1ms to the span.
 func serverSpan(ms int64) time.Duration { return time.Duration(ms-1) * time.Millisecond }
+
+// dropped says, with --verbose, which records of key a script dropped
+// because they were not records.
+func (s *Store) dropped(key string, bad []any) {
+	for _, b := range bad {
+		what, _ := b.(string)
+		kind, rec, _ := strings.Cut(what, " ")
+		s.infof("key %q: dropped a %.20s record that is not one (someone else wrote it): %.100q", key, kind, rec)
+	}
+}
 
 // abandon releases id after ctx ended, under a short deadline of its own.
 func (s *Store) abandon(ctx context.Context, k semKeys, id string) {

@@ -13,6 +13,8 @@
 --   wake     the prefix of the key's wake lists
 --   fence    the restart fence, ms (0: none): while the server has been up
 --            for less, nobody is granted a permit, the caller included
+--   line     the longest line the key takes: a caller who would make it
+--            longer is refused (full)
 -- Reply (acquireReply in scripts.go):
 --   granted   1 when the caller holds a permit
 --   token     its fencing token (0 when not granted)
@@ -25,33 +27,40 @@
 --   left      ms left of the caller's lease (0 when not granted)
 --   fenced    ms left of the restart fence
 --   moved     ms the holders' leases were pushed back (negative: ms the clock went back; see rebase)
+--   full      1 when the line was full and the caller is not in it
+--   bad       the records this call dropped, which were not records
 -- Running it twice with the same permit id (a client retry, or a waiter
 -- that asks after it was handed its permit) grants once and returns the
 -- same token.
 local a = args()
-local id, n, ttl, meta = a.id, tonumber(a.permits), tonumber(a.ttl), a.meta
-local weight, wlease, wake = tonumber(a.weight), tonumber(a.wait), a.wake
+local id, meta, wake = a.id, a.meta or '', a.wake
+local n, ttl = num(a.permits, 1, 1000000), num(a.ttl, 1000, MAXTTL)
+local weight, wlease = num(a.weight, 1, 1000000), num(a.wait, 0, MAXTTL)
+local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, 1000000000)
+if not (id and wake and n and ttl and weight and wlease and fence and line) then
+  return redis.error_reply('ERR semrun: acquire.lua: bad arguments')
+end
 
-local prev = tonumber(redis.call('HGET', infoKey, '#cap') or n)
-
-fenced(tonumber(a.fence) or 0) -- sets the fence up, see lib.lua
+local prev = field('#cap', 1, 1000000) or n
+remember(fence, ttl, math.max(ttl, wlease))
 
 -- wakeIn is when a waiter should ask again at the latest: when the fence
 -- ends, or else when the earliest lease can lapse.
 local function wakeIn()
-  local f = fenced()
+  local f = fenceLeft()
   if f > 0 then return f end
   return earliest()
 end
 
 -- record keeps the caller's place in line with a fresh waiter lease.
 local function record(since)
+  redis.call('ZADD', leasesKey, now + wlease, id)
   redis.call('HSET', waitersKey, id, waiterRecord{expiry = now + wlease, permits = n, weight = weight, since = since, ttl = ttl, meta = meta})
 end
 
 local moved = rebase()
 local longest = 0
-local changed = sweep()
+local changed = sweep(wake)
 local busy = used()
 local inline = redis.call('ZSCORE', queueKey, id)
 if inline and wlease > 0 then
@@ -61,29 +70,40 @@ end
 -- A waiter that asks again runs the hand-over too: its turn may have come
 -- while no script could hand it over (the restart fence held it back).
 if changed or inline then
-  local given
-  longest, given = handoff(wake, busy)
+  local given, err
+  longest, given, err = handoff(wake, busy)
+  if err then return redis.error_reply(err) end
   busy = busy + given
 end
 
-local function answer(granted, token, left, position, lapse)
+local function answer(granted, token, left, position, lapse, full)
   return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
     position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
-    fenced = fenced(), moved = moved}
+    fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad}
 end
 
-local mine = readHolder(redis.call('HGET', infoKey, id))
-local expiry = redis.call('ZSCORE', holdersKey, id)
-if mine and expiry then
+local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
+local rec = expiry and redis.call('HGET', infoKey, id)
+local mine = readHolder(rec)
+if expiry and mine then
+  -- Handed over: the caller asks, so it takes its turn here.
   redis.call('DEL', wakekey(wake, id))
+  expiry = claimed(id) or expiry
   redis.call('HSET', infoKey, '#cap', n)
   keepalive(longest)
-  return answer(1, mine.token, tonumber(expiry) - now, 0, earliest())
+  return answer(1, mine.token, expiry - now, 0, earliest())
+elseif expiry then
+  -- Its record is not one: no token to give back. The caller has not
+  -- started its command yet, so it may have a permit anew.
+  dropped('holder', rec or '')
+  removeHolder(id)
+  busy = used()
 end
 
 redis.call('HSET', infoKey, '#cap', n)
 if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= n and fenced() == 0 then
-  local token = grant(id, n, weight, ttl, meta)
+  local token, err = grant(id, n, weight, ttl, now + ttl, meta)
+  if not token then return redis.error_reply(err) end
   busy = busy + weight
   keepalive(math.max(ttl, longest))
   return answer(1, token, ttl, 0, earliest())
@@ -95,7 +115,17 @@ if wlease == 0 then
 end
 
 if not inline then
-  redis.call('ZADD', queueKey, redis.call('HINCRBY', waitersKey, '#seq', 1), id)
+  if redis.call('ZCARD', queueKey) >= line then
+    keepalive(longest)
+    return answer(0, 0, 0, 0, wakeIn(), 1)
+  end
+  local last = redis.call('HGET', waitersKey, '#seq')
+  local seq = num(last or '0', 0, MAXINT - 1)
+  if not seq then
+    return redis.error_reply('COUNTERLIMIT the line\'s ticket counter ' .. string.format('%q', string.sub(last, 1, 40)) .. ' cannot be raised')
+  end
+  redis.call('HSET', waitersKey, '#seq', seq + 1)
+  redis.call('ZADD', queueKey, seq + 1, id)
   record(now)
   -- A permit handed over before, which lapsed unused, left its turn there.
   redis.call('DEL', wakekey(wake, id))

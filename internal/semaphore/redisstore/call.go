@@ -22,9 +22,11 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 	var failing error
 	stopped := func() error {
 		cause := context.Cause(ctx)
-		if failing != nil && errors.Is(cause, context.DeadlineExceeded) {
-			// The caller's deadline ran out while the store was failing:
-			// that is the store's fault, not a busy semaphore.
+		if failing != nil && errors.Is(cause, context.DeadlineExceeded) && !s.reached.Load() {
+			// The caller's deadline ran out before the store ever
+			// answered: that is the store's fault, not a busy semaphore.
+			// Once it did, a deadline that ends a call in flight is the
+			// caller's: busy.
 			return fmt.Errorf("%w: %s: %w", semaphore.ErrUnreachable, s.addr, failing)
 		}
 		return cause
@@ -35,6 +37,7 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 		cancel()
 		switch {
 		case err == nil:
+			s.reached.Store(true)
 			return res, nil
 		case ctx.Err() != nil:
 			return nil, stopped()
@@ -78,7 +81,7 @@ func unauthenticated(err error) bool {
 // retryable tells failures that may heal from those that will not (bad
 // password, missing permission, a script error).
 func retryable(err error) bool {
-	if untrusted(err) {
+	if untrusted(err) || errors.Is(err, errAbsurdReply) {
 		return false
 	}
 	var rerr redis.Error

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -46,7 +48,6 @@ type ServerCommands interface {
 	// waits for the replicas to have the writes of its own connection.
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
-	InfoMap(ctx context.Context, sections ...string) *redis.InfoCmd
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
 }
 
@@ -126,3 +127,41 @@ func userOr(name string) string {
 	}
 	return name
 }
+
+// recoverHook turns a panic while go-redis reads a reply (an absurd
+// length: a broken server, or not Redis at all) into the command's error.
+// go-redis drops the connection the panic left half read.
+type recoverHook struct{}
+
+func (recoverHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (recoverHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = absurdReply(r)
+				cmd.SetErr(err)
+			}
+		}()
+		return next(ctx, cmd)
+	}
+}
+
+func (recoverHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = absurdReply(r)
+				for _, cmd := range cmds {
+					cmd.SetErr(err)
+				}
+			}
+		}()
+		return next(ctx, cmds)
+	}
+}
+
+// errAbsurdReply is a reply no Redis sends; nothing is retried after it.
+var errAbsurdReply = errors.New("absurd reply from the server")
+
+func absurdReply(r any) error { return fmt.Errorf("%w (%.100v)", errAbsurdReply, r) }

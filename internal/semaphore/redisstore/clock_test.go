@@ -607,8 +607,13 @@ func TestClockHandedOverLeaseRunsFromRelease(t *testing.T) {
 	if got := c.only(k); got != id {
 		t.Fatalf("holder after the release: got %q, want the waiter %q", got, id)
 	}
-	if got, want := c.score(k, id), c.ms()+float64(ttl.Milliseconds()); got != want {
-		t.Errorf("lease expiry handed over: got %v ms, want release time + TTL = %v ms", got, want)
+	// Claimed for 2s until the waiter took its turn; the lease it took
+	// runs a TTL from the release.
+	if got, want := c.score(k, id), c.ms()+2000; got != want {
+		t.Errorf("claim expiry handed over: got %v ms, want release time + 2s = %v ms", got, want)
+	}
+	if got, want := c.m.HGet(k.info, "#claim "+id), strconv.FormatInt(int64(c.ms())+ttl.Milliseconds(), 10); got != want {
+		t.Errorf("lease expiry handed over: got %q ms, want release time + TTL = %s ms", got, want)
 	}
 	if r.L.Token() <= h.Token() {
 		t.Errorf("token handed over: got %d, want more than %d", r.L.Token(), h.Token())

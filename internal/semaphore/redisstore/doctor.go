@@ -211,15 +211,28 @@ func (s *Store) readInfo(ctx context.Context, n *doctorNode) {
 	n.info, n.infoErr = map[string]string{}, map[string]string{}
 	for _, section := range []string{"server", "persistence", "memory", "replication"} {
 		call, cancel := context.WithTimeout(ctx, s.connectTimeout)
-		sections, err := n.InfoMap(call, section).Result()
+		text, err := n.Do(call, "INFO", section).Text()
 		cancel()
 		if err != nil {
 			n.infoErr[section] = shortError(err)
 		}
-		for _, fields := range sections {
-			maps.Copy(n.info, fields)
-		}
+		maps.Copy(n.info, parseInfo(text))
 	}
+}
+
+// parseInfo reads INFO's "name:value" lines, whatever the server sent
+// around them: a section header, or none, is skipped like any line that is
+// not a field. At most 1000 fields are kept.
+func parseInfo(text string) map[string]string {
+	fields := map[string]string{}
+	for line := range strings.Lines(text) {
+		name, value, ok := strings.Cut(strings.TrimRight(line, "\r\n"), ":")
+		if !ok || name == "" || strings.HasPrefix(name, "#") || len(fields) >= 1000 {
+			continue
+		}
+		fields[name] = value
+	}
+	return fields
 }
 
 // infoMissing says why an INFO section could not be read.

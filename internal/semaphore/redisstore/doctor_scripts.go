@@ -60,7 +60,7 @@ func (c *scriptCheck) call(ctx context.Context, sc script, args namedArgs) (any,
 
 // acquire asks for a permit of the key's one seat for id.
 func (c *scriptCheck) acquire(ctx context.Context, id string, wait bool) (acquireReply, error) {
-	a := acquireArgs{id: id, permits: 1, ttl: doctorLease, weight: 1, wake: c.keys.wake}
+	a := acquireArgs{id: id, permits: 1, ttl: doctorLease, weight: 1, wake: c.keys.wake, line: MaxLine}
 	if wait {
 		a.wait = doctorLease
 	}
@@ -87,7 +87,7 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 	}
 	// As a renewal with min replicas sends it: the whole script.
 	call, cancel := context.WithTimeout(ctx, c.s.connectTimeout)
-	res, err := renewScript.Eval(call, c.s.client, c.keys.list(), renewArgs(c.holder, doctorLease)...).Result()
+	res, err := renewScript.Eval(call, c.s.client, c.keys.list(), renewArgs(c.holder, doctorLease, 0)...).Result()
 	cancel()
 	if renewed, derr := decodeRenew(res); err == nil && (derr != nil || !renewed) {
 		err = errors.Join(errors.New("the holder's permit was not renewed"), derr)
@@ -107,16 +107,16 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 	if err != nil {
 		return "BLPOP of the waiter's wake list", err
 	}
-	if res, err = c.call(ctx, statusScript, nil); err != nil {
+	if res, err = c.call(ctx, statusScript, statusArgs()); err != nil {
 		return "status", err
 	}
-	if st, err := readStatus(c.key, res); err != nil || st.Held != 1 || len(st.Waiters) != 0 {
+	if st, err := readStatus(c.key, res, nil); err != nil || st.Held != 1 || len(st.Waiters) != 0 {
 		return "status", fmt.Errorf("got %+v (%v), want the waiter holding", st, err)
 	}
 	if res, err = c.call(ctx, releaseScript, releaseArgs(c.waiter, c.keys.wake)); err != nil {
 		return "release", err
 	}
-	if released, err := decodeRelease(res); err != nil || !released {
+	if released, _, err := decodeRelease(res); err != nil || !released {
 		return "release", errors.Join(errors.New("the waiter's permit was not held"), err)
 	}
 	return "", nil

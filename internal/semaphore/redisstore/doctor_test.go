@@ -318,8 +318,8 @@ func TestDoctorMissingPermissions(t *testing.T) {
 	}{
 		{[]string{"-blpop"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
 			"may not run BLPOP", "ACL SETUSER semrun +blpop"},
-		{[]string{"-zrank", "-incr"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
-			"may not run INCR, ZRANK", "ACL SETUSER semrun +incr +zrank"},
+		{[]string{"-zrank", "-get"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
+			"may not run GET, ZRANK", "ACL SETUSER semrun +get +zrank"},
 		{[]string{"-info"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "server": semaphore.CheckWarn, "replication": semaphore.CheckWarn, "maxmemory-policy": semaphore.CheckWarn},
 			"may not run INFO", "ACL SETUSER semrun +info"},
 		{[]string{"-wait"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckWarn},
@@ -476,10 +476,12 @@ type oldNode struct {
 	version string
 }
 
-func (n oldNode) InfoMap(ctx context.Context, sections ...string) *redis.InfoCmd {
-	cmd := n.Node.InfoMap(ctx, sections...)
-	if info, err := cmd.Result(); err == nil && info["Server"] != nil {
-		info["Server"]["redis_version"] = n.version
+func (n oldNode) Do(ctx context.Context, args ...any) *redis.Cmd {
+	cmd := n.Node.Do(ctx, args...)
+	if len(args) == 2 && args[0] == "INFO" && args[1] == "server" {
+		if text, err := cmd.Text(); err == nil {
+			cmd.SetVal(regexp.MustCompile(`redis_version:[^\r\n]*`).ReplaceAllString(text, "redis_version:"+n.version))
+		}
 	}
 	return cmd
 }

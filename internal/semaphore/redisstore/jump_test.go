@@ -134,7 +134,7 @@ func TestClockPushedBackLeasesKeepTheirKeys(t *testing.T) {
 	m.FastForward(step)
 	k := newKeys(testPrefix, key)
 	c := rawClient(t, m.Addr())
-	if renewed, err := decodeRenew(runScript(t, c, renewScript, k, renewArgs("NOT-A-HOLDER", ttl))); err != nil || renewed {
+	if renewed, err := decodeRenew(runScript(t, c, renewScript, k, renewArgs("NOT-A-HOLDER", ttl, 0))); err != nil || renewed {
 		t.Fatalf("renew.lua of a permit nobody holds: got (%v, %v), want not renewed", renewed, err)
 	}
 	z := members(t, c, k)

@@ -15,7 +15,7 @@ import (
 // holds). They share one hash tag, so one Cluster slot; braces in the
 // prefix and the key are escaped so that neither can break the tag.
 type semKeys struct {
-	holders, info, token, queue, waiters string
+	holders, info, token, queue, waiters, leases string
 	// wake is the prefix of the waiters' wake lists: each waiter blocks on
 	// its own (wakeList), where the scripts push its turn.
 	wake string
@@ -30,13 +30,13 @@ func newKeys(prefix, key string) semKeys {
 	base := keyEscaper.Replace(prefix) + "{" + keyEscaper.Replace(key) + "}:"
 	return semKeys{
 		holders: base + "holders", info: base + "info", token: base + "token",
-		queue: base + "queue", waiters: base + "waiters", wake: base + "wake",
+		queue: base + "queue", waiters: base + "waiters", leases: base + "leases", wake: base + "wake",
 	}
 }
 
 // list is KEYS of every script, in the order lib.lua takes them.
 func (k semKeys) list() []string {
-	return []string{k.holders, k.info, k.token, k.queue, k.waiters}
+	return []string{k.holders, k.info, k.token, k.queue, k.waiters, k.leases}
 }
 
 // wakeList is the wake list of the waiter whose permit id is id: named

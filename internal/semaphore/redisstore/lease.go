@@ -22,14 +22,17 @@ type lease struct {
 	keys        semKeys
 	id          string
 	ttl         time.Duration
-	token       int64
+	// fence is the holder's restart fence, which the key remembers while
+	// the lease lasts.
+	fence time.Duration
+	token int64
 
 	mu       sync.Mutex
 	deadline clock.Instant
 }
 
 func (s *Store) newLease(req semaphore.Request, k semKeys, id string, token int64, deadline clock.Instant) *lease {
-	return &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, token: token, deadline: deadline}
+	return &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token, deadline: deadline}
 }
 
 func (l *lease) Token() int64 { return l.token }
@@ -48,7 +51,7 @@ func (l *lease) Renew(ctx context.Context) error {
 		renewed, err = l.renewReplicated(ctx)
 	} else {
 		var res any
-		if res, err = renewScript.run(ctx, l.s.client, l.keys, renewArgs(l.id, l.ttl)); err == nil {
+		if res, err = renewScript.run(ctx, l.s.client, l.keys, renewArgs(l.id, l.ttl, l.fence)); err == nil {
 			renewed, err = decodeRenew(res)
 		}
 	}
@@ -85,7 +88,7 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 	if _, err := node.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		// The whole script: a NOSCRIPT reply to EVALSHA could not be
 		// answered with a load in time, in a pipeline.
-		renew = pipe.Eval(ctx, renewScript.source, l.keys.list(), renewArgs(l.id, l.ttl)...)
+		renew = pipe.Eval(ctx, renewScript.source, l.keys.list(), renewArgs(l.id, l.ttl, l.fence)...)
 		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
 		return nil
 	}); err != nil {
@@ -124,8 +127,14 @@ func (l *lease) Files() []*os.File { return nil }
 func (l *lease) Release(ctx context.Context) error {
 	// Retried within ctx, as a release is safe to repeat: a failover or a
 	// dropped connection need not leave the seat held for a whole TTL.
-	if _, err := l.s.call(ctx, releaseScript, l.keys, releaseArgs(l.id, l.keys.wake)); err != nil {
+	res, err := l.s.call(ctx, releaseScript, l.keys, releaseArgs(l.id, l.keys.wake))
+	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
+	_, bad, err := decodeRelease(res)
+	if err != nil {
+		return fmt.Errorf("release key %q: %w", l.key, err)
+	}
+	l.s.dropped(l.key, bad)
 	return nil
 }

@@ -6,28 +6,55 @@
 -- KEYS, the same for every script, in this order (keys.go names them):
 --   holders: sorted set, permit id -> lease expiry (ms on the server's clock)
 --   info:    hash, permit id -> holder record; "#cap" -> the capacity the
---            latest caller asked; "#clock", "#ttl" (rebase); "#fence",
---            "#fencelen", "#replid" (fenced)
+--            latest caller asked; "#used" -> the seats the holders take;
+--            "#claim <id>" -> the full lease of a permit handed over and
+--            not yet claimed (see handoff); "#clock", "#ttl" (rebase);
+--            "#fencefrom", "#fencelen", "#fenceuntil", "#replid" (fenced)
 --   token:   string, the last fencing token handed out
 --   queue:   sorted set, waiter id -> ticket: the order of arrival
 --   waiters: hash, waiter id -> waiter record; "#seq" -> the last ticket
+--   leases:  sorted set, waiter id -> waiter lease expiry, so that lapsed
+--            waiters are found in expiry order
 -- ARGV is name, value, name, value...; a reply is the same, read by name.
 -- A waiter's id is the permit id it will hold. When its turn comes, the
 -- script that made it gives it its permit and pushes a turn record to its
 -- wake list: the prefix the wake argument names, ":" and the first 16 hex
 -- digits of the SHA-1 of its id (in the key's hash slot; it blocks on it
 -- with BLPOP). Meta is opaque to the scripts.
-local holdersKey, infoKey, tokenKey, queueKey, waitersKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+--
+-- Every script's work grows with the logarithm of the line and the
+-- holders (sorted sets), plus the seats it hands over: nothing walks a
+-- whole set. Everything read back is checked (num, readHolder,
+-- readWaiter): anyone who can write these keys may have written anything.
+local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- The longest lease or fence a caller may ask (semaphore.MaxTTL), ms.
+local MAXTTL = 86400000
+-- How many lapsed holders, and lapsed or broken waiters, one call removes
+-- at most: the rest go in the next calls, which the waiters at the head
+-- make as soon as the earliest lease lapses.
+local SWEEP = 32
+-- The largest integer a Lua number (a double) holds exactly.
+local MAXINT = 9007199254740991
 
 -- args reads ARGV's names and values into a table.
 local function args()
   local a = {}
   for i = 1, #ARGV - 1, 2 do a[ARGV[i]] = ARGV[i + 1] end
   return a
+end
+
+-- num reads a whole number from lo to hi, or nil for anything else.
+local function num(v, lo, hi)
+  if type(v) == 'number' then v = string.format('%d', v) end
+  if type(v) ~= 'string' or #v > 16 or not string.match(v, '^%-?%d+$') then return nil end
+  local n = tonumber(v)
+  if n < lo or n > hi then return nil end
+  return n
 end
 
 -- reply turns a table of named values into name, value, ... for the store.
@@ -40,6 +67,13 @@ local function reply(fields)
   return out
 end
 
+-- bad lists, for the reply, the records this call dropped because they
+-- were not records: the caller names them (once: they are gone).
+local bad = {}
+local function dropped(kind, rec)
+  if #bad < 8 then bad[#bad + 1] = kind .. ' ' .. string.sub(rec or '(none)', 1, 100) end
+end
+
 -- A holder record: "<permits> <token> <granted ms> <weight> <meta>".
 local function holderRecord(h)
   return string.format('%d %d %d %d ', h.permits, h.token, h.since, h.weight) .. h.meta
@@ -49,10 +83,15 @@ end
 local function readHolder(rec)
   local permits, token, since, weight, meta = string.match(rec or '', '^(%d+) (%d+) (%d+) (%d+) (.*)$')
   if not permits then return nil end
-  return {permits = tonumber(permits), token = tonumber(token), since = tonumber(since), weight = tonumber(weight), meta = meta}
+  permits, weight = num(permits, 1, 1000000), num(weight, 1, 1000000)
+  token, since = num(token, 0, MAXINT), num(since, 0, MAXINT)
+  if not (permits and weight and token and since) or weight > permits then return nil end
+  return {permits = permits, token = token, since = since, weight = weight, meta = meta}
 end
 
 -- A waiter record: "<lease expiry ms> <permits> <weight> <since ms> <ttl ms> <meta>".
+-- The lease expiry that counts is the leases set's; the record keeps one
+-- for status.
 local function waiterRecord(w)
   return string.format('%d %d %d %d %d ', w.expiry, w.permits, w.weight, w.since, w.ttl) .. w.meta
 end
@@ -61,82 +100,17 @@ end
 local function readWaiter(rec)
   local expiry, permits, weight, since, ttl, meta = string.match(rec or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) (.*)$')
   if not expiry then return nil end
-  return {expiry = tonumber(expiry), permits = tonumber(permits), weight = tonumber(weight), since = tonumber(since), ttl = tonumber(ttl), meta = meta}
+  permits, weight, ttl = num(permits, 1, 1000000), num(weight, 1, 1000000), num(ttl, 0, MAXTTL)
+  expiry, since = num(expiry, 0, MAXINT), num(since, 0, MAXINT)
+  if not (permits and weight and ttl and expiry and since) or weight > permits then return nil end
+  return {expiry = expiry, permits = permits, weight = weight, since = since, ttl = ttl, meta = meta}
 end
 
--- A turn record, pushed to a waiter's wake list: "g <token> <lease expiry ms>".
+-- A turn record, pushed to a waiter's wake list: "g <token> <lease expiry
+-- ms>" gives it its permit; "c <ms>" asks it to look again then (a permit
+-- handed to the waiter before it may lapse unclaimed, see handoff).
 local function turnRecord(token, expiry)
   return string.format('g %d %d', token, expiry)
-end
-
--- hmget reads many fields of a hash, a slice at a time (Lua's unpack has a limit).
-local function hmget(key, ids)
-  local out = {}
-  for i = 1, #ids, 500 do
-    local part = redis.call('HMGET', key, unpack(ids, i, math.min(i + 499, #ids)))
-    for j = 1, #part do out[#out + 1] = part[j] end
-  end
-  return out
-end
-
--- sweep removes the holders whose lease lapsed and the waiters whose lease
--- lapsed (gone without leaving: killed, host lost), or whose record is not
--- one. It tells whether it removed any, since that can give someone else
--- their turn.
-local function sweep()
-  local changed = false
-  local lapsed = redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now)
-  if #lapsed > 0 then
-    redis.call('ZREMRANGEBYSCORE', holdersKey, '-inf', now)
-    for i = 1, #lapsed, 500 do
-      redis.call('HDEL', infoKey, unpack(lapsed, i, math.min(i + 499, #lapsed)))
-    end
-    changed = true
-  end
-  local queue = redis.call('ZRANGE', queueKey, 0, -1)
-  if #queue > 0 then
-    local recs = hmget(waitersKey, queue)
-    for i, id in ipairs(queue) do
-      local w = readWaiter(recs[i])
-      if not w or w.expiry <= now then
-        redis.call('ZREM', queueKey, id)
-        redis.call('HDEL', waitersKey, id)
-        changed = true
-      end
-    end
-  end
-  return changed
-end
-
--- used is how many seats the holders take: the sum of their weights; a
--- holder whose record is not one takes one.
-local function used()
-  local ids = redis.call('ZRANGE', holdersKey, 0, -1)
-  local sum = 0
-  for _, rec in ipairs(hmget(infoKey, ids)) do
-    local h = readHolder(rec)
-    sum = sum + (h and h.weight or 1)
-  end
-  return sum
-end
-
--- ready lists, in order, the waiters whose turn it is, with busy seats
--- taken: walking the line from its head, each waiter that fits beside the
--- holders and the waiters before it, under its own N. The first that does
--- not fit ends the walk, so nobody passes a waiter, however heavy. Each
--- comes as {id, waiter}.
-local function ready(busy)
-  local out = {}
-  local queue = redis.call('ZRANGE', queueKey, 0, -1)
-  if #queue == 0 then return out end
-  local recs = hmget(waitersKey, queue)
-  for i, id in ipairs(queue) do
-    local w = readWaiter(recs[i])
-    if not w or busy + w.weight > w.permits then break end
-    busy = busy + w.weight
-    out[#out + 1] = {id, w}
-  end
-  return out
 end
 
 -- wakekey names a waiter's wake list: after a hash of its id, never the id.
@@ -144,20 +118,96 @@ local function wakekey(prefix, id)
   return prefix .. ':' .. string.sub(redis.sha1hex(id), 1, 16)
 end
 
--- grant gives id a permit of n seats' capacity, weight seats, for ttl ms,
--- and returns its fencing token. The token is seeded from the server's
--- clock in microseconds, so tokens keep rising even after the keys expired
--- or the store lost its data.
-local function grant(id, n, weight, ttl, meta)
-  local token = redis.call('INCR', tokenKey)
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if token < floor then
-    redis.call('SET', tokenKey, floor)
-    token = floor
+-- used is how many seats the holders take (kept in "#used": counting
+-- them would walk every holder). A key without holders takes none, which
+-- heals a count that went wrong.
+local function used()
+  if redis.call('ZCARD', holdersKey) == 0 then return 0 end
+  return num(redis.call('HGET', infoKey, '#used'), 0, MAXINT) or 0
+end
+
+local function addUsed(n)
+  redis.call('HSET', infoKey, '#used', math.max(used() + n, 0))
+end
+
+-- removeHolder ends a holder's permit and frees its seats; one whose
+-- record is not one took one seat.
+local function removeHolder(id)
+  local h = readHolder(redis.call('HGET', infoKey, id))
+  redis.call('ZREM', holdersKey, id)
+  redis.call('HDEL', infoKey, id, '#claim ' .. id)
+  addUsed(-(h and h.weight or 1))
+end
+
+-- claimed makes a permit handed over a lease in full: its waiter took its
+-- turn. It returns the lease's expiry.
+local function claimed(id)
+  local full = num(redis.call('HGET', infoKey, '#claim ' .. id), 0, now + MAXTTL)
+  if not full then return nil end
+  redis.call('HDEL', infoKey, '#claim ' .. id)
+  redis.call('ZADD', holdersKey, 'XX', full, id)
+  return full
+end
+
+-- dropWaiter takes a waiter out of the line.
+local function dropWaiter(id)
+  redis.call('ZREM', queueKey, id)
+  redis.call('ZREM', leasesKey, id)
+  redis.call('HDEL', waitersKey, id)
+end
+
+-- sweep removes, a few at a time in expiry order, the holders whose lease
+-- lapsed and the waiters whose lease lapsed (gone without leaving:
+-- killed, host lost). A permit handed over whose waiter took its turn is
+-- not lapsed: it becomes a full lease. One whose waiter never took it is
+-- taken back, with the turn. It tells whether it removed any, since that
+-- can give someone else their turn.
+local function sweep(wake)
+  local changed = false
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', 0, SWEEP)) do
+    local k = wake and wakekey(wake, id)
+    local claim = redis.call('HGET', infoKey, '#claim ' .. id)
+    if claim and k and redis.call('EXISTS', k) == 0 and (claimed(id) or 0) > now then
+      -- taken: a lease in full from now on
+    else
+      if claim and k then redis.call('DEL', k) end
+      removeHolder(id)
+      changed = true
+    end
   end
-  redis.call('ZADD', holdersKey, now + ttl, id)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', leasesKey, '-inf', now, 'LIMIT', 0, SWEEP)) do
+    dropWaiter(id)
+    changed = true
+  end
+  return changed
+end
+
+-- Bounded readings of the key's own fields.
+local function field(name, lo, hi)
+  return num(redis.call('HGET', infoKey, name), lo, hi)
+end
+
+-- grant gives id a permit of n seats' capacity, weight seats, until
+-- expiry, and returns its fencing token. The token is seeded from the
+-- server's clock in microseconds, so tokens keep rising even after the
+-- keys expired or the store lost its data. A token that is not a number
+-- the scripts can raise exactly stops every grant of this key, with an
+-- error the store names: going on would break its promise to rise.
+local function grant(id, n, weight, ttl, expiry, meta)
+  local last = redis.call('GET', tokenKey)
+  local token = 0
+  if last then
+    token = num(last, 0, MAXINT - 1)
+    if not token then
+      return nil, 'TOKENLIMIT the fencing token ' .. string.format('%q', string.sub(last, 1, 40)) .. ' cannot be raised'
+    end
+  end
+  token = math.max(token + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('SET', tokenKey, string.format('%d', token))
+  redis.call('ZADD', holdersKey, expiry, id)
   redis.call('HSET', infoKey, id, holderRecord{permits = n, token = token, since = now, weight = weight, meta = meta},
-    '#clock', now, '#ttl', math.max(ttl, tonumber(redis.call('HGET', infoKey, '#ttl') or 0)))
+    '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0))
+  addUsed(weight)
   return token
 end
 
@@ -169,21 +219,22 @@ end
 -- renewing (crashed, cut off), and no script can tell which: the holders'
 -- leases are pushed back by the silence beyond that half, so that a step
 -- does not sweep holders whose commands still run; crashed holders' seats
--- take that much longer to free. A step backwards only makes leases last
--- longer. It returns the ms the holders were pushed back, or minus the ms
--- the clock went back, or 0.
+-- take that much longer to free. No lease is pushed past the longest
+-- lease from now. A step backwards only makes leases last longer. It
+-- returns the ms the holders were pushed back, or minus the ms the clock
+-- went back, or 0.
 local function rebase()
   local rec = redis.call('HMGET', infoKey, '#clock', '#ttl')
-  local last, longest = tonumber(rec[1]), tonumber(rec[2])
+  local last, longest = num(rec[1], 0, MAXINT), num(rec[2], 0, MAXTTL)
   if not last then return 0 end -- no holder yet, or the keys expired
   local moved = 0
   if now < last - 1000 then
-    moved = now - last
+    moved = math.max(now - last, -MAXINT)
   elseif longest and now - last > longest / 2 then
-    local by = now - last - math.floor(longest / 2)
+    local by = math.min(now - last - math.floor(longest / 2), longest)
     local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', last), '+inf', 'WITHSCORES')
     for i = 1, #held, 2 do
-      redis.call('ZADD', holdersKey, 'XX', tonumber(held[i + 1]) + by, held[i])
+      redis.call('ZADD', holdersKey, 'XX', math.min(tonumber(held[i + 1]) + by, now + longest), held[i])
     end
     if #held > 0 then moved = by end
   end
@@ -191,86 +242,148 @@ local function rebase()
   return moved
 end
 
--- fenced is how many ms are left of the restart fence: while the server
--- has been up for less than the fence, in whole seconds of uptime (rounded
--- down, so it ends late rather than early), no permit is granted, so that
--- a holder from before a restart that lost its permit has stopped its
--- command before anyone else starts one. The fence also starts anew when
--- the key was last served under another replication id: a replica
--- promoted by a failover, which may lack the latest grants. Its length is
--- the longest any caller of the key asked ('#fencelen'; asked is this
--- caller's), so a release honours it too; '#fence' is when it ends. The
--- server is asked, and '#fence' read, once per script (only this function
--- writes it). A server that does not say its uptime is not fenced.
-local fenceEnd = nil
-local function fenced(asked)
-  if not fenceEnd then
-    fenceEnd = tonumber(redis.call('HGET', infoKey, '#fence') or 0)
-    local len = tonumber(redis.call('HGET', infoKey, '#fencelen') or 0)
-    if asked and asked > len then
-      redis.call('HSET', infoKey, '#fencelen', asked)
-      len = asked
-    end
-    if len > 0 then
-      -- One section per call: Redis before 7 takes no more. A server that
-      -- has no such INFO is not fenced; a user not allowed INFO must hear
-      -- of it, not lose the fence in silence.
-      local function serverInfo(section)
-        local ok, out = pcall(redis.call, 'INFO', section)
-        if ok then return true, out end
-        local msg = type(out) == 'table' and out.err or tostring(out)
-        if string.find(msg, 'NOPERM', 1, true) or string.find(msg, "can't run this command", 1, true) then
-          error('NOPERM semrun needs INFO (' .. section .. ') for the restart fence: ' .. msg)
-        end
-        return false, nil
-      end
-      local ok, info = serverInfo('server')
-      local up = ok and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-      local left = 0
-      if up and up * 1000 < len then left = len - up * 1000 end
-      ok, info = serverInfo('replication')
-      local replid = ok and string.match(info, 'master_replid:(%x+)')
-      if replid then
-        local seen = redis.call('HGET', infoKey, '#replid')
-        if seen ~= replid then
-          if seen then left = len end
-          redis.call('HSET', infoKey, '#replid', replid)
-        end
-      end
-      if now + left > fenceEnd then
-        fenceEnd = now + left
-        redis.call('HSET', infoKey, '#fence', fenceEnd)
-      end
-    end
-  end
-  return math.max(fenceEnd - now, 0)
+-- The restart fence: while the server has been up for less than the
+-- fence, in whole seconds of uptime (rounded down, so it ends late rather
+-- than early), no permit is granted, so that a holder from before a
+-- restart that lost its permit has stopped its command before anyone else
+-- starts one. The fence also starts anew when the key was last served
+-- under another replication id: a replica promoted by a failover, which
+-- may lack the latest grants. '#fencefrom' is when the latest fence
+-- started (the server's start, or the failover seen).
+--
+-- Its length is the longest this caller asked, or any caller whose lease
+-- may still exist ('#fencelen', until '#fenceuntil'), but never more than
+-- that caller's own lease: a holder's command stops within its lease, so
+-- a longer fence protects nobody, and no caller can freeze the key for
+-- others beyond its own lease.
+local fenceAsked = 0
+local function remembered()
+  local rec = redis.call('HMGET', infoKey, '#fencelen', '#fenceuntil')
+  local len, untilMs = num(rec[1], 0, MAXTTL), num(rec[2], 0, MAXINT)
+  if not len or not untilMs or untilMs <= now then return 0, 0 end
+  return len, untilMs
 end
 
--- handoff gives the waiters whose turn it is their permits at once, and
--- pushes each its turn: a waiter starts its command as soon as it reads its
--- list, without asking again. The element stays until read, so none is
--- lost while the waiter is busy; a list whose waiter is gone vanishes
--- within a minute. It returns the longest lease it granted and the seats
--- it gave.
-local function handoff(prefix, busy)
-  local longest, given = 0, 0
-  local turns = ready(busy)
-  if #turns == 0 or fenced() > 0 then return longest, given end
-  for _, turn in ipairs(turns) do
-    local id, w = turn[1], turn[2]
-    local k = wakekey(prefix, id)
-    -- The wake list first: refused while its slot migrates, it leaves no
-    -- grant behind that a retry would not announce.
-    redis.call('DEL', k)
-    local token = grant(id, w.permits, w.weight, w.ttl, w.meta)
-    redis.call('ZREM', queueKey, id)
-    redis.call('HDEL', waitersKey, id)
-    redis.call('RPUSH', k, turnRecord(token, now + w.ttl))
-    redis.call('PEXPIRE', k, 60000)
-    longest = math.max(longest, w.ttl)
-    given = given + w.weight
+-- remember records this caller's fence (asked, capped at its lease ttl)
+-- for as long as a lease of it may exist: life ms from now.
+local function remember(asked, ttl, life)
+  fenceAsked = asked
+  local c = math.min(asked, ttl)
+  if c <= 0 then return end
+  local len, untilMs = remembered()
+  if c > len then
+    redis.call('HSET', infoKey, '#fencelen', c, '#fenceuntil', now + life)
+  elseif c == len and now + life > untilMs then
+    redis.call('HSET', infoKey, '#fenceuntil', now + life)
   end
-  return longest, given
+end
+
+-- fenceLeft is how many ms are left of the fence the key knows, without
+-- asking the server.
+local function fenceLeft()
+  local len = math.max(remembered(), fenceAsked)
+  local from = field('#fencefrom', 0, now)
+  if not from or len <= 0 then return 0 end
+  return math.max(from + len - now, 0)
+end
+
+-- fenced is how many ms are left of the restart fence, asking the server
+-- for its uptime and replication id (once per script): only a call that
+-- may grant needs to.
+local fenceChecked = false
+local function fenced()
+  if fenceChecked then return fenceLeft() end
+  fenceChecked = true
+  local len = math.max(remembered(), fenceAsked)
+  if len <= 0 then return 0 end
+  -- One section per call: Redis before 7 takes no more. A server that
+  -- has no such INFO is not fenced; a user not allowed INFO must hear of
+  -- it, not lose the fence in silence.
+  local function serverInfo(section)
+    local ok, out = pcall(redis.call, 'INFO', section)
+    if ok then return true, out end
+    local msg = type(out) == 'table' and out.err or tostring(out)
+    if string.find(msg, 'NOPERM', 1, true) or string.find(msg, "can't run this command", 1, true) then
+      error('NOPERM semrun needs INFO (' .. section .. ') for the restart fence: ' .. msg)
+    end
+    return false, nil
+  end
+  local from = 0
+  local ok, info = serverInfo('server')
+  local up = ok and num(string.match(info, 'uptime_in_seconds:(%d+)'), 0, MAXINT)
+  if up then from = now - up * 1000 end
+  ok, info = serverInfo('replication')
+  local replid = ok and string.match(info, 'master_replid:(%x+)')
+  if replid then
+    local seen = redis.call('HGET', infoKey, '#replid')
+    if seen ~= replid then
+      if seen then from = now end
+      redis.call('HSET', infoKey, '#replid', replid)
+    end
+  end
+  if from > (field('#fencefrom', 0, now) or -1) then
+    redis.call('HSET', infoKey, '#fencefrom', from)
+  end
+  return fenceLeft()
+end
+
+-- CLAIM is how long a permit handed over waits for its waiter to take its
+-- turn (ms): a waiter that died in line costs those behind it this long,
+-- whatever its lease.
+local CLAIM = 2000
+
+-- handoff gives the waiters whose turn it is their permits: walking the
+-- line from its head, each waiter that fits beside the holders and the
+-- waiters before it, under its own N. The first that does not fit ends
+-- the walk, so nobody passes a waiter, however heavy. Waiters whose lease
+-- lapsed, or whose record is not one, leave the line on the way (a few).
+--
+-- Each gets its turn pushed to its wake list and starts its command as
+-- soon as it reads it, without asking again. Until then its permit is
+-- only claimed: it lapses after CLAIM unless the waiter took the turn
+-- (sweep), so a waiter that died in line frees its seat in seconds. The
+-- first waiter left in line is asked to look then. The element stays
+-- until read, so none is lost while the waiter is busy; a list whose
+-- waiter is gone vanishes within a minute. It returns the longest lease
+-- it granted, the seats it gave, and an error for a token it cannot raise.
+local function handoff(wake, busy)
+  local longest, given, skipped = 0, 0, 0
+  local claim = 0
+  while true do
+    local head = redis.call('ZRANGE', queueKey, 0, 0)[1]
+    if not head then break end
+    local w = readWaiter(redis.call('HGET', waitersKey, head))
+    local lease = num(redis.call('ZSCORE', leasesKey, head), 0, MAXINT)
+    if not w or not lease or lease <= now then
+      if skipped >= SWEEP then break end
+      if not w then dropped('waiter', redis.call('HGET', waitersKey, head)) end
+      dropWaiter(head)
+      skipped = skipped + 1
+    else
+      if busy + w.weight > w.permits or fenced() > 0 then
+        if claim > 0 then
+          redis.call('RPUSH', wakekey(wake, head), string.format('c %d', claim))
+          redis.call('PEXPIRE', wakekey(wake, head), 60000)
+        end
+        break
+      end
+      local k = wakekey(wake, head)
+      -- The wake list first: refused while its slot migrates, it leaves no
+      -- grant behind that a retry would not announce.
+      redis.call('DEL', k)
+      claim = math.max(claim, now + math.min(CLAIM, w.ttl))
+      local token, err = grant(head, w.permits, w.weight, w.ttl, now + math.min(CLAIM, w.ttl), w.meta)
+      if not token then return longest, given, err end
+      redis.call('HSET', infoKey, '#claim ' .. head, now + w.ttl)
+      dropWaiter(head)
+      redis.call('RPUSH', k, turnRecord(token, now + w.ttl))
+      redis.call('PEXPIRE', k, 60000)
+      longest = math.max(longest, w.ttl)
+      given = given + w.weight
+      busy = busy + w.weight
+    end
+  end
+  return longest, given, nil
 end
 
 -- earliest is how long until the first lease can lapse; 0 with no holder.
@@ -285,9 +398,10 @@ end
 -- vanishes on its own. It never shortens a key's life: a waiter's lease
 -- may be the longest.
 local function keepalive(ms)
-  ms = math.max(ms, fenced()) -- the fence outlives no key that keeps it
+  ms = math.max(ms, fenceLeft()) -- the fence outlives no key that keeps it
   local last = redis.call('ZRANGE', holdersKey, -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
+  ms = math.min(ms, 2 * MAXTTL)
   for _, key in ipairs(KEYS) do
     local left = redis.call('PTTL', key)
     if left == -1 or (left >= 0 and left < ms + 1000) then

@@ -315,8 +315,8 @@ func TestRedisKeysShareOneSlotAndExpire(t *testing.T) {
 				owner[rk] = uk
 			}
 		}
-		if len(written) != 5 {
-			t.Errorf("key %q: got Redis keys %q with a waiter, want 5 of its own (holders, info, token, queue, waiters)", uk, written)
+		if len(written) != 6 {
+			t.Errorf("key %q: got Redis keys %q with a waiter, want 6 of its own (holders, info, token, queue, waiters, leases)", uk, written)
 		}
 
 		tag, ok := tagOf(written[0])
@@ -392,8 +392,8 @@ func TestRedisPrefixCannotBreakHashTag(t *testing.T) {
 	startAcquire(t, st, semaphore.Request{Key: "k", Permits: 1, TTL: 5 * time.Second}, 20*time.Second)
 	waitFor(t, 5*time.Second, "a waiter in Status", func() bool { return len(statusOf(t, st, "k").Waiters) == 1 })
 	written := scanKeys(t, raw, "*")
-	if len(written) != 5 {
-		t.Fatalf("keys written by a holder and a waiter: got %q, want 5", written)
+	if len(written) != 6 {
+		t.Fatalf("keys written by a holder and a waiter: got %q, want 6", written)
 	}
 	slots := map[int]bool{}
 	for _, rk := range written {
@@ -712,7 +712,7 @@ func TestRedisHungStore(t *testing.T) {
 		srv, st, raw := setup(t, Options{ConnectTimeout: 300 * time.Millisecond})
 		key := uniqueKey(t)
 		k := newKeys(testPrefix, key)
-		const ttl = 2 * time.Second                                                 // a waiter lease of 2s too
+		const ttl = 2 * time.Second // a waiter lease of WaiterLease
 		hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}) // connected; the seat is taken
 		if err := srv.Pause(); err != nil {
 			t.Fatalf("pause redis-server: %v", err)
@@ -725,13 +725,13 @@ func TestRedisHungStore(t *testing.T) {
 			t.Fatalf("resume redis-server: %v", err)
 		}
 		resumed := time.Now()
-		waitFor(t, ttl+5*time.Second, "the line empty again", func() bool {
+		waitFor(t, WaiterLease+5*time.Second, "the line empty again", func() bool {
 			// A look sweeps lapsed waiters, as every caller's does.
 			_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
 			return errors.Is(err, semaphore.ErrBusy) && zcard(t, raw, k.queue) == 0
 		})
-		if d := time.Since(resumed); d > ttl+time.Second {
-			t.Errorf("line empty again %v after Redis resumed, want within the ghost's waiter lease, %v", d, ttl)
+		if d := time.Since(resumed); d > WaiterLease+time.Second {
+			t.Errorf("line empty again %v after Redis resumed, want within the ghost's waiter lease, %v", d, WaiterLease)
 		}
 	})
 }

@@ -113,12 +113,17 @@ type acquireArgs struct {
 	wake string // the wake lists' prefix
 	// fence is the restart fence; 0: none.
 	fence time.Duration
+	// line is the longest line the key takes; 0 is MaxLine.
+	line int
 }
 
 func (a acquireArgs) named() namedArgs {
+	if a.line <= 0 {
+		a.line = MaxLine
+	}
 	return namedArgs{
 		"id", a.id, "permits", a.permits, "ttl", a.ttl.Milliseconds(), "meta", a.meta,
-		"weight", a.weight, "wait", a.wait.Milliseconds(), "wake", a.wake, "fence", max(a.fence, 0).Milliseconds(),
+		"weight", a.weight, "wait", a.wait.Milliseconds(), "wake", a.wake, "fence", max(a.fence, 0).Milliseconds(), "line", a.line,
 	}
 }
 
@@ -129,23 +134,31 @@ type acquireReply struct {
 	lapse                  int64 // ms until the earliest lease lapses, or the fence ends
 	position, waiting, now int64
 	left, fenced, moved    int64 // ms
+	// full: the line was full, and the caller is not in it.
+	full bool
+	// bad are the records the script dropped, which were not records.
+	bad []any
 }
 
 func decodeAcquire(res any) (acquireReply, error) {
 	var r acquireReply
-	var granted int64
+	var granted, full int64
 	err := decodeReply(acquireScript.name, res, map[string]any{
 		"granted": &granted, "token": &r.token, "held": &r.held, "previous": &r.previous,
 		"lapse": &r.lapse, "position": &r.position, "waiting": &r.waiting, "now": &r.now,
-		"left": &r.left, "fenced": &r.fenced, "moved": &r.moved,
+		"left": &r.left, "fenced": &r.fenced, "moved": &r.moved, "full": &full, "bad": &r.bad,
 	})
-	r.granted = granted == 1
+	r.granted, r.full = granted == 1, full == 1
+	if err == nil && r.granted && r.token <= 0 {
+		err = fmt.Errorf("%s: unexpected reply %s (token %d)", acquireScript.name, shortReply(res), r.token)
+	}
 	return r, err
 }
 
-// renewArgs are renew.lua's arguments.
-func renewArgs(id string, ttl time.Duration) namedArgs {
-	return namedArgs{"id", id, "ttl", ttl.Milliseconds()}
+// renewArgs are renew.lua's arguments: fence is the holder's restart
+// fence, which the key remembers while the lease lasts.
+func renewArgs(id string, ttl, fence time.Duration) namedArgs {
+	return namedArgs{"id", id, "ttl", ttl.Milliseconds(), "fence", max(fence, 0).Milliseconds()}
 }
 
 // decodeRenew reads renew.lua's reply: whether the lease was extended.
@@ -158,23 +171,33 @@ func decodeRenew(res any) (bool, error) {
 // releaseArgs are release.lua's arguments.
 func releaseArgs(id, wake string) namedArgs { return namedArgs{"id", id, "wake", wake} }
 
-// decodeRelease reads release.lua's reply: whether the caller held or waited.
-func decodeRelease(res any) (bool, error) {
+// decodeRelease reads release.lua's reply: whether the caller held or
+// waited, and the records the script dropped, which were not records.
+func decodeRelease(res any) (bool, []any, error) {
 	var released int64
-	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released})
-	return released == 1, err
+	var bad []any
+	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "bad": &bad})
+	return released == 1, bad, err
 }
+
+// statusList is how many holders, and how many waiters, status lists
+// at most: listing more would make the script's work grow with the line.
+const statusList = 1000
+
+// statusArgs are status.lua's arguments.
+func statusArgs() namedArgs { return namedArgs{"list", statusList} }
 
 // statusReply is status.lua's reply.
 type statusReply struct {
-	now, capacity    int64
-	holders, waiters []any
+	now, capacity, held, holding, waiting int64
+	holders, waiters                      []any
 }
 
 func decodeStatus(res any) (statusReply, error) {
 	var r statusReply
 	err := decodeReply(statusScript.name, res, map[string]any{
-		"now": &r.now, "capacity": &r.capacity, "holders": &r.holders, "waiters": &r.waiters,
+		"now": &r.now, "capacity": &r.capacity, "held": &r.held, "holding": &r.holding, "waiting": &r.waiting,
+		"holders": &r.holders, "waiters": &r.waiters,
 	})
 	return r, err
 }
@@ -222,18 +245,29 @@ func shortReply(res any) string {
 type turn struct {
 	// handed is true when a script gave the waiter its permit: token is
 	// its fencing token and expiry the server time its lease lapses at.
-	// Otherwise the waiter asks again.
 	handed        bool
 	token, expiry int64
+	// look, when not handed, is the server time at which the waiter is to
+	// ask again: a permit handed to the waiter before it may lapse
+	// unclaimed then. 0 for an element that is neither: garbage.
+	look int64
 }
 
 // readTurn reads a turn record (lib.lua's turnRecord): "g <token> <expiry
-// ms>" for a permit handed over; anything else is no turn, and the waiter
-// asks again.
+// ms>" for a permit handed over, "c <ms>" to look again then. Anything
+// else is garbage, which the waiter drops.
 func readTurn(elem string) turn {
 	var t turn
-	if n, err := fmt.Sscanf(elem, "g %d %d", &t.token, &t.expiry); err == nil && n == 2 {
+	if len(elem) > 64 {
+		return t
+	}
+	if n, err := fmt.Sscanf(elem, "g %d %d", &t.token, &t.expiry); err == nil && n == 2 && t.token > 0 && t.expiry > 0 {
 		t.handed = true
+		return t
+	}
+	t.token, t.expiry = 0, 0
+	if n, err := fmt.Sscanf(elem, "c %d", &t.look); err != nil || n != 1 || t.look <= 0 {
+		t.look = 0
 	}
 	return t
 }
@@ -246,7 +280,10 @@ func readHolder(rec string, now int64) (semaphore.Holder, error) {
 	if err != nil {
 		return h, err
 	}
-	h.Permits, h.Token, h.Age, h.Weight = int(n[0]), n[1], time.Duration(now-n[2])*time.Millisecond, int(n[3])
+	if n[0] < 1 || n[0] > semaphore.MaxPermits || n[3] < 1 || n[3] > n[0] || n[1] < 1 {
+		return h, fmt.Errorf("malformed record %.200q", rec)
+	}
+	h.Permits, h.Token, h.Age, h.Weight = int(n[0]), n[1], span(now-n[2]), int(n[3])
 	return h, nil
 }
 
@@ -258,8 +295,16 @@ func readWaiter(rec string, now int64) (semaphore.Waiter, error) {
 	if err != nil {
 		return w, err
 	}
-	w.Permits, w.Weight, w.Waited = int(n[1]), int(n[2]), time.Duration(now-n[3])*time.Millisecond
+	if n[1] < 1 || n[1] > semaphore.MaxPermits || n[2] < 1 || n[2] > n[1] {
+		return w, fmt.Errorf("malformed record %.200q", rec)
+	}
+	w.Permits, w.Weight, w.Waited = int(n[1]), int(n[2]), span(now-n[3])
 	return w, nil
+}
+
+// span is ms as a duration, from 0 to 100 years: records are anyone's.
+func span(ms int64) time.Duration {
+	return time.Duration(min(max(ms, 0), 100*365*24*time.Hour.Milliseconds())) * time.Millisecond
 }
 
 // readRecord reads count integers, then the holder JSON, from a record.

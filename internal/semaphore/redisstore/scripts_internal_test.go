@@ -100,7 +100,7 @@ func runAcquire(t *testing.T, c *redis.Client, key, id string, n int, ttl time.D
 func runRelease(t *testing.T, c *redis.Client, key, id string) int64 {
 	t.Helper()
 	k := newKeys(testPrefix, key)
-	released, err := decodeRelease(runScript(t, c, releaseScript, k, releaseArgs(id, k.wake)))
+	released, _, err := decodeRelease(runScript(t, c, releaseScript, k, releaseArgs(id, k.wake)))
 	if err != nil {
 		t.Fatalf("release script (id %q): got %v, want its reply", id, err)
 	}
@@ -113,7 +113,7 @@ func runRelease(t *testing.T, c *redis.Client, key, id string) int64 {
 // runRenew runs renew.lua for id, and returns 1 when it renewed the lease.
 func runRenew(t *testing.T, c *redis.Client, key, id string, ttl time.Duration) int64 {
 	t.Helper()
-	renewed, err := decodeRenew(runScript(t, c, renewScript, newKeys(testPrefix, key), renewArgs(id, ttl)))
+	renewed, err := decodeRenew(runScript(t, c, renewScript, newKeys(testPrefix, key), renewArgs(id, ttl, 0)))
 	if err != nil {
 		t.Fatalf("renew script (id %q): got %v, want its reply", id, err)
 	}
@@ -125,7 +125,7 @@ func runRenew(t *testing.T, c *redis.Client, key, id string, ttl time.Duration) 
 
 func runStatus(t *testing.T, c *redis.Client, key string) semaphore.KeyStatus {
 	t.Helper()
-	st, err := readStatus(key, runScript(t, c, statusScript, newKeys(testPrefix, key), nil))
+	st, err := readStatus(key, runScript(t, c, statusScript, newKeys(testPrefix, key), statusArgs()), nil)
 	if err != nil {
 		t.Fatalf("status script: got %v, want a reply readStatus reads", err)
 	}
@@ -156,10 +156,17 @@ func listen(t *testing.T, c *redis.Client, key string) wakeLists {
 
 // woken returns every wake list under the key's prefix, by SCAN (never
 // KEYS), with its length.
+//
+// Lists that hold only look-again hints ("c <ms>", for the first waiter
+// left in line) are not turns: they are dropped, and left out.
 func woken(t *testing.T, w wakeLists) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]int64{}
+	hintsOnly := func(k string) bool {
+		elems, err := w.c.LRange(ctx, k, 0, -1).Result()
+		return err == nil && len(elems) > 0 && !slices.ContainsFunc(elems, func(e string) bool { return readTurn(e).look == 0 })
+	}
 	var cursor uint64
 	for {
 		names, next, err := w.c.Scan(ctx, cursor, w.wake+":*", 100).Result()
@@ -167,6 +174,10 @@ func woken(t *testing.T, w wakeLists) map[string]int64 {
 			t.Fatalf("SCAN MATCH %s:*: got error %v, want nil", w.wake, err)
 		}
 		for _, k := range names {
+			if hintsOnly(k) {
+				_ = w.c.Del(ctx, k).Err()
+				continue
+			}
 			n, err := w.c.LLen(ctx, k).Result()
 			if err != nil {
 				t.Fatalf("LLEN %s: got error %v, want a list", k, err)
@@ -225,11 +236,21 @@ func expectHandedOver(t *testing.T, w wakeLists, when string, handed ...string) 
 		}
 		turns[id] = tr
 		rec, err := w.c.HGet(ctx, keys[1], id).Result()
-		if f := holderRecord.FindStringSubmatch(rec); err != nil || f == nil || f[2] != strconv.FormatInt(tr.token, 10) {
+		f := holderRecord.FindStringSubmatch(rec)
+		if err != nil || f == nil || f[2] != strconv.FormatInt(tr.token, 10) {
 			t.Errorf("wake-up %s: holder record of %s: got (%q, %v), want token %d, as its list said", when, id, rec, err, tr.token)
 		}
-		if score, err := w.c.ZScore(ctx, keys[0], id).Result(); err != nil || int64(score) != tr.expiry {
-			t.Errorf("wake-up %s: lease expiry of %s: got (%v, %v), want %d ms, as its list said", when, id, score, err, tr.expiry)
+		// Until the waiter takes its turn, its permit is a claim of at
+		// most CLAIM (2s); the lease its list said comes once it does.
+		if full, err := w.c.HGet(ctx, keys[1], "#claim "+id).Int64(); err != nil || full != tr.expiry {
+			t.Errorf("wake-up %s: claim of %s: got (%v, %v), want the full lease %d ms, as its list said", when, id, full, err, tr.expiry)
+		}
+		if f != nil {
+			since, _ := strconv.ParseInt(f[3], 10, 64)
+			want := since + min(2000, tr.expiry-since)
+			if score, err := w.c.ZScore(ctx, keys[0], id).Result(); err != nil || int64(score) != want {
+				t.Errorf("wake-up %s: claim expiry of %s: got (%v, %v), want %d ms (granted at %d)", when, id, score, err, want, since)
+			}
 		}
 		if !slices.ContainsFunc(st.Holders, func(h semaphore.Holder) bool { return h.Token == tr.token }) {
 			t.Errorf("wake-up %s: status holders: got %+v, want one with %s's token %d", when, st.Holders, id, tr.token)
@@ -242,7 +263,14 @@ func expectHandedOver(t *testing.T, w wakeLists, when string, handed ...string) 
 		}
 	}
 	for k, n := range got {
-		t.Errorf("wake-up %s: got list %q of length %d, want no list but those of %v", when, k, n, handed)
+		// The first waiter left in line may be asked to look again when
+		// the claims lapse: "c <ms>".
+		elems, _ := w.c.LRange(ctx, k, 0, -1).Result()
+		if !slices.ContainsFunc(elems, func(e string) bool { return readTurn(e).look == 0 }) {
+			_ = w.c.Del(ctx, k).Err()
+			continue
+		}
+		t.Errorf("wake-up %s: got list %q of length %d (%q), want no list but those of %v and look-again hints", when, k, n, elems, handed)
 		_ = w.c.Del(ctx, k).Err()
 	}
 	if left := woken(t, w); len(left) != 0 {
@@ -453,8 +481,8 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			// The waiter's turn came: the release handed it its permit, with
 			// the n, weight, lease and meta of its record.
 			tr := expectHandedOver(t, wl, "after the holder released", "WAITER0SHAPES")["WAITER0SHAPES"]
-			if fields, err := b.c.HKeys(ctx, keys[1]).Result(); err != nil || !slices.Equal(sorted(fields), []string{"#cap", "#clock", "#ttl", "WAITER0SHAPES"}) {
-				t.Errorf("info fields after release: got (%q, %v), want only #cap, #clock, #ttl and the waiter handed its permit", fields, err)
+			if fields, err := b.c.HKeys(ctx, keys[1]).Result(); err != nil || !slices.Equal(sorted(fields), []string{"#cap", "#claim WAITER0SHAPES", "#clock", "#ttl", "#used", "WAITER0SHAPES"}) {
+				t.Errorf("info fields after release: got (%q, %v), want only #cap, #clock, #ttl, #used and the waiter handed its permit, with its claim", fields, err)
 			}
 			hrec, err := b.c.HGet(ctx, keys[1], "WAITER0SHAPES").Result()
 			hf := holderRecord.FindStringSubmatch(hrec)
@@ -795,8 +823,8 @@ func TestKeysEscapeBraces(t *testing.T) {
 	seen := map[string]string{}
 	for _, key := range []string{"a", "a}", "{a}", "}x", "%7B", "%7D", "{", "}", "%", "%25", "a:b}:holders"} {
 		ks := newKeys("p:", key).list()
-		if len(ks) != 5 {
-			t.Fatalf("keys(%q): got %d keys, want 5", key, len(ks))
+		if len(ks) != 6 {
+			t.Fatalf("keys(%q): got %d keys, want 6", key, len(ks))
 		}
 		lo, hi := strings.IndexByte(ks[0], '{'), strings.IndexByte(ks[0], '}')
 		if lo != len("p:") || hi < lo {
@@ -808,14 +836,14 @@ func TestKeysEscapeBraces(t *testing.T) {
 			if !strings.HasPrefix(k, tag) || strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
 				t.Errorf("keys(%q) and channel: got %q, want one {tag} %q shared by all and no other brace", key, k, tag)
 			}
-			suffix := []string{"holders", "info", "token", "queue", "waiters", "wake"}[i]
+			suffix := []string{"holders", "info", "token", "queue", "waiters", "leases", "wake"}[i]
 			if k != tag+":"+suffix {
 				t.Errorf("keys(%q) #%d: got %q, want %q", key, i, k, tag+":"+suffix)
 			}
 			names[k] = true
 		}
-		if len(names) != 6 {
-			t.Errorf("keys(%q) and channel: got %v, want 6 different names", key, names)
+		if len(names) != 7 {
+			t.Errorf("keys(%q) and channel: got %v, want 7 different names", key, names)
 		}
 		if prev, dup := seen[tag]; dup {
 			t.Errorf("keys(%q) and keys(%q): got the same tag %q, want different keys", prev, key, tag)
@@ -826,8 +854,8 @@ func TestKeysEscapeBraces(t *testing.T) {
 
 // TestReadHolder: a holder record is read whole, or not at all.
 func TestReadHolder(t *testing.T) {
-	h, err := readHolder(`2 1700000000000000 1700000000000 3 {"host":"h","pid":1,"command":"a b"}`, 1700000001000)
-	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 1, Command: "a b"}, Permits: 2, Token: 1700000000000000, Age: time.Second, Weight: 3}
+	h, err := readHolder(`3 1700000000000000 1700000000000 2 {"host":"h","pid":1,"command":"a b"}`, 1700000001000)
+	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 1, Command: "a b"}, Permits: 3, Token: 1700000000000000, Age: time.Second, Weight: 2}
 	if err != nil || h != want {
 		t.Errorf("readHolder: got (%+v, %v), want %+v", h, err, want)
 	}
@@ -1116,14 +1144,14 @@ func TestReadWaiter(t *testing.T) {
 		rec      string
 		wantInfo semaphore.HolderInfo
 	}{
-		{`1700000010000 2 3 1700000000000 30000 {"host":"h","pid":1,"command":"a b"}`, info},
-		{`1700000010000 2 3 1700000000000 30000 `, semaphore.HolderInfo{}},
+		{`1700000010000 3 2 1700000000000 30000 {"host":"h","pid":1,"command":"a b"}`, info},
+		{`1700000010000 3 2 1700000000000 30000 `, semaphore.HolderInfo{}},
 	} {
 		w, err := readWaiter(tc.rec, 1700000001000)
 		if err != nil {
 			t.Fatalf("readWaiter(%q): got error %v, want nil", tc.rec, err)
 		}
-		if want := (semaphore.Waiter{HolderInfo: tc.wantInfo, Permits: 2, Weight: 3, Waited: time.Second}); w != want {
+		if want := (semaphore.Waiter{HolderInfo: tc.wantInfo, Permits: 3, Weight: 2, Waited: time.Second}); w != want {
 			t.Errorf("readWaiter(%q): got %+v, want %+v", tc.rec, w, want)
 		}
 	}
@@ -1133,6 +1161,8 @@ func TestReadWaiter(t *testing.T) {
 		`1700000010000 2 x 1700000000000 30000 `,
 		`1700000010000 2 3 1700000000000 30000 {`,
 		`1700000010000 2 3 1700000000000 {"host":"h"}`, // no ttl
+		`1700000010000 2 3 1700000000000 30000 `,       // heavier than its N
+		`1700000010000 0 0 1700000000000 30000 `,       // no N
 	} {
 		if w, err := readWaiter(rec, 1700000001000); err == nil {
 			t.Errorf("readWaiter(%q): got %+v, want an error", rec, w)
@@ -1161,17 +1191,23 @@ func TestScriptErrorsNameTheirFileAndLine(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			k := newKeys(testPrefix, "errors")
-			// No weight: acquire.lua adds nil where the caller's seats are counted.
-			_, err := acquireScript.run(ctx, b.c, k, namedArgs{"id", "X", "permits", 1, "ttl", 1000, "meta", "", "wait", 0, "wake", k.wake})
-			want := fmt.Sprintf("acquire.lua:%d:", lineOf(t, acquireLua, "busy + weight <= n"))
-			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "user_script") {
-				t.Errorf("acquire.lua without a weight: got %v, want an error at %s", err, want)
+			// A line that is not a sorted set: acquire.lua's own call fails.
+			if err := b.c.Set(ctx, k.queue, "x", time.Minute).Err(); err != nil {
+				t.Fatal(err)
 			}
-			// No wake list prefix: lib.lua's wakekey joins nil.
-			_, err = releaseScript.run(ctx, b.c, k, namedArgs{"id", "X"})
-			want = fmt.Sprintf("lib.lua:%d:", lineOf(t, libLua, "return prefix .. ':'"))
+			_, err := acquireScript.run(ctx, b.c, k, acquireArgs{id: "X", permits: 1, ttl: time.Second, weight: 1, wake: k.wake}.named())
+			want := fmt.Sprintf("acquire.lua:%d", lineOf(t, acquireLua, "local inline = redis.call('ZSCORE', queueKey, id)"))
+			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "user_script") {
+				t.Errorf("acquire.lua on a line of another type: got %v, want an error at %s", err, want)
+			}
+			// An info key that is not a hash: lib.lua's rebase fails.
+			if err := b.c.Set(ctx, k.info, "x", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err = releaseScript.run(ctx, b.c, k, releaseArgs("X", k.wake))
+			want = fmt.Sprintf("lib.lua:%d", lineOf(t, libLua, "local rec = redis.call('HMGET', infoKey, '#clock', '#ttl')"))
 			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("release.lua without a wake list prefix: got %v, want an error at %s", err, want)
+				t.Errorf("release.lua on info of another type: got %v, want an error at %s", err, want)
 			}
 			var rerr redis.Error
 			if !errors.As(err, &rerr) {

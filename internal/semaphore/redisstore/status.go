@@ -9,7 +9,9 @@ import (
 )
 
 // Status implements semaphore.Store. Without keys, it lists every key under
-// the prefix (see semaphores).
+// the prefix (see semaphores). A key that cannot be read (a key of another
+// type under the prefix, an absurd reply) comes with its Error: the others
+// are still shown.
 func (s *Store) Status(ctx context.Context, keys []string) ([]semaphore.KeyStatus, error) {
 	if len(keys) == 0 {
 		var err error
@@ -19,27 +21,41 @@ func (s *Store) Status(ctx context.Context, keys []string) ([]semaphore.KeyStatu
 	}
 	out := make([]semaphore.KeyStatus, 0, len(keys))
 	for _, key := range keys {
-		res, err := s.call(ctx, statusScript, newKeys(s.prefix, key), nil)
-		if err != nil {
+		res, err := s.call(ctx, statusScript, newKeys(s.prefix, key), statusArgs())
+		if err != nil && (ctx.Err() != nil || !s.keyFault(err)) {
 			return nil, fmt.Errorf("status of key %q: %w", key, err)
 		}
-		st, err := readStatus(key, res)
+		st, err := readStatus(key, res, err)
 		if err != nil {
-			return nil, fmt.Errorf("status of key %q: %w", key, err)
+			st = semaphore.KeyStatus{Key: key, Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Error: err.Error()}
 		}
 		out = append(out, st)
 	}
 	return out, nil
 }
 
-// readStatus reads status.lua's reply. A record that is not one is left
-// out, as the scripts do; a holder's still takes one seat.
-func readStatus(key string, res any) (semaphore.KeyStatus, error) {
+// keyFault tells an error of one key's data (the server answered) from
+// the store's (unreachable, refused).
+func (s *Store) keyFault(err error) bool {
+	_, _, perm := refusal(err)
+	return !retryable(err) && !unauthenticated(err) && !perm
+}
+
+// readStatus reads status.lua's reply, or the error it came with. A
+// record that is not one is left out, as the scripts do.
+func readStatus(key string, res any, err error) (semaphore.KeyStatus, error) {
+	if err != nil {
+		return semaphore.KeyStatus{}, err
+	}
 	r, err := decodeStatus(res)
 	if err != nil {
 		return semaphore.KeyStatus{}, err
 	}
-	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}}
+	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
+		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}}
+	if len(r.holders) > statusList || len(r.waiters) > statusList {
+		return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected reply of %d holders and %d waiters", statusScript.name, len(r.holders), len(r.waiters))
+	}
 	for _, e := range r.holders {
 		pair, _ := e.([]any)
 		if len(pair) != 2 {
@@ -49,12 +65,10 @@ func readStatus(key string, res any) (semaphore.KeyStatus, error) {
 		rec, _ := pair[1].(string)
 		h, err := readHolder(rec, r.now)
 		if err != nil {
-			st.Held++
 			continue
 		}
-		h.ExpiresIn = time.Duration(expiry-r.now) * time.Millisecond
+		h.ExpiresIn = time.Duration(min(max(expiry-r.now, 0), semaphore.MaxTTL.Milliseconds())) * time.Millisecond
 		st.Holders = append(st.Holders, h)
-		st.Held += h.Weight
 	}
 	for _, e := range r.waiters {
 		rec, _ := e.(string)
@@ -65,5 +79,6 @@ func readStatus(key string, res any) (semaphore.KeyStatus, error) {
 		w.Position = len(st.Waiters) + 1
 		st.Waiters = append(st.Waiters, w)
 	}
+	st.Unlisted = int(max(r.holding-statusList, 0) + max(r.waiting-statusList, 0))
 	return st, nil
 }

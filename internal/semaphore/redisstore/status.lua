@@ -1,23 +1,43 @@
 -- status.lua: read one semaphore without changing it. Permit ids are never
 -- returned.
--- KEYS: see lib.lua. No ARGV.
+-- KEYS: see lib.lua. ARGV: list, how many holders and how many waiters to
+-- list at most.
 -- Reply (statusReply in scripts.go), for the holders and waiters whose
 -- lease has not lapsed:
 --   now       the server's clock, ms
 --   capacity  the capacity the latest caller asked, or -1
---   holders   {lease expiry ms, holder record} each
---   waiters   the waiter records, in line
+--   held      the seats the holders take
+--   holding   how many holders there are, lapsed ones not yet swept included
+--   waiting   how many wait, lapsed ones not yet swept included
+--   holders   {lease expiry ms, holder record} each, at most list
+--   waiters   the waiter records, in line, at most list
+local a = args()
+local list = num(a.list, 0, 100000)
+if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
 local holders = {}
-local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', now), '+inf', 'WITHSCORES')
-for i = 1, #held, 2 do
-  holders[#holders + 1] = {tonumber(held[i + 1]), redis.call('HGET', infoKey, held[i]) or ''}
-end
-local waiters = {}
-local queue = redis.call('ZRANGE', queueKey, 0, -1)
-if #queue > 0 then
-  for _, rec in ipairs(hmget(waitersKey, queue)) do
-    local w = readWaiter(rec)
-    if w and w.expiry > now then waiters[#waiters + 1] = rec end
+-- The seats taken: counted from the holders listed when that is all of
+-- them, as their leases may have lapsed since the count ("#used") was kept.
+local holding = redis.call('ZCARD', holdersKey)
+local seats = 0
+if list > 0 then
+  local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, list)
+  for i = 1, #held, 2 do
+    local rec = redis.call('HGET', infoKey, held[i]) or ''
+    local h = readHolder(rec)
+    seats = seats + (h and h.weight or 1)
+    holders[#holders + 1] = {tonumber(held[i + 1]), rec}
   end
 end
-return reply{now = now, capacity = tonumber(redis.call('HGET', infoKey, '#cap') or -1), holders = holders, waiters = waiters}
+if holding > list then seats = used() end
+local waiters = {}
+if list > 0 then
+  for _, wid in ipairs(redis.call('ZRANGE', queueKey, 0, list - 1)) do
+    local rec = redis.call('HGET', waitersKey, wid)
+    local w = readWaiter(rec)
+    local lease = num(redis.call('ZSCORE', leasesKey, wid), 0, MAXINT)
+    if w and lease and lease > now then waiters[#waiters + 1] = rec end
+  end
+end
+return reply{now = now, capacity = field('#cap', 1, 1000000) or -1, held = seats,
+  holding = holding, waiting = redis.call('ZCARD', queueKey),
+  holders = holders, waiters = waiters}

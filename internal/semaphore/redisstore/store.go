@@ -8,6 +8,7 @@ package redisstore
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,6 +42,9 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// Warnf, when set, receives warnings (callers asking different capacities).
 	Warnf func(format string, args ...any)
+	// Infof, when set, receives what is worth saying with --verbose only
+	// (records of a key dropped because they were not records).
+	Infof func(format string, args ...any)
 	// TLS configures TLS for a rediss:// URL; set for another scheme, it
 	// is refused.
 	TLS TLSOptions
@@ -76,7 +80,12 @@ type Store struct {
 	// urlPassword: the URL carries a password, the server's or the sentinels'.
 	urlPassword bool
 	warnf       func(format string, args ...any)
+	infof       func(format string, args ...any)
 	names       semaphore.Names
+	// maxLine is the longest line a key takes (MaxLine; tests shorten it).
+	maxLine int
+	// reached: a call got the server's answer, so the store was reachable.
+	reached atomic.Bool
 }
 
 var _ semaphore.Store = (*Store)(nil)
@@ -111,11 +120,19 @@ func New(o Options) (*Store, error) {
 	var c Client
 	switch {
 	case o.Cluster:
-		c = ClusterClient(redis.NewClusterClient(t.opt.Cluster()))
+		cc := redis.NewClusterClient(t.opt.Cluster())
+		cc.AddHook(recoverHook{})
+		// Renewals with WAIT and doctor talk to nodes directly.
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(recoverHook{}) })
+		c = ClusterClient(cc)
 	case o.SentinelMaster != "":
-		c = ServerClient(redis.NewFailoverClient(t.opt.Failover()))
+		fc := redis.NewFailoverClient(t.opt.Failover())
+		fc.AddHook(recoverHook{})
+		c = ServerClient(fc)
 	default:
-		c = ServerClient(redis.NewClient(t.opt.Simple()))
+		sc := redis.NewClient(t.opt.Simple())
+		sc.AddHook(recoverHook{})
+		c = ServerClient(sc)
 	}
 	s := NewWithClient(c, addr, o)
 	s.urlPassword = t.password
@@ -164,18 +181,21 @@ func (o *Options) settle(opt *redis.UniversalOptions) {
 }
 
 // NewWithClient returns a store over c; addr names it in messages and must
-// hold no secret. Of o, only Prefix, ConnectTimeout, Warnf, Cluster and
-// Names are used: c is connected as it is. Tests use it to wrap a client.
+// hold no secret. Of o, only Prefix, ConnectTimeout, Warnf, Infof, Cluster
+// and Names are used: c is connected as it is. Tests use it to wrap a client.
 func NewWithClient(c Client, addr string, o Options) *Store {
-	warnf := o.Warnf
+	warnf, infof := o.Warnf, o.Infof
 	if warnf == nil {
 		warnf = func(string, ...any) {}
+	}
+	if infof == nil {
+		infof = func(string, ...any) {}
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
 	return &Store{client: c, prefix: o.Prefix, addr: addr, connectTimeout: o.ConnectTimeout,
-		cluster: o.Cluster, warnf: warnf, names: o.names()}
+		cluster: o.Cluster, warnf: warnf, infof: infof, names: o.names(), maxLine: MaxLine}
 }
 
 // Addr is the store's address with any password redacted.

@@ -20,37 +20,38 @@ type wakeups struct {
 	poll backoff
 }
 
-// wait returns when the waiter's turn was pushed, or after d, or with ctx's
-// cause: at once, even while BLPOP still blocks.
-func (w *wakeups) wait(ctx context.Context, d time.Duration) (turn, error) {
-	type popped struct {
-		elem string
-		err  error
+// wait returns what was pushed to the wake list (popped), or nothing after
+// d, or ctx's cause: at once, even while BLPOP still blocks.
+func (w *wakeups) wait(ctx context.Context, d time.Duration) (t turn, popped bool, err error) {
+	type result struct {
+		elem   string
+		popped bool
+		err    error
 	}
 	// The call's own deadline is a second past BLPOP's timeout.
 	call, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+time.Second)
-	done := make(chan popped, 1)
+	done := make(chan result, 1)
 	go func() {
 		defer cancel()
 		kv, err := w.client.Do(call, "BLPOP", w.key, strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)).StringSlice()
 		if errors.Is(err, redis.Nil) {
 			err = nil // timed out: time to renew the place in line
 		}
-		var p popped
+		var p result
 		if err == nil && len(kv) == 2 {
-			p.elem = kv[1]
+			p.elem, p.popped = kv[1], true
 		}
 		p.err = err
 		done <- p
 	}()
 	select {
 	case <-ctx.Done():
-		return turn{}, context.Cause(ctx)
+		return turn{}, false, context.Cause(ctx)
 	case p := <-done:
 		if p.err != nil {
 			// Waiting goes on: the next ask retries the store, or fails.
-			return turn{}, clock.Sleep(ctx, min(d, w.poll.step()))
+			return turn{}, false, clock.Sleep(ctx, min(d, w.poll.step()))
 		}
-		return readTurn(p.elem), nil
+		return readTurn(p.elem), p.popped, nil
 	}
 }
