@@ -63,7 +63,7 @@ would, and 125 for bad flags or values.`,
 // that cannot be used is a finding, not bad input: it is the first check.
 // On Windows, --local itself is refused, as for a run.
 func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphore.Check, error) {
-	store, err := common.openStore(log.Warnf)
+	store, err := common.openStore(log)
 	if err != nil {
 		// A lock directory that exists but cannot be used is a finding; a
 		// setting refused is bad input, as for a run.

@@ -123,26 +123,26 @@ func (e *shownSetting) Unwrap() error { return e.se }
 // openStore opens the store the settings chose: the host's lock directory
 // with --local, else Redis. It is the one place that names a store; the
 // store checks the settings it owns.
-func (c *commonOptions) openStore(warnf func(string, ...any)) (semaphore.Store, error) {
-	if warnf == nil {
-		warnf = c.logger(c.stderr).Warnf
+func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
+	if log == nil {
+		log = c.logger(c.stderr)
 	}
 	n := names{src: c.sources, flags: c.flags}
 	if c.local {
-		return c.openLocal(warnf, n)
+		return c.openLocal(log.Warnf, n)
 	}
 	s, err := redisstore.New(redisstore.Options{
-		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: warnf,
+		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: log.Warnf, Infof: log.Infof,
 		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
 	})
 	if err != nil {
 		return nil, c.refused(err)
 	}
 	if c.tls.Insecure {
-		warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
+		log.Warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
 	}
 	if c.urlInArgs && s.PasswordInURL() {
-		warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
+		log.Warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
 	}
 	return s, nil
 }

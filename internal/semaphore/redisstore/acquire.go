@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -152,6 +154,9 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	sent := clock.Now()
 	res, err := s.call(ctx, acquireScript, a.keys, a.args.named())
 	recv := clock.Now()
+	if err != nil && a.atLimit(err) != nil {
+		return nil, 0, a.atLimit(err)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// The script may have run before ctx ended: give back what
@@ -200,6 +205,25 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		delay = min(delay, time.Duration(r.lapse)*time.Millisecond+time.Millisecond)
 	}
 	return nil, delay, nil
+}
+
+// atLimit explains a counter of the key that cannot be raised (someone
+// wrote it, or it was used up), with the repair; nil for other errors.
+func (a *asker) atLimit(err error) error {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return nil
+	}
+	msg := rerr.Error()
+	switch {
+	case strings.HasPrefix(msg, "TOKENLIMIT "):
+		return fmt.Errorf("key %q: %s: no permit of this key can be granted; to repair, DEL %s (tokens then start again from Redis's clock)",
+			a.req.Key, strings.TrimPrefix(msg, "TOKENLIMIT "), a.keys.token)
+	case strings.HasPrefix(msg, "COUNTERLIMIT "):
+		return fmt.Errorf("key %q: %s: nobody can join this key's line; to repair, HDEL %s #seq",
+			a.req.Key, strings.TrimPrefix(msg, "COUNTERLIMIT "), a.keys.waiters)
+	}
+	return nil
 }
 
 // warn says, once, that the caller disagrees with the previous one about

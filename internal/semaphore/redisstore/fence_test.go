@@ -339,3 +339,27 @@ func TestRedisMinReplicas(t *testing.T) {
 		t.Errorf("holders on the master after the grant no replica had: got %d, want 0 (given back)", n)
 	}
 }
+
+// TestFenceBoundedByLease: a caller asking a 24h fence with a 2s lease
+// fences its own grants, but the key remembers no more of it than its
+// lease, and only while its lease may last: a caller without a fence is
+// granted at once on a server up for longer than that.
+func TestFenceBoundedByLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	raw := rawClient(t, srv.Addr)
+	st := newStore(t, srv.URL(), Options{})
+	key := uniqueKey(t)
+	k := newKeys(testPrefix, key)
+	time.Sleep(3 * time.Second) // up for longer than the 2s lease
+	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, RestartFence: 24 * time.Hour, NoWait: true})
+	var fence *semaphore.FenceError
+	if !errors.As(err, &fence) {
+		t.Fatalf("a caller asking a 24h fence of a fresh server: got %v, want fenced", err)
+	}
+	if got, err := raw.HGet(context.Background(), k.info, "#fencelen").Int64(); err != nil || got > 2000 {
+		t.Errorf("fence the key remembers: got (%d, %v), want at most the caller's 2s lease", got, err)
+	}
+	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+	release(t, l)
+}

@@ -120,23 +120,34 @@ end
 
 -- used is how many seats the holders take (kept in "#used": counting
 -- them would walk every holder). A key without holders takes none, which
--- heals a count that went wrong.
+-- heals a count that went wrong; a count that is not one is counted anew
+-- from the holders, once.
 local function used()
   if redis.call('ZCARD', holdersKey) == 0 then return 0 end
-  return num(redis.call('HGET', infoKey, '#used'), 0, MAXINT) or 0
-end
-
-local function addUsed(n)
-  redis.call('HSET', infoKey, '#used', math.max(used() + n, 0))
+  local n = num(redis.call('HGET', infoKey, '#used'), 0, MAXINT)
+  if n then return n end
+  n = 0
+  local ids = redis.call('ZRANGE', holdersKey, 0, -1)
+  for i = 1, #ids, 500 do
+    local recs = redis.call('HMGET', infoKey, unpack(ids, i, math.min(i + 499, #ids)))
+    for j = 1, #recs do
+      local h = readHolder(recs[j])
+      n = n + (h and h.weight or 1)
+    end
+  end
+  redis.call('HSET', infoKey, '#used', n)
+  return n
 end
 
 -- removeHolder ends a holder's permit and frees its seats; one whose
--- record is not one took one seat.
+-- record is not one took one seat. The count is read before the holder
+-- goes, as a count counted anew must include it.
 local function removeHolder(id)
+  local u = used()
   local h = readHolder(redis.call('HGET', infoKey, id))
   redis.call('ZREM', holdersKey, id)
   redis.call('HDEL', infoKey, id, '#claim ' .. id)
-  addUsed(-(h and h.weight or 1))
+  redis.call('HSET', infoKey, '#used', math.max(u - (h and h.weight or 1), 0))
 end
 
 -- claimed makes a permit handed over a lease in full: its waiter took its
@@ -204,10 +215,12 @@ local function grant(id, n, weight, ttl, expiry, meta)
   end
   token = math.max(token + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
   redis.call('SET', tokenKey, string.format('%d', token))
+  -- Counted before the holder is added, as a count counted anew would
+  -- include it.
+  local u = used()
   redis.call('ZADD', holdersKey, expiry, id)
   redis.call('HSET', infoKey, id, holderRecord{permits = n, token = token, since = now, weight = weight, meta = meta},
-    '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0))
-  addUsed(weight)
+    '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0), '#used', u + weight)
   return token
 end
 

@@ -712,7 +712,7 @@ func TestRedisHungStore(t *testing.T) {
 		srv, st, raw := setup(t, Options{ConnectTimeout: 300 * time.Millisecond})
 		key := uniqueKey(t)
 		k := newKeys(testPrefix, key)
-		const ttl = 2 * time.Second // a waiter lease of WaiterLease
+		const ttl = 2 * time.Second                                                 // a waiter lease of WaiterLease
 		hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}) // connected; the seat is taken
 		if err := srv.Pause(); err != nil {
 			t.Fatalf("pause redis-server: %v", err)
