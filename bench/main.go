@@ -3,7 +3,7 @@
 // absolute times on a shared machine say little, ratios to a peer measured
 // in the same run do.
 //
-//	go run ./bench [-only overhead,handoff,commands,utilization,rss] [-markdown]
+//	go run ./bench [-only overhead,handoff,commands,utilization,rss,line] [-markdown]
 //
 // Its parts, each printed as a table with its targets:
 //
@@ -15,6 +15,8 @@
 //   - utilization: 60 jobs of 100ms from 20 processes under 3 permits; the
 //     seats' busy time over the makespan.
 //   - rss: resident memory of a waiting and of a holding semrun.
+//   - line: Redis's CPU and semrun's commands per grant, and the order of
+//     grants, with 50, 500 and 2,000 waiters on one key of 10 permits.
 //
 // -markdown prints the tables as markdown, for the README; -h lists the
 // options. The children the contenders run are a small C program where a C
@@ -58,6 +60,8 @@ type options struct {
 	commandWaiters int
 
 	utilRounds, utilSemRounds int
+
+	lineSizes []int
 }
 
 type part struct {
@@ -71,6 +75,7 @@ var parts = []part{
 	{"commands", (*bench).commands},
 	{"utilization", (*bench).utilization},
 	{"rss", (*bench).rss},
+	{"line", (*bench).line},
 }
 
 func main() {
@@ -91,7 +96,16 @@ func main() {
 	flag.IntVar(&o.commandWaiters, "command-waiters", 100, "commands: semrun processes started at once")
 	flag.IntVar(&o.utilRounds, "util-rounds", 3, "utilization: rounds per contender")
 	flag.IntVar(&o.utilSemRounds, "util-sem-rounds", 1, "utilization: rounds for GNU sem")
+	sizes := flag.String("line-waiters", "50,500,2000", "line: sizes of the line, shortest first")
 	flag.Parse()
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -line-waiters: %q is not a size\n", f)
+			os.Exit(2)
+		}
+		o.lineSizes = append(o.lineSizes, n)
+	}
 	var chosen []part
 	for _, name := range strings.Split(o.only, ",") {
 		i := slices.IndexFunc(parts, func(p part) bool { return p.name == strings.TrimSpace(name) })

@@ -17,12 +17,14 @@ import (
 )
 
 // WaiterLease is how long a waiter keeps its place in line without telling
-// the store it is still there, in a short line: a waiter that vanished
-// (killed, host gone) leaves the line after at most this. A longer line
-// gives its waiters longer leases (waiterLease), so that keeping places
-// costs Redis the same however long the line. Either way a vanished
-// waiter whose turn comes costs those behind it only a claim window
-// (lib.lua's CLAIM), not its lease.
+// the store it is still there, in a short line, or the lease it asks for
+// if that is shorter: a waiter that vanished (killed, host gone) leaves
+// the line after at most this, and its renewals, every third of it, also
+// cover a wake-up lost in a fault. A longer line gives its waiters longer
+// leases (waiterLease), so that keeping places costs Redis the same
+// however long the line. Either way a vanished waiter whose turn comes
+// costs those behind it only a claim window (lib.lua's CLAIM), not its
+// lease.
 const WaiterLease = 10 * time.Second
 
 // MaxWaiterLease bounds the waiter lease of the longest lines.
@@ -32,11 +34,12 @@ const MaxWaiterLease = time.Minute
 // longer is refused as busy, with a *semaphore.LineError.
 const MaxLine = 10_000
 
-// waiterLease is the lease of a waiter in a line of waiting callers: 15ms
-// a waiter, from WaiterLease to MaxWaiterLease, which keeps the renewals
-// of places under about 200 a second per key.
-func waiterLease(waiting int64) time.Duration {
-	return min(max(WaiterLease, time.Duration(waiting)*15*time.Millisecond), MaxWaiterLease)
+// waiterLease is the lease of a waiter asking for a lease of ttl, in a line
+// of waiting callers: 15ms a waiter, at least the shorter of ttl and
+// WaiterLease, at most MaxWaiterLease, which keeps the renewals of places
+// under about 200 a second per key.
+func waiterLease(ttl time.Duration, waiting int64) time.Duration {
+	return min(max(min(ttl, WaiterLease), time.Duration(waiting)*15*time.Millisecond), MaxWaiterLease)
 }
 
 // watchers is how many waiters at the head of the line ask again when the
@@ -141,7 +144,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 		wake: a.keys.wake, fence: req.RestartFence, line: s.maxLine,
 	}
 	if !req.NoWait {
-		a.args.wait = WaiterLease
+		a.args.wait = waiterLease(req.TTL, 0)
 	}
 	a.wake = wakeups{client: s.client, key: a.keys.wakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
 	return a, nil
@@ -196,7 +199,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	// Jittered, so that waiters that came together do not renew together.
 	wlease := a.args.wait
 	delay := wlease/3*9/10 + mrand.N(wlease/15+1)
-	a.args.wait = waiterLease(r.waiting)
+	a.args.wait = waiterLease(req.TTL, r.waiting)
 	// Healthy holders renew long before their lease could lapse, and a
 	// waiter asks again before that; only a crashed holder's lapse, or a
 	// permit handed over and never claimed, comes first, and then the

@@ -725,13 +725,13 @@ func TestRedisHungStore(t *testing.T) {
 			t.Fatalf("resume redis-server: %v", err)
 		}
 		resumed := time.Now()
-		waitFor(t, WaiterLease+5*time.Second, "the line empty again", func() bool {
+		waitFor(t, ttl+5*time.Second, "the line empty again", func() bool {
 			// A look sweeps lapsed waiters, as every caller's does.
 			_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
 			return errors.Is(err, semaphore.ErrBusy) && zcard(t, raw, k.queue) == 0
 		})
-		if d := time.Since(resumed); d > WaiterLease+time.Second {
-			t.Errorf("line empty again %v after Redis resumed, want within the ghost's waiter lease, %v", d, WaiterLease)
+		if d := time.Since(resumed); d > ttl+time.Second {
+			t.Errorf("line empty again %v after Redis resumed, want within the ghost's waiter lease, %v", d, ttl)
 		}
 	})
 }

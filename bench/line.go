@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Targets of the line part: Redis's CPU per grant with the longest line
+// within lineCPURatio of the shortest's, and at most lineCPUMax.
+const (
+	lineCPURatio = 2.0
+	lineCPUMax   = 500 * time.Microsecond
+	linePermits  = 10
+	lineHold     = 200 * time.Millisecond
+)
+
+// line measures what a long line costs Redis: for each size, that many
+// semruns join the line of one key of 10 permits, one after the other,
+// behind 10 holders; then the holders go, and the line drains, each child
+// holding 200ms. While it drains, Redis's CPU (INFO cpu) and the commands
+// semruns send (INFO commandstats) are counted per grant; and the children
+// say their place and fencing token, which must rise in the order they
+// arrived.
+func (b *bench) line() ([]*table, error) {
+	if b.redis == nil {
+		fmt.Fprintln(os.Stderr, "bench: line: skipped, without redis-server")
+		return nil, nil
+	}
+	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	t := &table{
+		title: fmt.Sprintf("line: Redis's work per grant as the line grows, one key of %d permits, children of %v", linePermits, lineHold),
+		head:  []string{"waiters", "Redis CPU / grant", "× shortest", "commands / grant", "in order", "drained in", "target"},
+	}
+	var first time.Duration
+	for _, n := range b.o.lineSizes {
+		r, err := b.lineRound(c, n)
+		if err != nil {
+			return []*table{t}, err
+		}
+		if first == 0 {
+			first = r.cpu
+		}
+		x := float64(r.cpu) / float64(first)
+		target := ""
+		if n == b.o.lineSizes[len(b.o.lineSizes)-1] && len(b.o.lineSizes) > 1 {
+			target = fmt.Sprintf("≤ %.0f× and ≤ %v: %s", lineCPURatio, lineCPUMax, verdict(x <= lineCPURatio && r.cpu <= lineCPUMax))
+		}
+		t.add(strconv.Itoa(n), fmt.Sprintf("%.3f ms", float64(r.cpu)/float64(time.Millisecond)), fmt.Sprintf("%.2f", x),
+			fmt.Sprintf("%.2f", r.commands), r.order, r.took.Round(time.Millisecond).String(), target)
+	}
+	t.note("Each waiter keeps its place with a lease of 15ms a waiter (from the TTL, at most 10s, to 1m); a seat handed over is claimed for 2s until its waiter takes it. CPU is used_cpu_user + used_cpu_sys of the server while the line drains, over the grants; commands are those semrun sends (EVALSHA, BLPOP...), not those its scripts run.")
+	return []*table{t}, nil
+}
+
+type lineResult struct {
+	cpu      time.Duration
+	commands float64
+	order    string
+	took     time.Duration
+}
+
+func (b *bench) lineRound(c *redis.Client, n int) (lineResult, error) {
+	var r lineResult
+	key, log := b.key("line")
+	l := find(b.lockers(linePermits), "semrun (Redis)")
+	gate := filepath.Join(b.dir, key+".gate")
+	order := filepath.Join(b.dir, key+".order")
+	g := newGroup(b.ctx, b.env)
+	defer g.close()
+	for i := range linePermits {
+		p, err := g.start(l.argv(key, linePermits, b.childArgv(log, "gate:"+gate)), false)
+		if err != nil {
+			return r, err
+		}
+		if err := waitStarted(b.ctx, log, i+1, p, 30*time.Second); err != nil {
+			return r, fmt.Errorf("holders: %w", err)
+		}
+	}
+	waiters := semKey(key, "waiters")
+	for i := range n {
+		child := []string{"sh", "-c", `echo "$0 $SEMRUN_FENCING_TOKEN" >> "$1"; exec "$2" "$3" "$4"`,
+			strconv.Itoa(i), order, b.child, log, strconv.FormatFloat(lineHold.Seconds(), 'f', -1, 64)}
+		if _, err := g.start(l.argv(key, linePermits, child), false); err != nil {
+			return r, err
+		}
+		// Each takes its place before the next comes: their order is known.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+			seq, _ := c.HGet(b.ctx, waiters, "#seq").Int()
+			if seq > i {
+				break
+			}
+			if time.Now().After(deadline) || b.ctx.Err() != nil {
+				return r, fmt.Errorf("waiter %d did not join the line", i)
+			}
+		}
+	}
+	cpu0, err := serverCPU(c)
+	if err != nil {
+		return r, err
+	}
+	if err := c.ConfigResetStat(b.ctx).Err(); err != nil {
+		return r, err
+	}
+	began := time.Now()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		return r, err
+	}
+	if err := g.waitAll(); err != nil {
+		return r, err
+	}
+	r.took = time.Since(began)
+	cpu1, err := serverCPU(c)
+	if err != nil {
+		return r, err
+	}
+	info, err := c.Info(b.ctx, "commandstats").Result()
+	if err != nil {
+		return r, err
+	}
+	calls := commandStats(info)
+	scripted := scriptCommands(b.root)
+	var top int64
+	for name, k := range calls {
+		base, _, _ := strings.Cut(name, "|")
+		if base != "info" && base != "config" && (topLevel[base] || (scripted != nil && !scripted[base])) {
+			top += k
+		}
+	}
+	r.cpu = (cpu1 - cpu0) / time.Duration(n)
+	r.commands = float64(top) / float64(n)
+	r.order, err = inOrder(order, n)
+	return r, err
+}
+
+// semKey is a Redis key of semaphore key, as the store names it with the
+// default prefix.
+func semKey(key, name string) string { return "semrun:{" + key + "}:" + name }
+
+// serverCPU is the CPU time the server has used, from INFO cpu.
+func serverCPU(c *redis.Client) (time.Duration, error) {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for l := range strings.Lines(info) {
+		name, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu: %q", l)
+			}
+			sum += f
+		}
+	}
+	return time.Duration(sum * float64(time.Second)), nil
+}
+
+// inOrder says whether the n waiters' tokens rise in the order they
+// joined the line, or how many came out of order.
+func inOrder(path string, n int) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	type got struct{ place, token int64 }
+	var all []got
+	for l := range strings.Lines(string(data)) {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			return "", fmt.Errorf("order: line %q", l)
+		}
+		p, err1 := strconv.ParseInt(f[0], 10, 64)
+		tok, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return "", fmt.Errorf("order: line %q", l)
+		}
+		all = append(all, got{p, tok})
+	}
+	if len(all) != n {
+		return "", fmt.Errorf("order: %d children ran, want %d", len(all), n)
+	}
+	slices.SortFunc(all, func(a, b got) int { return int(a.token - b.token) })
+	late := 0
+	for i, x := range all {
+		if x.place != int64(i) {
+			late++
+		}
+	}
+	if late == 0 {
+		return "yes", nil
+	}
+	return fmt.Sprintf("no: %d of %d out of place", late, n), nil
+}
