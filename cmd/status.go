@@ -43,13 +43,33 @@ every key the store knows (with --local: every key in the lock directory).`,
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				err = enc.Encode(st)
+			} else {
+				err = printStatus(cmd.OutOrStdout(), st)
 			}
-			return printStatus(cmd.OutOrStdout(), st)
+			if err != nil {
+				return err
+			}
+			return unreadable(st)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// unreadable fails a status that could not read some key: its line says
+// why, and the exit status tells a script.
+func unreadable(keys []semaphore.KeyStatus) error {
+	n := 0
+	for _, k := range keys {
+		if k.Error != "" {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return &unreadableError{failed: n, total: len(keys)}
 }
 
 func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
@@ -62,9 +82,16 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		if k.Capacity > 0 {
 			capacity = fmt.Sprint(k.Capacity)
 		}
+		if k.Error != "" {
+			fmt.Fprintf(tw, "key %q: could not be read: %s\n", k.Key, k.Error)
+			continue
+		}
 		fmt.Fprintf(tw, "key %q: %d held, capacity %s", k.Key, k.Held, capacity)
 		if len(k.Waiters) > 0 {
 			fmt.Fprintf(tw, ", %d waiting", len(k.Waiters))
+		}
+		if k.Unlisted > 0 {
+			fmt.Fprintf(tw, ", %d more not listed", k.Unlisted)
 		}
 		fmt.Fprintln(tw)
 		if len(k.Holders) > 0 {
