@@ -78,13 +78,13 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		if i > 0 {
 			fmt.Fprintln(tw)
 		}
-		capacity := "?"
-		if k.Capacity > 0 {
-			capacity = fmt.Sprint(k.Capacity)
-		}
 		if k.Error != "" {
 			fmt.Fprintf(tw, "key %q: could not be read: %s\n", k.Key, k.Error)
 			continue
+		}
+		capacity := "?"
+		if k.Capacity > 0 {
+			capacity = fmt.Sprint(k.Capacity)
 		}
 		fmt.Fprintf(tw, "key %q: %d held, capacity %s", k.Key, k.Held, capacity)
 		if len(k.Waiters) > 0 {

@@ -24,7 +24,6 @@ type Fake struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
-	seen  []string
 	wg    sync.WaitGroup
 }
 
@@ -45,13 +44,6 @@ func NewFake(t testing.TB, reply func(cmd string, args []string) string) *Fake {
 
 // URL is the redis:// URL of the Fake.
 func (f *Fake) URL() string { return "redis://" + f.Addr + "/0" }
-
-// Seen lists the commands received, names only, in order.
-func (f *Fake) Seen() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.seen...)
-}
 
 // Close stops the Fake and closes its connections.
 func (f *Fake) Close() {
@@ -91,9 +83,6 @@ func (f *Fake) handle(c net.Conn) {
 			return
 		}
 		name := strings.ToUpper(args[0])
-		f.mu.Lock()
-		f.seen = append(f.seen, name)
-		f.mu.Unlock()
 		var out string
 		switch name {
 		case "HELLO":

@@ -47,8 +47,13 @@ func TestAbsurdRepliesAreErrors(t *testing.T) {
 			if err := l.Renew(ctxTimeout(t, 5*time.Second)); err == nil || strings.Contains(err.Error(), semaphore.ErrLost.Error()) {
 				t.Errorf("Renew: got %v, want an error that leaves the permit in doubt", err)
 			}
-			if _, err := st.Status(ctxTimeout(t, 5*time.Second), []string{"k"}); err != nil && strings.Contains(err.Error(), "\n") {
+			// The key is named as unreadable, or the store as failing: in one line.
+			got, err := st.Status(ctxTimeout(t, 5*time.Second), []string{"k"})
+			switch {
+			case err != nil && strings.Contains(err.Error(), "\n"):
 				t.Errorf("Status: got %v, want one line", err)
+			case err == nil && (len(got) != 1 || got[0].Error == "" || strings.Contains(got[0].Error, "\n")):
+				t.Errorf("Status: got %+v, want the key named as unreadable, in one line", got)
 			}
 		})
 	}

@@ -157,8 +157,8 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	sent := clock.Now()
 	res, err := s.call(ctx, acquireScript, a.keys, a.args.named())
 	recv := clock.Now()
-	if err != nil && a.atLimit(err) != nil {
-		return nil, 0, a.atLimit(err)
+	if limit := a.atLimit(err); limit != nil {
+		return nil, 0, limit
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -346,9 +346,7 @@ func TestRedisMinReplicas(t *testing.T) {
 // granted at once on a server up for longer than that.
 func TestFenceBoundedByLease(t *testing.T) {
 	t.Parallel()
-	srv := redistest.New(t)
-	raw := rawClient(t, srv.Addr)
-	st := newStore(t, srv.URL(), Options{})
+	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
 	k := newKeys(testPrefix, key)
 	time.Sleep(3 * time.Second) // up for longer than the 2s lease

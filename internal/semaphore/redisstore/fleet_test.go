@@ -232,19 +232,24 @@ func TestRedisWakeListGarbageIsDropped(t *testing.T) {
 	}
 }
 
-// TestRedisTimeoutInFlightIsBusy: a caller's deadline that ends a call in
-// flight, the store reached before, is the caller's: busy, not unreachable.
+// TestRedisTimeoutInFlightIsBusy: a caller's deadline that ends a wait
+// while the store, reached before, fails (here: killed, so each try is
+// refused and retried within the connect timeout) is the caller's: busy,
+// not unreachable.
 func TestRedisTimeoutInFlightIsBusy(t *testing.T) {
 	t.Parallel()
 	srv, st, _ := setup(t, Options{ConnectTimeout: 5 * time.Second})
 	key := uniqueKey(t)
-	hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
-	if err := srv.Pause(); err != nil {
-		t.Fatalf("pause redis-server: %v", err)
-	}
-	defer func() { _ = srv.Resume() }()
+	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+	srv.Kill()
 	_, err := st.Acquire(ctxTimeout(t, time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, semaphore.ErrUnreachable) {
-		t.Errorf("Acquire whose deadline ends while Redis is stopped: got %v, want the deadline, not unreachable", err)
+		t.Errorf("Acquire whose deadline ends while Redis, reached before, refuses: got %v, want the deadline, not unreachable", err)
+	}
+	// A store never reached is unreachable, whatever ends the wait.
+	never := newStore(t, srv.URL(), Options{ConnectTimeout: 5 * time.Second})
+	_, err = never.Acquire(ctxTimeout(t, time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+	if !errors.Is(err, semaphore.ErrUnreachable) {
+		t.Errorf("Acquire of a store never reached: got %v, want ErrUnreachable", err)
 	}
 }

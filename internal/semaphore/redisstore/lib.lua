@@ -176,12 +176,12 @@ end
 local function sweep(wake)
   local changed = false
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', 0, SWEEP)) do
-    local k = wake and wakekey(wake, id)
     local claim = redis.call('HGET', infoKey, '#claim ' .. id)
-    if claim and k and redis.call('EXISTS', k) == 0 and (claimed(id) or 0) > now then
+    local k = claim and wake and wakekey(wake, id)
+    if k and redis.call('EXISTS', k) == 0 and (claimed(id) or 0) > now then
       -- taken: a lease in full from now on
     else
-      if claim and k then redis.call('DEL', k) end
+      if k then redis.call('DEL', k) end
       removeHolder(id)
       changed = true
     end
@@ -270,34 +270,43 @@ end
 -- a longer fence protects nobody, and no caller can freeze the key for
 -- others beyond its own lease.
 local fenceAsked = 0
-local function remembered()
-  local rec = redis.call('HMGET', infoKey, '#fencelen', '#fenceuntil')
-  local len, untilMs = num(rec[1], 0, MAXTTL), num(rec[2], 0, MAXINT)
-  if not len or not untilMs or untilMs <= now then return 0, 0 end
-  return len, untilMs
+
+-- fence is the key's fence fields, read once per script and kept up to
+-- date as the script writes them: len and untilMs of the longest fence
+-- remembered (0 once it lapsed), from when the latest fence started.
+local fenceRead = nil
+local function fence()
+  if not fenceRead then
+    local rec = redis.call('HMGET', infoKey, '#fencelen', '#fenceuntil', '#fencefrom')
+    local len, untilMs = num(rec[1], 0, MAXTTL), num(rec[2], 0, MAXINT)
+    if not len or not untilMs or untilMs <= now then len, untilMs = 0, 0 end
+    fenceRead = {len = len, untilMs = untilMs, from = num(rec[3], 0, now)}
+  end
+  return fenceRead
 end
 
 -- remember records this caller's fence (asked, capped at its lease ttl)
 -- for as long as a lease of it may exist: life ms from now.
 local function remember(asked, ttl, life)
   fenceAsked = asked
-  local c = math.min(asked, ttl)
+  local c, f = math.min(asked, ttl), fence()
   if c <= 0 then return end
-  local len, untilMs = remembered()
-  if c > len then
-    redis.call('HSET', infoKey, '#fencelen', c, '#fenceuntil', now + life)
-  elseif c == len and now + life > untilMs then
-    redis.call('HSET', infoKey, '#fenceuntil', now + life)
+  if c > f.len then
+    f.len, f.untilMs = c, now + life
+    redis.call('HSET', infoKey, '#fencelen', f.len, '#fenceuntil', f.untilMs)
+  elseif c == f.len and now + life > f.untilMs then
+    f.untilMs = now + life
+    redis.call('HSET', infoKey, '#fenceuntil', f.untilMs)
   end
 end
 
 -- fenceLeft is how many ms are left of the fence the key knows, without
 -- asking the server.
 local function fenceLeft()
-  local len = math.max(remembered(), fenceAsked)
-  local from = field('#fencefrom', 0, now)
-  if not from or len <= 0 then return 0 end
-  return math.max(from + len - now, 0)
+  local f = fence()
+  local len = math.max(f.len, fenceAsked)
+  if not f.from or len <= 0 then return 0 end
+  return math.max(f.from + len - now, 0)
 end
 
 -- fenced is how many ms are left of the restart fence, asking the server
@@ -307,8 +316,7 @@ local fenceChecked = false
 local function fenced()
   if fenceChecked then return fenceLeft() end
   fenceChecked = true
-  local len = math.max(remembered(), fenceAsked)
-  if len <= 0 then return 0 end
+  if math.max(fence().len, fenceAsked) <= 0 then return 0 end
   -- One section per call: Redis before 7 takes no more. A server that
   -- has no such INFO is not fenced; a user not allowed INFO must hear of
   -- it, not lose the fence in silence.
@@ -334,7 +342,8 @@ local function fenced()
       redis.call('HSET', infoKey, '#replid', replid)
     end
   end
-  if from > (field('#fencefrom', 0, now) or -1) then
+  if from > (fence().from or -1) then
+    fence().from = from
     redis.call('HSET', infoKey, '#fencefrom', from)
   end
   return fenceLeft()

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -24,11 +23,9 @@ import (
 // --verbose); status and the waiters behind it go on.
 func TestPoisonedWaiterRecordIsDropped(t *testing.T) {
 	t.Parallel()
-	srv := redistest.New(t)
-	raw := rawClient(t, srv.Addr)
 	var mu sync.Mutex
 	var said []string
-	st := newStore(t, srv.URL(), Options{Infof: func(f string, a ...any) {
+	_, st, raw := setup(t, Options{Infof: func(f string, a ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		said = append(said, fmt.Sprintf(f, a...))
@@ -75,9 +72,7 @@ func TestPoisonedWaiterRecordIsDropped(t *testing.T) {
 // repaired, tokens still rise.
 func TestPoisonedCountersStopOnlyTheirKey(t *testing.T) {
 	t.Parallel()
-	srv := redistest.New(t)
-	raw := rawClient(t, srv.Addr)
-	st := newStore(t, srv.URL(), Options{})
+	_, st, raw := setup(t, Options{})
 	ctx := context.Background()
 	key, other := uniqueKey(t), uniqueKey(t)
 	k := newKeys(testPrefix, key)
@@ -114,9 +109,7 @@ func TestPoisonedCountersStopOnlyTheirKey(t *testing.T) {
 // one TTL from now, not 57 years.
 func TestPoisonedClockPushesNoLeaseBeyondATTL(t *testing.T) {
 	t.Parallel()
-	srv := redistest.New(t)
-	raw := rawClient(t, srv.Addr)
-	st := newStore(t, srv.URL(), Options{})
+	_, st, raw := setup(t, Options{})
 	ctx := context.Background()
 	key := uniqueKey(t)
 	k := newKeys(testPrefix, key)
@@ -143,10 +136,8 @@ func TestPoisonedClockPushesNoLeaseBeyondATTL(t *testing.T) {
 // listed as they are.
 func TestPoisonedKeyLeavesStatusOfOthers(t *testing.T) {
 	t.Parallel()
-	srv := redistest.New(t)
-	raw := rawClient(t, srv.Addr)
 	prefix := fmt.Sprintf("poison%d:", time.Now().UnixNano())
-	st := newStore(t, srv.URL(), Options{Prefix: prefix})
+	_, st, raw := setup(t, Options{Prefix: prefix})
 	hold(t, st, semaphore.Request{Key: "good", Permits: 1, TTL: 30 * time.Second})
 	if err := raw.Set(context.Background(), newKeys(prefix, "foreign").holders, "a string", time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -165,9 +156,7 @@ func TestPoisonedKeyLeavesStatusOfOthers(t *testing.T) {
 // nor keeps the seats taken.
 func TestPoisonedSeatCountIsCountedAnew(t *testing.T) {
 	t.Parallel()
-	srv := redistest.New(t)
-	raw := rawClient(t, srv.Addr)
-	st := newStore(t, srv.URL(), Options{})
+	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
 	k := newKeys(testPrefix, key)
 	// Counted right from the first grant: two of N=2 fit, a third does not.

@@ -117,20 +117,21 @@ func New(o Options) (*Store, error) {
 	if o.SentinelMaster != "" {
 		addr += " (sentinel master " + o.SentinelMaster + ")"
 	}
+	// Every client gets recoverHook: a reply go-redis panics on is an error.
 	var c Client
-	switch {
-	case o.Cluster:
+	if o.Cluster {
 		cc := redis.NewClusterClient(t.opt.Cluster())
 		cc.AddHook(recoverHook{})
 		// Renewals with WAIT and doctor talk to nodes directly.
 		cc.OnNewNode(func(n *redis.Client) { n.AddHook(recoverHook{}) })
 		c = ClusterClient(cc)
-	case o.SentinelMaster != "":
-		fc := redis.NewFailoverClient(t.opt.Failover())
-		fc.AddHook(recoverHook{})
-		c = ServerClient(fc)
-	default:
-		sc := redis.NewClient(t.opt.Simple())
+	} else {
+		var sc *redis.Client
+		if o.SentinelMaster != "" {
+			sc = redis.NewFailoverClient(t.opt.Failover())
+		} else {
+			sc = redis.NewClient(t.opt.Simple())
+		}
 		sc.AddHook(recoverHook{})
 		c = ServerClient(sc)
 	}
