@@ -253,3 +253,26 @@ func TestRedisTimeoutInFlightIsBusy(t *testing.T) {
 		t.Errorf("Acquire of a store never reached: got %v, want ErrUnreachable", err)
 	}
 }
+
+// TestWaiterLeaseGrowsWithTheLine: in a short line a waiter's lease is its
+// TTL, at most WaiterLease; a long line stretches it 120ms a waiter, so
+// that the renewals of places on a key stay under ~25 a second.
+func TestWaiterLeaseGrowsWithTheLine(t *testing.T) {
+	for _, tc := range []struct {
+		ttl     time.Duration
+		waiting int64
+		want    time.Duration
+	}{
+		{30 * time.Second, 0, WaiterLease},
+		{2 * time.Second, 10, 2 * time.Second},
+		{30 * time.Second, 500, time.Minute},
+		{30 * time.Second, 2000, 4 * time.Minute},
+		{time.Second, MaxLine, MaxWaiterLease},
+		{30 * time.Second, 1 << 40, MaxWaiterLease}, // absurd, from Redis
+		{30 * time.Second, -5, WaiterLease},
+	} {
+		if got := waiterLease(tc.ttl, tc.waiting); got != tc.want {
+			t.Errorf("waiterLease(%v, %d): got %v, want %v", tc.ttl, tc.waiting, got, tc.want)
+		}
+	}
+}
