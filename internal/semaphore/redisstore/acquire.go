@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -179,6 +180,8 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	}
 	a.warn(r)
 	s.dropped(req.Key, r.bad)
+	// A turn of its own, handed by its own script, it has just taken.
+	s.watch(ctx, a.keys, slices.DeleteFunc(r.handed, func(l any) bool { return l == a.wake.key }))
 	if r.granted {
 		l, err := s.replicated(ctx, req, s.newLease(req, a.keys, a.id, r.token, sent.Add(serverSpan(r.left))))
 		return l, 0, err
@@ -316,10 +319,38 @@ func (s *Store) dropped(key string, bad []any) {
 	}
 }
 
+// watch makes sure that a turn the last script handed over, which its
+// waiter did not take at once (it may be dead), is looked at again when
+// its claim lapses: by the first waiter left in line (watch.lua). A waiter
+// alive and blocked on its list took its turn before Redis ran the next
+// command, this EXISTS, so a hand-over to a live waiter wakes nobody
+// else. Best effort: the waiters' own renewals cover a failure.
+func (s *Store) watch(ctx context.Context, k semKeys, handed []any) {
+	lists := make([]any, 0, len(handed))
+	for _, h := range handed {
+		// Redis's word: only the key's own wake lists are looked at.
+		if l, ok := h.(string); ok && len(l) == len(k.wake)+17 && strings.HasPrefix(l, k.wake+":") {
+			lists = append(lists, l)
+		}
+	}
+	if len(lists) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.connectTimeout)
+	defer cancel()
+	if n, err := s.client.Do(ctx, append([]any{"EXISTS"}, lists...)...).Int64(); err == nil && n > 0 {
+		_, _ = watchScript.run(ctx, s.client, k, namedArgs{"wake", k.wake})
+	}
+}
+
 // abandon releases id after ctx ended, under a short deadline of its own.
 func (s *Store) abandon(ctx context.Context, k semKeys, id string) {
 	// Short: a caller who gave up on waiting, or was signalled, wants out now.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
 	defer cancel()
-	_, _ = releaseScript.run(ctx, s.client, k, releaseArgs(id, k.wake))
+	if res, err := releaseScript.run(ctx, s.client, k, releaseArgs(id, k.wake)); err == nil {
+		if r, err := decodeRelease(res); err == nil {
+			s.watch(ctx, k, r.handed)
+		}
+	}
 }

@@ -29,6 +29,7 @@
 --   moved     ms the holders' leases were pushed back (negative: ms the clock went back; see rebase)
 --   full      1 when the line was full and the caller is not in it
 --   bad       the records this call dropped, which were not records
+--   handed    the wake lists of the waiters this call handed a seat to (see handoff)
 -- Running it twice with the same permit id (a client retry, or a waiter
 -- that asks after it was handed its permit) grants once and returns the
 -- same token.
@@ -79,7 +80,7 @@ end
 local function answer(granted, token, left, position, lapse, full)
   return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
     position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
-    fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad}
+    fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed}
 end
 
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)

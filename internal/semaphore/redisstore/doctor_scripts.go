@@ -116,7 +116,7 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 	if res, err = c.call(ctx, releaseScript, releaseArgs(c.waiter, c.keys.wake)); err != nil {
 		return "release", err
 	}
-	if released, _, err := decodeRelease(res); err != nil || !released {
+	if r, err := decodeRelease(res); err != nil || !r.released {
 		return "release", errors.Join(errors.New("the waiter's permit was not held"), err)
 	}
 	return "", nil

@@ -131,10 +131,11 @@ func (l *lease) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
-	_, bad, err := decodeRelease(res)
+	r, err := decodeRelease(res)
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
-	l.s.dropped(l.key, bad)
+	l.s.dropped(l.key, r.bad)
+	l.s.watch(ctx, l.keys, r.handed)
 	return nil
 }

@@ -107,8 +107,8 @@ local function readWaiter(rec)
 end
 
 -- A turn record, pushed to a waiter's wake list: "g <token> <lease expiry
--- ms>" gives it its permit; "c <ms>" asks it to look again then (a permit
--- handed to the waiter before it may lapse unclaimed, see handoff).
+-- ms>" gives it its permit; "c <ms>" (watch.lua) asks it to look again
+-- then (a permit handed to a waiter before it may lapse unclaimed).
 local function turnRecord(token, expiry)
   return string.format('g %d %d', token, expiry)
 end
@@ -364,13 +364,15 @@ local CLAIM = 2000
 -- soon as it reads it, without asking again. Until then its permit is
 -- only claimed: it lapses after CLAIM unless the waiter took the turn
 -- (sweep), so a waiter that died in line frees its seat in seconds. The
--- first waiter left in line is asked to look then. The element stays
--- until read, so none is lost while the waiter is busy; a list whose
--- waiter is gone vanishes within a minute. It returns the longest lease
--- it granted, the seats it gave, and an error for a token it cannot raise.
+-- wake lists are listed in handed: the caller looks whether each turn
+-- was taken at once, and if not has the first waiter left in line look
+-- again when the claim lapses (watch.lua). The element stays until read,
+-- so none is lost while the waiter is busy; a list whose waiter is gone
+-- vanishes within a minute. It returns the longest lease it granted, the
+-- seats it gave, and an error for a token it cannot raise.
+local handed = {}
 local function handoff(wake, busy)
   local longest, given, skipped = 0, 0, 0
-  local claim = 0
   while true do
     local head = redis.call('ZRANGE', queueKey, 0, 0)[1]
     if not head then break end
@@ -382,24 +384,18 @@ local function handoff(wake, busy)
       dropWaiter(head)
       skipped = skipped + 1
     else
-      if busy + w.weight > w.permits or fenced() > 0 then
-        if claim > 0 then
-          redis.call('RPUSH', wakekey(wake, head), string.format('c %d', claim))
-          redis.call('PEXPIRE', wakekey(wake, head), 60000)
-        end
-        break
-      end
+      if busy + w.weight > w.permits or fenced() > 0 then break end
       local k = wakekey(wake, head)
       -- The wake list first: refused while its slot migrates, it leaves no
       -- grant behind that a retry would not announce.
       redis.call('DEL', k)
-      claim = math.max(claim, now + math.min(CLAIM, w.ttl))
       local token, err = grant(head, w.permits, w.weight, w.ttl, now + math.min(CLAIM, w.ttl), w.meta)
       if not token then return longest, given, err end
       redis.call('HSET', infoKey, '#claim ' .. head, now + w.ttl)
       dropWaiter(head)
       redis.call('RPUSH', k, turnRecord(token, now + w.ttl))
       redis.call('PEXPIRE', k, 60000)
+      handed[#handed + 1] = k
       longest = math.max(longest, w.ttl)
       given = given + w.weight
       busy = busy + w.weight

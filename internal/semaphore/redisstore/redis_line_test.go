@@ -134,8 +134,8 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 		t.Fatalf("release, then DEL the wake list, in MULTI: got error %v, want nil", err)
 	}
 	start := time.Now()
-	if ok, _, err := decodeRelease(released.Val()); err != nil || !ok {
-		t.Fatalf("release script: got (%v, %v), want released", ok, err)
+	if r, err := decodeRelease(released.Val()); err != nil || !r.released {
+		t.Fatalf("release script: got (%+v, %v), want released", r, err)
 	}
 	if n := pushed.Val(); n != 1 {
 		t.Fatalf("the waiter's wake list right after the release: got length %d, want 1 (its turn pushed)", n)

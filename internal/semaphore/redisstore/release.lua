@@ -4,7 +4,8 @@
 -- KEYS: see lib.lua. ARGV (releaseArgs in scripts.go): id, the permit id;
 -- wake, the prefix of the key's wake lists.
 -- Reply: released, 1 when the permit was held or the caller waited, 0
--- otherwise; bad, the records this call dropped, which were not records.
+-- otherwise; bad, the records this call dropped, which were not records;
+-- handed, the wake lists of the waiters it handed a seat to (see handoff).
 -- The wake list goes first: while its slot migrates, Redis refuses a key
 -- the node no longer has, and refused before any write, a retry finds
 -- everything as it was, the seat to hand over included.
@@ -31,4 +32,4 @@ if removed > 0 then
   if longest > 0 then keepalive(longest) end
 end
 if moved > 0 then keepalive(0) end
-return reply{released = removed, bad = bad}
+return reply{released = removed, bad = bad, handed = handed}

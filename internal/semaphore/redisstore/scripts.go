@@ -29,11 +29,14 @@ var (
 	releaseLua string
 	//go:embed status.lua
 	statusLua string
+	//go:embed watch.lua
+	watchLua string
 
 	acquireScript = newScript("acquire.lua", acquireLua)
 	renewScript   = newScript("renew.lua", renewLua)
 	releaseScript = newScript("release.lua", releaseLua)
 	statusScript  = newScript("status.lua", statusLua)
+	watchScript   = newScript("watch.lua", watchLua)
 )
 
 // script is one of the store's scripts.
@@ -138,6 +141,8 @@ type acquireReply struct {
 	full bool
 	// bad are the records the script dropped, which were not records.
 	bad []any
+	// handed are the wake lists of the waiters it handed a seat to.
+	handed []any
 }
 
 func decodeAcquire(res any) (acquireReply, error) {
@@ -146,7 +151,7 @@ func decodeAcquire(res any) (acquireReply, error) {
 	err := decodeReply(acquireScript.name, res, map[string]any{
 		"granted": &granted, "token": &r.token, "held": &r.held, "previous": &r.previous,
 		"lapse": &r.lapse, "position": &r.position, "waiting": &r.waiting, "now": &r.now,
-		"left": &r.left, "fenced": &r.fenced, "moved": &r.moved, "full": &full, "bad": &r.bad,
+		"left": &r.left, "fenced": &r.fenced, "moved": &r.moved, "full": &full, "bad": &r.bad, "handed": &r.handed,
 	})
 	r.granted, r.full = granted == 1, full == 1
 	if err == nil && r.granted && r.token <= 0 {
@@ -171,13 +176,21 @@ func decodeRenew(res any) (bool, error) {
 // releaseArgs are release.lua's arguments.
 func releaseArgs(id, wake string) namedArgs { return namedArgs{"id", id, "wake", wake} }
 
-// decodeRelease reads release.lua's reply: whether the caller held or
-// waited, and the records the script dropped, which were not records.
-func decodeRelease(res any) (bool, []any, error) {
+// releaseReply is release.lua's reply.
+type releaseReply struct {
+	// released: the caller held a permit or waited.
+	released bool
+	// bad are the records the script dropped, which were not records;
+	// handed the wake lists of the waiters it handed a seat to.
+	bad, handed []any
+}
+
+func decodeRelease(res any) (releaseReply, error) {
+	var r releaseReply
 	var released int64
-	var bad []any
-	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "bad": &bad})
-	return released == 1, bad, err
+	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "bad": &r.bad, "handed": &r.handed})
+	r.released = released == 1
+	return r, err
 }
 
 // statusList is how many holders, and how many waiters, status lists

@@ -100,11 +100,11 @@ func runAcquire(t *testing.T, c *redis.Client, key, id string, n int, ttl time.D
 func runRelease(t *testing.T, c *redis.Client, key, id string) int64 {
 	t.Helper()
 	k := newKeys(testPrefix, key)
-	released, _, err := decodeRelease(runScript(t, c, releaseScript, k, releaseArgs(id, k.wake)))
+	r, err := decodeRelease(runScript(t, c, releaseScript, k, releaseArgs(id, k.wake)))
 	if err != nil {
 		t.Fatalf("release script (id %q): got %v, want its reply", id, err)
 	}
-	if released {
+	if r.released {
 		return 1
 	}
 	return 0
