@@ -21,31 +21,20 @@ import (
 // the store it is still there, in a short line, or the lease it asks for
 // if that is shorter: a waiter that vanished (killed, host gone) leaves
 // the line after at most this, and its renewals, every third of it, also
-// cover a wake-up lost in a fault. A longer line gives its waiters longer
-// leases (waiterLease), so that keeping places costs Redis the same
-// however long the line. Either way a vanished waiter whose turn comes
-// costs those behind it only a claim window (lib.lua's CLAIM), not its
-// lease.
+// cover a wake-up lost in a fault. acquire.lua stretches it in a longer
+// line (120ms a waiter, at most MaxWaiterLease), so that keeping places
+// costs Redis the same however long the line. Either way a vanished
+// waiter whose turn comes costs those behind it only a claim window
+// (lib.lua's CLAIM), not its lease.
 const WaiterLease = 10 * time.Second
 
-// MaxWaiterLease bounds the waiter lease of the longest lines: a line of
-// MaxLine waiters.
+// MaxWaiterLease is the longest waiter lease acquire.lua gives: in a line
+// of MaxLine waiters.
 const MaxWaiterLease = 20 * time.Minute
 
 // MaxLine is the longest line one key takes: a caller that would make it
 // longer is refused as busy, with a *semaphore.LineError.
 const MaxLine = 10_000
-
-// waiterLease is the lease of a waiter asking for a lease of ttl, in a line
-// of waiting callers: 120ms a waiter, at least the shorter of ttl and
-// WaiterLease, at most MaxWaiterLease. Each renews every third of it, so
-// the renewals of places on one key stay under about 25 a second however
-// long the line. (Each costs Redis about 0.2ms of CPU on a 2-CPU VM: at
-// 60ms a waiter, 2,000 waiters cost 0.57ms a grant, not 0.47ms.)
-func waiterLease(ttl time.Duration, waiting int64) time.Duration {
-	waiting = min(max(waiting, 0), MaxLine) // Redis's word: never trusted to fit
-	return min(max(min(ttl, WaiterLease), time.Duration(waiting)*120*time.Millisecond), MaxWaiterLease)
-}
 
 // watchers is how many waiters at the head of the line ask again when the
 // earliest lease can lapse: only a seat that lapses needs them, and the
@@ -149,7 +138,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 		wake: a.keys.wake, fence: req.RestartFence, line: s.maxLine,
 	}
 	if !req.NoWait {
-		a.args.wait = waiterLease(req.TTL, 0)
+		a.args.wait = min(req.TTL, WaiterLease)
 	}
 	a.wake = wakeups{client: s.client, key: a.keys.wakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
 	return a, nil
@@ -204,9 +193,9 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		a.last = st
 	}
 	// Jittered, so that waiters that came together do not renew together.
-	wlease := a.args.wait
+	// The lease is the script's, bounded: Redis's word.
+	wlease := min(max(time.Duration(r.wait)*time.Millisecond, a.args.wait), MaxWaiterLease)
 	delay := wlease/3*9/10 + mrand.N(wlease/15+1)
-	a.args.wait = waiterLease(req.TTL, r.waiting)
 	// Healthy holders renew long before their lease could lapse, and a
 	// waiter asks again before that; only a crashed holder's lapse, or a
 	// permit handed over and never claimed, comes first, and then the

@@ -9,7 +9,11 @@
 --   ttl      the lease, ms
 --   meta     what status shows of the caller
 --   weight   the seats it takes
---   wait     the waiter lease, ms; 0: the caller does not wait
+--   wait     the waiter lease in a short line, ms; 0: the caller does not
+--            wait. A longer line stretches it (PERWAITER a waiter, at
+--            most MAXWAIT), so that keeping places costs Redis the same
+--            however long the line: the renewals of places on one key stay
+--            under about 25 a second.
 --   wake     the prefix of the key's wake lists
 --   fence    the restart fence, ms (0: none): while the server has been up
 --            for less, nobody is granted a permit, the caller included
@@ -30,6 +34,7 @@
 --   full      1 when the line was full and the caller is not in it
 --   bad       the records this call dropped, which were not records
 --   handed    the wake lists of the waiters this call handed a seat to (see handoff)
+--   wait      the caller's waiter lease, ms (0 when not in line)
 -- Running it twice with the same permit id (a client retry, or a waiter
 -- that asks after it was handed its permit) grants once and returns the
 -- same token.
@@ -43,6 +48,10 @@ if not (id and wake and n and ttl and weight and wlease and fence and line) then
 end
 
 local prev = field('#cap', 1, 1000000) or n
+local PERWAITER, MAXWAIT = 120, 1200000
+if wlease > 0 then
+  wlease = math.min(math.max(wlease, redis.call('ZCARD', queueKey) * PERWAITER), MAXWAIT)
+end
 remember(fence, ttl, math.max(ttl, wlease))
 
 -- wakeIn is when a waiter should ask again at the latest: when the fence
@@ -80,7 +89,8 @@ end
 local function answer(granted, token, left, position, lapse, full)
   return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
     position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
-    fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed}
+    fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed,
+    wait = position > 0 and wlease or 0}
 end
 
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)

@@ -254,25 +254,33 @@ func TestRedisTimeoutInFlightIsBusy(t *testing.T) {
 	}
 }
 
-// TestWaiterLeaseGrowsWithTheLine: in a short line a waiter's lease is its
-// TTL, at most WaiterLease; a long line stretches it 120ms a waiter, so
-// that the renewals of places on a key stay under ~25 a second.
+// TestWaiterLeaseGrowsWithTheLine: in a short line a waiter's lease is
+// the one it asks (its TTL, at most WaiterLease); a long line stretches it
+// 120ms a waiter, so that the renewals of places on a key stay under ~25 a
+// second, from the first ask on.
 func TestWaiterLeaseGrowsWithTheLine(t *testing.T) {
-	for _, tc := range []struct {
-		ttl     time.Duration
-		waiting int64
-		want    time.Duration
-	}{
-		{30 * time.Second, 0, WaiterLease},
-		{2 * time.Second, 10, 2 * time.Second},
-		{30 * time.Second, 500, time.Minute},
-		{30 * time.Second, 2000, 4 * time.Minute},
-		{time.Second, MaxLine, MaxWaiterLease},
-		{30 * time.Second, 1 << 40, MaxWaiterLease}, // absurd, from Redis
-		{30 * time.Second, -5, WaiterLease},
-	} {
-		if got := waiterLease(tc.ttl, tc.waiting); got != tc.want {
-			t.Errorf("waiterLease(%v, %d): got %v, want %v", tc.ttl, tc.waiting, got, tc.want)
-		}
+	t.Parallel()
+	_, st, raw := setup(t, Options{})
+	key := uniqueKey(t)
+	k := newKeys(testPrefix, key)
+	hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+	ask := func(id string) acquireReply {
+		return runAcquireArgs(t, raw, k, acquireArgs{id: id, permits: 1, ttl: 30 * time.Second, wait: WaiterLease})
+	}
+	if r := ask("FIRST"); r.wait != WaiterLease.Milliseconds() {
+		t.Errorf("the first waiter's lease: got %dms, want %v", r.wait, WaiterLease)
+	}
+	for i := range 199 {
+		ask(fmt.Sprintf("W%03d", i))
+	}
+	// 200 wait before it asks again: 200 × 120ms.
+	if r := ask("FIRST"); r.wait != 24000 {
+		t.Errorf("the first waiter's lease in a line of 200: got %dms, want 24000ms", r.wait)
+	}
+	if r := ask("NEW"); r.wait != 24000 || r.position != 201 {
+		t.Errorf("a newcomer's lease behind 200: got %dms at %d, want 24000ms at 201", r.wait, r.position)
+	}
+	if z, err := raw.ZScore(context.Background(), k.leases, "NEW").Result(); err != nil || int64(z)-serverMicros(t, raw)/1000 < 23000 {
+		t.Errorf("the newcomer's lease in the leases set: got (%v, %v), want ~24s from now", z, err)
 	}
 }

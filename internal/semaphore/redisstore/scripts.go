@@ -143,6 +143,8 @@ type acquireReply struct {
 	bad []any
 	// handed are the wake lists of the waiters it handed a seat to.
 	handed []any
+	// wait is the caller's waiter lease, ms, when it is in line.
+	wait int64
 }
 
 func decodeAcquire(res any) (acquireReply, error) {
@@ -151,7 +153,7 @@ func decodeAcquire(res any) (acquireReply, error) {
 	err := decodeReply(acquireScript.name, res, map[string]any{
 		"granted": &granted, "token": &r.token, "held": &r.held, "previous": &r.previous,
 		"lapse": &r.lapse, "position": &r.position, "waiting": &r.waiting, "now": &r.now,
-		"left": &r.left, "fenced": &r.fenced, "moved": &r.moved, "full": &full, "bad": &r.bad, "handed": &r.handed,
+		"left": &r.left, "fenced": &r.fenced, "moved": &r.moved, "full": &full, "bad": &r.bad, "handed": &r.handed, "wait": &r.wait,
 	})
 	r.granted, r.full = granted == 1, full == 1
 	if err == nil && r.granted && r.token <= 0 {
