@@ -78,8 +78,10 @@ if inline and wlease > 0 then
   record(w and w.since or now)
 end
 -- A waiter that asks again runs the hand-over too: its turn may have come
--- while no script could hand it over (the restart fence held it back).
-if changed or inline then
+-- while no script could hand it over (the restart fence held it back). So
+-- does a caller that finds seats free and a line: its head may be a
+-- record that is not one, or a waiter whose lease lapsed.
+if changed or inline or (busy < n and redis.call('ZCARD', queueKey) > 0) then
   local given, err
   longest, given, err = handoff(wake, busy)
   if err then return redis.error_reply(err) end
