@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +26,19 @@ func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	k, err := s.openKey(req.Key)
+	for range maxPublish {
+		lease, err := s.acquire(ctx, req)
+		if !errors.Is(err, errKeyMoved) {
+			return lease, err
+		}
+	}
+	return nil, fmt.Errorf("key %q: its directory in %s was replaced each time semrun looked", req.Key, s.path)
+}
+
+// acquire is Acquire in the key's directory as it is now. It is
+// errKeyMoved when that directory is removed or replaced meanwhile.
+func (s *Store) acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
+	k, err := s.openKey(req.Key, req.Permits)
 	if err != nil {
 		return nil, err
 	}
@@ -170,8 +184,10 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 	return l, held, nil
 }
 
-// lockGrant takes the key's grant lock. It is held for microseconds,
-// unless its holder was stopped there: the wait for it can be given up.
+// lockGrant takes the key's grant lock, and checks that the key's
+// directory is still the one open (see removeUnused). The lock is held
+// for microseconds, unless its holder was stopped there: the wait for it
+// can be given up, and a caller that will not wait gives up at once.
 func (a *attempt) lockGrant(ctx context.Context) error {
 	if a.grant == nil {
 		f, err := a.k.open(grantFile, os.O_RDWR|os.O_CREATE)
@@ -180,14 +196,44 @@ func (a *attempt) lockGrant(ctx context.Context) error {
 		}
 		a.grant = f
 	}
-	if err := lockWait(ctx, a.grant); err != nil {
+	if a.req.NoWait {
+		if err := a.tryGrant(ctx); err != nil {
+			return err
+		}
+	} else if err := lockWait(ctx, a.grant); err != nil {
 		if ctx.Err() != nil {
 			a.grant = nil // lockWait closes it
 			return fmt.Errorf("wait for key %q: %w", a.req.Key, err)
 		}
 		return err
 	}
+	if err := a.k.current(); err != nil {
+		_, _ = flock(a.grant, unix.LOCK_UN)
+		return err
+	}
 	return nil
+}
+
+// The few tries a caller that will not wait makes for the grant lock,
+// which is held for microseconds unless its holder is stopped.
+const (
+	grantTries = 10
+	grantPause = time.Millisecond
+)
+
+// tryGrant takes the grant lock without waiting in the kernel.
+func (a *attempt) tryGrant(ctx context.Context) error {
+	for i := 0; ; i++ {
+		if ok, err := flock(a.grant, unix.LOCK_EX|unix.LOCK_NB); ok || err != nil {
+			return err
+		}
+		if i == grantTries {
+			return fmt.Errorf("key %q: another process holds its grant lock (stopped while it took a seat?): %w", a.req.Key, semaphore.ErrBusy)
+		}
+		if err := clock.Sleep(ctx, grantPause); err != nil {
+			return fmt.Errorf("wait for key %q: %w", a.req.Key, err)
+		}
+	}
 }
 
 // takeSeats locks the seats a permit takes: a weight of K takes K seats at
@@ -237,18 +283,12 @@ func (a *attempt) lease(taken []int) (*lease, error) {
 		a.unlockSeats(taken)
 		return nil, err
 	}
-	keyDir, err := unix.FcntlInt(a.k.dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		a.unlockSeats(taken)
-		return nil, fmt.Errorf("lock directory %s: %w", a.k.path, err)
-	}
-	l := &lease{keyDir: keyDir, token: token}
+	l := &lease{token: token}
 	rec := record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Seats(), Token: token, SinceMS: time.Now().UnixMilli()}
 	for _, i := range taken {
 		// The record is for status only: a seat is held by its lock.
 		_ = rec.write(a.seats[i])
 		l.seats = append(l.seats, a.seats[i])
-		l.names = append(l.names, seatPrefix+strconv.Itoa(i))
 		delete(a.seats, i)
 	}
 	return l, nil
@@ -268,12 +308,27 @@ func (a *attempt) nextToken() (int64, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, fmt.Errorf("read %s: %w", f.Name(), err)
 	}
-	last, _ := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+	var last int64
+	if text := strings.TrimSpace(string(buf[:n])); text != "" {
+		// Anything but a count could hide a token handed out: no grant
+		// until someone who knows the key's users mends it.
+		if last, err = strconv.ParseInt(text, 10, 64); err != nil || last < 0 {
+			return 0, fmt.Errorf("key %q: its token file %s holds %q, not a fencing token; no grant until it is mended: %s", a.req.Key, f.Name(), text, tokenRepair(a.k))
+		}
+	}
+	if last == math.MaxInt64 {
+		return 0, fmt.Errorf("key %q: its fencing token is at its limit (%d); no grant until it is mended: %s", a.req.Key, last, tokenRepair(a.k))
+	}
 	token := max(last+1, time.Now().UnixMicro())
 	if _, err := f.WriteAt(fmt.Appendf(nil, "%020d\n", token), 0); err != nil {
 		return 0, fmt.Errorf("write %s: %w", f.Name(), err)
 	}
 	return token, nil
+}
+
+// tokenRepair says how to mend a key's token file.
+func tokenRepair(k *keyDir) string {
+	return fmt.Sprintf("when no one holds the key, remove %s; tokens then start again from the clock, below those handed out, which whoever checks them must be told", k.path)
 }
 
 // checkCapacity records the N this call asks for, and warns when the last
@@ -306,20 +361,26 @@ func (a *attempt) register() (func(), error) {
 	a.removeStaleWaiters()
 	var name string
 	var f *os.File
-	for f == nil {
+	for try := 0; f == nil; try++ {
+		if try == maxRegister {
+			return nil, fmt.Errorf("key %q: no wait file of its own in %s after %d tries", a.req.Key, a.k.path, try)
+		}
 		name = waitPrefix + rand.Text()[:16]
 		var err error
-		if f, err = a.k.open(name, os.O_RDWR|os.O_CREATE|os.O_EXCL); err != nil {
+		if f, err = createFile(int(a.k.dir.Fd()), name, a.k.path, a.k.fileMode()); err != nil {
 			return nil, err
 		}
-		if _, err := flock(f, unix.LOCK_EX); err != nil {
+		// Never waiting: someone else holding the caller's new file locked
+		// sends it to another name.
+		ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
+		if err != nil {
 			f.Close()
 			return nil, err
 		}
 		// Between the create and the lock, another waiter may have taken
 		// the file for a dead waiter's and removed it: start again.
 		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Nlink == 0 {
+		if !ok || unix.Fstat(int(f.Fd()), &st) != nil || st.Nlink == 0 {
 			f.Close()
 			f = nil
 		}
@@ -330,6 +391,9 @@ func (a *attempt) register() (func(), error) {
 		f.Close()
 	}, nil
 }
+
+// maxRegister bounds the names a waiter tries for its file.
+const maxRegister = 8
 
 // removeStaleWaiters removes the files of waiters that are gone.
 func (a *attempt) removeStaleWaiters() {

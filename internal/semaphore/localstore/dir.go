@@ -3,12 +3,12 @@
 package localstore
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,72 +17,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openDir opens name, relative to the directory at, as a directory, never
-// through a symbolic link, and checks that it is safe to keep locks in.
-func openDir(at int, name, shown string) (*os.File, error) {
-	fd, err := unix.Openat(at, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, dirError(shown, err)
-	}
-	f := os.NewFile(uintptr(fd), shown)
-	if err := checkDir(f, shown); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-func dirError(shown string, err error) error {
+func dirError(what, shown, full string, err error) error {
 	switch {
 	case errors.Is(err, unix.ELOOP):
-		return fmt.Errorf("lock directory %s: is a symbolic link", shown)
+		return fmt.Errorf("%s %s: is a symbolic link", what, shown)
 	case errors.Is(err, unix.ENOTDIR):
 		// O_NOFOLLOW|O_DIRECTORY on a symbolic link to a directory also
 		// says ENOTDIR on some systems.
-		if fi, lerr := os.Lstat(shown); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
-			return fmt.Errorf("lock directory %s: is a symbolic link", shown)
+		if fi, lerr := os.Lstat(full); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return fmt.Errorf("%s %s: is a symbolic link", what, shown)
 		}
-		return fmt.Errorf("lock directory %s: is not a directory", shown)
+		return fmt.Errorf("%s %s: is not a directory", what, shown)
 	}
-	return fmt.Errorf("lock directory %s: %w", shown, err)
+	return fmt.Errorf("%s %s: %w", what, shown, err)
 }
 
-// checkDir refuses a directory in which someone else could replace the
-// lock files: a directory trusted must be this user's or root's, or one a
-// group shares on purpose (setgid and group-writable); one anyone may write
-// must have the sticky bit; and this user must be able to write it.
-func checkDir(f *os.File, shown string) error {
+// checkedDir stats the directory f is open on and has fault judge it.
+func checkedDir(f *os.File, shown string, fault func(*unix.Stat_t) error) (*unix.Stat_t, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return fmt.Errorf("lock directory %s: %w", shown, err)
+		return nil, fmt.Errorf("%s: %w", shown, err)
 	}
-	me := uint32(os.Geteuid())
-	ours := st.Uid == me || st.Uid == 0
-	groupShared := st.Mode&unix.S_ISGID != 0 && st.Mode&0o020 != 0
-	switch {
-	case st.Mode&0o002 != 0 && !ours:
-		return fmt.Errorf("lock directory %s: owned by %s and writable by others", shown, userName(st.Uid))
-	case st.Mode&0o002 != 0 && st.Mode&unix.S_ISVTX == 0:
-		return fmt.Errorf("lock directory %s: writable by others without the sticky bit", shown)
-	case !ours && !groupShared:
-		return fmt.Errorf("lock directory %s: owned by %s, who could replace its lock files (share one between users with a setgid, group-writable directory)", shown, userName(st.Uid))
-	}
-	if err := unix.Faccessat(int(f.Fd()), ".", unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // no AT_EACCESS here
-			err = unix.Faccessat(int(f.Fd()), ".", unix.W_OK|unix.X_OK, 0)
-		}
-		if err != nil {
-			return fmt.Errorf("lock directory %s: %w", shown, err)
-		}
-	}
-	return nil
+	return &st, fault(&st)
 }
 
-func userName(uid uint32) string {
-	if u, err := user.LookupId(strconv.Itoa(int(uid))); err == nil {
-		return "user " + u.Username
+// writable checks that the caller may add files to the directory f.
+func writable(f *os.File, shown string) error {
+	err := unix.Faccessat(int(f.Fd()), ".", unix.W_OK|unix.X_OK, unix.AT_EACCESS)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) { // no AT_EACCESS here
+		err = unix.Faccessat(int(f.Fd()), ".", unix.W_OK|unix.X_OK, 0)
 	}
-	return "uid " + strconv.Itoa(int(uid))
+	if err != nil {
+		return fmt.Errorf("lock directory %s: %w", shown, err)
+	}
+	return nil
 }
 
 func unwrapPath(err error) error {
@@ -142,81 +110,213 @@ func keyFromDirName(name string) (string, bool) {
 type keyDir struct {
 	dir       *os.File
 	path      string
-	groupMode bool // the lock directory is shared by a group: so are our files
+	name      string // in the lock directory
+	lockDir   int    // the lock directory's descriptor, the store's
+	owner     uint32 // the directory's
+	dev, ino  uint64 // the directory's, to tell it is still the key's
+	groupMode bool   // the lock directory is shared by a group: so are our files
 }
 
-// openKey opens key's directory, creating it when missing.
-func (s *Store) openKey(key string) (*keyDir, error) {
+// maxPublish bounds the tries to open a key's directory that others keep
+// removing (status removes a key's directory unused for long).
+const maxPublish = 8
+
+// precreated bounds the seats made with a key's directory. A seat made
+// later belongs to whoever needed it first, and is used only by that user
+// and the directory's owner (fileFault).
+const precreated = 4096
+
+// openKey opens key's directory, making it, with its files, when missing.
+func (s *Store) openKey(key string, permits int) (*keyDir, error) {
 	name := keyDirName(key)
-	path := filepath.Join(s.path, name)
-	var st unix.Stat_t
-	if err := unix.Fstat(int(s.dir.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
-	}
-	// A lock directory that hands its group to new entries (setgid) and
-	// lets the group write is shared by that group on purpose; anywhere
-	// else only this user needs to get in.
-	group := st.Mode&unix.S_ISGID != 0 && st.Mode&0o020 != 0
-	mode := uint32(0o700)
-	if group {
-		mode = 0o2770
-	}
-	created := false
-	if err := unix.Mkdirat(int(s.dir.Fd()), name, mode); err == nil {
-		created = true
-	} else if !errors.Is(err, unix.EEXIST) {
-		return nil, fmt.Errorf("lock directory %s: %w", path, err)
-	}
-	dir, err := openDir(int(s.dir.Fd()), name, path)
-	if err != nil {
-		return nil, err
-	}
-	if created {
-		// Past the umask; through the descriptor, so never through a
-		// symbolic link swapped in since the mkdir.
-		_ = unix.Fchmod(int(dir.Fd()), mode)
-	}
-	k := &keyDir{dir: dir, path: path, groupMode: group}
-	if created && strings.HasPrefix(name, "#") {
-		// A hashed name does not say its key: status reads it here.
-		if f, err := k.open(keyFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC); err == nil {
-			_, _ = f.WriteString(key)
-			f.Close()
+	for range maxPublish {
+		k, err := s.openKeyDir(name)
+		if !errors.Is(err, unix.ENOENT) {
+			return k, err
+		}
+		if err := s.publishKey(name, key, permits); err != nil {
+			return nil, err
 		}
 	}
-	return k, nil
+	return nil, fmt.Errorf("key directory %s: removed each time it was made", filepath.Join(s.path, name))
 }
+
+// openKeyDir opens the key directory name, if it can be trusted. A missing
+// one is unix.ENOENT, unwrapped.
+func (s *Store) openKeyDir(name string) (*keyDir, error) {
+	path := filepath.Join(s.path, name)
+	fd, err := unix.Openat(s.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, dirError("key directory", path, path, err)
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	st, err := checkedDir(dir, path, func(st *unix.Stat_t) error { return s.keyDirFault(st, path) })
+	if err != nil {
+		dir.Close()
+		return nil, err
+	}
+	if mode := uint32(st.Mode); st.Uid == me() && writableByOthers(mode) && !sticky(mode) {
+		// Made by an older semrun: only the sticky bit keeps members from
+		// renaming each other's files.
+		if err := unix.Fchmod(fd, mode&0o7777|unix.S_ISVTX); err != nil {
+			dir.Close()
+			return nil, fmt.Errorf("key directory %s: %w", path, err)
+		}
+	}
+	return &keyDir{
+		dir: dir, path: path, name: name, lockDir: s.fd(), owner: st.Uid,
+		dev: uint64(st.Dev), ino: uint64(st.Ino), groupMode: s.shared,
+	}, nil
+}
+
+// publishKey makes key's directory with every file its first caller
+// needs, under a hidden name, then renames it into place unless another
+// caller's came first: so a key's files all belong to whoever made its
+// directory, and no caller ever sees it half made.
+func (s *Store) publishKey(name, key string, permits int) error {
+	tmp := hiddenNew + rand.Text()[:16]
+	dirMode, fileMode := uint32(0o700), uint32(0o600)
+	if s.shared {
+		dirMode, fileMode = 0o3770, 0o660
+	}
+	if err := unix.Mkdirat(s.fd(), tmp, dirMode); err != nil {
+		return fmt.Errorf("lock directory %s: %w", s.path, err)
+	}
+	published := false
+	defer func() {
+		if !published {
+			s.removeHidden(tmp)
+		}
+	}()
+	// Past the umask, by name: no one else can replace what the caller
+	// just made in a lock directory checked.
+	if err := unix.Fchmodat(s.fd(), tmp, dirMode, 0); err != nil {
+		return fmt.Errorf("lock directory %s: %w", s.path, err)
+	}
+	fd, err := unix.Openat(s.fd(), tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("lock directory %s: %w", s.path, err)
+	}
+	dir := os.NewFile(uintptr(fd), filepath.Join(s.path, tmp))
+	defer dir.Close()
+	files := []string{grantFile, queueFile, tokenFile, capacityFile}
+	if strings.HasPrefix(name, "#") {
+		files = append(files, keyFile) // a hashed name does not say its key
+	}
+	for i := range min(permits, precreated) {
+		files = append(files, seatPrefix+strconv.Itoa(i))
+	}
+	for _, file := range files {
+		f, err := createFile(fd, file, dir.Name(), fileMode)
+		if err != nil {
+			return err
+		}
+		switch file {
+		case keyFile:
+			_, err = f.WriteString(key)
+		case capacityFile:
+			_, err = fmt.Fprintf(f, "%d\n", permits)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", f.Name(), err)
+		}
+	}
+	switch err := renameNoReplace(s.fd(), tmp, name); {
+	case err == nil:
+		published = true
+	case !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.ENOTEMPTY):
+		return fmt.Errorf("lock directory %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Hidden names in the lock directory: key directories being made, and
+// being removed. No key's directory starts with a dot (keyDirName).
+const (
+	hiddenNew  = ".new-"
+	hiddenGone = ".gone-"
+)
+
+// createFile creates name in the directory dirfd, exclusively, never
+// through a symbolic link, with mode whatever the umask.
+func createFile(dirfd int, name, dir string, mode uint32) (*os.File, error) {
+	shown := filepath.Join(dir, name)
+	fd, err := unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, fileError(shown, err)
+	}
+	// The caller's own, just made: its mode may be set.
+	if err := unix.Fchmod(fd, mode); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lock file %s: %w", shown, err)
+	}
+	return os.NewFile(uintptr(fd), shown), nil
+}
+
+func fileError(shown string, err error) error {
+	if errors.Is(err, unix.ELOOP) {
+		return fmt.Errorf("lock file %s: is a symbolic link", shown)
+	}
+	return fmt.Errorf("lock file %s: %w", shown, err)
+}
+
+// current tells whether k is still the directory of its key: one removed
+// (see removeUnused) or replaced since it was opened is errKeyMoved.
+func (k *keyDir) current() error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(k.lockDir, k.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil ||
+		uint64(st.Dev) != k.dev || uint64(st.Ino) != k.ino {
+		return errKeyMoved
+	}
+	return nil
+}
+
+// errKeyMoved: the key's directory was removed or replaced while the
+// caller had it open; the caller starts again with the one in place.
+var errKeyMoved = errors.New("key directory replaced")
 
 func (k *keyDir) close() { k.dir.Close() }
 
-// open opens or creates one of the key's files, never through a symbolic
-// link, readable and writable by its owner (and group, in a group-shared
-// directory) only.
-func (k *keyDir) open(name string, flag int) (*os.File, error) {
-	mode := uint32(0o600)
+// fileMode is the mode of the files the caller makes in k.
+func (k *keyDir) fileMode() uint32 {
 	if k.groupMode {
-		mode = 0o660
+		return 0o660
 	}
-	// Non-blocking, so that a FIFO planted here cannot hang the open.
-	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, mode)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			return nil, fmt.Errorf("lock file %s: is a symbolic link", filepath.Join(k.path, name))
-		}
-		return nil, fmt.Errorf("lock file %s: %w", filepath.Join(k.path, name), err)
-	}
+	return 0o600
+}
+
+// open opens one of the key's files, creating it when flag has os.O_CREATE
+// and it is missing. It never follows a symbolic link, never truncates,
+// never blocks on a FIFO, and uses only a regular file with one link that,
+// to be written, is the caller's or the directory owner's (fileFault).
+func (k *keyDir) open(name string, flag int) (*os.File, error) {
 	shown := filepath.Join(k.path, name)
+	if flag&os.O_CREATE != 0 {
+		f, err := createFile(int(k.dir.Fd()), name, k.path, k.fileMode())
+		if !errors.Is(err, unix.EEXIST) {
+			return f, err
+		}
+	}
+	flag &^= os.O_CREATE | os.O_EXCL | os.O_TRUNC
+	// Non-blocking, so that a FIFO planted here cannot hang the open.
+	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fileError(shown, err)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lock file %s: %w", shown, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if err := fileFault(&st, shown, k.owner, flag&(os.O_WRONLY|os.O_RDWR) != 0); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("lock file %s: is not a regular file", shown)
-	}
-	if st.Uid == uint32(os.Geteuid()) && uint32(st.Mode)&0o7777 != mode && flag&os.O_CREATE != 0 {
-		_ = unix.Fchmod(fd, mode) // past the umask
+		return nil, err
 	}
 	// Blocking again: a regular file gains nothing from the runtime's poller.
 	if err := unix.SetNonblock(fd, false); err != nil {

@@ -8,9 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -33,12 +30,8 @@ func (s *Store) describeDir() semaphore.Check {
 	}
 	who := "this user's"
 	switch {
-	case st.Mode&unix.S_ISGID != 0 && st.Mode&0o020 != 0:
-		group := "gid " + strconv.Itoa(int(st.Gid))
-		if g, err := user.LookupGroupId(strconv.Itoa(int(st.Gid))); err == nil {
-			group = "group " + g.Name
-		}
-		who = "shared by " + group + " (setgid, group-writable)"
+	case groupShared(modeOf(&st)):
+		who = "shared by " + groupName(st.Gid) + " (setgid, group-writable, sticky)"
 	case st.Uid != uint32(os.Geteuid()):
 		who = userName(st.Uid) + "'s"
 	}
@@ -58,7 +51,7 @@ func (s *Store) tryLock(ctx context.Context) semaphore.Check {
 	if err == nil {
 		err = l.Release(ctx)
 	}
-	if rmErr := s.removeKey(key); err == nil && rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+	if rmErr := s.removeKey(key); err == nil && rmErr != nil && !errors.Is(rmErr, unix.ENOENT) {
 		err = fmt.Errorf("remove the throw-away key's directory: %w", rmErr)
 	}
 	if err != nil {
@@ -68,24 +61,16 @@ func (s *Store) tryLock(ctx context.Context) semaphore.Check {
 	return semaphore.Check{Name: "lock", Status: semaphore.CheckOK, Detail: "took and freed a lock (flock) on a throw-away key"}
 }
 
-// removeKey removes a key's directory and its files, never through a
-// symbolic link. Only doctor's own keys are removed: a key in use must
-// keep its files.
+// removeKey removes the throw-away key's directory, as status removes a
+// stale one (removeUnused): never from under a caller that opened it.
 func (s *Store) removeKey(key string) error {
-	name := keyDirName(key)
-	dir, err := openDir(int(s.dir.Fd()), name, filepath.Join(s.path, name))
+	k, err := s.openKeyDir(keyDirName(key))
 	if err != nil {
 		return err
 	}
-	entries, err := dir.ReadDir(-1)
-	for _, e := range entries {
-		if uerr := unix.Unlinkat(int(dir.Fd()), e.Name(), 0); err == nil {
-			err = uerr
-		}
+	defer k.close()
+	if !s.removeUnused(k, 0) {
+		return fmt.Errorf("key directory %s: in use", k.path)
 	}
-	dir.Close()
-	if err != nil {
-		return err
-	}
-	return unix.Unlinkat(int(s.dir.Fd()), name, unix.AT_REMOVEDIR)
+	return nil
 }

@@ -17,10 +17,8 @@ import (
 
 // lease is a held permit: exclusive flocks on its seats' files.
 type lease struct {
-	seats  []*os.File
-	names  []string
-	keyDir int // the key's directory, to ring the waiters on release
-	token  int64
+	seats []*os.File
+	token int64
 
 	once     sync.Once
 	released atomic.Bool
@@ -48,17 +46,17 @@ func (l *lease) Release(context.Context) error {
 	l.once.Do(func() {
 		l.released.Store(true)
 		var errs []error
-		for i, seat := range l.seats {
+		for _, seat := range l.seats {
 			// The record is cleared before the lock is dropped, never
 			// after, when it could be the next holder's.
 			_ = seat.Truncate(0)
 			_, err := flock(seat, unix.LOCK_UN)
 			// The close alone may not wake the first waiter in line:
 			// processes the child left may still have the file open.
-			ring(l.keyDir, l.names[i])
+			ring(seat)
 			errs = append(errs, err, seat.Close())
 		}
-		l.err = errors.Join(append(errs, unix.Close(l.keyDir))...)
+		l.err = errors.Join(errs...)
 	})
 	return l.err
 }

@@ -32,12 +32,7 @@ import (
 
 func TestLocalRefusesUnsafeLockDir(t *testing.T) {
 	t.Parallel()
-	root := func(t *testing.T) {
-		t.Helper()
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to give a directory to another user")
-		}
-	}
+	root := needRoot
 	mkdir := func(t *testing.T, mode os.FileMode) string {
 		t.Helper()
 		dir := filepath.Join(t.TempDir(), "locks")
@@ -80,13 +75,36 @@ func TestLocalRefusesUnsafeLockDir(t *testing.T) {
 			dir := mkdir(t, 0o777|os.ModeSticky)
 			giveAway(t, dir)
 			return dir
-		}, "writable by others"},
+		}, "owned by " + nobody + ", who could replace its lock files (remove it, or choose another with lock directory)"},
 		{"another user's, writable by others", func(t *testing.T) string {
 			root(t)
 			dir := mkdir(t, 0o777)
 			giveAway(t, dir)
 			return dir
-		}, "writable by others"},
+		}, "owned by " + nobody},
+		{"ours, group-shared without the sticky bit", func(t *testing.T) string {
+			return mkdir(t, 0o770|os.ModeSetgid)
+		}, "writable by others without the sticky bit (fix: chmod go-w "},
+		{"parent another user's", func(t *testing.T) string {
+			root(t)
+			parent := mkdir(t, 0o755)
+			giveAway(t, parent)
+			return filepath.Join(parent, "locks")
+		}, "locks on its path is owned by " + nobody + ", who could replace what is in it"},
+		{"parent writable by others without the sticky bit", func(t *testing.T) string {
+			return filepath.Join(mkdir(t, 0o777), "locks")
+		}, "locks on its path is writable by others without the sticky bit"},
+		{"parent a symbolic link of another user's", func(t *testing.T) string {
+			root(t)
+			link := filepath.Join(t.TempDir(), "link")
+			if err := os.Symlink(mkdir(t, 0o700), link); err != nil {
+				t.Fatalf("symlink: %v", err)
+			}
+			if err := os.Lchown(link, 65534, 65534); err != nil {
+				t.Fatalf("lchown %s: %v", link, err)
+			}
+			return filepath.Join(link, "locks")
+		}, "link on its path is a symbolic link of " + nobody + ", who could point it elsewhere"},
 		{"ours, writable by others without the sticky bit", func(t *testing.T) string {
 			return mkdir(t, 0o777)
 		}, "without the sticky bit"},
@@ -116,9 +134,17 @@ func TestLocalRefusesUnsafeLockDir(t *testing.T) {
 		}, "who could replace its lock files"},
 		{"another user's, group-shared", func(t *testing.T) string {
 			root(t)
-			dir := mkdir(t, 0o770|os.ModeSetgid)
+			dir := mkdir(t, 0o770|os.ModeSetgid|os.ModeSticky)
 			giveAway(t, dir)
 			return dir
+		}, "owned by " + nobody},
+		{"ours, group-shared, sticky", func(t *testing.T) string { return mkdir(t, 0o770|os.ModeSetgid|os.ModeSticky) }, ""},
+		{"parent a symbolic link of ours", func(t *testing.T) string {
+			link := filepath.Join(t.TempDir(), "link")
+			if err := os.Symlink(mkdir(t, 0o700), link); err != nil {
+				t.Fatalf("symlink: %v", err)
+			}
+			return filepath.Join(link, "locks")
 		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,7 +405,7 @@ func TestLocalGroupSharedLockDir(t *testing.T) {
 			t.Fatalf("chgrp %s: %v", dir, err)
 		}
 	}
-	if err := os.Chmod(dir, 0o770|os.ModeSetgid); err != nil {
+	if err := os.Chmod(dir, 0o770|os.ModeSetgid|os.ModeSticky); err != nil {
 		t.Fatalf("chmod %s: %v", dir, err)
 	}
 	umask(t, 0o077) // would take the group's bits away
@@ -392,7 +418,7 @@ func TestLocalGroupSharedLockDir(t *testing.T) {
 		for path, mode := range modes {
 			want := fs.FileMode(0o660)
 			if !strings.Contains(path, "/") {
-				want = fs.ModeDir | fs.ModeSetgid | 0o770
+				want = fs.ModeDir | fs.ModeSetgid | fs.ModeSticky | 0o770
 			}
 			if mode != want {
 				t.Errorf("mode of %s in a group-shared lock directory: got %v, want %v", path, mode, want)
@@ -604,6 +630,19 @@ func startHolder(t *testing.T, dir, key string) *holderProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key)
+	l, p := startHelper(t, cmd)
+	tok, ok := strings.CutPrefix(l, "holding ")
+	var err error
+	if p.token, err = strconv.ParseInt(tok, 10, 64); !ok || err != nil {
+		t.Fatalf("helper process said %q, want \"holding TOKEN\"", l)
+	}
+	return p
+}
+
+// startHelper starts cmd, a helper process, and returns the first line it
+// says. The process is killed, if still running, when t ends.
+func startHelper(t *testing.T, cmd *exec.Cmd) (string, *holderProcess) {
+	t.Helper()
 	if _, err := cmd.StdinPipe(); err != nil { // closed when the process exits
 		t.Fatalf("stdin pipe: %v", err)
 	}
@@ -638,16 +677,13 @@ func startHolder(t *testing.T, dir, key string) *holderProcess {
 
 	select {
 	case l := <-line:
-		tok, ok := strings.CutPrefix(l, "holding ")
-		if p.token, err = strconv.ParseInt(tok, 10, 64); !ok || err != nil {
-			t.Fatalf("helper process said %q, want \"holding TOKEN\"", l)
-		}
-	case <-p.exited:
-		t.Fatalf("helper process exited before it held the seat, want it holding (stderr %q)", stderr.String())
+		return l, p
+	case <-readerDone:
+		t.Fatalf("helper process said nothing before it exited, want a line (stderr %q)", stderr.String())
 	case <-time.After(20 * time.Second):
-		t.Fatalf("helper process: no line after 20s, want \"holding TOKEN\"")
+		t.Fatalf("helper process: no line after 20s, want one")
 	}
-	return p
+	return "", nil
 }
 
 // kill ends the process with SIGKILL, as a crash would, and waits for it.
@@ -952,23 +988,46 @@ func TestLocalStoppedGrantHolderBlocksNoOneForever(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	done := make(chan error, 2)
+	type outcome struct {
+		what string
+		err  error
+	}
+	done := make(chan outcome, 3)
 	go func() {
 		_, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
-		done <- err
+		done <- outcome{"waiting Acquire", err}
 	}()
 	go func() {
-		_, err := st.Status(ctx, []string{key})
-		done <- err
+		// Without a deadline: a caller that will not wait must not.
+		_, err := st.Acquire(context.Background(), semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true})
+		done <- outcome{"no-wait Acquire", err}
 	}()
-	for range 2 {
+	go func() {
+		s, err := st.Status(context.Background(), []string{key})
+		if err == nil && (len(s) != 1 || s[0].Held != 0 || s[0].Capacity != 1) {
+			err = fmt.Errorf("got %+v, want the key free, capacity 1", s)
+		}
+		done <- outcome{"Status", err}
+	}()
+	for range 3 {
 		select {
-		case err := <-done:
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("Acquire or Status while the grant lock is held: got %v, want context.DeadlineExceeded", err)
+		case o := <-done:
+			switch o.what {
+			case "waiting Acquire":
+				if !errors.Is(o.err, context.DeadlineExceeded) {
+					t.Errorf("waiting Acquire while the grant lock is held: got %v, want context.DeadlineExceeded", o.err)
+				}
+			case "no-wait Acquire":
+				if !errors.Is(o.err, semaphore.ErrBusy) || !strings.Contains(o.err.Error(), "grant lock") {
+					t.Errorf("no-wait Acquire while the grant lock is held: got %v, want ErrBusy saying the grant lock is held", o.err)
+				}
+			case "Status":
+				if o.err != nil {
+					t.Errorf("Status while the grant lock is held: %v, want the key's status, read without the lock", o.err)
+				}
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("Acquire or Status while the grant lock is held: still running 10s after its 100ms deadline")
+			t.Fatalf("Acquire or Status while the grant lock is held: still running after 10s, want each to return")
 		}
 	}
 }

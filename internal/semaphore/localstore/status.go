@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,23 +17,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Status implements Store. With no keys, it reports on every key that has
-// a directory in the lock directory.
+// Status implements Store. With no keys, it reports on every key held,
+// waited for, or used in the last StaleAfter, and removes the directories
+// of the others it may remove (removeUnused).
 func (s *Store) Status(ctx context.Context, keys []string) ([]semaphore.KeyStatus, error) {
-	all := len(keys) == 0
-	if all {
-		var err error
-		if keys, err = s.keys(); err != nil {
-			return nil, err
-		}
+	if len(keys) == 0 {
+		return s.statusAll(ctx)
 	}
 	out := make([]semaphore.KeyStatus, 0, len(keys))
 	for _, key := range keys {
-		st, err := s.status(ctx, key)
-		if all && errors.Is(err, os.ErrPermission) {
-			continue // another user's private key
+		st := emptyStatus(key)
+		k, err := s.openKeyDir(keyDirName(key))
+		if err == nil {
+			st, err = s.statusIn(ctx, k, key)
+			k.close()
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, unix.ENOENT) { // ENOENT: never used
 			return nil, fmt.Errorf("status of key %q: %w", key, err)
 		}
 		out = append(out, st)
@@ -42,79 +40,114 @@ func (s *Store) Status(ctx context.Context, keys []string) ([]semaphore.KeyStatu
 	return out, nil
 }
 
-// keys lists the keys that have a directory, in order.
-func (s *Store) keys() ([]string, error) {
+func emptyStatus(key string) semaphore.KeyStatus {
+	return semaphore.KeyStatus{Key: key, Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}}
+}
+
+// statusAll reports on every key that has a directory and is in use, or
+// was lately. Directories the caller may not use (another user's) are
+// left out, as are names no key has.
+func (s *Store) statusAll(ctx context.Context) ([]semaphore.KeyStatus, error) {
 	d, err := reopenDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
-	defer d.Close()
 	entries, err := d.ReadDir(-1)
+	d.Close()
 	if err != nil {
 		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
 	}
-	var keys []string
+	out := []semaphore.KeyStatus{}
 	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			s.sweepHidden(name)
+			continue
+		}
 		if !e.IsDir() {
 			continue // not a key's: no symbolic link, no stray file
 		}
-		name := e.Name()
-		if key, ok := keyFromDirName(name); ok {
-			keys = append(keys, key)
-		} else if strings.HasPrefix(name, "#") {
-			if key, err := s.readKeyFile(name); err == nil && keyDirName(key) == name {
-				keys = append(keys, key)
-			}
+		k, err := s.openKeyDir(name)
+		if err != nil {
+			continue // gone meanwhile, or not the caller's to use
+		}
+		st, ok, err := s.statusOfDir(ctx, k)
+		k.close()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, st)
 		}
 	}
-	slices.Sort(keys)
-	return keys, nil
+	slices.SortFunc(out, func(a, b semaphore.KeyStatus) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// statusOfDir reports on the key whose directory k is; ok is false for a
+// directory no key has, or one unused for StaleAfter, which it removes.
+func (s *Store) statusOfDir(ctx context.Context, k *keyDir) (semaphore.KeyStatus, bool, error) {
+	key, ok := keyFromDirName(k.name)
+	if !ok && strings.HasPrefix(k.name, "#") {
+		key, ok = k.readKey()
+	}
+	if !ok {
+		return semaphore.KeyStatus{}, false, nil
+	}
+	st, err := s.statusIn(ctx, k, key)
+	if err != nil {
+		return st, false, fmt.Errorf("status of key %q: %w", key, err)
+	}
+	if st.Held == 0 && len(st.Waiters) == 0 && time.Since(k.lastUse()) >= StaleAfter {
+		s.removeUnused(k, StaleAfter)
+		return st, false, nil
+	}
+	return st, true, nil
 }
 
 // keyFile names the file in which a hashed key directory keeps its key.
 const keyFile = "key"
 
-func (s *Store) readKeyFile(name string) (string, error) {
-	fd, err := unix.Openat(int(s.dir.Fd()), name+"/"+keyFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// readKey reads the key of a hashed key directory; ok is false when the
+// file is missing or names another key.
+func (k *keyDir) readKey() (string, bool) {
+	f, err := k.open(keyFile, os.O_RDONLY)
 	if err != nil {
-		return "", err
+		return "", false
 	}
-	f := os.NewFile(uintptr(fd), keyFile)
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, semaphore.MaxKeyLen+1))
-	return string(b), err
+	key := string(b)
+	return key, err == nil && keyDirName(key) == k.name
 }
 
-func (s *Store) status(ctx context.Context, key string) (semaphore.KeyStatus, error) {
-	st := semaphore.KeyStatus{Key: key, Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}}
-	dir, err := openDir(int(s.dir.Fd()), keyDirName(key), filepath.Join(s.path, keyDirName(key)))
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return st, nil // never used
-		}
-		return st, err
-	}
-	k := &keyDir{dir: dir, path: dir.Name()}
-	defer k.close()
+// statusGrantWait bounds the wait for the grant lock status looks at the
+// seats under; past it (a holder stopped there), it looks without.
+const statusGrantWait = 50 * time.Millisecond
+
+func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.KeyStatus, error) {
+	st := emptyStatus(key)
 	// Looking at the seats under the grant lock keeps a probe of a free
 	// seat from making someone taking it think it held.
 	grant, err := k.open(grantFile, os.O_RDONLY)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return st, nil
-		}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return st, err
 	}
-	defer func() {
-		if grant != nil {
+	if grant != nil {
+		waitCtx, cancel := context.WithTimeout(ctx, statusGrantWait)
+		err := lockWait(waitCtx, grant)
+		cancel()
+		switch {
+		case err == nil:
+			defer grant.Close()
+		case ctx.Err() != nil:
+			return st, ctx.Err() // lockWait closed grant
+		case waitCtx.Err() != nil:
+			grant = nil // lockWait closed it
+		default:
 			grant.Close()
+			return st, err
 		}
-	}()
-	if err := lockWait(ctx, grant); err != nil {
-		if ctx.Err() != nil {
-			grant = nil // lockWait closes it
-		}
-		return st, err
 	}
 	if b, err := k.readSmall(capacityFile); err == nil {
 		st.Capacity, _ = strconv.Atoi(strings.TrimSpace(string(b)))
@@ -122,7 +155,7 @@ func (s *Store) status(ctx context.Context, key string) (semaphore.KeyStatus, er
 	now := time.Now()
 	// A holder of weight K has a record in each of its K seats.
 	seen := map[int64]bool{}
-	for _, r := range k.lockedRecords(seatPrefix) {
+	for _, r := range k.lockedRecords(seatPrefix, s.warnf) {
 		st.Held++
 		if seen[r.Token] {
 			continue
@@ -133,8 +166,10 @@ func (s *Store) status(ctx context.Context, key string) (semaphore.KeyStatus, er
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
-	_, _ = flock(grant, unix.LOCK_UN)
-	for _, r := range k.lockedRecords(waitPrefix) {
+	if grant != nil {
+		_, _ = flock(grant, unix.LOCK_UN)
+	}
+	for _, r := range k.lockedRecords(waitPrefix, s.warnf) {
 		st.Waiters = append(st.Waiters, semaphore.Waiter{HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight, Waited: now.Sub(time.UnixMilli(r.SinceMS))})
 	}
 	slices.SortStableFunc(st.Holders, func(a, b semaphore.Holder) int { return int(b.Age - a.Age) })
@@ -144,9 +179,11 @@ func (s *Store) status(ctx context.Context, key string) (semaphore.KeyStatus, er
 
 // lockedRecords reads the records of the files named prefix* that someone
 // holds locked: live holders or waiters.
-func (k *keyDir) lockedRecords(prefix string) []record {
+// A file that is not a regular one with one link is skipped, with a line
+// to warnf.
+func (k *keyDir) lockedRecords(prefix string, warnf func(string, ...any)) []record {
 	var out []record
-	k.eachLocked(prefix, func(f *os.File) bool {
+	k.eachLocked(prefix, warnf, func(f *os.File) bool {
 		// No record: taken or given back this instant.
 		if r, err := readRecord(f); err == nil {
 			out = append(out, r)
@@ -159,7 +196,7 @@ func (k *keyDir) lockedRecords(prefix string) []record {
 // anyLocked tells whether someone holds a file named prefix* locked.
 func (k *keyDir) anyLocked(prefix string) bool {
 	found := false
-	k.eachLocked(prefix, func(*os.File) bool {
+	k.eachLocked(prefix, nil, func(*os.File) bool {
 		found = true
 		return false
 	})
@@ -167,10 +204,15 @@ func (k *keyDir) anyLocked(prefix string) bool {
 }
 
 // eachLocked calls fn with each file named prefix* that someone holds
-// locked, while fn returns true.
-func (k *keyDir) eachLocked(prefix string, fn func(*os.File) bool) {
+// locked, while fn returns true. Files semrun will not use are skipped,
+// said to warnf when it is set.
+func (k *keyDir) eachLocked(prefix string, warnf func(string, ...any), fn func(*os.File) bool) {
 	for _, name := range k.names(prefix) {
 		f, err := k.open(name, os.O_RDONLY)
+		var bad *badFileError
+		if errors.As(err, &bad) && warnf != nil {
+			warnf("skipped %s", err)
+		}
 		if err != nil {
 			continue
 		}

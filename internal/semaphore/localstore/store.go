@@ -36,10 +36,11 @@ const (
 
 // Options configure a local store.
 type Options struct {
-	// Dir is the lock directory; created (mode 0755) when missing, provided
-	// its parent exists.
+	// Dir is the lock directory; created (mode 0700) when missing,
+	// provided its parent exists.
 	Dir string
-	// Warnf, when set, receives warnings (callers asking different capacities).
+	// Warnf, when set, receives warnings (callers asking different
+	// capacities, files status skips).
 	Warnf func(format string, args ...any)
 	// Names name the settings in messages; semaphore.OwnNames when nil.
 	Names semaphore.Names
@@ -54,6 +55,13 @@ type Store struct {
 	path  string
 	warnf func(format string, args ...any)
 	names semaphore.Names
+	// shared: the lock directory is shared by a group (setgid,
+	// group-writable), and so are the keys this store makes in it.
+	shared bool
+	// sharedByRoot: root owns the shared lock directory, whose members use
+	// each other's keys (see keyDirFault).
+	sharedByRoot bool
+	gid          uint32 // the lock directory's group
 }
 
 var _ semaphore.Store = (*Store)(nil)
@@ -61,10 +69,9 @@ var _ semaphore.Store = (*Store)(nil)
 // DefaultDir is the lock directory used when none is given. It depends
 // only on the user and the host, never on the environment, so that a
 // user's cron jobs and shells always meet in the same place: root's is
-// SystemDir; another user's is SystemDir when root made it and this user
-// may write it (set up to be shared), else a directory of the user's own
-// beside it, "semrun-UID" in /run/lock (or in /tmp where there is no
-// /run/lock).
+// SystemDir; another user's is SystemDir when root shares it with a group
+// this user may write as, else a directory of the user's own beside it,
+// "semrun-UID" in /run/lock (or in /tmp where there is no /run/lock).
 func DefaultDir() string {
 	uid := os.Geteuid()
 	if uid == 0 {
@@ -72,7 +79,7 @@ func DefaultDir() string {
 	}
 	var st unix.Stat_t
 	if unix.Lstat(SystemDir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Uid == 0 &&
-		unix.Access(SystemDir, unix.W_OK|unix.X_OK) == nil {
+		groupShared(modeOf(&st)) && unix.Access(SystemDir, unix.W_OK|unix.X_OK) == nil {
 		return SystemDir
 	}
 	parent := filepath.Dir(SystemDir)
@@ -83,27 +90,61 @@ func DefaultDir() string {
 }
 
 // New opens the lock directory o.Dir, creating it when missing. A
-// directory someone else could tamper with is refused (see checkDir).
+// directory someone else could tamper with is refused (see trust.go).
 func New(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, &semaphore.SettingError{Setting: DirSetting, Err: errors.New("must not be empty")}
 	}
-	path := filepath.Clean(o.Dir)
-	if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("lock directory %s: %w", path, unwrapPath(err))
-	}
-	dir, err := openDir(unix.AT_FDCWD, path, path)
-	if err != nil {
-		return nil, err
-	}
-	s := &Store{dir: dir, path: path, warnf: o.Warnf, names: o.Names}
+	s := &Store{path: filepath.Clean(o.Dir), warnf: o.Warnf, names: o.Names}
 	if s.warnf == nil {
 		s.warnf = func(string, ...any) {}
 	}
 	if s.names == nil {
 		s.names = semaphore.OwnNames{}
 	}
+	dir, st, err := openLockDir(s.path, s.names.Name(DirSetting))
+	if err != nil {
+		return nil, err
+	}
+	s.dir, s.gid = dir, st.Gid
+	s.shared = groupShared(modeOf(st))
+	s.sharedByRoot = s.shared && st.Uid == 0
 	return s, nil
+}
+
+// openLockDir opens the lock directory path, creating it when missing,
+// after checking every directory on the way (resolveParents). Its owner is
+// checked on the descriptor opened, never by name.
+func openLockDir(path, flag string) (*os.File, *unix.Stat_t, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock directory %s: %w", path, err)
+	}
+	parent, err := resolveParents(filepath.Dir(abs))
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock directory %s: %w", path, unwrapPath(err))
+	}
+	full := filepath.Join(parent, filepath.Base(abs))
+	if unix.Mkdir(full, 0o700) == nil {
+		// Past the umask, by name: in a parent checked, no one else can
+		// replace what the caller just made.
+		_ = unix.Chmod(full, 0o700)
+	}
+	fd, err := unix.Open(full, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, dirError("lock directory", path, full, err)
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	st, err := checkedDir(dir, path, func(st *unix.Stat_t) error { return lockDirFault(st, path, flag) })
+	if err != nil {
+		dir.Close()
+		return nil, nil, err
+	}
+	if err := writable(dir, path); err != nil {
+		dir.Close()
+		return nil, nil, err
+	}
+	return dir, st, nil
 }
 
 // Dir is the lock directory's path.
@@ -111,3 +152,5 @@ func (s *Store) Dir() string { return s.path }
 
 // Close closes the lock directory.
 func (s *Store) Close() error { return s.dir.Close() }
+
+func (s *Store) fd() int { return int(s.dir.Fd()) }

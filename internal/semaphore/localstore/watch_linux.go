@@ -78,8 +78,8 @@ func (w *seatWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
 }
 
 // ring wakes the first waiter in line after a seat was unlocked: touching
-// the seat file's times is an event the watch reports.
-func ring(keyDir int, seat string) {
-	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
-	_ = unix.UtimesNanoAt(keyDir, seat, now, unix.AT_SYMLINK_NOFOLLOW)
+// the seat file's times is an event the watch reports. Through the
+// descriptor, so it touches the seat's file whatever its name is now.
+func ring(seat *os.File) {
+	_ = unix.Futimes(int(seat.Fd()), nil)
 }

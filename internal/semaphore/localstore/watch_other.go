@@ -4,6 +4,7 @@ package localstore
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/semrun/semrun/internal/clock"
@@ -23,4 +24,4 @@ func (*seatWatch) wait(ctx context.Context, _ time.Duration) (bool, error) {
 }
 
 // ring has no one to wake: waiters look again on their own.
-func ring(int, string) {}
+func ring(*os.File) {}
