@@ -118,7 +118,7 @@ func parentFault(dir string) error {
 // used, with the fix; flag names the setting that chooses it.
 func lockDirFault(st *unix.Stat_t, shown, flag string) error {
 	switch {
-	case st.Uid == me():
+	case st.Uid == me() && !(st.Uid == 0 && groupShared(modeOf(st))):
 		if writableByOthers(modeOf(st)) && !sticky(modeOf(st)) {
 			return fmt.Errorf("lock directory %s: writable by others without the sticky bit (fix: chmod go-w %s)", shown, shown)
 		}
