@@ -121,7 +121,11 @@ func openLockDir(path, flag string) (*os.File, *unix.Stat_t, error) {
 		return nil, nil, fmt.Errorf("lock directory %s: %w", path, err)
 	}
 	parent, err := resolveParents(filepath.Dir(abs))
-	if err != nil {
+	var fault *parentError
+	switch {
+	case errors.As(err, &fault):
+		return nil, nil, fmt.Errorf("lock directory %s: %w (choose one elsewhere with %s)", path, err, flag)
+	case err != nil:
 		return nil, nil, fmt.Errorf("lock directory %s: %w", path, unwrapPath(err))
 	}
 	full := filepath.Join(parent, filepath.Base(abs))

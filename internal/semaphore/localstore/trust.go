@@ -68,7 +68,7 @@ func resolveParents(dir string) (string, error) {
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFLNK:
 			if st.Uid != 0 && st.Uid != me() {
-				return "", fmt.Errorf("%s on its path is a symbolic link of %s, who could point it elsewhere", next, userName(st.Uid))
+				return "", &parentError{fmt.Sprintf("%s on its path is a symbolic link of %s, who could point it elsewhere", next, userName(st.Uid))}
 			}
 			if links++; links > maxLinks {
 				return "", fmt.Errorf("%s: %w", next, unix.ELOOP)
@@ -107,12 +107,18 @@ func parentFault(dir string) error {
 	}
 	switch {
 	case st.Uid != 0 && st.Uid != me():
-		return fmt.Errorf("%s on its path is owned by %s, who could replace what is in it", dir, userName(st.Uid))
+		return &parentError{fmt.Sprintf("%s on its path is owned by %s, who could replace what is in it", dir, userName(st.Uid))}
 	case writableByOthers(modeOf(&st)) && !sticky(modeOf(&st)):
-		return fmt.Errorf("%s on its path is writable by others without the sticky bit", dir)
+		return &parentError{fmt.Sprintf("%s on its path is writable by others without the sticky bit", dir)}
 	}
 	return nil
 }
+
+// parentError is a directory or link on the way to the lock directory
+// that someone else could change.
+type parentError struct{ msg string }
+
+func (e *parentError) Error() string { return e.msg }
 
 // lockDirFault says why the lock directory st, shown as shown, cannot be
 // used, with the fix; flag names the setting that chooses it.
