@@ -43,8 +43,20 @@ func (s *Store) acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 		return nil, err
 	}
 	defer k.close()
+	lease, err := s.acquireIn(ctx, k, req)
+	if err != nil && ctx.Err() == nil && k.current() != nil {
+		// The directory was removed meanwhile (removeUnused): a file
+		// missing or unlinked there is no fault; start again.
+		err = errKeyMoved
+	}
+	return lease, err
+}
+
+// acquireIn is acquire in the key's directory k.
+func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request) (semaphore.Lease, error) {
 	a := &attempt{s: s, k: k, req: req, seats: map[int]*os.File{}}
 	defer a.close()
+	var err error
 	if a.queue, err = k.open(queueFile, os.O_RDWR|os.O_CREATE); err != nil {
 		return nil, err
 	}
@@ -201,8 +213,8 @@ func (a *attempt) lockGrant(ctx context.Context) error {
 			return err
 		}
 	} else if err := lockWait(ctx, a.grant); err != nil {
+		a.grant = nil // lockWait closed it
 		if ctx.Err() != nil {
-			a.grant = nil // lockWait closes it
 			return fmt.Errorf("wait for key %q: %w", a.req.Key, err)
 		}
 		return err

@@ -42,6 +42,9 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 		ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
 		return ok && err == nil
 	}
+	if k.owner != me() {
+		return false // another member's, in a sticky lock directory: not the caller's to move
+	}
 	if !lock(grantFile, os.O_RDWR|os.O_CREATE) || k.current() != nil || !lock(queueFile, os.O_RDWR|os.O_CREATE) {
 		return false
 	}
@@ -110,5 +113,10 @@ func (s *Store) sweepHidden(name string) {
 	default:
 		return
 	}
-	s.removeHidden(name)
+	// Moved aside first: a caller stalled while making it may still rename
+	// it into place, and must not find it being emptied there.
+	gone := hiddenGone + rand.Text()[:16]
+	if unix.Renameat(s.fd(), name, s.fd(), gone) == nil {
+		s.removeHidden(gone)
+	}
 }

@@ -19,7 +19,7 @@ import (
 
 func dirError(what, shown, full string, err error) error {
 	switch {
-	case errors.Is(err, unix.ELOOP):
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EMLINK): // EMLINK: FreeBSD's O_NOFOLLOW
 		return fmt.Errorf("%s %s: is a symbolic link", what, shown)
 	case errors.Is(err, unix.ENOTDIR):
 		// O_NOFOLLOW|O_DIRECTORY on a symbolic link to a directory also
@@ -122,8 +122,8 @@ type keyDir struct {
 const maxPublish = 8
 
 // precreated bounds the seats made with a key's directory. A seat made
-// later belongs to whoever needed it first, and is used only by that user
-// and the directory's owner (fileFault).
+// later belongs to whoever needed it first, and only that user takes it
+// (fileFault): others are refused.
 const precreated = 4096
 
 // openKey opens key's directory, making it, with its files, when missing.
@@ -178,11 +178,13 @@ func (s *Store) openKeyDir(name string) (*keyDir, error) {
 // directory, and no caller ever sees it half made.
 func (s *Store) publishKey(name, key string, permits int) error {
 	tmp := hiddenNew + rand.Text()[:16]
-	dirMode, fileMode := uint32(0o700), uint32(0o600)
+	dirMode, fileMode, making := uint32(0o700), uint32(0o600), uint32(0o700)
 	if s.shared {
-		dirMode, fileMode = 0o3770, 0o660
+		// Private while it is made, so that no one plants a name in it,
+		// but setgid, so that its files get the lock directory's group.
+		dirMode, fileMode, making = 0o3770, 0o660, 0o2700
 	}
-	if err := unix.Mkdirat(s.fd(), tmp, dirMode); err != nil {
+	if err := unix.Mkdirat(s.fd(), tmp, making); err != nil {
 		return fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
 	published := false
@@ -193,7 +195,7 @@ func (s *Store) publishKey(name, key string, permits int) error {
 	}()
 	// Past the umask, by name: no one else can replace what the caller
 	// just made in a lock directory checked.
-	if err := unix.Fchmodat(s.fd(), tmp, dirMode, 0); err != nil {
+	if err := unix.Fchmodat(s.fd(), tmp, making, 0); err != nil {
 		return fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
 	fd, err := unix.Openat(s.fd(), tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -226,6 +228,9 @@ func (s *Store) publishKey(name, key string, permits int) error {
 		if err != nil {
 			return fmt.Errorf("write %s: %w", f.Name(), err)
 		}
+	}
+	if err := unix.Fchmod(fd, dirMode); err != nil {
+		return fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
 	switch err := renameNoReplace(s.fd(), tmp, name); {
 	case err == nil:
@@ -260,7 +265,7 @@ func createFile(dirfd int, name, dir string, mode uint32) (*os.File, error) {
 }
 
 func fileError(shown string, err error) error {
-	if errors.Is(err, unix.ELOOP) {
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EMLINK) { // EMLINK: FreeBSD's O_NOFOLLOW
 		return fmt.Errorf("lock file %s: is a symbolic link", shown)
 	}
 	return fmt.Errorf("lock file %s: %w", shown, err)

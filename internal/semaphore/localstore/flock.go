@@ -39,10 +39,14 @@ func flock(f *os.File, how int) (bool, error) {
 }
 
 // lockWait takes an exclusive lock on f, waiting in the kernel, which wakes
-// the waiter when the lock is dropped. It gives up when ctx ends, and then
-// owns f: it closes f, dropping a lock obtained after that at once.
+// the waiter when the lock is dropped. It gives up when ctx ends. On any
+// error it owns f: it closes f (when ctx ended, dropping a lock obtained
+// after that at once).
 func lockWait(ctx context.Context, f *os.File) error {
 	if ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB); ok || err != nil {
+		if err != nil {
+			f.Close()
+		}
 		return err // the usual case, without a goroutine
 	}
 	got := make(chan error, 1)
@@ -52,6 +56,9 @@ func lockWait(ctx context.Context, f *os.File) error {
 	}()
 	select {
 	case err := <-got:
+		if err != nil {
+			f.Close()
+		}
 		return err
 	case <-ctx.Done():
 		go func() {

@@ -145,8 +145,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		case waitCtx.Err() != nil:
 			grant = nil // lockWait closed it
 		default:
-			grant.Close()
-			return st, err
+			return st, err // lockWait closed grant
 		}
 	}
 	if b, err := k.readSmall(capacityFile); err == nil {
