@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -339,11 +341,42 @@ func (s *supervisor) childChanged(ev waitEvent) (done bool) {
 }
 
 func startError(command string, err error) error {
-	return &StartError{
-		Command:  command,
-		NotFound: errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist),
-		Err:      err,
+	notFound := errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)
+	if notFound {
+		if path, ok := foundInPath(command); ok {
+			// Found, not executable (a directory, say): 126, as env(1)
+			// and timeout(1) say, not 127.
+			notFound = false
+			err = &fs.PathError{Op: "exec", Path: path, Err: notExecutable(path)}
+		}
 	}
+	return &StartError{Command: command, NotFound: notFound, Err: err}
+}
+
+// foundInPath finds a bare command name in PATH as execvp(3) would, but
+// among files that are not executable too.
+func foundInPath(command string) (string, bool) {
+	if command == "" || strings.ContainsRune(command, os.PathSeparator) {
+		return "", false
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		path := filepath.Join(dir, command)
+		if _, err := os.Stat(path); err == nil {
+			return path, true
+		}
+	}
+	return "", false
+}
+
+// notExecutable says why path, which exists, cannot be run.
+func notExecutable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return syscall.EISDIR
+	}
+	return fs.ErrPermission
 }
 
 // lossAt is when the child must be told to stop if no renewal succeeds
