@@ -107,7 +107,7 @@ func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 	pf.BoolVar(&common.tls.Insecure, "tls-insecure", false, "with rediss://: do not verify Redis's certificate (warns)")
 	pf.StringVar(&common.passwordFile, "redis-password-file", "", "read the Redis password from this file (readable by its owner only), when the URL has none")
 	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
-	pf.DurationVar(&common.connectTimeout, "connect-timeout", 10*time.Second, "give up on an unreachable store after this")
+	pf.Var(newDuration(&common.connectTimeout, 10*time.Second), "connect-timeout", "give up on an unreachable store after this")
 	pf.StringVar(&common.config, "config", "", "config file (YAML), instead of ~/.config/semrun/config.yaml; "+SystemConfigFile+" still applies under it")
 	pf.BoolVarP(&common.verbose, "verbose", "v", false, "say what happens on stderr")
 	pf.BoolVarP(&common.quiet, "quiet", "q", false, "say nothing but errors")
