@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -46,6 +47,7 @@ func TestMain(m *testing.M) {
 // store they need: [store] is true when this run's store is there, [redis]
 // and [local] name the store of this run.
 func TestScripts(t *testing.T) {
+	startWithDefaultSignals()
 	for _, store := range []string{"redis", "local"} {
 		t.Run(store, func(t *testing.T) {
 			testscript.Run(t, testscript.Params{
@@ -80,19 +82,20 @@ func TestScripts(t *testing.T) {
 					return false, fmt.Errorf("unknown condition %q", cond)
 				},
 				Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-					"store":    cmdStore,
-					"redis":    cmdRedis,
-					"exits":    cmdExits,
-					"start":    cmdStart,
-					"signal":   cmdSignal,
-					"await":    cmdAwait,
-					"waitfile": cmdWaitfile,
-					"gone":     cmdGone,
-					"overlap":  cmdOverlap,
-					"pty":      cmdPty,
-					"waitout":  cmdWaitout,
-					"pidstate": cmdPidstate,
-					"jsonlog":  cmdJSONLog,
+					"store":      cmdStore,
+					"redis":      cmdRedis,
+					"exits":      cmdExits,
+					"start":      cmdStart,
+					"signal":     cmdSignal,
+					"await":      cmdAwait,
+					"waitfile":   cmdWaitfile,
+					"gone":       cmdGone,
+					"overlap":    cmdOverlap,
+					"pty":        cmdPty,
+					"waitout":    cmdWaitout,
+					"pidstate":   cmdPidstate,
+					"jsonlog":    cmdJSONLog,
+					"brokenpipe": cmdBrokenpipe,
 				},
 			})
 		})
@@ -449,6 +452,9 @@ func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	p := started(ts, "signal", args[0])
 	sig := unix.SignalNum("SIG" + strings.TrimPrefix(args[1], "SIG"))
+	if n, err := strconv.Atoi(args[1]); err == nil {
+		sig = syscall.Signal(n) // a real-time signal, say
+	}
 	if sig == 0 {
 		ts.Fatalf("signal: unknown signal %s", args[1])
 	}
@@ -802,5 +808,49 @@ func cmdJSONLog(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("jsonlog: no stderr line matches %q", args)
 	case want >= 0 && got != want:
 		ts.Fatalf("jsonlog: got %d stderr lines matching %q, want %d", got, args, want)
+	}
+}
+
+// startWithDefaultSignals makes the processes scripts start begin with
+// SIGINT and SIGHUP at their default, even when the tests themselves run
+// with them ignored (a background job of a non-interactive shell): semrun
+// keeps an ignored one, which the scripts test on purpose (nohup, sh -c
+// "... &"). Asking for them does that; the tests still end on one as they
+// would have.
+func startWithDefaultSignals() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		sig := <-c
+		signal.Reset(sig.(syscall.Signal))
+		_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+	}()
+}
+
+// brokenpipe CMD ARGS...: run CMD with its stdout and stderr a pipe whose
+// reading end is closed before it starts, and say how it ended on stdout,
+// as "status N" or "signal NAME".
+func cmdBrokenpipe(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: brokenpipe CMD ARGS...")
+	}
+	r, w, err := os.Pipe()
+	ts.Check(err)
+	ts.Check(r.Close())
+	c := exec.Command(lookPath(ts, args[0]), args[1:]...)
+	c.Dir, c.Env = ts.MkAbs("."), state(ts).environ(ts)
+	c.Stdout, c.Stderr = w, w
+	err = c.Run()
+	w.Close()
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr) && exitErr.Sys().(syscall.WaitStatus).Signaled():
+		fmt.Fprintf(ts.Stdout(), "signal %s\n", unix.SignalName(exitErr.Sys().(syscall.WaitStatus).Signal()))
+	case errors.As(err, &exitErr):
+		fmt.Fprintf(ts.Stdout(), "status %d\n", exitErr.ExitCode())
+	case err != nil:
+		ts.Fatalf("brokenpipe: %v", err)
+	default:
+		fmt.Fprintln(ts.Stdout(), "status 0")
 	}
 }

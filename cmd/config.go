@@ -168,7 +168,10 @@ func applyConfig(cmd *cobra.Command, c *commonOptions) error {
 	if fileErr != nil {
 		return fileErr
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errs[0] // one line: the next shows once this one is mended
+	}
+	return nil
 }
 
 // readConfigFiles reads the config files that exist, the strongest first:

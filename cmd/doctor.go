@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -89,9 +90,9 @@ func printChecks(w io.Writer, checks []semaphore.Check) error {
 		if c.Status == semaphore.CheckWarn || c.Status == semaphore.CheckFail {
 			status = strings.ToUpper(status)
 		}
-		fmt.Fprintf(&b, "%-6s%s: %s", status, c.Name, c.Detail)
+		fmt.Fprintf(&b, "%-6s%s: %s", status, c.Name, printable.String(c.Detail))
 		if c.Fix != "" {
-			fmt.Fprintf(&b, "; fix: %s", c.Fix)
+			fmt.Fprintf(&b, "; fix: %s", printable.String(c.Fix))
 		}
 		b.WriteByte('\n')
 	}

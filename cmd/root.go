@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore/localstore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore"
@@ -60,6 +61,7 @@ func Main() int {
 // killed by a signal, Run makes semrun die of the same signal, and returns
 // 128+N only where that is not possible.
 func Run(ctx context.Context, args []string, s *IOStreams) int {
+	keepWritesFromKilling()
 	common := &commonOptions{sources: sources{}}
 	root := newCmdRoot(s, common)
 	root.SetArgs(args)
@@ -229,7 +231,10 @@ func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Level == slog.LevelWarn {
 		prefix = "semrun: warning: "
 	}
-	_, err := io.WriteString(h.w, prefix+r.Message+"\n") // one write: lines from two goroutines do not mix
+	// What came from elsewhere (a server's error, a file's name) must not
+	// drive the terminal, nor fake a line. One write: lines from two
+	// goroutines do not mix.
+	_, err := io.WriteString(h.w, prefix+printable.String(r.Message)+"\n")
 	return err
 }
 

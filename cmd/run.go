@@ -178,7 +178,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	// has exited must not change the exit status, and a Stop would cost a
 	// round trip to the runtime's signal thread for each signal.
 	signals := make(chan os.Signal, 16)
-	signal.Notify(signals, caughtSignals...)
+	signal.Notify(signals, caughtSignals()...)
 
 	began := time.Now()
 	lease, err := o.acquire(ctx, store, signals, log)
@@ -256,10 +256,10 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 			t.stop()
 			return o.acquired(ctx, a, log)
 		case sig := <-signals:
-			switch sig {
-			case resizeSignal:
+			switch {
+			case !endsWait(sig):
 				continue // a resized terminal is no reason to give up
-			case stopSignal:
+			case sig == stopSignal:
 				// Suspended while waiting (Ctrl-Z): a stopped waiter must
 				// not keep others waiting, so it leaves, and asks again
 				// when continued.

@@ -4,25 +4,75 @@ package cmd
 
 import (
 	"os"
+	"os/signal"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// caughtSignals are caught from before the wait for a permit until semrun
-// exits. All but stopSignal reach the child's process group, and all but
-// resizeSignal end a wait for a permit.
-var caughtSignals = []os.Signal{
-	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGTSTP,
+// forwardedSignals are the signals that would end the command or concern
+// it: semrun catches them from before the wait for a permit until it
+// exits, passes them on to the command's process group, and so never dies
+// of one while the command runs. A user's kill -SEGV is one of them; a
+// fault in semrun itself still crashes it. Not caught: SIGPROF (Go's
+// profiler), SIGURG (Go's scheduler), SIGCHLD, SIGCONT, SIGTTIN and
+// SIGTTOU (job control), SIGKILL and SIGSTOP (they cannot be).
+var forwardedSignals = append([]os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM,
+	syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGWINCH, syscall.SIGSYS,
+	syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGBUS, syscall.SIGFPE,
+	syscall.SIGILL, syscall.SIGSEGV, syscall.SIGTSTP,
+}, platformSignals...)
+
+// caughtSignals are forwardedSignals, less SIGHUP and SIGINT when semrun
+// started with them ignored (nohup; the background jobs of a
+// non-interactive shell): those stay ignored, for semrun and the command,
+// which inherits the ignore. Go keeps an inherited ignore for these two
+// only, and only while nothing asks for them. Plus SIGPIPE, caught so that
+// a write to a closed stdout or stderr fails instead of killing semrun,
+// and never forwarded: semrun cannot tell a kill from its own write.
+// Called once, before anything else asks for signals.
+func caughtSignals() []os.Signal {
+	sigs := []os.Signal{syscall.SIGPIPE}
+	for _, sig := range forwardedSignals {
+		if (sig == syscall.SIGHUP || sig == syscall.SIGINT) && signal.Ignored(sig) {
+			continue
+		}
+		sigs = append(sigs, sig)
+	}
+	return sigs
 }
 
-// stopSignal (Ctrl-Z) suspends the whole job; resizeSignal says that a
-// terminal was resized, which is no reason to give up a wait.
-const stopSignal, resizeSignal = syscall.SIGTSTP, syscall.SIGWINCH
+// keepWritesFromKilling makes a write to a closed pipe on stdout or stderr
+// fail with EPIPE, which semrun ignores (the line is lost), instead of
+// killing semrun: its own lines must never change its exit status, nor
+// keep the command from running. Go's runtime kills a program on a write
+// to a broken pipe on fd 1 or 2 unless SIGPIPE is asked for.
+func keepWritesFromKilling() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }
 
-// signalName is sig's name as in kill -l, with SIG: "SIGTERM".
-func signalName(sig syscall.Signal) string { return unix.SignalName(sig) }
+// stopSignal (Ctrl-Z) suspends the whole job.
+const stopSignal = syscall.SIGTSTP
+
+// endsWait tells whether sig, arriving while semrun waits for a permit,
+// ends the wait: a resized terminal, a status request or a closed pipe
+// do not.
+func endsWait(sig os.Signal) bool {
+	switch sig {
+	case syscall.SIGWINCH, syscall.SIGPIPE, infoSignal:
+		return false
+	}
+	return true
+}
+
+// signalName is sig's name as in kill -l, with SIG: "SIGTERM", or
+// "SIGRTMIN+3".
+func signalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return rtName(sig)
+}
 
 // inBackground tells whether the terminal fd has a foreground process group
 // other than semrun's (Ctrl-Z, then bg): the prompt is then the shell's.

@@ -10,11 +10,16 @@ import (
 // Ctrl-Break (both as SIGINT), and SIGTERM when the console closes, the
 // user logs off or the system shuts down. Windows delivers them to the
 // child too, so they need no forwarding; both end a wait for a permit.
-var caughtSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+func caughtSignals() []os.Signal { return []os.Signal{syscall.SIGINT, syscall.SIGTERM} }
 
-// Windows has no job-control stop and no resize signal: these nil values
-// match no signal.
-var stopSignal, resizeSignal os.Signal
+// keepWritesFromKilling has nothing to do: Windows has no SIGPIPE.
+func keepWritesFromKilling() {}
+
+// Windows has no job-control stop: this nil value matches no signal.
+var stopSignal os.Signal
+
+// endsWait is true: both signals Windows has end a wait.
+func endsWait(os.Signal) bool { return true }
 
 // signalName names sig and what sends it on Windows.
 func signalName(sig syscall.Signal) string {

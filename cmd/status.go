@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -79,7 +80,7 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			fmt.Fprintln(tw)
 		}
 		if k.Error != "" {
-			fmt.Fprintf(tw, "key %q: could not be read: %s\n", k.Key, k.Error)
+			fmt.Fprintf(tw, "key %q: could not be read: %s\n", k.Key, printable.String(k.Error))
 			continue
 		}
 		capacity := "?"
@@ -102,7 +103,7 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			if h.ExpiresIn > 0 {
 				expires = h.ExpiresIn.Round(time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", h.Host, h.PID, h.Command, h.Permits, h.Weight,
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", printable.String(h.Host), h.PID, printable.String(h.Command), h.Permits, h.Weight,
 				h.Age.Round(time.Millisecond), expires, h.Token)
 		}
 		if len(k.Waiters) > 0 {
@@ -114,7 +115,7 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			if q.Position > 0 {
 				place = fmt.Sprint(q.Position)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\n", place, q.Host, q.PID, q.Command, q.Permits, q.Weight, q.Waited.Round(time.Millisecond))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\n", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Permits, q.Weight, q.Waited.Round(time.Millisecond))
 		}
 	}
 	return tw.Flush()

@@ -19,6 +19,9 @@ type group int
 // deliver passes on a signal semrun caught to the child's group, but for
 // SIGTSTP, which stops the group instead (SIGSTOP) and reports stopped.
 func (g group) deliver(sig os.Signal) (stopped bool) {
+	if sig == syscall.SIGPIPE {
+		return false // caught only so that semrun's writes fail instead
+	}
 	if sig != syscall.SIGTSTP {
 		_ = syscall.Kill(-int(g), sig.(syscall.Signal))
 		return false

@@ -160,6 +160,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	if err != nil {
 		return Result{}, startError(spec.Args[0], err)
 	}
+	ignoreReserved()
 	defer g.close()
 	defer term.reclaim()
 

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -90,7 +89,7 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 	res, err := renewScript.Eval(call, c.s.client, c.keys.list(), renewArgs(c.holder, doctorLease, 0)...).Result()
 	cancel()
 	if renewed, derr := decodeRenew(res); err == nil && (derr != nil || !renewed) {
-		err = errors.Join(errors.New("the holder's permit was not renewed"), derr)
+		err = fmt.Errorf("the holder's permit was not renewed: %w", derr)
 	}
 	if err != nil {
 		return "renew (EVAL)", renewScript.wrap(err)
@@ -117,7 +116,7 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 		return "release", err
 	}
 	if r, err := decodeRelease(res); err != nil || !r.released {
-		return "release", errors.Join(errors.New("the waiter's permit was not held"), err)
+		return "release", fmt.Errorf("the waiter's permit was not held: %w", err)
 	}
 	return "", nil
 }
