@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +44,13 @@ func (o *Options) parseTarget() (*target, error) {
 	}
 	more := q["addr"]
 	q.Del("addr")
+	for name := range q {
+		if name != "db" && name != "skip_verify" {
+			// Refused before go-redis, whose error lists every name: with
+			// an unescaped & in a password=, one is part of the password.
+			return nil, o.urlError(fmt.Errorf("%s: unknown URL option %s (semrun takes addr= with a cluster or sentinels, db= with unix://)", shown, optionName(name)))
+		}
+	}
 	for _, a := range more {
 		// As go-redis's cluster and sentinel URLs took them.
 		if h, p, err := net.SplitHostPort(a); err != nil || h == "" || p == "" {
@@ -100,7 +108,7 @@ func (o *Options) checkTopology(shown string, q url.Values, more []string, opt *
 			return o.urlError(fmt.Errorf("%s: skip_verify in the URL: use %s, which warns", shown, names.Name(TLSInsecureSetting)))
 		}
 		if name != "db" || opt.Network != "unix" {
-			return o.urlError(fmt.Errorf("%s: unknown URL option %q (semrun takes addr= with a cluster or sentinels, db= with unix://)", shown, name))
+			return o.urlError(fmt.Errorf("%s: unknown URL option %s (semrun takes addr= with a cluster or sentinels, db= with unix://)", shown, optionName(name)))
 		}
 	}
 	switch {
@@ -135,9 +143,9 @@ func checkURL(raw string) (string, error) {
 		if !strings.Contains(raw, "@") {
 			return "", fmt.Errorf("malformed URL: %w", err)
 		}
-		if strings.Contains(err.Error(), `"`) {
-			// The error quotes part of the URL: with a password that has an
-			// unescaped / # or ?, that part is the password's.
+		if quoted, ok := quotedPart(err); ok && !afterUserinfo(raw, quoted) {
+			// The error quotes part of the URL that may be the password's:
+			// with an unescaped / # or ? in it, or a bad %-escape.
 			return "", unescapedPassword(raw)
 		}
 		return "", fmt.Errorf("%s: malformed URL: %w", hideUserinfo(raw), err)
@@ -147,9 +155,9 @@ func checkURL(raw string) (string, error) {
 		// "user:pass@host:6379" parses as scheme "user" with an opaque rest.
 		return shown, fmt.Errorf("%s: not a URL of the form redis://host:port/db", shown)
 	}
-	if at := strings.LastIndex(raw, "@"); at >= 0 && (u.User == nil || !strings.HasPrefix(raw[at+1:], u.Host)) {
-		// The text before the last @ was not all read as user:password, so
-		// part of the password went into the host, path or query.
+	if at := strings.LastIndex(raw, "@"); at >= 0 && (u.User == nil || at >= authorityEnd(raw)) {
+		// The last @ is not the one that ends the user:password, so part
+		// of the password went into the host, path, query or fragment.
 		return "", unescapedPassword(raw)
 	}
 	switch u.Scheme {
@@ -162,11 +170,29 @@ func checkURL(raw string) (string, error) {
 			return shown, fmt.Errorf("%s: no socket path", shown)
 		}
 	case "":
-		return shown, fmt.Errorf("%s: no scheme (want redis://, rediss:// or unix://)", shown)
+		// Not shown: with no scheme, it may be a password given as a URL.
+		return "…", errors.New("no scheme (want redis://, rediss:// or unix://)")
 	default:
-		return shown, fmt.Errorf("%s: unknown scheme %q (want redis, rediss or unix)", shown, u.Scheme)
+		// Not shown: a password given as the URL, or "user:pass@host"
+		// mistyped, can parse as a scheme.
+		return "…", errors.New("unknown scheme (want redis://, rediss:// or unix://)")
 	}
 	return shown, nil
+}
+
+// authorityEnd is where raw's authority (user:password@host:port) ends:
+// at the first / ? or # after the scheme's //.
+func authorityEnd(raw string) int {
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		start = i + len("://")
+	} else if strings.HasPrefix(raw, "//") {
+		start = len("//")
+	}
+	if end := strings.IndexAny(raw[start:], "/?#"); end >= 0 {
+		return start + end
+	}
+	return len(raw)
 }
 
 // unescapedPassword is the error for a URL whose password was not all read
@@ -175,22 +201,64 @@ func unescapedPassword(raw string) error {
 	return fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
 }
 
-// hideUserinfo replaces everything between the scheme and the last @ of a
-// URL that did not parse, so that no part of a password is shown.
+// hideUserinfo shows a URL with an @ that did not parse, or whose password
+// was not read whole, without its user and password. What follows the last
+// @ is shown only when that @ ends the authority's userinfo: with an
+// unescaped / # or ? in a password, the last @ is past the authority, and
+// nothing tells where the password ends: then only the scheme is shown.
 func hideUserinfo(raw string) string {
-	at := strings.LastIndex(raw, "@")
 	scheme, _, found := strings.Cut(raw, "://")
-	if !found || len(scheme) > at {
-		return "…" + raw[at:]
+	if !found || strings.ContainsAny(scheme, "@/#?%:") {
+		scheme = ""
 	}
-	return scheme + "://xxxxx" + raw[at:]
+	at := strings.LastIndex(raw, "@")
+	switch {
+	case scheme == "":
+		return "…" // no telling what is what
+	case at < 0 || at >= authorityEnd(raw):
+		return scheme + "://…"
+	}
+	// The host and port only: a query may hold a password too.
+	return scheme + "://xxxxx" + raw[at:authorityEnd(raw)]
+}
+
+// optionName shows a query option's name when it looks like one: one
+// made of a password's pieces (password=a&b) is not shown.
+func optionName(name string) string {
+	if len(name) > 0 && len(name) <= 32 && strings.Trim(name, "abcdefghijklmnopqrstuvwxyz_") == "" {
+		return strconv.Quote(name)
+	}
+	return "(not shown: it may be part of a password)"
+}
+
+// quotedPart is the part of the URL that a url.Parse error quotes.
+func quotedPart(err error) (string, bool) {
+	msg := err.Error()
+	first, last := strings.Index(msg, `"`), strings.LastIndex(msg, `"`)
+	if first < 0 || last <= first {
+		return "", false
+	}
+	q, uerr := strconv.Unquote(msg[first : last+1])
+	if uerr != nil {
+		return msg[first+1 : last], true
+	}
+	return q, true
+}
+
+// afterUserinfo tells whether part is found only between the @ that ends
+// raw's userinfo and the end of its authority (the host and port), so
+// that it is no part of a password.
+func afterUserinfo(raw, part string) bool {
+	at, end := strings.LastIndex(raw, "@"), authorityEnd(raw)
+	return part != "" && at >= 0 && at < end &&
+		strings.Contains(raw[at+1:end], part) && !strings.Contains(raw[:at], part) && !strings.Contains(raw[end:], part)
 }
 
 // redactURL shows u without its password, its query (options may hold
 // secrets) or, for an opaque URL, anything after the scheme.
 func redactURL(u *url.URL) string {
 	if u.Opaque != "" {
-		return u.Scheme + ":…"
+		return "…" // "user:pass@host": what parsed as a scheme is the user
 	}
 	shown := *u
 	shown.RawQuery, shown.ForceQuery = "", false

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestParseURLInvalid(t *testing.T) {
 		{"", "scheme"},
 		{"127.0.0.1:6379", ""},
 		{"//user:" + secret + "@127.0.0.1:6379", "scheme"},
-		{"http://user:" + secret + "@127.0.0.1/0", `"http"`},
+		{"http://user:" + secret + "@127.0.0.1/0", "unknown scheme"},
 		{"redis://user:" + secret + "@127.0.0.1:port/0", "port"},
 		{"redis://user:" + secret + "@[::1/0", "]"},
 		{"redis://user:" + secret + "@host name/0", "host"},
@@ -204,5 +205,72 @@ func TestRedisURLOptionsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), secret) {
 			t.Errorf("NewRedis(%+v): got error %v, want one saying %q without the password", tc.o.URL, err, tc.want)
 		}
+	}
+}
+
+// redactionShapes are URL shapes a password may be put in, with PW where
+// it goes: as written, often without escaping what it should. (In
+// redis://NAME@host, NAME is a user name, which is shown.)
+var redactionShapes = []string{
+	"redis://:PW@127.0.0.1:6379/0", "redis://user:PW@127.0.0.1/0", "rediss://:PW@host:6380",
+	"redis://:PW@", "redis://:PW@/", "redis://:PW@[::1", "redis://:PW@host:port:x",
+	"redis://:PW@host/db", "redis://:PW@host/0?addr=x", "redis://:p@/PW@host/0", "redis://:PW@host/0#frag",
+	"unix://:PW@/tmp/redis.sock", "unix://user:PW@", "user:PW@host:6379", ":PW@host", "PW",
+	"redis://:PW@host:6379/0?password=PW", "redis://host/0?addr=:PW@other:1", "redis://:PW@ho st/0",
+	"redis://:PW@host:99999/0", "redis://:PW@%zz/0", "rediss://:PW@host:6379/0?skip_verify=true",
+}
+
+// checkRedacted fails t when the password pw shows in any message that
+// parsing raw gives, as any five characters of it in a row.
+func checkRedacted(t *testing.T, raw, pw string, settings ...func(*Options)) {
+	t.Helper()
+	o := &Options{URL: raw}
+	for _, set := range settings {
+		set(o)
+	}
+	var out string
+	if target, err := o.parseTarget(); err != nil {
+		out = err.Error()
+	} else {
+		out = target.shown
+	}
+	for i := 0; i+5 <= len(pw); i++ {
+		if strings.Contains(out, pw[i:i+5]) {
+			t.Fatalf("parsing %q: got %q, which shows %q of the password %q", raw, out, pw[i:i+5], pw)
+		}
+	}
+}
+
+// FuzzURLRedaction: no URL shape shows a password, whatever it holds.
+// The password's alphabet has no lowercase letters nor digits, which
+// messages and hosts are made of, so a match is the password's.
+func FuzzURLRedaction(f *testing.F) {
+	for i := range redactionShapes {
+		f.Add(i, "S3CRET/PW@#?%:", false)
+		f.Add(i, "AB@CD/EF#GH?IJ%KL", true)
+		f.Add(i, "%41%2F%ZZ@@//##??", false)
+	}
+	f.Fuzz(func(t *testing.T, shape int, pw string, cluster bool) {
+		if shape < 0 || len(pw) < 5 || strings.IndexFunc(pw, func(r rune) bool { return !strings.ContainsRune(pwAlphabet, r) }) >= 0 {
+			t.Skip("not a password of the alphabet")
+		}
+		raw := strings.ReplaceAll(redactionShapes[shape%len(redactionShapes)], "PW", pw)
+		checkRedacted(t, raw, pw, func(o *Options) { o.Cluster = cluster })
+	})
+}
+
+const pwAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ@/#?%:!$&'()*+,;=[]~_-."
+
+// TestURLRedactionRandom runs many random passwords through every shape,
+// so that CI covers more than the fuzz seeds.
+func TestURLRedactionRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		b := make([]byte, 6+rng.IntN(14))
+		for i := range b {
+			b[i] = pwAlphabet[rng.IntN(len(pwAlphabet))]
+		}
+		raw := redactionShapes[rng.IntN(len(redactionShapes))]
+		checkRedacted(t, strings.ReplaceAll(raw, "PW", string(b)), string(b), func(o *Options) { o.Cluster = rng.IntN(2) == 0 })
 	}
 }
