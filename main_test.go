@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -852,5 +853,48 @@ func cmdBrokenpipe(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("brokenpipe: %v", err)
 	default:
 		fmt.Fprintln(ts.Stdout(), "status 0")
+	}
+}
+
+// TestCommandCannotReadSemrunsSecrets: the command, run as the same
+// user, cannot read the password semrun was given through
+// /proc/$PPID/environ (semrun makes itself non-dumpable). As root, since
+// root may read any process's; the two run as another user.
+func TestCommandCannotReadSemrunsSecrets(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("about /proc")
+	}
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root, and CI runs as root")
+		}
+		t.Skip("needs root to run semrun as another user")
+	}
+	dir, err := os.MkdirTemp("", "semrun-proc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "semrun") // testscript.Main runs cmd.Main under this name
+	src, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "hunter2-in-the-environment"
+	c := exec.Command(bin, "-k", "proc", "--", "sh", "-c", `cat /proc/$PPID/environ; echo " cat: $?"`)
+	c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SEMRUN_LOCAL=true", "SEMRUN_LOCK_DIR=" + filepath.Join(dir, "locks"), "SEMRUN_REDIS_PASSWORD=" + secret}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("semrun as uid 65534: %v (%s)", err, out)
+	}
+	if strings.Contains(string(out), secret) || !strings.Contains(string(out), "cat: 1") {
+		t.Errorf("the command reading /proc/$PPID/environ: got %q, want it refused, without the password", out)
 	}
 }

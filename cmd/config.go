@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -156,6 +157,11 @@ func applyConfig(cmd *cobra.Command, c *commonOptions) error {
 		if from == nil {
 			return
 		}
+		switch from.Get(f.Name).(type) {
+		case []any, map[string]any:
+			errs = append(errs, usageErrorf("%s: a list or a map, where one value goes", src.name(f.Name)))
+			return
+		}
 		if err := f.Value.Set(from.GetString(f.Name)); err != nil {
 			errs = append(errs, usageErrorf("%s: %v", src.show(f.Name, from.GetString(f.Name)), err))
 		}
@@ -229,14 +235,21 @@ func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
 		}
 		return nil, bare(err)
 	}
-	v := viper.New()
-	v.SetConfigFile(path)
-	v.SetConfigType("yaml")
-	if err := v.ReadInConfig(); err != nil {
+	b, _, err := readSmallFile(path, maxConfigFile)
+	if err != nil {
 		return nil, bare(err)
+	}
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
+		return nil, oneLine(bare(err))
 	}
 	return v, nil
 }
+
+// maxConfigFile bounds a config file: a few settings take a few hundred
+// bytes.
+const maxConfigFile = 1 << 20
 
 // bare drops what would repeat the file's name around an error: the
 // operation and path of an *fs.PathError, viper's "While parsing config".

@@ -33,7 +33,9 @@ type commonOptions struct {
 	urlInArgs bool
 	// usedCLIAuth: the password came from REDISCLI_AUTH, which the child
 	// then does not get.
-	usedCLIAuth    bool
+	usedCLIAuth bool
+	// heldSecret: semrun read a Redis password from a file or a variable.
+	heldSecret     bool
 	prefix         string
 	connectTimeout time.Duration
 	config         string
@@ -62,6 +64,7 @@ func Main() int {
 // 128+N only where that is not possible.
 func Run(ctx context.Context, args []string, s *IOStreams) int {
 	keepWritesFromKilling()
+	protectSecretsInEnvironment()
 	common := &commonOptions{sources: sources{}}
 	root := newCmdRoot(s, common)
 	root.SetArgs(args)

@@ -3,7 +3,6 @@ package cmd
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
@@ -138,6 +137,9 @@ func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
 	if err != nil {
 		return nil, c.refused(err)
 	}
+	if c.heldSecret || s.PasswordInURL() || c.tls.KeyFile != "" {
+		protectSecrets()
+	}
 	if c.tls.Insecure {
 		log.Warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
 	}
@@ -146,6 +148,23 @@ func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
 	}
 	return s, nil
 }
+
+// secretVariables are the variables that may hold a secret of semrun's.
+var secretVariables = []string{envRedisPassword, envRedisCLIAuth, "SEMRUN_REDIS_URL"}
+
+// protectSecretsInEnvironment protects semrun's environment (see
+// protectSecrets) when it holds a secret: a password, or a URL with one.
+func protectSecretsInEnvironment() {
+	for _, v := range secretVariables {
+		if val := os.Getenv(v); val != "" && (v != "SEMRUN_REDIS_URL" || strings.Contains(val, "@")) {
+			protectSecrets()
+			return
+		}
+	}
+}
+
+// maxPasswordFile bounds a password file.
+const maxPasswordFile = 4096
 
 // Where a password may come from besides the URL, in this order.
 const (
@@ -160,29 +179,22 @@ const (
 func (c *commonOptions) password() (string, error) {
 	if c.passwordFile != "" {
 		name := c.sources.name("redis-password-file")
-		f, err := os.Open(c.passwordFile)
+		b, st, err := readSmallFile(c.passwordFile, maxPasswordFile)
 		if err != nil {
-			return "", usageErrorf("%s: %v", name, err)
-		}
-		defer f.Close()
-		st, err := f.Stat()
-		if err != nil {
-			return "", usageErrorf("%s: %v", name, err)
+			return "", usageErrorf("%s %s: %v", name, c.passwordFile, bare(err))
 		}
 		if perm := st.Mode().Perm(); perm&0o077 != 0 {
 			return "", usageErrorf("%s %s: readable by others (mode %04o); chmod 600 it", name, c.passwordFile, perm)
 		}
-		b, err := io.ReadAll(io.LimitReader(f, 4096))
-		if err != nil {
-			return "", usageErrorf("%s: %v", name, err)
-		}
+		c.heldSecret = true
 		return strings.TrimRight(string(b), "\r\n"), nil
 	}
 	if p := os.Getenv(envRedisPassword); p != "" {
+		c.heldSecret = true
 		return p, nil
 	}
 	if p := os.Getenv(envRedisCLIAuth); p != "" {
-		c.usedCLIAuth = true
+		c.usedCLIAuth, c.heldSecret = true, true
 		return p, nil
 	}
 	return "", nil
