@@ -196,6 +196,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		Stdin: fileOf(o.streams.In), Stdout: fileOf(o.streams.Out), Stderr: fileOf(o.streams.ErrOut),
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
 		Signals: signals, Warnf: log.Warnf,
+		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
 	}, lease)
 
 	o.release(ctx, lease, log)
@@ -206,6 +207,29 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost}
 	}
 	return &childExit{code: res.ExitCode, sig: res.Signal}
+}
+
+// lingering says, once, that the command exited but left processes in its
+// group, which keep the permit: on a terminal, where someone waits for the
+// prompt, and with --verbose.
+func (o *runOptions) lingering(log *logger, status int, sig syscall.Signal, left []runner.Process) {
+	ended := fmt.Sprintf("status %d", status)
+	if sig != 0 {
+		ended = signalName(sig)
+	}
+	what := "processes"
+	if len(left) > 0 {
+		var procs []string
+		for _, p := range left {
+			procs = append(procs, fmt.Sprintf("%d (%s)", p.PID, p.Name))
+		}
+		what = strings.Join(procs, ", ")
+	}
+	say := log.Infof
+	if o.streams.ErrTerminal != nil && !o.quiet {
+		say = log.Warnf
+	}
+	say("key %q: the command exited (%s) but left %s in its process group, which keep the permit until they end (start work that should outlive it with setsid)", o.key, ended, what)
 }
 
 // release gives the permit back. A failed release never changes the exit

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +40,16 @@ func (g group) kill()      { g.signal(syscall.SIGKILL) }
 func (g group) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-int(g), sig)
 	_ = syscall.Kill(-int(g), syscall.SIGCONT)
+}
+
+// stillInGroup lists some of the processes left in g, and tells whether
+// any is left.
+func stillInGroup(g group) ([]Process, bool) {
+	left := leftInGroup(int(g), maxLeftShown)
+	if len(left) == 0 {
+		return nil, unix.Kill(-int(g), 0) != unix.ESRCH && !listsGroups
+	}
+	return left, true
 }
 
 // close does nothing: a process group holds nothing to free.
@@ -135,18 +146,42 @@ func reap(pid int, jobControl bool, events chan<- waitEvent) {
 
 // reapGroup waits until no process is left in the group pgid. Where semrun
 // adopts orphans (Linux), what the child left behind becomes semrun's
-// child as the child exits, so wait4 sees every one of them; elsewhere it
-// returns at once.
+// child as the child exits, and is reaped here; elsewhere it returns at
+// once. A process may also leave the group without exiting (setsid), which
+// no wait reports: so the group is looked at again, ever less often, until
+// it is empty. Adopted processes outside the group are reaped too, as they
+// end.
 func reapGroup(pgid int) {
+	if !waitsForGroup {
+		return
+	}
+	pause := groupFirstLook
 	for {
-		var ws unix.WaitStatus
-		_, err := unix.Wait4(-pgid, &ws, 0, nil)
-		if err == unix.EINTR || err == nil {
-			continue
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
 		}
-		return // ECHILD: none left
+		if unix.Kill(-pgid, 0) == unix.ESRCH {
+			return
+		}
+		time.Sleep(pause)
+		pause = min(pause*2, groupLastLook)
 	}
 }
+
+// How often reapGroup looks at a lingering group: soon after the child
+// exits, then at most every groupLastLook, which is how late a permit may
+// be released after the group is gone.
+const (
+	groupFirstLook = 2 * time.Millisecond
+	groupLastLook  = 100 * time.Millisecond
+)
 
 func setCloseOnExec(f *os.File, on bool) error {
 	rc, err := f.SyscallConn()

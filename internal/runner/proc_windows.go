@@ -19,6 +19,12 @@ type waitStatus = syscall.WaitStatus
 // when semrun is killed.
 type group struct{ job windows.Handle }
 
+// waitsForGroup: the Job Object's processes are all waited for.
+const waitsForGroup = true
+
+// stillInGroup cannot list a Job Object's processes: it says some are left.
+func stillInGroup(group) ([]Process, bool) { return nil, true }
+
 // deliver does nothing: Ctrl-C, Ctrl-Break and a closing console reach
 // every process of the console, the child included, straight from Windows.
 func (group) deliver(os.Signal) (stopped bool) { return false }

@@ -19,4 +19,8 @@ func procAttr(t *terminal) *syscall.SysProcAttr {
 // adoptOrphans makes semrun the parent of every process the child leaves
 // behind when it exits (a child subreaper), so that semrun can wait for
 // what the child left in its group before it gives the permit back.
+// waitsForGroup: semrun adopts what the child leaves behind, and so can
+// wait for its whole group.
+const waitsForGroup = true
+
 func adoptOrphans() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }

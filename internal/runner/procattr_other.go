@@ -17,4 +17,8 @@ func procAttr(t *terminal) *syscall.SysProcAttr {
 
 // adoptOrphans does nothing: there is no child subreaper here, so orphans
 // go to init, and semrun does not wait for what the child left behind.
+// waitsForGroup is false: without adopting orphans, semrun cannot wait
+// for what the child leaves behind.
+const waitsForGroup = false
+
 func adoptOrphans() {}

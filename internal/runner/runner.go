@@ -52,6 +52,10 @@ type Spec struct {
 	Signals <-chan os.Signal
 	// Warnf receives warnings: a lost permit with Continue, failed renewals.
 	Warnf func(format string, args ...any)
+	// Lingering, when set, is called once if the command exits but leaves
+	// processes in its group, which keep the permit: the command's status
+	// and some of what is left (none where it cannot be listed).
+	Lingering func(status int, sig syscall.Signal, left []Process)
 	// Clock times the renewals, the loss of the permit and the grace
 	// period; nil is clock.System. The lease's Deadline is read on it.
 	Clock clock.Clock
@@ -195,7 +199,11 @@ type supervisor struct {
 	giveUp *clock.Alarm
 	// kill fires once the grace period after SIGTERM is over.
 	kill *clock.Alarm
-	res  Result
+	// lingered fires a moment after the child exited leaving processes in
+	// its group, to report them if they are still there (not a setsid on
+	// its way out); nil otherwise.
+	lingered <-chan time.Time
+	res      Result
 }
 
 // startRenewing starts keepAlive and the giveUp alarm, for a lease that lapses.
@@ -249,6 +257,11 @@ func (s *supervisor) run(events <-chan waitEvent) Result {
 		case ev := <-events:
 			if s.childChanged(ev) {
 				return s.res
+			}
+		case <-s.lingered:
+			s.lingered = nil
+			if left, ok := stillInGroup(s.g); ok {
+				s.spec.Lingering(s.res.ExitCode, s.res.Signal, left)
 			}
 		}
 	}
@@ -338,8 +351,24 @@ func (s *supervisor) childChanged(ev waitEvent) (done bool) {
 	// A lingering child left processes in its group (work it put in the
 	// background): the permit stays held, and renewed, until they are gone
 	// too, and semrun exits with the child's status then.
+	if ev.lingering && waitsForGroup && s.spec.Lingering != nil {
+		s.lingered = time.After(lingerReport)
+	}
 	return !ev.lingering
 }
+
+// lingerReport is how long processes a child left in its group must stay
+// there to be reported: one on its way out (setsid, exit) is not.
+const lingerReport = 50 * time.Millisecond
+
+// Process is one process a command left behind.
+type Process struct {
+	PID  int
+	Name string
+}
+
+// maxLeftShown bounds the processes a lingering command's report lists.
+const maxLeftShown = 3
 
 func startError(command string, err error) error {
 	notFound := errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)
