@@ -13,7 +13,7 @@ const rtMin, rtCaught, rtMax = 34, 35, 64
 
 // platformSignals end a process by default on Linux too.
 var platformSignals = func() []os.Signal {
-	sigs := []os.Signal{syscall.SIGSTKFLT, syscall.SIGPWR, syscall.SIGIO}
+	sigs := append([]os.Signal{syscall.SIGPWR, syscall.SIGIO}, stackFault...)
 	for sig := rtCaught; sig <= rtMax; sig++ {
 		sigs = append(sigs, syscall.Signal(sig))
 	}

@@ -33,8 +33,8 @@ func leftInGroup(pgid, max int) []Process {
 			continue
 		}
 		fields := strings.Fields(s[close+1:])
-		if len(fields) < 3 || fields[2] != strconv.Itoa(pgid) {
-			continue
+		if len(fields) < 3 || fields[2] != strconv.Itoa(pgid) || fields[0] == "Z" || fields[0] == "X" {
+			continue // another group's, or ended and not yet reaped
 		}
 		if left = append(left, Process{PID: pid, Name: s[open+1 : close]}); len(left) == max {
 			break

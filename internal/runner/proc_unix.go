@@ -149,8 +149,9 @@ func reap(pid int, jobControl bool, events chan<- waitEvent) {
 // child as the child exits, and is reaped here; elsewhere it returns at
 // once. A process may also leave the group without exiting (setsid), which
 // no wait reports: so the group is looked at again, ever less often, until
-// it is empty. Adopted processes outside the group are reaped too, as they
-// end.
+// it is empty. Only the group's are reaped: semrun may be a library's
+// process with children of its own. What left the group and ends is reaped
+// by whoever outlives semrun.
 func reapGroup(pgid int) {
 	if !waitsForGroup {
 		return
@@ -159,7 +160,7 @@ func reapGroup(pgid int) {
 	for {
 		for {
 			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			pid, err := unix.Wait4(-pgid, &ws, unix.WNOHANG, nil)
 			if err == unix.EINTR {
 				continue
 			}

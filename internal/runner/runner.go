@@ -141,7 +141,7 @@ func Check(command string) error {
 		return &StartError{Command: command, NotFound: true, Err: exec.ErrNotFound}
 	}
 	if _, err := exec.LookPath(command); err != nil {
-		return startError(command, err)
+		return lookupError(command, err)
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	}
 	path, err := exec.LookPath(spec.Args[0])
 	if err != nil {
-		return Result{}, startError(spec.Args[0], err)
+		return Result{}, lookupError(spec.Args[0], err)
 	}
 	term := newTerminal(spec.Stdin)
 
@@ -372,15 +372,20 @@ const maxLeftShown = 3
 
 func startError(command string, err error) error {
 	notFound := errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist)
-	if notFound {
+	return &StartError{Command: command, NotFound: notFound, Err: err}
+}
+
+// lookupError is startError for a command PATH did not give. A bare name
+// found there, but not executable (a directory, say), is 126, as env(1)
+// and timeout(1) say, not 127. (A file found and executable whose exec
+// fails, for a missing interpreter, is startError's.)
+func lookupError(command string, err error) error {
+	if errors.Is(err, exec.ErrNotFound) {
 		if path, ok := foundInPath(command); ok {
-			// Found, not executable (a directory, say): 126, as env(1)
-			// and timeout(1) say, not 127.
-			notFound = false
 			err = &fs.PathError{Op: "exec", Path: path, Err: notExecutable(path)}
 		}
 	}
-	return &StartError{Command: command, NotFound: notFound, Err: err}
+	return startError(command, err)
 }
 
 // foundInPath finds a bare command name in PATH as execvp(3) would, but

@@ -1,0 +1,8 @@
+//go:build linux && (mips || mipsle || mips64 || mips64le)
+
+package cmd
+
+import "os"
+
+// stackFault is empty: Linux on MIPS has no SIGSTKFLT.
+var stackFault []os.Signal
