@@ -12,8 +12,12 @@ import (
 const rtMin, rtCaught, rtMax = 34, 35, 64
 
 // platformSignals end a process by default on Linux too.
-var platformSignals = func() []os.Signal {
-	sigs := append([]os.Signal{syscall.SIGPWR, syscall.SIGIO}, stackFault...)
+var platformSignals = append([]os.Signal{syscall.SIGPWR, syscall.SIGIO}, stackFault...)
+
+// laterSignals are forwarded too, but asked for while the permit is sought
+// (see runOptions.run): Linux's real-time signals.
+var laterSignals = func() []os.Signal {
+	var sigs []os.Signal
 	for sig := rtCaught; sig <= rtMax; sig++ {
 		sigs = append(sigs, syscall.Signal(sig))
 	}
