@@ -86,7 +86,7 @@ func (k *keyDir) lastUse() time.Time {
 // and the files in it, never following a symbolic link. In a sticky lock
 // directory, only the caller's own go.
 func (s *Store) removeHidden(name string) {
-	fd, err := unix.Openat(s.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := s.openDirAt(name)
 	if err != nil {
 		return
 	}

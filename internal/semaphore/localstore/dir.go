@@ -145,7 +145,7 @@ func (s *Store) openKey(key string, permits int) (*keyDir, error) {
 // one is unix.ENOENT, unwrapped.
 func (s *Store) openKeyDir(name string) (*keyDir, error) {
 	path := filepath.Join(s.path, name)
-	fd, err := unix.Openat(s.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := s.openDirAt(name)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (s *Store) publishKey(name, key string, permits int) error {
 	if err := unix.Fchmodat(s.fd(), tmp, making, 0); err != nil {
 		return fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
-	fd, err := unix.Openat(s.fd(), tmp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := s.openDirAt(tmp)
 	if err != nil {
 		return fmt.Errorf("lock directory %s: %w", s.path, err)
 	}
@@ -269,6 +269,12 @@ func fileError(shown string, err error) error {
 		return fmt.Errorf("lock file %s: is a symbolic link", shown)
 	}
 	return fmt.Errorf("lock file %s: %w", shown, err)
+}
+
+// openDirAt opens the directory name of the lock directory, never through
+// a symbolic link.
+func (s *Store) openDirAt(name string) (int, error) {
+	return unix.Openat(s.fd(), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 }
 
 // current tells whether k is still the directory of its key: one removed
