@@ -150,13 +150,13 @@ func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
 }
 
 // secretVariables are the variables that may hold a secret of semrun's.
-var secretVariables = []string{envRedisPassword, envRedisCLIAuth, "SEMRUN_REDIS_URL"}
+var secretVariables = []string{envRedisPassword, envRedisCLIAuth, envNames["redis"]}
 
 // protectSecretsInEnvironment protects semrun's environment (see
 // protectSecrets) when it holds a secret: a password, or a URL with one.
 func protectSecretsInEnvironment() {
 	for _, v := range secretVariables {
-		if val := os.Getenv(v); val != "" && (v != "SEMRUN_REDIS_URL" || strings.Contains(val, "@")) {
+		if val := os.Getenv(v); val != "" && (v != envNames["redis"] || strings.Contains(val, "@")) {
 			protectSecrets()
 			return
 		}

@@ -178,11 +178,11 @@ func (s *Store) openKeyDir(name string) (*keyDir, error) {
 // directory, and no caller ever sees it half made.
 func (s *Store) publishKey(name, key string, permits int) error {
 	tmp := hiddenNew + rand.Text()[:16]
-	dirMode, fileMode, making := uint32(0o700), uint32(0o600), uint32(0o700)
+	dirMode, fileMode, making := uint32(0o700), filesMode(s.shared), uint32(0o700)
 	if s.shared {
 		// Private while it is made, so that no one plants a name in it,
 		// but setgid, so that its files get the lock directory's group.
-		dirMode, fileMode, making = 0o3770, 0o660, 0o2700
+		dirMode, making = 0o3770, 0o2700
 	}
 	if err := unix.Mkdirat(s.fd(), tmp, making); err != nil {
 		return fmt.Errorf("lock directory %s: %w", s.path, err)
@@ -295,8 +295,12 @@ var errKeyMoved = errors.New("key directory replaced")
 func (k *keyDir) close() { k.dir.Close() }
 
 // fileMode is the mode of the files the caller makes in k.
-func (k *keyDir) fileMode() uint32 {
-	if k.groupMode {
+func (k *keyDir) fileMode() uint32 { return filesMode(k.groupMode) }
+
+// filesMode is the mode of a key's files: the owner's, and the group's in
+// a lock directory a group shares.
+func filesMode(shared bool) uint32 {
+	if shared {
 		return 0o660
 	}
 	return 0o600
