@@ -53,9 +53,14 @@ func runLock(t *testing.T) string {
 func as(t *testing.T, uid int, name string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: sharedGID, Groups: []uint32{sharedGID}}}
+	cmd.SysProcAttr = asMember(uid)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// asMember runs a process as uid, in the shared group.
+func asMember(uid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: sharedGID, Groups: []uint32{sharedGID}}}
 }
 
 // mustAs runs a command as uid and fails t if it fails.
@@ -95,7 +100,7 @@ func holdAs(t *testing.T, bin string, uid int, dir, key string) string {
 	t.Helper()
 	cmd := exec.Command(bin, "-test.run=^TestHelperHolder$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: sharedGID, Groups: []uint32{sharedGID}}}
+	cmd.SysProcAttr = asMember(uid)
 	line, _ := startHelper(t, cmd)
 	return line
 }
