@@ -229,14 +229,11 @@ func userConfigFile() string {
 // readConfigFile reads one YAML config file; nil when it does not exist and
 // need not. The error names no file: the caller says which it was.
 func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
-	if _, err := os.Stat(path); err != nil {
+	b, _, err := readSmallFile(path, maxConfigFile)
+	if err != nil {
 		if !mustExist && errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, bare(err)
-	}
-	b, _, err := readSmallFile(path, maxConfigFile)
-	if err != nil {
 		return nil, bare(err)
 	}
 	v := viper.New()

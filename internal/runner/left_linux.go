@@ -6,9 +6,6 @@ import (
 	"strings"
 )
 
-// listsGroups: leftInGroup lists a group's processes here.
-const listsGroups = true
-
 // leftInGroup lists (at most max of) the processes in the process group
 // pgid, from /proc: what a command left running behind it.
 func leftInGroup(pgid, max int) []Process {

@@ -43,13 +43,11 @@ func (g group) signal(sig syscall.Signal) {
 }
 
 // stillInGroup lists some of the processes left in g, and tells whether
-// any is left.
+// any is left. Only where semrun waits for the group (waitsForGroup:
+// Linux), which is where leftInGroup lists them.
 func stillInGroup(g group) ([]Process, bool) {
 	left := leftInGroup(int(g), maxLeftShown)
-	if len(left) == 0 {
-		return nil, unix.Kill(-int(g), 0) != unix.ESRCH && !listsGroups
-	}
-	return left, true
+	return left, len(left) > 0
 }
 
 // close does nothing: a process group holds nothing to free.
