@@ -37,7 +37,7 @@ func (b *bench) commands() ([]*table, error) {
 	}
 	n := b.o.commandWaiters
 	key, _ := b.key("commands")
-	ls := b.lockers(1)
+	ls := b.lockers(1, false)
 	l := find(ls, "semrun (Redis)")
 	argv := l.argv(key, 1, []string{"true"})
 	g := newGroup(b.ctx, b.env)

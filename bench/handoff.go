@@ -85,7 +85,7 @@ type handoffResult struct {
 // MONITOR, which costs Redis and the bench some time: not in the table.
 func (b *bench) handoffRounds() ([]*handoffResult, handoffs, error) {
 	var rs []*handoffResult
-	for _, l := range b.lockers(1) {
+	for _, l := range b.lockers(1, true) {
 		n := b.o.handoffRounds
 		if l.name == "GNU sem" {
 			n = b.o.handoffSemRounds
@@ -108,7 +108,7 @@ func (b *bench) handoffRounds() ([]*handoffResult, handoffs, error) {
 		}
 	}
 	var traced handoffs
-	if l := find(b.lockers(1), "semrun (Redis)"); l != nil && b.o.handoffTrace {
+	if l := find(b.lockers(1, false), "semrun (Redis)"); l != nil && b.o.handoffTrace {
 		var err error
 		if traced, err = b.handoffRound(l, true); err != nil {
 			return rs, traced, fmt.Errorf("semrun (Redis), traced: %w", err)

@@ -71,7 +71,7 @@ type lineResult struct {
 func (b *bench) lineRound(c *redis.Client, n int) (lineResult, error) {
 	var r lineResult
 	key, log := b.key("line")
-	l := find(b.lockers(linePermits), "semrun (Redis)")
+	l := find(b.lockers(linePermits, false), "semrun (Redis)")
 	gate := filepath.Join(b.dir, key+".gate")
 	order := filepath.Join(b.dir, key+".order")
 	g := newGroup(b.ctx, b.env)

@@ -7,13 +7,15 @@
 //
 // Its parts, each printed as a table with its targets:
 //
-//   - overhead: whole-process time of one uncontended run.
-//   - handoff: 20 processes for 1 permit, each child holding 50ms; the gaps
+//   - overhead: whole-process time of one uncontended run, beside flock(1)
+//     and beside the floor of any Go wrapper (gowrap: os/exec and nothing
+//     else), with Redis, a Redis Cluster and Sentinel, and --local.
+//   - handoff: 30 processes for 1 permit, each child holding 50ms; the gaps
 //     from one child's end to the next one's start, p50 and p99, and where
 //     their time goes.
 //   - commands: Redis commands per grant, 100 semruns started at once.
-//   - utilization: 60 jobs of 100ms from 20 processes under 3 permits; the
-//     seats' busy time over the makespan.
+//   - utilization: 60 jobs of 200ms from 20 processes under 3 permits,
+//     against the same jobs run in 3 lanes with no lock.
 //   - rss: resident memory of a waiting and of a holding semrun.
 //   - line: Redis's CPU and semrun's commands per grant, and the order of
 //     grants, with 50, 500 and 2,000 waiters on one key of 10 permits.
@@ -25,7 +27,8 @@
 //
 // bench/run installs the peers (flock, GNU sem) when they are missing and
 // then runs this. The Redis parts need redis-server: the bench starts its
-// own on a free loopback port. Every process it starts is stopped, on an
+// own on a free loopback port, and a Redis Cluster of 3 and a Sentinel
+// (with redis-cli) beside it. Every process it starts is stopped, on an
 // error or a signal too, and its temporary directory removed.
 package main
 
@@ -90,7 +93,7 @@ func main() {
 	flag.IntVar(&o.semRounds, "sem-rounds", 30, "overhead: rounds that also run GNU sem, which is slow")
 	flag.IntVar(&o.handoffRounds, "handoff-rounds", 8, "handoff: rounds per contender")
 	flag.IntVar(&o.handoffSemRounds, "handoff-sem-rounds", 2, "handoff: rounds for GNU sem, whose waiters poll")
-	flag.IntVar(&o.waiters, "waiters", 20, "handoff: processes per round, one permit")
+	flag.IntVar(&o.waiters, "waiters", 30, "handoff: processes per round, one permit")
 	flag.DurationVar(&o.hold, "hold", 50*time.Millisecond, "handoff: how long each child holds")
 	flag.BoolVar(&o.handoffTrace, "handoff-trace", true, "handoff: one more round of semrun with Redis, traced with MONITOR")
 	flag.IntVar(&o.commandWaiters, "command-waiters", 100, "commands: semrun processes started at once")
@@ -132,13 +135,18 @@ type bench struct {
 	dir    string   // removed at the end
 	root   string   // the module's root
 	semrun string   // built as releases are
+	gowrap string   // the floor of a Go wrapper, built the same way
 	child  string   // the child the contenders run (see childc.go)
 	childC bool     // written in C, else in Go
 	env    []string // for every process started
 	redis  *redistest.Server
-	flock  bool
-	sem    bool
-	seq    int // for fresh key names
+	// cluster and sentinel are the other topologies, when they started:
+	// a Redis Cluster of 3 masters, and a Sentinel watching redis.
+	cluster  []*redistest.Server
+	sentinel *redistest.Server
+	flock    bool
+	sem      bool
+	seq      int // for fresh key names
 }
 
 func run(ctx context.Context, o options, chosen []part) int {
@@ -150,8 +158,10 @@ func run(ctx context.Context, o options, chosen []part) int {
 	b := &bench{ctx: ctx, o: o, dir: dir}
 	defer func() { // on every path: the processes, then the server, then the files
 		running.stopAll()
-		if b.redis != nil {
-			b.redis.Stop()
+		for _, s := range append(b.cluster, b.sentinel, b.redis) {
+			if s != nil {
+				s.Stop()
+			}
 		}
 		os.RemoveAll(dir)
 	}()
@@ -216,6 +226,9 @@ func (b *bench) setup() error {
 	if b.semrun, err = b.build("semrun", "."); err != nil {
 		return err
 	}
+	if b.gowrap, err = b.build("gowrap", "./bench/gowrap"); err != nil {
+		return err
+	}
 	if err := b.buildChild(); err != nil {
 		return err
 	}
@@ -233,11 +246,31 @@ func (b *bench) setup() error {
 		if b.redis, err = redistest.Start(b.dir); err != nil {
 			return err
 		}
+		b.startTopologies()
 		time.Sleep(benchFence + time.Second) // uptime counts whole seconds
 	} else {
 		fmt.Fprintln(os.Stderr, "bench: redis-server not found; Redis left out")
 	}
 	return nil
+}
+
+// sentinelMaster is the name the bench's Sentinel knows its master by.
+const sentinelMaster = "bench"
+
+// startTopologies starts a Redis Cluster of 3 masters and a Sentinel that
+// watches the bench's Redis, or says why one is left out.
+func (b *bench) startTopologies() {
+	dir := filepath.Join(b.dir, "cluster")
+	err := os.Mkdir(dir, 0o700)
+	if err == nil {
+		b.cluster, err = redistest.StartCluster(dir, 3, 0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: Redis Cluster left out: %v\n", err)
+	}
+	if b.sentinel, err = redistest.StartSentinel(b.dir, sentinelMaster, b.redis.Addr, 1); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: Sentinel left out: %v\n", err)
+	}
 }
 
 // build compiles pkg, relative to the module's root, as releases are
@@ -336,14 +369,24 @@ type locker struct {
 }
 
 // lockers are semrun with Redis, semrun --local, flock and GNU sem, those
-// that are here and that can count to n.
-func (b *bench) lockers(n int) []*locker {
+// that are here and that can count to n; with topologies, semrun with a
+// Redis Cluster and with Sentinel too.
+func (b *bench) lockers(n int, topologies bool) []*locker {
 	var ls []*locker
-	if b.redis != nil {
-		url := b.redis.URL()
-		ls = append(ls, &locker{name: "semrun (Redis)", argv: func(key string, n int, c []string) []string {
-			return append([]string{b.semrun, "--redis", url, "-k", key, "-n", strconv.Itoa(n), "--"}, c...)
+	semrun := func(name string, store ...string) {
+		ls = append(ls, &locker{name: name, argv: func(key string, n int, c []string) []string {
+			argv := append(append([]string{b.semrun}, store...), "-k", key, "-n", strconv.Itoa(n), "--")
+			return append(argv, c...)
 		}})
+	}
+	if b.redis != nil {
+		semrun("semrun (Redis)", "--redis", b.redis.URL())
+	}
+	if topologies && len(b.cluster) > 0 {
+		semrun("semrun (Redis Cluster)", "--cluster", "--redis", b.cluster[0].URL())
+	}
+	if topologies && b.sentinel != nil {
+		semrun("semrun (Sentinel)", "--sentinel-master", sentinelMaster, "--redis", b.sentinel.URL())
 	}
 	locks := filepath.Join(b.dir, "locks")
 	ls = append(ls, &locker{name: "semrun --local", argv: func(key string, n int, c []string) []string {

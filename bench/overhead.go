@@ -5,37 +5,58 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
+)
+
+// Start-up targets: semrun's whole-process time next to flock's, in the
+// same run.
+const (
+	overheadRedisTarget = 2.2
+	overheadLocalTarget = 1.5
 )
 
 // A contender is one command line whose whole-process time is measured.
 type contender struct {
-	name  string
-	argv  []string
-	every int // measured in one round out of every
-	times []time.Duration
+	name   string
+	argv   []string
+	every  int     // measured in one round out of every
+	target float64 // the most its p50 may be, as a multiple of flock's
+	times  []time.Duration
 }
 
 // overhead times whole processes of uncontended runs, interleaved in
-// random order, next to flock(1), true(1) and GNU sem.
+// random order, next to flock(1), true(1), the floor of a Go wrapper
+// (gowrap) and GNU sem.
 func (b *bench) overhead() ([]*table, error) {
 	rounds, semRounds := max(b.o.rounds, 1), b.o.semRounds
 	cs := []*contender{
 		{name: "true", argv: []string{"true"}},
-		{name: "flock f true", argv: []string{"flock", filepath.Join(b.dir, "f"), "true"}},
-		{name: "semrun --local -n 3 -- true", argv: []string{b.semrun, "--local", "--lock-dir", filepath.Join(b.dir, "locks"), "-k", "b", "-n", "3", "--", "true"}},
+		{name: "Go wrapper: gowrap true", argv: []string{b.gowrap, "true"}},
 		{name: "semrun version", argv: []string{b.semrun, "version"}},
 	}
-	if !b.flock {
-		cs = slices.Delete(cs, 1, 2)
+	if b.flock {
+		cs = slices.Insert(cs, 1, &contender{name: "flock f true", argv: []string{"flock", filepath.Join(b.dir, "f"), "true"}})
 	}
-	if b.sem && semRounds > 0 {
-		cs = append(cs, &contender{name: "sem -j 3 true", every: max(rounds/semRounds, 1),
-			argv: []string{"sem", "--will-cite", "--fg", "--id", "semrun-bench", "-j", "3", "true"}})
-	}
-	if b.redis != nil {
-		cs = append(cs, &contender{name: "semrun -n 3 -- true (Redis)",
-			argv: []string{b.semrun, "--redis", b.redis.URL(), "-k", "b", "-n", "3", "--", "true"}})
+	for _, l := range b.lockers(3, true) {
+		c := &contender{every: 1, argv: l.argv("b", 3, []string{"true"})}
+		store, _ := strings.CutPrefix(l.name, "semrun ")
+		switch l.name {
+		case "flock":
+			continue // n is 3: not here
+		case "GNU sem":
+			if semRounds <= 0 {
+				continue
+			}
+			c.name, c.every = "sem -j 3 true", max(rounds/semRounds, 1)
+		case "semrun --local":
+			c.name, c.target = "semrun --local -k K -n 3 -- true", overheadLocalTarget
+		case "semrun (Redis)":
+			c.name, c.target = "semrun -k K -n 3 -- true "+store, overheadRedisTarget
+		default:
+			c.name = "semrun -k K -n 3 -- true " + store
+		}
+		cs = append(cs, c)
 	}
 	g := newGroup(b.ctx, b.env)
 	defer g.close()
@@ -59,20 +80,32 @@ func (b *bench) overhead() ([]*table, error) {
 		g.drop()
 	}
 
-	var base time.Duration
+	var flock, floor time.Duration
 	for _, c := range cs {
 		slices.Sort(c.times)
-		if c.name == "flock f true" {
-			base = quantile(c.times, 0.5)
+		switch c.argv[0] {
+		case "flock":
+			flock = quantile(c.times, 0.5)
+		case b.gowrap:
+			floor = quantile(c.times, 0.5)
 		}
 	}
 	t := &table{
 		title: fmt.Sprintf("overhead: whole-process time of one uncontended run, %d rounds in random order", rounds),
-		head:  []string{"command", "runs", "p50", "p90", "p50 / flock's"},
+		head:  []string{"command", "runs", "p50", "p90", "p50 / flock's", "p50 / Go wrapper's", "target"},
 	}
 	for _, c := range cs {
 		p50 := quantile(c.times, 0.5)
-		t.add(b.code(c.name), fmt.Sprint(len(c.times)), ms(p50), ms(quantile(c.times, 0.9)), ratio(float64(p50), float64(base)))
+		target := ""
+		if c.target > 0 && flock > 0 {
+			ok := float64(p50) <= c.target*float64(flock)
+			target = fmt.Sprintf("≤ %.1f× flock: %s", c.target, verdict(ok))
+		}
+		t.add(b.code(c.name), fmt.Sprint(len(c.times)), ms(p50), ms(quantile(c.times, 0.9)),
+			ratio(float64(p50), float64(flock)), ratio(float64(p50), float64(floor)), target)
 	}
+	t.note("Each process is started by the bench and timed from fork to reaped; in each round every command runs once, in a random order, so that noise falls on all alike.")
+	t.note("Go wrapper: bench/gowrap, which runs its arguments with os/exec and does nothing else, built as semrun is: the floor of any wrapper written in Go.")
+	t.note("semrun runs with a restart fence of %v (the Redis servers are older), keys and lock files that exist after the first run, and the local store in a lock directory of the bench's.", benchFence)
 	return []*table{t}, nil
 }

@@ -20,7 +20,7 @@ func (b *bench) rss() ([]*table, error) {
 	}
 	var rs []result
 	var failed error
-	for _, l := range b.lockers(1) {
+	for _, l := range b.lockers(1, false) {
 		r := result{name: l.name}
 		var err error
 		r.holdRSS, r.holdHWM, r.waitRSS, r.waitHWM, err = b.rssOf(l)
