@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,8 +42,8 @@ func (s *Store) aclProbes(k semKeys, noHolder string) []aclProbe {
 		// Cleaning up comes first: without PEXPIRE, nothing is written.
 		{args: []any{"DEL", wake}},
 		{args: []any{"PEXPIRE", k.token, 60000}},
-		{args: append([]any{"EVAL", renewScript.source}, renew...)},
-		{args: append([]any{"EVALSHA", renewScript.Hash()}, renew...)},
+		{args: append([]any{"EVAL", renewScript.source()}, renew...)},
+		{args: append([]any{"EVALSHA", renewScript.lua().Hash()}, renew...)},
 		{args: []any{"TIME"}},
 		{args: []any{"INFO", "server"}},
 		{args: []any{"WAIT", 0, 0}, optional: s.names.Name(semaphore.MinReplicasSetting) + " would fail"},
@@ -92,7 +93,9 @@ func Commands() []string {
 	return names
 }
 
-var refusedCommand = regexp.MustCompile(`'([a-z_|-]+)' command`)
+// refusedCommand finds the command an ACL refusal names; compiled when
+// first needed, as start-up need not pay for it.
+var refusedCommand = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`'([a-z_|-]+)' command`) })
 
 // refusal tells an ACL refusal: perm is true for one, with key true when a
 // key was refused, and command the command when Redis named it.
@@ -101,7 +104,7 @@ func refusal(err error) (command string, key, perm bool) {
 	if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "can't run this command") && !strings.Contains(msg, "no permissions") {
 		return "", false, false
 	}
-	if m := refusedCommand.FindStringSubmatch(msg); m != nil {
+	if m := refusedCommand().FindStringSubmatch(msg); m != nil {
 		command = m[1]
 	}
 	return command, command == "" && strings.Contains(msg, "key"), true

@@ -519,11 +519,11 @@ func (c *clocked) scriptRuns(names ...string) func(name string) int64 {
 	byKey := map[string]string{}
 	for _, name := range names {
 		sc := scriptNamed(c.t, name)
-		if err := sc.Load(context.Background(), raw).Err(); err != nil {
+		if err := sc.lua().Load(context.Background(), raw).Err(); err != nil {
 			c.t.Fatalf("SCRIPT LOAD %s: got error %v, want nil", name, err)
 		}
-		byKey[sc.Hash()] = name
-		byKey[sc.source] = name
+		byKey[sc.lua().Hash()] = name
+		byKey[sc.source()] = name
 	}
 	var mu sync.Mutex
 	runs := map[string]int64{}

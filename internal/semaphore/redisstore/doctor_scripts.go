@@ -49,10 +49,10 @@ func (s *Store) scripts(ctx context.Context, aclFailed bool) semaphore.Check {
 func (c *scriptCheck) call(ctx context.Context, sc script, args namedArgs) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.s.connectTimeout)
 	defer cancel()
-	res, err := sc.EvalSha(ctx, c.s.client, c.keys.list(), args...).Result()
+	res, err := sc.lua().EvalSha(ctx, c.s.client, c.keys.list(), args...).Result()
 	if isNoScript(err) {
 		c.loaded = true
-		res, err = sc.Eval(ctx, c.s.client, c.keys.list(), args...).Result()
+		res, err = sc.lua().Eval(ctx, c.s.client, c.keys.list(), args...).Result()
 	}
 	return res, sc.wrap(err)
 }
@@ -86,7 +86,7 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 	}
 	// As a renewal with min replicas sends it: the whole script.
 	call, cancel := context.WithTimeout(ctx, c.s.connectTimeout)
-	res, err := renewScript.Eval(call, c.s.client, c.keys.list(), renewArgs(c.holder, doctorLease, 0)...).Result()
+	res, err := renewScript.lua().Eval(call, c.s.client, c.keys.list(), renewArgs(c.holder, doctorLease, 0)...).Result()
 	cancel()
 	if renewed, derr := decodeRenew(res); err == nil && (derr != nil || !renewed) {
 		err = fmt.Errorf("the holder's permit was not renewed: %w", derr)

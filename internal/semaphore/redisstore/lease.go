@@ -88,7 +88,7 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 	if _, err := node.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		// The whole script: a NOSCRIPT reply to EVALSHA could not be
 		// answered with a load in time, in a pipeline.
-		renew = pipe.Eval(ctx, renewScript.source, l.keys.list(), renewArgs(l.id, l.ttl, l.fence)...)
+		renew = pipe.Eval(ctx, renewScript.source(), l.keys.list(), renewArgs(l.id, l.ttl, l.fence)...)
 		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
 		return nil
 	}); err != nil {

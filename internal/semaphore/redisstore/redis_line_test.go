@@ -126,7 +126,7 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 	var released *redis.Cmd
 	var pushed, deleted *redis.IntCmd
 	if _, err := raw.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		released = releaseScript.Eval(ctx, p, k.list(), releaseArgs(z[0].Member.(string), k.wake)...)
+		released = releaseScript.lua().Eval(ctx, p, k.list(), releaseArgs(z[0].Member.(string), k.wake)...)
 		pushed = p.LLen(ctx, list)
 		deleted = p.Del(ctx, list)
 		return nil
@@ -548,10 +548,10 @@ func newScriptRuns(t *testing.T, c *redis.Client, names ...string) *scriptRuns {
 	s := &scriptRuns{names: map[string]string{}, runs: map[string]int{}}
 	for _, name := range names {
 		sc := scriptNamed(t, name)
-		if err := sc.Load(context.Background(), c).Err(); err != nil {
+		if err := sc.lua().Load(context.Background(), c).Err(); err != nil {
 			t.Fatalf("SCRIPT LOAD %s: got error %v, want nil", name, err)
 		}
-		s.names[sc.Hash()] = name
+		s.names[sc.lua().Hash()] = name
 		lib, _ := os.ReadFile("lib.lua")
 		body, _ := os.ReadFile(name + ".lua")
 		s.names[string(lib)+string(body)] = name
