@@ -54,6 +54,8 @@ type runOptions struct {
 	restartFence time.Duration
 	minReplicas  int
 	command      []string
+	// path is the command's file, found before the wait (runner.Find).
+	path string
 	// req is what the flags ask of the store, once validated.
 	req semaphore.Request
 }
@@ -158,7 +160,8 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 	if o.onLost != "terminate" && o.onLost != "continue" {
 		return usageErrorf("%s: must be terminate or continue", show("on-lost", fmt.Sprintf("%q", o.onLost)))
 	}
-	if err := runner.Check(o.command[0]); err != nil {
+	var err error
+	if o.path, err = runner.Find(o.command[0]); err != nil {
 		return err
 	}
 	limit := runner.MaxKillAfter(o.ttl)
@@ -201,7 +204,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		onLost = runner.Continue
 	}
 	res, runErr := runner.Run(ctx, runner.Spec{
-		Args: o.command, Env: o.childEnv(os.Environ(), lease.Token()), Inherit: lease.Files(),
+		Args: o.command, Path: o.path, Env: o.childEnv(os.Environ(), lease.Token()), Inherit: lease.Files(),
 		Stdin: fileOf(o.streams.In), Stdout: fileOf(o.streams.Out), Stderr: fileOf(o.streams.ErrOut),
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
 		Signals: signals, Warnf: log.Warnf,

@@ -34,6 +34,10 @@ const (
 type Spec struct {
 	// Args is the command and its arguments; Args[0] is looked up in PATH.
 	Args []string
+	// Path is Args[0] as Find found it, before the wait for a permit, so
+	// that the lookup is not between the grant and the command's start.
+	// Empty: Run looks it up.
+	Path string
 	// Env is the child's whole environment.
 	Env []string
 	// Stdin, Stdout and Stderr are the child's; nil is the null device.
@@ -134,16 +138,18 @@ func Margin(ttl time.Duration) time.Duration { return ttl / 10 }
 // TTL/10 <= TTL.
 func MaxKillAfter(ttl time.Duration) time.Duration { return ttl * 2 / 5 }
 
-// Check tells whether command can be started, so that a command that
-// cannot is refused before any permit is taken. It returns a *StartError.
-func Check(command string) error {
+// Find finds the file command names, as Run would start it, so that a
+// command that cannot be started is refused before any permit is taken.
+// It returns a *StartError when it finds none.
+func Find(command string) (string, error) {
 	if command == "" {
-		return &StartError{Command: command, NotFound: true, Err: exec.ErrNotFound}
+		return "", &StartError{Command: command, NotFound: true, Err: exec.ErrNotFound}
 	}
-	if _, err := exec.LookPath(command); err != nil {
-		return lookupError(command, err)
+	path, err := exec.LookPath(command)
+	if err != nil {
+		return "", lookupError(command, err)
 	}
-	return nil
+	return path, nil
 }
 
 // Run runs the child while lease is held and returns how it ended. It
@@ -153,9 +159,12 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	if spec.Clock == nil {
 		spec.Clock = clock.System
 	}
-	path, err := exec.LookPath(spec.Args[0])
-	if err != nil {
-		return Result{}, lookupError(spec.Args[0], err)
+	path := spec.Path
+	if path == "" {
+		var err error
+		if path, err = Find(spec.Args[0]); err != nil {
+			return Result{}, err
+		}
 	}
 	term := newTerminal(spec.Stdin)
 

@@ -379,17 +379,32 @@ func TestStartErrors(t *testing.T) {
 		})
 	}
 	var se *runner.StartError
-	if err := runner.Check(dir); !errors.As(err, &se) || se.NotFound {
-		t.Errorf("Check(directory): got %v, want a cannot-execute StartError", err)
+	if _, err := runner.Find(dir); !errors.As(err, &se) || se.NotFound {
+		t.Errorf("Find(directory): got %v, want a cannot-execute StartError", err)
 	}
-	if err := runner.Check("no-such-command-here"); !errors.As(err, &se) || !se.NotFound {
-		t.Errorf("Check(missing): got %v, want a not-found StartError", err)
+	if _, err := runner.Find("no-such-command-here"); !errors.As(err, &se) || !se.NotFound {
+		t.Errorf("Find(missing): got %v, want a not-found StartError", err)
 	}
-	if err := runner.Check(""); !errors.As(err, &se) || !se.NotFound {
-		t.Errorf(`Check(""): got %v, want a not-found StartError`, err)
+	if _, err := runner.Find(""); !errors.As(err, &se) || !se.NotFound {
+		t.Errorf(`Find(""): got %v, want a not-found StartError`, err)
 	}
-	if err := runner.Check("sh"); err != nil {
-		t.Errorf("Check(sh): got %v, want nil", err)
+	if path, err := runner.Find("sh"); err != nil || !filepath.IsAbs(path) {
+		t.Errorf("Find(sh): got %q, %v; want its absolute path", path, err)
+	}
+}
+
+// The file found before the wait is the one started: Run does not look
+// the command up again between the grant and the start.
+func TestRunStartsThePathFound(t *testing.T) {
+	path, err := runner.Find("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, "no-such-command-here", "-c", "exit 9")
+	h.spec.Path = path
+	h.run()
+	if res, err := h.wait(); err != nil || res != (runner.Result{ExitCode: 9}) {
+		t.Fatalf("got %+v, %v; want the shell found before, exiting 9", res, err)
 	}
 }
 
