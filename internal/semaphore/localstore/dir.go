@@ -312,15 +312,20 @@ func filesMode(shared bool) uint32 {
 // to be written, is the caller's or the directory owner's (fileFault).
 func (k *keyDir) open(name string, flag int) (*os.File, error) {
 	shown := filepath.Join(k.path, name)
-	if flag&os.O_CREATE != 0 {
-		f, err := createFile(int(k.dir.Fd()), name, k.path, k.fileMode())
-		if !errors.Is(err, unix.EEXIST) {
-			return f, err
-		}
-	}
+	create := flag&os.O_CREATE != 0
 	flag &^= os.O_CREATE | os.O_EXCL | os.O_TRUNC
-	// Non-blocking, so that a FIFO planted here cannot hang the open.
+	// Non-blocking, so that a FIFO planted here cannot hang the open. The
+	// file is opened as it is first, since it almost always is there: one
+	// system call fewer for each file of every run than creating it first.
 	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) && create {
+		f, cerr := createFile(int(k.dir.Fd()), name, k.path, k.fileMode())
+		if !errors.Is(cerr, unix.EEXIST) {
+			return f, cerr
+		}
+		// Made by another caller meanwhile: opened as it is, checked below.
+		fd, err = unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	}
 	if err != nil {
 		return nil, fileError(shown, err)
 	}
@@ -333,8 +338,10 @@ func (k *keyDir) open(name string, flag int) (*os.File, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	// Blocking again: a regular file gains nothing from the runtime's poller.
-	if err := unix.SetNonblock(fd, false); err != nil {
+	// Blocking again: a regular file gains nothing from the runtime's
+	// poller. F_SETFL 0 clears O_NONBLOCK, the only flag it may change here,
+	// without first reading them (SetNonblock's F_GETFL).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lock file %s: %w", shown, err)
 	}

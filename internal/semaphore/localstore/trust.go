@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +22,9 @@ import (
 // The one exception is a lock directory root shares with a group, whose
 // members share its keys (see keyDirFault).
 
-func me() uint32 { return uint32(os.Geteuid()) }
+// me is the caller's user, asked once: semrun never changes it, and each
+// file a run opens would ask again.
+var me = sync.OnceValue(func() uint32 { return uint32(os.Geteuid()) })
 
 // modeOf is st's mode, whatever its width on this system.
 func modeOf(st *unix.Stat_t) uint32 { return uint32(st.Mode) }
