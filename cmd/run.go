@@ -179,21 +179,14 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	// waiting ends the wait, and none is lost between wait and child.
 	// They stay caught until semrun exits: one that comes after the child
 	// has exited must not change the exit status, and a Stop would cost a
-	// round trip to the runtime's signal thread for each signal.
+	// round trip to the runtime's signal thread for each signal. Those
+	// round trips are most of semrun's start-up (46 of them on Linux): they
+	// are made on one CPU (see runner.OnOneCPU).
 	signals := make(chan os.Signal, 16)
-	signal.Notify(signals, caughtSignals()...)
-	// Each signal asked for is a round trip to the runtime's signal thread:
-	// the real-time ones (30 on Linux, about 1.5ms measured) are asked for
-	// while the permit is sought, and before the command starts.
-	later := make(chan struct{})
-	go func() {
-		defer close(later)
-		signal.Notify(signals, laterSignals...)
-	}()
+	runner.OnOneCPU(func() { signal.Notify(signals, caughtSignals()...) })
 
 	began := time.Now()
 	lease, err := o.acquire(ctx, store, signals, log)
-	<-later
 	if err != nil {
 		return err
 	}

@@ -12,9 +12,6 @@ import (
 // asks the command for its status.
 var platformSignals = []os.Signal{syscall.SIGEMT, syscall.SIGINFO}
 
-// laterSignals: none here (see signal_linux.go).
-var laterSignals []os.Signal
-
 // infoSignal is Ctrl-T's status request, which does not end a wait.
 const infoSignal = syscall.SIGINFO
 

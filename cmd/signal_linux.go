@@ -11,13 +11,10 @@ import (
 // from 35 on: Go keeps 32 to 34 (see runner.IgnoreReserved).
 const rtMin, rtCaught, rtMax = 34, 35, 64
 
-// platformSignals end a process by default on Linux too.
-var platformSignals = append([]os.Signal{syscall.SIGPWR, syscall.SIGIO}, stackFault...)
-
-// laterSignals are forwarded too, but asked for while the permit is sought
-// (see runOptions.run): Linux's real-time signals.
-var laterSignals = func() []os.Signal {
-	var sigs []os.Signal
+// platformSignals end a process by default on Linux too, as do the
+// real-time signals a Go program can catch.
+var platformSignals = func() []os.Signal {
+	sigs := append([]os.Signal{syscall.SIGPWR, syscall.SIGIO}, stackFault...)
 	for sig := rtCaught; sig <= rtMax; sig++ {
 		sigs = append(sigs, syscall.Signal(sig))
 	}

@@ -12,9 +12,6 @@ import (
 // child too, so they need no forwarding; both end a wait for a permit.
 func caughtSignals() []os.Signal { return []os.Signal{syscall.SIGINT, syscall.SIGTERM} }
 
-// laterSignals: none on Windows.
-var laterSignals []os.Signal
-
 // keepWritesFromKilling has nothing to do: Windows has no SIGPIPE.
 func keepWritesFromKilling() {}
 
