@@ -20,8 +20,9 @@
 //   - line: Redis's CPU and semrun's commands per grant, and the order of
 //     grants, with 50, 500 and 2,000 waiters on one key of 10 permits.
 //
-// -markdown prints the tables as markdown, for the README; -h lists the
-// options. The children the contenders run are a small C program where a C
+// -markdown prints the tables as markdown, for docs/benchmarks.md; -compare
+// BIN measures another semrun binary beside this tree's, as "semrun B", for
+// an A/B of a change in one run; -h lists the options. The children the contenders run are a small C program where a C
 // compiler is found (childc.go), else a small Go one (child.go): each
 // records its start and end on CLOCK_MONOTONIC.
 //
@@ -65,6 +66,10 @@ type options struct {
 	utilRounds, utilSemRounds int
 
 	lineSizes []int
+
+	// compare is another semrun binary, measured beside this tree's as
+	// "semrun B": an A/B of a change in one run.
+	compare string
 }
 
 type part struct {
@@ -99,6 +104,7 @@ func main() {
 	flag.IntVar(&o.commandWaiters, "command-waiters", 100, "commands: semrun processes started at once")
 	flag.IntVar(&o.utilRounds, "util-rounds", 3, "utilization: rounds per contender")
 	flag.IntVar(&o.utilSemRounds, "util-sem-rounds", 1, "utilization: rounds for GNU sem")
+	flag.StringVar(&o.compare, "compare", "", "another semrun binary, measured beside this tree's as semrun B (overhead, handoff, utilization, rss)")
 	sizes := flag.String("line-waiters", "50,500,2000", "line: sizes of the line, shortest first")
 	flag.Parse()
 	for _, f := range strings.Split(*sizes, ",") {
@@ -373,25 +379,32 @@ type locker struct {
 // Redis Cluster and with Sentinel too.
 func (b *bench) lockers(n int, topologies bool) []*locker {
 	var ls []*locker
-	semrun := func(name string, store ...string) {
+	semrun := func(bin, name string, store ...string) {
 		ls = append(ls, &locker{name: name, argv: func(key string, n int, c []string) []string {
-			argv := append(append([]string{b.semrun}, store...), "-k", key, "-n", strconv.Itoa(n), "--")
+			argv := append(append([]string{bin}, store...), "-k", key, "-n", strconv.Itoa(n), "--")
 			return append(argv, c...)
 		}})
 	}
-	if b.redis != nil {
-		semrun("semrun (Redis)", "--redis", b.redis.URL())
-	}
-	if topologies && len(b.cluster) > 0 {
-		semrun("semrun (Redis Cluster)", "--cluster", "--redis", b.cluster[0].URL())
-	}
-	if topologies && b.sentinel != nil {
-		semrun("semrun (Sentinel)", "--sentinel-master", sentinelMaster, "--redis", b.sentinel.URL())
-	}
 	locks := filepath.Join(b.dir, "locks")
-	ls = append(ls, &locker{name: "semrun --local", argv: func(key string, n int, c []string) []string {
-		return append([]string{b.semrun, "--local", "--lock-dir", locks, "-k", key, "-n", strconv.Itoa(n), "--"}, c...)
-	}})
+	for _, bin := range []string{b.semrun, b.o.compare} {
+		name := "semrun"
+		switch {
+		case bin == "":
+			continue
+		case bin == b.o.compare:
+			name = "semrun B"
+		}
+		if b.redis != nil {
+			semrun(bin, name+" (Redis)", "--redis", b.redis.URL())
+		}
+		if topologies && len(b.cluster) > 0 {
+			semrun(bin, name+" (Redis Cluster)", "--cluster", "--redis", b.cluster[0].URL())
+		}
+		if topologies && b.sentinel != nil {
+			semrun(bin, name+" (Sentinel)", "--sentinel-master", sentinelMaster, "--redis", b.sentinel.URL())
+		}
+		semrun(bin, name+" --local", "--local", "--lock-dir", locks)
+	}
 	if b.flock && n == 1 {
 		ls = append(ls, &locker{name: "flock", argv: func(key string, _ int, c []string) []string {
 			return append([]string{"flock", filepath.Join(b.dir, "flock-"+key)}, c...)
