@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -10,7 +11,8 @@ import (
 
 // A table is one part's result: a title, rows, and notes under it. It
 // prints as aligned text or, with -markdown, as a markdown table to paste
-// into the README.
+// into docs/benchmarks.md, without the target column: targets are the
+// project's, not what users read.
 type table struct {
 	title string
 	head  []string
@@ -26,6 +28,7 @@ func (t *table) note(format string, args ...any) {
 
 func (t *table) print(w io.Writer, markdown bool) {
 	if markdown {
+		t = t.withoutTargets()
 		fmt.Fprintf(w, "#### %s\n\n", t.title)
 		fmt.Fprintf(w, "| %s |\n", strings.Join(t.head, " | "))
 		seps := make([]string, len(t.head))
@@ -114,4 +117,20 @@ func verdict(ok bool) string {
 		return "met"
 	}
 	return "MISSED"
+}
+
+// withoutTargets is t less its target column.
+func (t *table) withoutTargets() *table {
+	col := slices.Index(t.head, "target")
+	if col < 0 {
+		return t
+	}
+	out := &table{title: t.title, head: slices.Delete(slices.Clone(t.head), col, col+1), notes: t.notes}
+	for _, r := range t.rows {
+		if col < len(r) {
+			r = slices.Delete(slices.Clone(r), col, col+1)
+		}
+		out.rows = append(out.rows, r)
+	}
+	return out
 }
