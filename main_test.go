@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		"semrun": func() {
 			// Scripts never read the host's system config file, only their own.
 			cmd.SystemConfigFile = os.Getenv(envSystemConfig)
+			// Nor look for Redis at the host's default address.
+			if url := os.Getenv(envDefaultRedis); url != "" {
+				cmd.DefaultRedisURL = url
+			}
 			os.Exit(cmd.Main())
 		},
 		"jobrec": jobrec,
@@ -60,6 +64,7 @@ func TestScripts(t *testing.T) {
 					// restart_fence.txtar is where the fence is tested.
 					env.Setenv("SEMRUN_RESTART_FENCE", "0")
 					env.Setenv(envSystemConfig, filepath.Join(env.WorkDir, "etc", "semrun", "config.yaml"))
+					env.Setenv(envDefaultRedis, "redis://127.0.0.1:1/0")
 					if store == "local" {
 						env.Setenv("SEMRUN_LOCAL", "true")
 						env.Setenv("SEMRUN_LOCK_DIR", filepath.Join(env.WorkDir, "locks"))
@@ -102,6 +107,10 @@ func TestScripts(t *testing.T) {
 		})
 	}
 }
+
+// envDefaultRedis is where the semrun of the scripts looks for Redis when
+// none is named: a port nothing listens on.
+const envDefaultRedis = "SEMRUN_TEST_DEFAULT_REDIS"
 
 // envSystemConfig is where the semrun of the scripts finds the system
 // config file (etc/semrun/config.yaml in the script's work directory),

@@ -3,10 +3,12 @@ package cmd
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"syscall"
 
 	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore/redisstore"
 )
 
 // Exit statuses semrun decides itself; the child's own pass through.
@@ -125,6 +127,13 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return exitDoctorFailed, 0, doctor.Error()
 	case errors.As(err, &unreadable):
 		return exitUnreadable, 0, unreadable.Error()
+	case errors.Is(err, redisstore.ErrNoServer):
+		where := DefaultRedisURL
+		if u, err := url.Parse(DefaultRedisURL); err == nil {
+			where = u.Host
+		}
+		return exitFailure, 0, fmt.Sprintf("no Redis at %s, where semrun looks when none is named: name yours with --redis or %s, or keep the permits on this host with --local",
+			where, envNames["redis"])
 	}
 	return exitFailure, 0, err.Error()
 }

@@ -52,7 +52,13 @@ type commonOptions struct {
 	logAttrs []any
 	// configFiles are the config files read, for --verbose.
 	configFiles []string
+	// onTerminal: stderr is a terminal, where someone watches.
+	onTerminal bool
 }
+
+// DefaultRedisURL is where semrun looks for Redis when nothing names one.
+// It is a variable only so that tests can point it where nothing listens.
+var DefaultRedisURL = "redis://127.0.0.1:6379/0"
 
 // Main runs semrun with the process's arguments and returns its exit status.
 func Main() int {
@@ -93,6 +99,7 @@ func NewCmdRoot(s *IOStreams) *cobra.Command {
 // newCmdRoot is NewCmdRoot with the settings Run reads after the command.
 func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 	common.stderr = s.ErrOut
+	common.onTerminal = s.ErrTerminal != nil
 	root := newCmdRun(s, common)
 	pf := root.PersistentFlags()
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
@@ -102,7 +109,7 @@ func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 		_ = pf.MarkHidden("local")
 		_ = pf.MarkHidden("lock-dir")
 	}
-	pf.StringVar(&common.redisURL, "redis", "redis://127.0.0.1:6379/0", "Redis URL where the permits live (redis://, rediss://, unix://)")
+	pf.StringVar(&common.redisURL, "redis", DefaultRedisURL, "Redis URL where the permits live (redis://, rediss://, unix://)")
 	pf.BoolVar(&common.cluster, "cluster", false, "Redis Cluster: --redis is a seed node (more with ?addr=host:port&addr=...)")
 	pf.StringVar(&common.sentinel, "sentinel-master", "", "Redis Sentinel: --redis is a sentinel (more with ?addr=...), its user and password the sentinels'; this names the master")
 	pf.StringVar(&common.tls.CAFile, "tls-ca", "", "with rediss://: PEM file of the CAs that may sign Redis's certificate (default: the system's)")

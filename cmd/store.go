@@ -130,10 +130,19 @@ func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
 	if c.local {
 		return c.openLocal(log.Warnf, n)
 	}
-	s, err := redisstore.New(redisstore.Options{
+	o := redisstore.Options{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: log.Warnf, Infof: log.Infof,
 		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
-	})
+		Unnamed: c.sources.rank(c.flags, "redis") == rankDefault,
+	}
+	if c.onTerminal && !c.quiet {
+		// Someone watches: a named Redis that does not answer is retried
+		// for the connect timeout, and they hear of it at once.
+		o.Retrying = func(addr string, err error) {
+			log.Warnf("%s: %v; retrying for up to %v (%s)", addr, err, c.connectTimeout, c.sources.name("connect-timeout"))
+		}
+	}
+	s, err := redisstore.New(o)
 	if err != nil {
 		return nil, c.refused(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,6 +44,11 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 			return nil, stopped()
 		case !retryable(err):
 			return nil, s.explain(ctx, err)
+		case s.noServer(err) != nil:
+			return nil, s.noServer(err)
+		}
+		if failing == nil && s.retrying != nil {
+			s.retrying(s.addr, err)
 		}
 		if failing == nil || !errors.Is(err, context.DeadlineExceeded) {
 			failing = err // the attempt cut short at giveUp says less than the one before
@@ -55,6 +61,19 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 			return nil, stopped()
 		}
 	}
+}
+
+// ErrNoServer means nothing listens at the URL semrun uses when none is
+// named: the connection was refused, and is not retried.
+var ErrNoServer = fmt.Errorf("no Redis listens at the default address: %w", semaphore.ErrUnreachable)
+
+// noServer is ErrNoServer for a connection refused at the default
+// address, before the store ever answered; nil for anything else.
+func (s *Store) noServer(err error) error {
+	if !s.unnamed || s.reached.Load() || !errors.Is(err, syscall.ECONNREFUSED) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %w", ErrNoServer, s.addr, err)
 }
 
 // explain says why Redis refused a script, where its own words do not.

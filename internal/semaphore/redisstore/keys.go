@@ -58,6 +58,9 @@ func (s *Store) semaphores(ctx context.Context) ([]string, error) {
 	prefix := keyEscaper.Replace(s.prefix) + "{"
 	pattern := globEscaper.Replace(prefix) + "*}:*"
 	masters, err := s.client.Masters(ctx)
+	if err := s.noServer(err); err != nil {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list the keys under prefix %q on %s: %w", s.prefix, s.addr, err)
 	}
@@ -82,6 +85,9 @@ func (s *Store) semaphores(ctx context.Context) ([]string, error) {
 	}
 	wg.Wait()
 	for _, err := range errs {
+		if err := s.noServer(err); err != nil {
+			return nil, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("list the keys under prefix %q on %s: %w", s.prefix, s.addr, err)
 		}

@@ -61,6 +61,14 @@ type Options struct {
 	SentinelMaster string
 	// Names name the settings in messages; semaphore.OwnNames when nil.
 	Names semaphore.Names
+	// Unnamed: the URL is the caller's default, which no setting named. A
+	// connection refused there is not retried: the user has not started
+	// a Redis yet, or meant another (ErrNoServer).
+	Unnamed bool
+	// Retrying, when set, hears of the first failure of a call that is
+	// retried for the connect timeout, once a call, with the store's
+	// address as messages show it (no password).
+	Retrying func(addr string, err error)
 }
 
 func (o *Options) names() semaphore.Names {
@@ -86,6 +94,9 @@ type Store struct {
 	maxLine int
 	// reached: a call got the server's answer, so the store was reachable.
 	reached atomic.Bool
+	// unnamed and retrying are Options'.
+	unnamed  bool
+	retrying func(addr string, err error)
 }
 
 var _ semaphore.Store = (*Store)(nil)
@@ -137,6 +148,7 @@ func New(o Options) (*Store, error) {
 	}
 	s := NewWithClient(c, addr, o)
 	s.urlPassword = t.password
+	s.unnamed, s.retrying = o.Unnamed, o.Retrying
 	return s, nil
 }
 
