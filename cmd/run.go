@@ -261,14 +261,25 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	// (cron) only --verbose says it, once.
 	var line *waitLine
 	defer func() { line.clear() }()
+	var onWait func(semaphore.WaitState)
 	switch {
 	case !o.quiet && o.streams.ErrTerminal != nil:
 		line = newWaitLine(o.streams.ErrOut, o.streams.ErrTerminal, o.key)
-		req.OnWait = line.update
+		onWait = line.update
 	case o.verbose:
 		var once sync.Once
-		req.OnWait = func(st semaphore.WaitState) {
+		onWait = func(st semaphore.WaitState) {
 			once.Do(func() { log.Infof("%s", waitText(o.key, st, -1)) })
+		}
+	}
+	// A restart fence that holds the grant back is said once, terminal or
+	// not: a cron job that waits for it must not wait without a word. On a
+	// terminal the waiting line says it.
+	fence := &fenceNotice{o: o, log: log, quiet: o.quiet || line != nil}
+	req.OnWait = func(st semaphore.WaitState) {
+		fence.saw(st.Fenced, false)
+		if onWait != nil {
+			onWait(st)
 		}
 	}
 	waitCtx, cancel := context.WithCancel(ctx)
@@ -279,11 +290,34 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	}
 	t := &try{store: store, req: req, done: make(chan acquired, 1)}
 	t.start(waitCtx)
+	// retry fires when a --no-wait run has waited out a restart fence.
+	var retry <-chan time.Time
 	for {
+		// --timeout ends a wait for the fence here; a try under way
+		// returns with it on its own.
+		var timedOut <-chan struct{}
+		if retry != nil {
+			timedOut = waitCtx.Done()
+		}
 		select {
 		case a := <-t.done:
 			t.stop()
-			return o.acquired(ctx, a, log)
+			var fenced *semaphore.FenceError
+			if o.noWait && errors.As(a.err, &fenced) && fence.waits < maxFenceWaits {
+				// Until the fence ends nobody can tell whether the key is
+				// busy, and it does end: --no-wait waits it out, then
+				// tries once (a second past it: uptime counts seconds).
+				fence.saw(fenced.Left, true)
+				fence.waits++
+				retry = time.After(fenced.Left + fenceSlack)
+				continue
+			}
+			return o.acquired(ctx, a, fence.left, log)
+		case <-retry:
+			retry = nil
+			t.start(waitCtx)
+		case <-timedOut:
+			return o.acquired(ctx, acquired{err: waitCtx.Err()}, fence.left, log)
 		case sig := <-signals:
 			switch {
 			case !endsWait(sig):
@@ -292,13 +326,18 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 				// Suspended while waiting (Ctrl-Z): a stopped waiter must
 				// not keep others waiting, so it leaves, and asks again
 				// when continued.
-				o.giveUp(ctx, t, log)
+				if retry == nil {
+					o.giveUp(ctx, t, log)
+				}
 				line.clear() // the shell says the job stopped on a clean line
 				runner.Suspend()
+				retry = nil
 				t.start(waitCtx)
 				continue
 			}
-			o.giveUp(ctx, t, log)
+			if retry == nil {
+				o.giveUp(ctx, t, log)
+			}
 			return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
 		}
 	}
@@ -335,8 +374,54 @@ func (o *runOptions) giveUp(ctx context.Context, t *try, log *logger) {
 	}
 }
 
-// acquired says how a wait ended: with the permit, or why not.
-func (o *runOptions) acquired(ctx context.Context, a acquired, log *logger) (semaphore.Lease, error) {
+// How often a --no-wait run waits out a restart fence before it takes the
+// fence for busy (a fence longer than the one it waited for, asked by
+// another caller meanwhile), and how long past its end it tries again.
+const (
+	maxFenceWaits = 3
+	fenceSlack    = 250 * time.Millisecond
+)
+
+// fenceNotice says once that a restart fence holds the grant back by more
+// than a second, in words true of a first start as of a restart.
+type fenceNotice struct {
+	o     *runOptions
+	log   *logger
+	quiet bool // -q, or a terminal, whose waiting line says it
+	said  bool
+	waits int
+	// left is the fence the last ask saw, for the --timeout line.
+	left time.Duration
+}
+
+func (f *fenceNotice) saw(left time.Duration, noWait bool) {
+	f.left = left
+	if left <= time.Second || f.said {
+		return
+	}
+	f.said = true
+	then := "no grant until it ends (--restart-fence)"
+	if noWait {
+		then = "waiting for it to end, then trying once (--no-wait)"
+	}
+	if !f.quiet || (noWait && !f.o.quiet) {
+		f.log.Warnf("key %q: %s, in %v: %s", f.o.key, fenceWhy(left, f.o.restartFence), left.Round(time.Second), then)
+	}
+}
+
+// fenceWhy says why a fence holds with left to go, this caller's fence
+// being fence: a server that started (for the first time or again) or
+// took over as master less than the fence ago.
+func fenceWhy(left, fence time.Duration) string {
+	if ago := fence - left; left <= fence && ago >= 0 {
+		return fmt.Sprintf("Redis started or failed over %v ago, less than the restart fence of %v", ago.Round(time.Second), fence)
+	}
+	return "Redis started or failed over less than the key's restart fence ago"
+}
+
+// acquired says how a wait ended: with the permit, or why not. fenced is
+// what was left of a restart fence when the store last said.
+func (o *runOptions) acquired(ctx context.Context, a acquired, fenced time.Duration, log *logger) (semaphore.Lease, error) {
 	var (
 		fence *semaphore.FenceError
 		full  *semaphore.LineError
@@ -345,11 +430,13 @@ func (o *runOptions) acquired(ctx context.Context, a acquired, log *logger) (sem
 	case a.err == nil:
 		return a.lease, nil
 	case errors.As(a.err, &fence):
-		return nil, o.busy(log, fmt.Sprintf("key %q: Redis restarted or failed over recently, and grants nothing for %v more (--restart-fence; --no-wait)", o.key, max(fence.Left.Round(time.Second), time.Second)))
+		return nil, o.busy(log, fmt.Sprintf("key %q: %s: no grant for %v more (--restart-fence; --no-wait)", o.key, fenceWhy(fence.Left, o.restartFence), max(fence.Left.Round(time.Second), time.Second)))
 	case errors.As(a.err, &full):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %d callers wait already, the most one key takes; not joining the line", o.key, full.Waiting))
 	case errors.Is(a.err, semaphore.ErrBusy):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
+	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil && fenced > 0:
+		return nil, o.busy(log, fmt.Sprintf("key %q: no permit within %v (--timeout): %s, %v to go", o.key, o.timeout, fenceWhy(fenced, o.restartFence), fenced.Round(time.Second)))
 	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:
 		return nil, o.busy(log, fmt.Sprintf("key %q: no permit within %v (--timeout)", o.key, o.timeout))
 	}

@@ -94,7 +94,7 @@ func (l *waitLine) clear() {
 func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 	s := fmt.Sprintf("waiting for key %q: %d/%d seats held", key, st.Held, st.Capacity)
 	if st.Fenced > 0 {
-		s = fmt.Sprintf("waiting for key %q: Redis restarted or failed over recently, and grants nothing for %v more (--restart-fence)", key, st.Fenced)
+		s = fmt.Sprintf("waiting for key %q: Redis started or failed over less than the restart fence ago, no grant for %v more (--restart-fence)", key, st.Fenced)
 	}
 	switch {
 	case st.Position > 0 && st.Waiting > 0:
