@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -137,6 +138,7 @@ func applyConfig(cmd *cobra.Command, c *commonOptions) error {
 	files, fileErr := readConfigFiles(flags, src)
 	for _, f := range files {
 		c.configFiles = append(c.configFiles, f.path)
+		c.unknownSettings = append(c.unknownSettings, unknownSettings(cmd, f)...)
 	}
 	var errs []error
 	flags.VisitAll(func(f *pflag.Flag) {
@@ -242,6 +244,37 @@ func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
 		return nil, oneLine(bare(err))
 	}
 	return v, nil
+}
+
+// unknownSettings says of each key of f that no command of semrun takes
+// that it is ignored, and which setting it may have meant: a typo there
+// would otherwise change nothing, in silence.
+func unknownSettings(cmd *cobra.Command, f configFile) []string {
+	known := map[string]bool{}
+	var shown []string
+	all := []*cobra.Command{cmd.Root()}
+	for i := 0; i < len(all); i++ {
+		all = append(all, all[i].Commands()...)
+		all[i].Flags().VisitAll(func(fl *pflag.Flag) {
+			if !known[fl.Name] && !fl.Hidden {
+				shown = append(shown, fl.Name)
+			}
+			known[fl.Name] = true
+		})
+	}
+	var out []string
+	for _, key := range f.v.AllKeys() {
+		if known[key] || key == "config" {
+			continue
+		}
+		msg := fmt.Sprintf("%s: unknown setting %q, ignored", f.path, key)
+		if near := nearestName(key, shown); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		out = append(out, msg)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // maxConfigFile bounds a config file: a few settings take a few hundred

@@ -54,6 +54,9 @@ type commonOptions struct {
 	configFiles []string
 	// onTerminal: stderr is a terminal, where someone watches.
 	onTerminal bool
+	// unknownSettings are the warnings about config file keys no command
+	// takes, said once the settings are read.
+	unknownSettings []string
 }
 
 // DefaultRedisURL is where semrun looks for Redis when nothing names one.
@@ -128,10 +131,18 @@ func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 		if !needsConfig(cmd) {
 			return nil
 		}
-		return applyConfig(cmd, common)
+		if err := applyConfig(cmd, common); err != nil {
+			return err
+		}
+		log := common.logger(common.stderr)
+		for _, w := range common.unknownSettings {
+			log.Warnf("%s", w)
+		}
+		return nil
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{flagError(c, err)} })
 	root.SilenceErrors, root.SilenceUsage = true, true
+	root.SuggestionsMinimumDistance = 2 // "stauts" -> status
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.ErrOut)

@@ -76,6 +76,9 @@ back when it exits, and exits with COMMAND's status.`,
 				return usageErrorf("no command given: semrun [flags] -- COMMAND [ARG...]")
 			}
 			if cmd.ArgsLenAtDash() != 0 {
+				if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+					return usageErrorf("unknown command %q: did you mean semrun %s? (a command to run must follow --)", args[0], near[0])
+				}
 				return usageErrorf("unexpected argument %q: the command must follow --", args[0])
 			}
 			if args[0] == "" {
@@ -108,16 +111,16 @@ back when it exits, and exits with COMMAND's status.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.key, "key", "k", "", "semaphore name (required)")
-	f.IntVarP(&o.permits, "permits", "n", 1, "at most N holders of this key fleet-wide")
-	f.IntVar(&o.weight, "weight", 1, "take K of the N seats at once, for a command that counts K times")
+	f.VarP(newInt(&o.permits, 1), "permits", "n", "at most N holders of this key fleet-wide")
+	f.Var(newInt(&o.weight, 1), "weight", "take K of the N seats at once, for a command that counts K times")
 	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its seat after this")
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, "try once, don't wait")
-	f.IntVar(&o.busyExitCode, "busy-exit-code", 75, "exit status when no permit was obtained (0: skip quietly)")
-	f.IntVar(&o.lostExitCode, "lost-exit-code", defaultLostExitCode, "exit status when the permit was lost and the command terminated")
+	f.Var(newInt(&o.busyExitCode, 75), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
+	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.Var(newDuration(&o.restartFence, 0), "restart-fence", "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")
-	f.IntVar(&o.minReplicas, "min-replicas", 0, "a grant or renewal counts only once this many Redis replicas have it (WAIT)")
+	f.Var(newInt(&o.minReplicas, 0), "min-replicas", "a grant or renewal counts only once this many Redis replicas have it (WAIT)")
 	f.Var(newDuration(&o.killAfter, defaultKillAfter), "kill-after", "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
 	return cmd
 }

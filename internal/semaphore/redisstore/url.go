@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -134,6 +136,11 @@ func (o *Options) urlError(err error) error {
 // checkURL checks raw's form, but not its query, and returns the URL to
 // show in messages. Errors never quote raw, which may hold a password.
 func checkURL(raw string) (string, error) {
+	if hostPort().MatchString(raw) {
+		// A host and port without a scheme (redis-cli's -h and -p, in
+		// one): shown, since no password looks like that.
+		return "…", fmt.Errorf("%s: not a URL; did you mean redis://%s/0?", raw, raw)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		var uerr *url.Error
@@ -200,6 +207,12 @@ func authorityEnd(raw string) int {
 func unescapedPassword(raw string) error {
 	return fmt.Errorf("%s: malformed URL (escape / # ? in a password as %%2F %%23 %%3F)", hideUserinfo(raw))
 }
+
+// hostPort matches a host name or IPv4 address and a port, alone;
+// compiled when first needed, as start-up need not pay for it.
+var hostPort = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*:[0-9]{1,5}$`)
+})
 
 // hideUserinfo shows a URL with an @ that did not parse, or whose password
 // was not read whole, without its user and password. What follows the last
