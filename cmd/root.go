@@ -76,6 +76,12 @@ func Run(ctx context.Context, args []string, s *IOStreams) int {
 	protectSecretsInEnvironment()
 	common := &commonOptions{sources: sources{}}
 	root := newCmdRoot(s, common)
+	if len(args) == 0 {
+		// semrun alone: someone trying it out, who wants the usage, not
+		// one line about what is missing.
+		fmt.Fprint(s.ErrOut, root.UsageString())
+		return exitFailure
+	}
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	code, sig, msg := exitStatus(err)

@@ -102,6 +102,7 @@ back when it exits, and exits with COMMAND's status.`,
 			if err != nil {
 				return err
 			}
+			log.Infof("key %q: permits %s", o.key, storeWhere(store))
 			defer store.Close()
 			if err := o.validate(cmd); err != nil {
 				return err
@@ -199,6 +200,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	if o.onLost == "continue" {
 		onLost = runner.Continue
 	}
+	started := time.Now()
 	res, runErr := runner.Run(ctx, runner.Spec{
 		Args: o.command, Path: o.path, Env: o.childEnv(os.Environ(), lease.Token()), Inherit: lease.Files(),
 		Stdin: fileOf(o.streams.In), Stdout: fileOf(o.streams.Out), Stderr: fileOf(o.streams.ErrOut),
@@ -206,6 +208,13 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		Signals: signals, Warnf: log.Warnf,
 		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
 	}, lease)
+	if runErr == nil {
+		ended := fmt.Sprintf("exited with status %d", res.ExitCode)
+		if res.Signal != 0 {
+			ended = "was killed by " + signalName(res.Signal)
+		}
+		log.Infof("key %q: the command %s after %v", o.key, ended, time.Since(started).Round(time.Millisecond))
+	}
 
 	o.release(ctx, lease, log)
 	if runErr != nil {
