@@ -341,7 +341,7 @@ func (c *cluster) seats(from int64) (int, time.Duration) {
 }
 
 // held counts the holders of the cluster's keys whose lease has not
-// lapsed, on Redis's clock (README, "Data model").
+// lapsed, on Redis's clock (docs/how-it-works.md, "Data model").
 func (c *cluster) held(ctx context.Context, rc *redis.Client) (int, error) {
 	now, err := rc.Time(ctx).Result()
 	if err != nil {

@@ -72,7 +72,7 @@ func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphor
 		if common.local && runtime.GOOS != "windows" && !errors.As(err, &refused) {
 			return []semaphore.Check{{
 				Name: "lock-dir", Status: semaphore.CheckFail, Detail: err.Error(),
-				Fix: "mend the directory as said, or choose another with --lock-dir (see The local store in the README)",
+				Fix: "mend the directory as said, or choose another with --lock-dir (see docs/how-it-works.md, The local store)",
 			}}, nil
 		}
 		return nil, err

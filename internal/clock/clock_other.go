@@ -5,7 +5,7 @@ package clock
 import "time"
 
 // start anchors the clock; Go's monotonic clock is the best this platform
-// offers (on macOS it stops while the host sleeps; the README says so).
+// offers (on macOS it stops while the host sleeps; docs/how-it-works.md says so).
 var start = time.Now()
 
 func now() int64 { return int64(time.Since(start)) + 1 } // never the zero Instant

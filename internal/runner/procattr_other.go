@@ -6,7 +6,7 @@ import "syscall"
 
 // procAttr puts the child in a process group of its own, in the terminal's
 // foreground when semrun has it. There is no parent-death signal here, so
-// a child outlives a semrun killed with SIGKILL; the README says so.
+// a child outlives a semrun killed with SIGKILL; docs/how-it-works.md says so.
 func procAttr(t *terminal) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true}
 	if t != nil {

@@ -246,16 +246,17 @@ func TestDoctorReplicaFails(t *testing.T) {
 	}
 }
 
-// readmeACL is the README's ACL SETUSER line for semrun, password and all.
+// readmeACL is the documented ACL SETUSER line for semrun (in
+// docs/configuration.md, Passwords), password and all.
 func readmeACL(t *testing.T, password string) []any {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "configuration.md"))
 	if err != nil {
-		t.Fatalf("read the README: %v", err)
+		t.Fatalf("read docs/configuration.md: %v", err)
 	}
-	line := regexp.MustCompile(`(?m)^ACL SETUSER semrun .*$`).Find(readme)
+	line := regexp.MustCompile(`(?m)^ACL SETUSER semrun .*$`).Find(doc)
 	if line == nil {
-		t.Fatal("the README has no line ACL SETUSER semrun ...")
+		t.Fatal("docs/configuration.md has no line ACL SETUSER semrun ...")
 	}
 	var args []any
 	for _, f := range strings.Fields(string(line)) {

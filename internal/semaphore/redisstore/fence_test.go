@@ -234,7 +234,7 @@ func TestRedisFailoverFence(t *testing.T) {
 	}
 	// WAIT counts its own connection's writes, not the store's: wait
 	// until the replica has the key instead. (A key it never got is not
-	// fenced: the README says so.)
+	// fenced: docs/how-it-works.md says so.)
 	for {
 		n, err := replicaRaw.HExists(ctx, newKeys(testPrefix, key).info, "#replid").Result()
 		if err != nil {

@@ -180,7 +180,7 @@ func TestRedisTLSClientCertificateRequired(t *testing.T) {
 	// and then semrun gives up at once, naming the certificate. But the
 	// server may close the connection before the client reads the alert:
 	// the client then sees a reset, like any network fault, and retries
-	// for the connect timeout (the README says so). Only the first is
+	// for the connect timeout (docs/configuration.md says so). Only the first is
 	// checked here, when it happens.
 	if !errors.Is(err, semaphore.ErrUnreachable) && (took >= failFast || !strings.Contains(err.Error(), "certificate")) {
 		t.Errorf("a server refusing the client certificate, its alert read: got %v after %v, want an error naming the certificate, not retried", err, took)

@@ -1,0 +1,63 @@
+package cmd
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// The flag table of docs/configuration.md lists every flag a run takes,
+// with the variable that sets it, and nothing else: a flag added, renamed
+// or dropped fails here until the docs say so.
+func TestDocsFlagTableMatchesTheFlags(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| (`-.*?) \\| (.*?) \\|")
+	flagName := regexp.MustCompile("`(?:-[a-z], )?--([a-z-]+)`")
+	envName := regexp.MustCompile("`(SEMRUN_[A-Z_]+)`")
+	documented := map[string]string{} // flag -> its variable as the table names it
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		flags := flagName.FindAllStringSubmatch(m[1], -1)
+		envs := envName.FindAllStringSubmatch(m[2], -1)
+		for i, f := range flags {
+			env := ""
+			if i < len(envs) {
+				env = envs[i][1]
+			}
+			documented[f[1]] = env
+		}
+	}
+	var got []string
+	root := NewCmdRoot(System())
+	all := pflag.NewFlagSet("semrun", pflag.ContinueOnError)
+	all.AddFlagSet(root.Flags())
+	all.AddFlagSet(root.PersistentFlags())
+	all.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden || f.Name == "help" {
+			return
+		}
+		got = append(got, f.Name)
+		env, ok := documented[f.Name]
+		switch {
+		case !ok:
+			t.Errorf("--%s is missing from the flag table of docs/configuration.md", f.Name)
+		case env != envNames[f.Name]:
+			t.Errorf("--%s: the table says variable %q, the flag is set by %q", f.Name, env, envNames[f.Name])
+		}
+	})
+	for name := range documented {
+		if !slices.Contains(got, name) {
+			t.Errorf("docs/configuration.md lists --%s, which semrun has no more", name)
+		}
+	}
+	if len(documented) < 20 {
+		t.Errorf("read %d flags off the table: %s", len(documented), strings.Join(got, " "))
+	}
+}
