@@ -112,7 +112,7 @@ func TestStatusAndDoctorWriteToTheirStreams(t *testing.T) {
 	defer l.Release(context.Background())
 
 	code, out, errOut := run(t, nil, "status", "--local", "--lock-dir", dir, "busy")
-	if code != 0 || errOut != "" || !strings.HasPrefix(out, "key \"busy\": 1 held, capacity 2\n") || !regexp.MustCompile(`(?m)^  h +7 +job +2 +1 `).MatchString(out) {
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "key \"busy\": 1 held, capacity 2\n") || !regexp.MustCompile(`(?m)^  h +7 +job +1 +2 `).MatchString(out) {
 		t.Errorf("status: got status %d, stdout %q, stderr %q; want 0 and the holder", code, out, errOut)
 	}
 	code, out, _ = run(t, nil, "status", "--local", "--lock-dir", dir, "--json")
@@ -155,7 +155,7 @@ func TestWaitLineOnATerminal(t *testing.T) {
 	defer l.Release(context.Background())
 
 	code, _, errOut := run(t, &IOStreams{ErrTerminal: fakeTerminal(60)}, "--local", "--lock-dir", dir, "-k", "busy", "--timeout", "1500ms", "--", "true")
-	line := "\r\x1b[Ksemrun: waiting for key \"busy\": 1/1 seats held, 1st in l"
+	line := "\r\x1b[Ksemrun: waiting for key \"busy\": 1/1 permits held, 1st in l"
 	if code != 75 || !strings.HasPrefix(errOut, line) || !strings.HasSuffix(errOut, "\r\x1b[Ksemrun: key \"busy\": no permit within 1.5s (--timeout)\n") {
 		t.Errorf("a wait on a terminal 60 wide: got status %d, stderr %q; want 75, the line cut to 59 columns (%q), cleared, then why", code, errOut, line)
 	}

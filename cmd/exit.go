@@ -48,7 +48,7 @@ type lostError struct {
 }
 
 func (e *lostError) Error() string {
-	return fmt.Sprintf("key %q: permit lost (%v); command terminated", e.key, e.cause)
+	return fmt.Sprintf("key %q: permit lost: %s; command terminated", e.key, runner.LostWhy(e.cause))
 }
 
 // interruptedError means a signal ended the wait for a permit.

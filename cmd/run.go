@@ -113,7 +113,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.key, "key", "k", "", "semaphore name (required)")
 	f.VarP(newInt(&o.permits, 1), "permits", "n", "at most N holders of this key fleet-wide")
-	f.Var(newInt(&o.weight, 1), "weight", "take K of the N seats at once, for a command that counts K times")
+	f.Var(newInt(&o.weight, 1), "weight", "take K of the N permits at once, for a command that counts K times")
 	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its seat after this")
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, "try once, don't wait")

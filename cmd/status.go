@@ -96,26 +96,28 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		}
 		fmt.Fprintln(tw)
 		if len(k.Holders) > 0 {
-			fmt.Fprintln(tw, "  HOST\tPID\tCOMMAND\tPERMITS\tWEIGHT\tAGE\tEXPIRES IN\tTOKEN")
+			// HOLDS: the permits this holder takes (its weight), OF N: the
+			// capacity it asked for. A lone "PERMITS 3" read as "holds 3".
+			fmt.Fprintln(tw, "  HOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN")
 		}
 		for _, h := range k.Holders {
 			expires := "-" // held for as long as the holder lives
 			if h.ExpiresIn > 0 {
 				expires = h.ExpiresIn.Round(time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", printable.String(h.Host), h.PID, printable.String(h.Command), h.Permits, h.Weight,
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", printable.String(h.Host), h.PID, printable.String(h.Command), h.Weight, h.Permits,
 				h.Age.Round(time.Millisecond), expires, h.Token)
 		}
 		if len(k.Waiters) > 0 {
 			_ = tw.Flush() // the line's columns are not the holders'
-			fmt.Fprintln(tw, "  IN LINE\tHOST\tPID\tCOMMAND\tPERMITS\tWEIGHT\tWAITED")
+			fmt.Fprintln(tw, "  IN LINE\tHOST\tPID\tCOMMAND\tWANTS\tOF N\tWAITED")
 		}
 		for _, q := range k.Waiters {
 			place := "-" // a store that keeps no line
 			if q.Position > 0 {
 				place = fmt.Sprint(q.Position)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\n", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Permits, q.Weight, q.Waited.Round(time.Millisecond))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\n", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Weight, q.Permits, q.Waited.Round(time.Millisecond))
 		}
 	}
 	return tw.Flush()

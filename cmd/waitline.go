@@ -10,7 +10,7 @@ import (
 )
 
 // waitLine is the one line a waiting semrun keeps up to date on a terminal:
-// key, seats held, place in line, time waited. It is cleared when the wait
+// key, permits held, place in line, time waited. It is cleared when the wait
 // ends, so the child's output starts on a clean line.
 type waitLine struct {
 	w     io.Writer
@@ -92,7 +92,7 @@ func (l *waitLine) clear() {
 // waitText says what a waiter waits for: `waiting for key "pdf": 3/3 seats
 // held, 2nd of 5 in line, 12s`; without the time when waited is negative.
 func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
-	s := fmt.Sprintf("waiting for key %q: %d/%d seats held", key, st.Held, st.Capacity)
+	s := fmt.Sprintf("waiting for key %q: %d/%d permits held", key, st.Held, st.Capacity)
 	if st.Fenced > 0 {
 		s = fmt.Sprintf("waiting for key %q: Redis started or failed over less than the restart fence ago, no grant for %v more (--restart-fence)", key, st.Fenced)
 	}

@@ -308,7 +308,7 @@ func (s *supervisor) onLost(err error) {
 	s.stopRenewing()
 	s.res.Lost = err
 	if s.spec.OnLost == Continue {
-		s.spec.Warnf("permit lost (%v); the command runs on without it", err)
+		s.spec.Warnf("permit lost: %s; the command runs on without it", LostWhy(err))
 		return
 	}
 	s.res.Terminated = true
@@ -427,6 +427,15 @@ func notExecutable(path string) error {
 // before: early enough that SIGKILL lands before the lease could end.
 func lossAt(spec Spec, lease Lease) clock.Instant {
 	return lease.Deadline().Add(-spec.KillAfter - Margin(spec.TTL))
+}
+
+// LostWhy says why a permit counts as lost, in the user's words: the
+// store's own word that it is gone, or no renewal in time.
+func LostWhy(err error) string {
+	if errors.Is(err, semaphore.ErrLost) && !errors.Is(err, ErrPresumedLost) {
+		return "the store no longer has it (it lapsed, or the store lost its data)"
+	}
+	return err.Error()
 }
 
 func presumedLost(spec Spec) error {

@@ -19,12 +19,12 @@ import (
 var (
 	// ErrBusy means no permit was obtained: every seat was held when the
 	// caller would not wait. A wait cut short returns its context's error.
-	ErrBusy = errors.New("semaphore: no permit available")
+	ErrBusy = errors.New("no permit available")
 	// ErrLost means the permit is no longer held: it lapsed or was removed.
-	ErrLost = errors.New("semaphore: permit lost")
+	ErrLost = errors.New("permit lost")
 	// ErrUnreachable means the store could not be reached for longer than
 	// the connect timeout.
-	ErrUnreachable = errors.New("semaphore: store unreachable")
+	ErrUnreachable = errors.New("store unreachable")
 	// ErrFenced means no permit was obtained because the store restarted
 	// or failed over less than the restart fence ago; it wraps ErrBusy.
 	ErrFenced = fmt.Errorf("store restarted or failed over recently (restart fence): %w", ErrBusy)

@@ -358,7 +358,7 @@ func (a *attempt) checkCapacity() {
 		return
 	}
 	if err == nil {
-		a.s.warnf("key %q: this call asks for %d permits, the previous caller asked for %d", a.req.Key, a.req.Permits, previous)
+		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), previous)
 	}
 	b := fmt.Appendf(nil, "%d\n", a.req.Permits)
 	if _, err := f.WriteAt(b, 0); err == nil {

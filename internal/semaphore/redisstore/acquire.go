@@ -233,7 +233,7 @@ func (a *asker) atLimit(err error) error {
 // the capacity, and, each time, that the server's clock jumped.
 func (a *asker) warn(r acquireReply) {
 	if r.previous != int64(a.req.Permits) && !a.told {
-		a.s.warnf("key %q: this call asks for %d permits, the previous caller asked for %d", a.req.Key, a.req.Permits, r.previous)
+		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), r.previous)
 	}
 	a.told = true
 	switch moved := time.Duration(r.moved) * time.Millisecond; {

@@ -21,7 +21,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 		return semaphore.Request{Key: key, Permits: n, TTL: 10 * time.Second, NoWait: true}
 	}
 	warning := func(asked, previous int) string {
-		return fmt.Sprintf("key %q: this call asks for %d permits, the previous caller asked for %d", key, asked, previous)
+		return fmt.Sprintf("key %q: this call asks for %s, the previous caller asked for %d", key, semaphore.Count(asked, "permit"), previous)
 	}
 	expect := func(when string, want ...string) {
 		t.Helper()
