@@ -61,3 +61,37 @@ func TestDocsFlagTableMatchesTheFlags(t *testing.T) {
 		t.Errorf("read %d flags off the table: %s", len(documented), strings.Join(got, " "))
 	}
 }
+
+// --help lists every flag a run takes, in its groups, with the variables
+// and the exit statuses; version's lists no store flag, status's no run
+// flag.
+func TestHelpListsEveryFlag(t *testing.T) {
+	root := NewCmdRoot(System())
+	help := root.UsageString()
+	all := pflag.NewFlagSet("semrun", pflag.ContinueOnError)
+	all.AddFlagSet(root.Flags())
+	all.AddFlagSet(root.PersistentFlags())
+	all.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && !strings.Contains(help, "--"+f.Name+" ") {
+			t.Errorf("--help does not list --%s", f.Name)
+		}
+	})
+	for _, want := range []string{"\nStore (Redis by default, or --local):\n", "\nTLS and passwords:\n", "SEMRUN_REDIS_URL", "Exit status: "} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	for _, c := range root.Commands() {
+		sub := c.UsageString()
+		switch c.Name() {
+		case "version":
+			if strings.Contains(sub, "--redis") {
+				t.Errorf("version --help lists the store's flags:\n%s", sub)
+			}
+		case "status", "doctor":
+			if !strings.Contains(sub, "--redis ") || strings.Contains(sub, "--permits") {
+				t.Errorf("%s --help: want the store's flags and no run flag:\n%s", c.Name(), sub)
+			}
+		}
+	}
+}

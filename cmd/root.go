@@ -149,6 +149,7 @@ func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &usageError{flagError(c, err)} })
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.SuggestionsMinimumDistance = 2 // "stauts" -> status
+	root.SetUsageFunc(usage)
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.ErrOut)
