@@ -78,7 +78,18 @@ func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphor
 		return nil, err
 	}
 	defer store.Close()
-	return store.Doctor(ctx), nil
+	return append(configChecks(common), store.Doctor(ctx)...), nil
+}
+
+// configChecks warn of each config file key that no command takes (see
+// unknownSettings): a typo there changes nothing, in silence.
+func configChecks(common *commonOptions) []semaphore.Check {
+	var checks []semaphore.Check
+	for _, w := range common.unknownSettings {
+		checks = append(checks, semaphore.Check{Name: "config", Status: semaphore.CheckWarn, Detail: w,
+			Fix: "correct the key, or remove it; semrun --help lists the settings"})
+	}
+	return checks
 }
 
 // printChecks writes one line per check: its status (problems in capitals),
