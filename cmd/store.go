@@ -31,6 +31,7 @@ var settingFlags = map[semaphore.Setting]string{
 	redisstore.TLSKeySetting:         "tls-key",
 	redisstore.TLSServerNameSetting:  "tls-server-name",
 	redisstore.TLSInsecureSetting:    "tls-insecure",
+	redisstore.ConnectTimeoutSetting: "connect-timeout",
 }
 
 // names name settings in the stores' messages the way the user set them:

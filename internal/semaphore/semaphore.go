@@ -24,7 +24,7 @@ var (
 	ErrLost = errors.New("permit lost")
 	// ErrUnreachable means the store could not be reached for longer than
 	// the connect timeout.
-	ErrUnreachable = errors.New("store unreachable")
+	ErrUnreachable = errors.New("unreachable")
 	// ErrFenced means no permit was obtained because the store restarted
 	// or failed over less than the restart fence ago; it wraps ErrBusy.
 	ErrFenced = fmt.Errorf("store restarted or failed over recently (restart fence): %w", ErrBusy)

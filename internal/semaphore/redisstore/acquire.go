@@ -164,12 +164,12 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 			// may have been granted, or the place in line, now.
 			s.abandon(ctx, a.keys, a.id)
 		}
-		return nil, 0, fmt.Errorf("acquire key %q: %w", req.Key, err)
+		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
 	r, err := decodeAcquire(res)
 	if err != nil {
 		s.abandon(ctx, a.keys, a.id)
-		return nil, 0, fmt.Errorf("acquire key %q: %w", req.Key, err)
+		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
 	a.warn(r)
 	s.dropped(req.Key, r.bad)
@@ -288,11 +288,11 @@ func (s *Store) replicated(ctx context.Context, req semaphore.Request, l *lease)
 			s.abandon(ctx, l.keys, l.id)
 			switch {
 			case ctx.Err() != nil:
-				return nil, fmt.Errorf("acquire key %q: %w", req.Key, context.Cause(ctx))
+				return nil, fmt.Errorf("key %q: %w", req.Key, context.Cause(ctx))
 			case errors.Is(err, semaphore.ErrLost):
-				return nil, fmt.Errorf("acquire key %q: lapsed before %d replicas had it: %w", req.Key, req.MinReplicas, err)
+				return nil, fmt.Errorf("key %q: lapsed before %d replicas had it: %w", req.Key, req.MinReplicas, err)
 			}
-			return nil, fmt.Errorf("acquire key %q: %w: %w", req.Key, semaphore.ErrUnreachable, err)
+			return nil, fmt.Errorf("key %q: %d replicas %w for %v: %w", req.Key, req.MinReplicas, semaphore.ErrUnreachable, s.connectTimeout, err)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 			// answered: that is the store's fault, not a busy semaphore.
 			// Once it did, a deadline that ends a call in flight is the
 			// caller's: busy.
-			return fmt.Errorf("%w: %s: %w", semaphore.ErrUnreachable, s.addr, failing)
+			return fmt.Errorf("%s %w: %w", s.addr, semaphore.ErrUnreachable, failing)
 		}
 		return cause
 	}
@@ -55,7 +55,7 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 		}
 		left := time.Until(giveUp)
 		if left <= 0 {
-			return nil, fmt.Errorf("%w: %s: %w", semaphore.ErrUnreachable, s.addr, failing)
+			return nil, fmt.Errorf("%s %w for %v (%s): %w", s.addr, semaphore.ErrUnreachable, s.connectTimeout, s.names.Name(ConnectTimeoutSetting), failing)
 		}
 		if clock.Sleep(ctx, min(wait.step(), left)) != nil {
 			return nil, stopped()

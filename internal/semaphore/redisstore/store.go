@@ -29,6 +29,9 @@ const (
 	TLSKeySetting         semaphore.Setting = "TLS key"
 	TLSServerNameSetting  semaphore.Setting = "TLS server name"
 	TLSInsecureSetting    semaphore.Setting = "TLS insecure"
+	// ConnectTimeoutSetting is named in the message of a store that
+	// stayed unreachable for it.
+	ConnectTimeoutSetting semaphore.Setting = "connect timeout"
 )
 
 // Options configure a Redis store.
