@@ -57,6 +57,7 @@ would, and 125 for bad flags or values.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {check, status, detail, fix}")
+	cmd.Flags().Var(newDuration(&common.restartFence, defaultRestartFence), "restart-fence", "warn while Redis has been up for less than this: a run's restart fence (its --ttl, unless set)")
 	return cmd
 }
 

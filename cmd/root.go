@@ -54,6 +54,8 @@ type commonOptions struct {
 	configFiles []string
 	// onTerminal: stderr is a terminal, where someone watches.
 	onTerminal bool
+	// restartFence is the fence doctor checks the server's uptime against.
+	restartFence time.Duration
 	// unknownSettings are the warnings about config file keys no command
 	// takes, said once the settings are read.
 	unknownSettings []string

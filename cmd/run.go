@@ -32,6 +32,8 @@ const (
 )
 
 const (
+	// defaultRestartFence is the fence of a run with the default --ttl.
+	defaultRestartFence = 30 * time.Second
 	defaultKillAfter    = 10 * time.Second
 	defaultLostExitCode = 112
 	releaseTimeout      = 2 * time.Second

@@ -134,7 +134,7 @@ func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
 	o := redisstore.Options{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: log.Warnf, Infof: log.Infof,
 		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
-		Unnamed: c.sources.rank(c.flags, "redis") == rankDefault,
+		Unnamed: c.sources.rank(c.flags, "redis") == rankDefault, RestartFence: c.restartFence,
 	}
 	if c.onTerminal && !c.quiet {
 		// Someone watches: a named Redis that does not answer is retried

@@ -273,11 +273,10 @@ func (s *Store) server(n *doctorNode) semaphore.Check {
 	case mode != "":
 		name += " (" + mode + ")"
 	}
+	var fenced time.Duration // what is left of the restart fence a run would have
 	if up, err := strconv.ParseInt(n.info["uptime_in_seconds"], 10, 64); err == nil {
 		name += ", up " + (time.Duration(up) * time.Second).String()
-		if up < 60 {
-			name += fmt.Sprintf(" (until it has been up for the restart fence, the %s by default, it grants nothing)", s.names.Name(semaphore.TTLSetting))
-		}
+		fenced = s.restartFence - time.Duration(up)*time.Second
 	}
 	var major, minor int
 	_, _ = fmt.Sscanf(version, "%d.%d", &major, &minor)
@@ -287,6 +286,11 @@ func (s *Store) server(n *doctorNode) semaphore.Check {
 		return n.check("server", semaphore.CheckFail, name+": "+need+"; before 4.0 its scripts fail", upgrade)
 	case major < minRedisMajor || major == minRedisMajor && minor < minRedisMinor:
 		return n.check("server", semaphore.CheckWarn, name+": "+need+"; here they are refused, and poll instead of being woken", upgrade)
+	}
+	if fenced > 0 {
+		// A run would wait this long for its grant, whatever else is well.
+		return n.check("server", semaphore.CheckWarn, fmt.Sprintf("%s: less than the restart fence of %v, so nothing is granted for %v more; %s",
+			name, s.restartFence, fenced, need), fmt.Sprintf("wait %v; where Redis keeps its data across restarts, %s skips the fence", fenced, s.names.Ways(semaphore.RestartFenceSetting, "0")))
 	}
 	return n.check("server", semaphore.CheckOK, name+"; "+need, "")
 }

@@ -68,6 +68,9 @@ type Options struct {
 	// connection refused there is not retried: the user has not started
 	// a Redis yet, or meant another (ErrNoServer).
 	Unnamed bool
+	// RestartFence is the restart fence a run would ask: doctor warns
+	// while the server has been up for less. 0: no warning.
+	RestartFence time.Duration
 	// Retrying, when set, hears of the first failure of a call that is
 	// retried for the connect timeout, once a call, with the store's
 	// address as messages show it (no password).
@@ -97,9 +100,10 @@ type Store struct {
 	maxLine int
 	// reached: a call got the server's answer, so the store was reachable.
 	reached atomic.Bool
-	// unnamed and retrying are Options'.
-	unnamed  bool
-	retrying func(addr string, err error)
+	// unnamed, retrying and restartFence are Options'.
+	unnamed      bool
+	retrying     func(addr string, err error)
+	restartFence time.Duration
 }
 
 var _ semaphore.Store = (*Store)(nil)
@@ -151,7 +155,7 @@ func New(o Options) (*Store, error) {
 	}
 	s := NewWithClient(c, addr, o)
 	s.urlPassword = t.password
-	s.unnamed, s.retrying = o.Unnamed, o.Retrying
+	s.unnamed, s.retrying, s.restartFence = o.Unnamed, o.Retrying, o.RestartFence
 	return s, nil
 }
 
