@@ -94,6 +94,9 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		if k.Unlisted > 0 {
 			fmt.Fprintf(tw, ", %d more not listed", k.Unlisted)
 		}
+		if k.Fenced > 0 {
+			fmt.Fprintf(tw, "; Redis started or failed over less than the restart fence ago: no grant for %v more", k.Fenced.Round(time.Second))
+		}
 		fmt.Fprintln(tw)
 		if len(k.Holders) > 0 {
 			// HOLDS: the permits this holder takes (its weight), OF N: the

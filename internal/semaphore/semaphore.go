@@ -147,6 +147,9 @@ type KeyStatus struct {
 	// Unlisted is how many holders and waiters are not listed: a store
 	// lists the first ones of a long line only.
 	Unlisted int `json:"unlisted,omitempty"`
+	// Fenced is how long the store grants nothing more on this key: the
+	// restart fence of a server that started or failed over recently.
+	Fenced time.Duration `json:"fenced_ns,omitempty"`
 	// Error says why the key could not be read; nothing else is known of it.
 	Error string `json:"error,omitempty"`
 }

@@ -349,6 +349,26 @@ local function fenced()
   return fenceLeft()
 end
 
+-- fencePeek is how many ms are left of the restart fence the key knows,
+-- as fenced() would find it, without writing anything: for status, which
+-- changes nothing. 0 when the key keeps no fence, and where INFO is
+-- refused (status says less then, and grants are refused with NOPERM).
+local function fencePeek()
+  local f = fence()
+  if f.len <= 0 then return 0 end
+  local from = f.from or 0
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  local up = ok and type(info) == 'string' and num(string.match(info, 'uptime_in_seconds:(%d+)'), 0, MAXINT)
+  if up then from = math.max(from, now - up * 1000) end
+  ok, info = pcall(redis.call, 'INFO', 'replication')
+  local replid = ok and type(info) == 'string' and string.match(info, 'master_replid:(%x+)')
+  if replid then
+    local seen = redis.call('HGET', infoKey, '#replid')
+    if seen and seen ~= replid then from = now end
+  end
+  return math.max(from + f.len - now, 0)
+end
+
 -- CLAIM is how long a permit handed over waits for its waiter to take its
 -- turn (ms): a waiter that died in line costs those behind it this long,
 -- whatever its lease.

@@ -227,15 +227,15 @@ func statusArgs() namedArgs { return namedArgs{"list", statusList} }
 
 // statusReply is status.lua's reply.
 type statusReply struct {
-	now, capacity, held, holding, waiting int64
-	holders, waiters                      []any
+	now, capacity, held, holding, waiting, fenced int64
+	holders, waiters                              []any
 }
 
 func decodeStatus(res any) (statusReply, error) {
 	var r statusReply
 	err := decodeReply(statusScript.name, res, map[string]any{
 		"now": &r.now, "capacity": &r.capacity, "held": &r.held, "holding": &r.holding, "waiting": &r.waiting,
-		"holders": &r.holders, "waiters": &r.waiters,
+		"holders": &r.holders, "waiters": &r.waiters, "fenced": &r.fenced,
 	})
 	return r, err
 }

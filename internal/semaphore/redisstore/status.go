@@ -52,7 +52,8 @@ func readStatus(key string, res any, err error) (semaphore.KeyStatus, error) {
 		return semaphore.KeyStatus{}, err
 	}
 	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
-		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}}
+		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{},
+		Fenced: time.Duration(min(max(r.fenced, 0), semaphore.MaxTTL.Milliseconds())) * time.Millisecond}
 	if len(r.holders) > statusList || len(r.waiters) > statusList {
 		return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected reply of %d holders and %d waiters", statusScript.name, len(r.holders), len(r.waiters))
 	}

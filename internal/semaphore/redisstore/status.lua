@@ -11,6 +11,7 @@
 --   waiting   how many wait, lapsed ones not yet swept included
 --   holders   {lease expiry ms, holder record} each, at most list
 --   waiters   the waiter records, in line, at most list
+--   fenced    ms left of the restart fence, 0 for none (fencePeek)
 local a = args()
 local list = num(a.list, 0, 100000)
 if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
@@ -40,4 +41,4 @@ if list > 0 then
 end
 return reply{now = now, capacity = field('#cap', 1, 1000000) or -1, held = seats,
   holding = holding, waiting = redis.call('ZCARD', queueKey),
-  holders = holders, waiters = waiters}
+  holders = holders, waiters = waiters, fenced = fencePeek()}
