@@ -100,7 +100,7 @@ func unauthenticated(err error) bool {
 // retryable tells failures that may heal from those that will not (bad
 // password, missing permission, a script error).
 func retryable(err error) bool {
-	if untrusted(err) || errors.Is(err, errAbsurdReply) {
+	if untrusted(err) || plainText(err) || errors.Is(err, errAbsurdReply) {
 		return false
 	}
 	var rerr redis.Error

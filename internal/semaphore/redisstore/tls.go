@@ -90,6 +90,14 @@ func untrusted(err error) bool {
 		errors.As(err, &invalid) || errors.As(err, &alert) || errors.As(err, &op) && op.Op == "remote error"
 }
 
+// plainText tells a TLS handshake answered in plain text: a rediss://
+// URL that points at a port where Redis does not speak TLS. It will not
+// heal, so it is not retried.
+func plainText(err error) bool {
+	var header tls.RecordHeaderError
+	return errors.As(err, &header)
+}
+
 // trustHint says which setting decides what failed to verify, for an
 // error untrusted reported; empty when none does.
 func (s *Store) trustHint(err error) string {
@@ -101,6 +109,8 @@ func (s *Store) trustHint(err error) string {
 		return fmt.Sprintf(" (%s names the CAs trusted to sign Redis's certificate)", s.names.Name(TLSCASetting))
 	case errors.As(err, &hostname):
 		return fmt.Sprintf(" (%s sets the name it must have; the URL's host otherwise)", s.names.Name(TLSServerNameSetting))
+	case plainText(err):
+		return fmt.Sprintf(" (Redis answered in plain text: there it speaks no TLS; use redis://, or %s's TLS port)", s.names.Name(URLSetting))
 	case errors.As(err, &op) && op.Op == "remote error":
 		return fmt.Sprintf(" (Redis refused semrun's client certificate: see %s and %s)",
 			s.names.Name(TLSCertSetting), s.names.Name(TLSKeySetting))

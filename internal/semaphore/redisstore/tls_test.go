@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -235,5 +236,33 @@ func TestRedisTLSOptionsRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRedisTLSAgainstPlainText: a rediss:// URL whose port answers in
+// plain text (a Redis without TLS that replied to the handshake as to a
+// command) fails at once, saying so, instead of being retried for the
+// connect timeout.
+func TestRedisTLSAgainstPlainText(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("-ERR unknown command '\\x16\\x03\\x01'\r\n"))
+			_ = c.Close()
+		}
+	}()
+	st := newStore(t, "rediss://"+ln.Addr().String()+"/0", Options{TLS: TLSOptions{Insecure: true}, ConnectTimeout: 2 * failFast})
+	took, err := acquireFails(t, st)
+	if took >= failFast || !strings.Contains(err.Error(), "answered in plain text") {
+		t.Errorf("rediss:// against plain text: got %v after %v, want at once an error saying Redis answered in plain text", err, took)
 	}
 }
