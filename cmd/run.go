@@ -116,7 +116,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.StringVarP(&o.key, "key", "k", "", "semaphore name (required)")
 	f.VarP(newInt(&o.permits, 1), "permits", "n", "at most N holders of this key fleet-wide")
 	f.Var(newInt(&o.weight, 1), "weight", "take K of the N permits at once, for a command that counts K times")
-	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its seat after this")
+	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its permit after this")
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, "try once, don't wait")
 	f.Var(newInt(&o.busyExitCode, 75), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
@@ -320,7 +320,8 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 			if o.noWait && errors.As(a.err, &fenced) && fence.waits < maxFenceWaits {
 				// Until the fence ends nobody can tell whether the key is
 				// busy, and it does end: --no-wait waits it out, then
-				// tries once (a second past it: uptime counts seconds).
+				// tries once, a moment past it (uptime counts whole
+				// seconds: a try that comes too early waits again).
 				fence.saw(fenced.Left, true)
 				fence.waits++
 				retry = time.After(fenced.Left + fenceSlack)
