@@ -83,6 +83,11 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}
 	for _, c := range root.Commands() {
 		sub := c.UsageString()
+		c.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden && !strings.Contains(sub, "--"+f.Name+" ") {
+				t.Errorf("%s --help does not list its own --%s", c.Name(), f.Name)
+			}
+		})
 		switch c.Name() {
 		case "version":
 			if strings.Contains(sub, "--redis") {

@@ -33,57 +33,68 @@ var outputFlags = []string{"verbose", "quiet", "config", "log-format"}
 // subcommand's own flags and those of the store it reads, if any.
 func usage(c *cobra.Command) error {
 	w := c.OutOrStderr()
+	root := c.Parent() == nil
 	fmt.Fprintf(w, "Usage:\n  %s\n", c.UseLine())
-	var subs []string
+	var subs []*cobra.Command
+	var names []string
 	for _, sub := range c.Commands() {
 		if sub.IsAvailableCommand() {
-			subs = append(subs, sub.Name())
+			subs, names = append(subs, sub), append(names, sub.Name())
 		}
 	}
 	if len(subs) > 0 {
-		fmt.Fprintf(w, "  %s %s ...\n", c.CommandPath(), strings.Join(subs, "|"))
+		fmt.Fprintf(w, "  %s %s ...\n", c.CommandPath(), strings.Join(names, "|"))
 	}
 	if c.Example != "" {
 		fmt.Fprintf(w, "\nExamples:\n%s\n", c.Example)
 	}
-	if c.HasAvailableSubCommands() {
+	if len(subs) > 0 {
 		fmt.Fprintln(w, "\nCommands:")
-		for _, sub := range c.Commands() {
-			if sub.IsAvailableCommand() {
-				fmt.Fprintf(w, "  %-11s %s\n", sub.Name(), sub.Short)
-			}
+		for _, sub := range subs {
+			fmt.Fprintf(w, "  %-11s %s\n", sub.Name(), sub.Short)
 		}
 	}
-	all := pflag.NewFlagSet(c.Name(), pflag.ContinueOnError)
-	all.AddFlagSet(c.LocalFlags())
-	if c.Parent() == nil || needsConfig(c) {
-		all.AddFlagSet(c.InheritedFlags())
+	// What c takes: its own flags, and those it inherits if it reads the
+	// settings (version and completion do not).
+	takes := pflag.NewFlagSet(c.Name(), pflag.ContinueOnError)
+	takes.AddFlagSet(c.LocalFlags())
+	if root || needsConfig(c) {
+		takes.AddFlagSet(c.InheritedFlags())
 	}
+	own := c.LocalNonPersistentFlags()
 	printed := map[string]bool{}
 	for i, g := range flagGroups {
-		if c.Parent() != nil && !g.forStore && i > 0 {
-			continue
-		}
 		set := pflag.NewFlagSet(g.title, pflag.ContinueOnError)
-		for _, name := range g.names {
-			if f := all.Lookup(name); f != nil && !f.Hidden && (c.Parent() == nil || g.forStore || slices.Contains(outputFlags, name)) {
+		add := func(f *pflag.Flag) {
+			if f != nil && !f.Hidden && !printed[f.Name] {
 				set.AddFlag(f)
-				printed[name] = true
+				printed[f.Name] = true
 			}
 		}
-		if i == 0 { // the rest of the command's own flags
-			all.VisitAll(func(f *pflag.Flag) {
-				if !printed[f.Name] && !f.Hidden && !inAnyGroup(f.Name) {
-					set.AddFlag(f)
-					printed[f.Name] = true
+		switch {
+		case root || g.forStore:
+			for _, name := range g.names {
+				add(takes.Lookup(name))
+			}
+		case i == 0: // a subcommand's first group: the output flags
+			for _, name := range outputFlags {
+				add(takes.Lookup(name))
+			}
+		}
+		if i == 0 {
+			// The rest go first: a run's flags of no group (--help), a
+			// subcommand's own (status --json, doctor --restart-fence).
+			takes.VisitAll(func(f *pflag.Flag) {
+				if root && !inAnyGroup(f.Name) || !root && own.Lookup(f.Name) != nil {
+					add(f)
 				}
 			})
 		}
 		printFlags(w, g.title, set)
 	}
-	if c.Parent() == nil {
+	if root {
 		fmt.Fprint(w, runEpilogue)
-	} else if c.HasAvailableSubCommands() {
+	} else if len(subs) > 0 {
 		fmt.Fprintf(w, "\nUse \"%s COMMAND --help\" for more about a command.\n", c.CommandPath())
 	}
 	return nil
