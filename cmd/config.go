@@ -264,7 +264,7 @@ func unknownSettings(cmd *cobra.Command, f configFile) []string {
 	}
 	var out []string
 	for _, key := range f.v.AllKeys() {
-		if known[key] || key == "config" {
+		if known[key] {
 			continue
 		}
 		msg := fmt.Sprintf("%s: unknown setting %q, ignored", f.path, key)
