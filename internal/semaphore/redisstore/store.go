@@ -198,6 +198,9 @@ func (o *Options) settle(opt *redis.UniversalOptions) {
 		opt.DialTimeout = 5 * time.Second // go-redis's default
 	}
 	opt.DialTimeout = min(opt.DialTimeout, o.ConnectTimeout)
+	if opt.TLSConfig != nil && opt.Dialer == nil {
+		opt.Dialer = tlsDialer(opt.TLSConfig, opt.DialTimeout)
+	}
 }
 
 // NewWithClient returns a store over c; addr names it in messages and must

@@ -1,12 +1,15 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -95,7 +98,53 @@ func untrusted(err error) bool {
 // heal, so it is not retried.
 func plainText(err error) bool {
 	var header tls.RecordHeaderError
-	return errors.As(err, &header)
+	return errors.As(err, &header) || errors.Is(err, errPlainText)
+}
+
+// errPlainText is a handshake that got no answer from a server that
+// answers a plain PING: a Redis without TLS, waiting for the end of a
+// line the ClientHello never sends.
+var errPlainText = errors.New("the TLS handshake got no answer")
+
+// tlsAnswerWithin is how long a TLS handshake may go unanswered before
+// semrun asks the server in plain text whether it speaks TLS at all.
+const tlsAnswerWithin = time.Second
+
+// tlsDialer dials as go-redis does for rediss://, but a handshake that
+// gets no answer within tlsAnswerWithin is looked into: a server that
+// answers a plain PING speaks no TLS there (errPlainText, at once, not
+// after the connect timeout); any other gets the whole timeout again.
+func tlsDialer(cfg *tls.Config, timeout time.Duration) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		first := &net.Dialer{Timeout: min(timeout, tlsAnswerWithin)}
+		conn, err := tls.DialWithDialer(first, network, addr, cfg)
+		var nerr net.Error
+		if err == nil || !errors.As(err, &nerr) || !nerr.Timeout() || timeout <= tlsAnswerWithin {
+			return conn, err
+		}
+		if answersPlainText(ctx, network, addr) {
+			return nil, fmt.Errorf("%s: %w", addr, errPlainText)
+		}
+		return tls.DialWithDialer(&net.Dialer{Timeout: timeout - tlsAnswerWithin}, network, addr, cfg)
+	}
+}
+
+// answersPlainText tells whether the server at addr answers a PING in
+// Redis's plain protocol ("+PONG", or "-NOAUTH" and the like).
+func answersPlainText(ctx context.Context, network, addr string) bool {
+	d := net.Dialer{Timeout: tlsAnswerWithin}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(tlsAnswerWithin))
+	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		return false
+	}
+	var b [1]byte
+	n, _ := c.Read(b[:])
+	return n == 1 && (b[0] == '+' || b[0] == '-')
 }
 
 // trustHint says which setting decides what failed to verify, for an
@@ -110,7 +159,7 @@ func (s *Store) trustHint(err error) string {
 	case errors.As(err, &hostname):
 		return fmt.Sprintf(" (%s sets the name it must have; the URL's host otherwise)", s.names.Name(TLSServerNameSetting))
 	case plainText(err):
-		return fmt.Sprintf(" (Redis answered in plain text: there it speaks no TLS; use redis://, or %s's TLS port)", s.names.Name(URLSetting))
+		return fmt.Sprintf(" (Redis answers there in plain text: use redis://, or the TLS port in %s)", s.names.Name(URLSetting))
 	case errors.As(err, &op) && op.Op == "remote error":
 		return fmt.Sprintf(" (Redis refused semrun's client certificate: see %s and %s)",
 			s.names.Name(TLSCertSetting), s.names.Name(TLSKeySetting))

@@ -262,7 +262,20 @@ func TestRedisTLSAgainstPlainText(t *testing.T) {
 	}()
 	st := newStore(t, "rediss://"+ln.Addr().String()+"/0", Options{TLS: TLSOptions{Insecure: true}, ConnectTimeout: 2 * failFast})
 	took, err := acquireFails(t, st)
-	if took >= failFast || !strings.Contains(err.Error(), "answered in plain text") {
-		t.Errorf("rediss:// against plain text: got %v after %v, want at once an error saying Redis answered in plain text", err, took)
+	if took >= failFast || !strings.Contains(err.Error(), "answers there in plain text") {
+		t.Errorf("rediss:// against plain text: got %v after %v, want at once an error saying Redis answers in plain text", err, took)
+	}
+}
+
+// TestRedisTLSAgainstPlainRedis: a real Redis without TLS does not answer
+// a TLS handshake at all (it waits for the end of a line); semrun asks it
+// in plain text, and fails at once instead of after the connect timeout.
+func TestRedisTLSAgainstPlainRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	st := newStore(t, "rediss://"+srv.Addr+"/0", Options{TLS: TLSOptions{Insecure: true}, ConnectTimeout: 2 * failFast})
+	took, err := acquireFails(t, st)
+	if took >= failFast || !strings.Contains(err.Error(), "answers there in plain text") {
+		t.Errorf("rediss:// against a plain Redis: got %v after %v, want at once an error saying Redis answers in plain text", err, took)
 	}
 }
