@@ -32,7 +32,7 @@ func (s *Store) scripts(ctx context.Context, aclFailed bool) semaphore.Check {
 		if c.loaded {
 			how = "loaded with EVAL, then run with EVALSHA"
 		}
-		return semaphore.Check{Name: "scripts", Status: semaphore.CheckOK, Detail: "semrun's scripts (" + how + ") granted, queued, renewed, handed a seat over (BLPOP) and released on a throw-away key"}
+		return semaphore.Check{Name: "scripts", Status: semaphore.CheckOK, Detail: "semrun's scripts (" + how + ") granted, queued, renewed, handed a permit over (BLPOP) and released on a throw-away key"}
 	}
 	_, _, perm := refusal(err)
 	if perm && aclFailed {
