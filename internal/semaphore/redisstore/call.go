@@ -44,8 +44,9 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 			return nil, stopped()
 		case !retryable(err):
 			return nil, s.explain(ctx, err)
-		case s.noServer(err) != nil:
-			return nil, s.noServer(err)
+		}
+		if noServer := s.noServer(err); noServer != nil {
+			return nil, noServer
 		}
 		if failing == nil && s.retrying != nil {
 			s.retrying(s.addr, err)
