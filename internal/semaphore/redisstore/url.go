@@ -136,9 +136,10 @@ func (o *Options) urlError(err error) error {
 // checkURL checks raw's form, but not its query, and returns the URL to
 // show in messages. Errors never quote raw, which may hold a password.
 func checkURL(raw string) (string, error) {
-	if hostPort().MatchString(raw) {
+	if !strings.Contains(raw, "://") && hostPort().MatchString(raw) {
 		// A host and port without a scheme (redis-cli's -h and -p, in
-		// one): shown, since no password looks like that.
+		// one): shown, since no password looks like that. A URL with a
+		// scheme cannot match: the regexp is not even compiled for it.
 		return "…", fmt.Errorf("%s: not a URL; did you mean redis://%s/0?", raw, raw)
 	}
 	u, err := url.Parse(raw)
