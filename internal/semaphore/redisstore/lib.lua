@@ -309,22 +309,19 @@ local function fenceLeft()
   return math.max(f.from + len - now, 0)
 end
 
--- fenced is how many ms are left of the restart fence, asking the server
--- for its uptime and replication id (once per script): only a call that
--- may grant needs to.
-local fenceChecked = false
-local function fenced()
-  if fenceChecked then return fenceLeft() end
-  fenceChecked = true
-  if math.max(fence().len, fenceAsked) <= 0 then return 0 end
-  -- One section per call: Redis before 7 takes no more. A server that
-  -- has no such INFO is not fenced; a user not allowed INFO must hear of
-  -- it, not lose the fence in silence.
+-- restartedAt is when the server last started, or took over as master
+-- under a replication id the key has not seen yet (ms on its clock; 0
+-- when it cannot tell), from INFO; with the replication id and the one
+-- the key last saw, for fenced() to remember. One section per call: Redis
+-- before 7 takes no more. A server that has no such INFO is not fenced;
+-- with strict, a user not allowed INFO must hear of it, not lose the
+-- fence in silence.
+local function restartedAt(strict)
   local function serverInfo(section)
     local ok, out = pcall(redis.call, 'INFO', section)
-    if ok then return true, out end
+    if ok then return type(out) == 'string', out end
     local msg = type(out) == 'table' and out.err or tostring(out)
-    if string.find(msg, 'NOPERM', 1, true) or string.find(msg, "can't run this command", 1, true) then
+    if strict and (string.find(msg, 'NOPERM', 1, true) or string.find(msg, "can't run this command", 1, true)) then
       error('NOPERM semrun needs INFO (' .. section .. ') for the restart fence: ' .. msg)
     end
     return false, nil
@@ -335,12 +332,25 @@ local function fenced()
   if up then from = now - up * 1000 end
   ok, info = serverInfo('replication')
   local replid = ok and string.match(info, 'master_replid:(%x+)')
+  local seen = nil
   if replid then
-    local seen = redis.call('HGET', infoKey, '#replid')
-    if seen ~= replid then
-      if seen then from = now end
-      redis.call('HSET', infoKey, '#replid', replid)
-    end
+    seen = redis.call('HGET', infoKey, '#replid')
+    if seen and seen ~= replid then from = now end
+  end
+  return from, replid, seen
+end
+
+-- fenced is how many ms are left of the restart fence, asking the server
+-- for its uptime and replication id (once per script): only a call that
+-- may grant needs to.
+local fenceChecked = false
+local function fenced()
+  if fenceChecked then return fenceLeft() end
+  fenceChecked = true
+  if math.max(fence().len, fenceAsked) <= 0 then return 0 end
+  local from, replid, seen = restartedAt(true)
+  if replid and seen ~= replid then
+    redis.call('HSET', infoKey, '#replid', replid)
   end
   if from > (fence().from or -1) then
     fence().from = from
@@ -356,17 +366,8 @@ end
 local function fencePeek()
   local f = fence()
   if f.len <= 0 then return 0 end
-  local from = f.from or 0
-  local ok, info = pcall(redis.call, 'INFO', 'server')
-  local up = ok and type(info) == 'string' and num(string.match(info, 'uptime_in_seconds:(%d+)'), 0, MAXINT)
-  if up then from = math.max(from, now - up * 1000) end
-  ok, info = pcall(redis.call, 'INFO', 'replication')
-  local replid = ok and type(info) == 'string' and string.match(info, 'master_replid:(%x+)')
-  if replid then
-    local seen = redis.call('HGET', infoKey, '#replid')
-    if seen and seen ~= replid then from = now end
-  end
-  return math.max(from + f.len - now, 0)
+  local from = restartedAt(false)
+  return math.max(math.max(f.from or 0, from) + f.len - now, 0)
 end
 
 -- CLAIM is how long a permit handed over waits for its waiter to take its
