@@ -3,7 +3,6 @@ package cmd
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"syscall"
 
@@ -104,6 +103,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		start       *runner.StartError
 		doctor      *doctorError
 		unreadable  *unreadableError
+		noServer    *redisstore.NoServerError
 	)
 	switch {
 	case err == nil:
@@ -127,13 +127,9 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return exitDoctorFailed, 0, doctor.Error()
 	case errors.As(err, &unreadable):
 		return exitUnreadable, 0, unreadable.Error()
-	case errors.Is(err, redisstore.ErrNoServer):
-		where := DefaultRedisURL
-		if u, err := url.Parse(DefaultRedisURL); err == nil {
-			where = u.Host
-		}
+	case errors.As(err, &noServer):
 		return exitFailure, 0, fmt.Sprintf("no Redis at %s, where semrun looks when none is named: name yours with --redis or %s, or keep the permits on this host with --local",
-			where, envNames["redis"])
+			noServer.Addr, envNames["redis"])
 	}
 	return exitFailure, 0, err.Error()
 }

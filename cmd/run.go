@@ -104,7 +104,7 @@ back when it exits, and exits with COMMAND's status.`,
 			if err != nil {
 				return err
 			}
-			log.Infof("key %q: permits %s", o.key, storeWhere(store))
+			log.Infof("key %q: permits in %s", o.key, store)
 			defer store.Close()
 			if err := o.validate(cmd); err != nil {
 				return err

@@ -159,18 +159,6 @@ func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
 	return s, nil
 }
 
-// storeWhere says where a store keeps the permits, for --verbose: the
-// Redis address (with no password) or the lock directory.
-func storeWhere(s semaphore.Store) string {
-	switch s := s.(type) {
-	case interface{ Addr() string }:
-		return "in Redis at " + s.Addr()
-	case interface{ Dir() string }:
-		return "in the lock directory " + s.Dir()
-	}
-	return "in " + fmt.Sprintf("%T", s)
-}
-
 // secretVariables are the variables that may hold a secret of semrun's.
 var secretVariables = []string{envRedisPassword, envRedisCLIAuth, envNames["redis"]}
 

@@ -109,6 +109,10 @@ type Store interface {
 	Doctor(ctx context.Context) []Check
 	// Close releases the store's connections.
 	Close() error
+	// String says where the store keeps its permits, in the user's words
+	// and with no secret: "Redis at 127.0.0.1:6379", "the lock directory
+	// /run/lock/semrun-1000".
+	String() string
 }
 
 // Lease is one held permit.

@@ -154,6 +154,9 @@ func openLockDir(path, flag string) (*os.File, *unix.Stat_t, error) {
 // Dir is the lock directory's path.
 func (s *Store) Dir() string { return s.path }
 
+// String says where the store keeps its permits.
+func (s *Store) String() string { return "the lock directory " + s.path }
+
 // Close closes the lock directory.
 func (s *Store) Close() error { return s.dir.Close() }
 

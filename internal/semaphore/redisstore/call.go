@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -64,17 +65,32 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 	}
 }
 
-// ErrNoServer means nothing listens at the URL semrun uses when none is
-// named: the connection was refused, and is not retried.
-var ErrNoServer = fmt.Errorf("no Redis listens at the default address: %w", semaphore.ErrUnreachable)
+// NoServerError means nothing listens at the address semrun uses when
+// none is named: the connection was refused, and is not retried. It is
+// semaphore.ErrUnreachable.
+type NoServerError struct {
+	// Addr is where semrun looked: host and port.
+	Addr string
+	Err  error
+}
 
-// noServer is ErrNoServer for a connection refused at the default
+func (e *NoServerError) Error() string {
+	return fmt.Sprintf("no Redis listens at the default address %s: %v", e.Addr, e.Err)
+}
+
+func (e *NoServerError) Unwrap() []error { return []error{semaphore.ErrUnreachable, e.Err} }
+
+// noServer is a *NoServerError for a connection refused at the default
 // address, before the store ever answered; nil for anything else.
 func (s *Store) noServer(err error) error {
 	if !s.unnamed || s.reached.Load() || !errors.Is(err, syscall.ECONNREFUSED) {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: %w", ErrNoServer, s.addr, err)
+	addr := s.addr
+	if u, err := url.Parse(s.addr); err == nil && u.Host != "" {
+		addr = u.Host
+	}
+	return &NoServerError{Addr: addr, Err: err}
 }
 
 // explain says why Redis refused a script, where its own words do not.

@@ -66,7 +66,7 @@ type Options struct {
 	Names semaphore.Names
 	// Unnamed: the URL is the caller's default, which no setting named. A
 	// connection refused there is not retried: the user has not started
-	// a Redis yet, or meant another (ErrNoServer).
+	// a Redis yet, or meant another (NoServerError).
 	Unnamed bool
 	// RestartFence is the restart fence a run would ask: doctor warns
 	// while the server has been up for less. 0: no warning.
@@ -223,6 +223,10 @@ func NewWithClient(c Client, addr string, o Options) *Store {
 
 // Addr is the store's address with any password redacted.
 func (s *Store) Addr() string { return s.addr }
+
+// String says where the store keeps its permits: its address, with any
+// password redacted.
+func (s *Store) String() string { return "Redis at " + s.addr }
 
 // PasswordInURL tells whether the URL carries a password (the server's, or
 // the sentinels'), which then is wherever the URL is: a command line.
