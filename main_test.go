@@ -34,13 +34,14 @@ import (
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"semrun": func() {
+			f := cmd.System()
 			// Scripts never read the host's system config file, only their own.
-			cmd.SystemConfigFile = os.Getenv(envSystemConfig)
+			f.SystemConfigFile = os.Getenv(envSystemConfig)
 			// Nor look for Redis at the host's default address.
 			if url := os.Getenv(envDefaultRedis); url != "" {
-				cmd.DefaultRedisURL = url
+				f.DefaultRedisURL = url
 			}
-			os.Exit(cmd.Main())
+			os.Exit(cmd.Run(context.Background(), os.Args[1:], f))
 		},
 		"jobrec": jobrec,
 	})

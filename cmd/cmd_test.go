@@ -17,43 +17,49 @@ import (
 	"github.com/semrun/semrun/internal/semaphore/localstore"
 )
 
-// run runs semrun with args, with buffers for streams and none of the
-// host's configuration, and returns its status, stdout and stderr.
-func run(t *testing.T, s *IOStreams, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	if s == nil {
-		s = &IOStreams{}
+// patience bounds one semrun a test runs: one that waits for a permit
+// never given back fails the test in seconds, not at go test's timeout.
+const patience = 10 * time.Second
+
+// testFactory is a process for semrun of the test's own: buffers for
+// streams, env (NAME=VALUE) and PATH for its whole environment, a config
+// directory of its own and no system config file, and no Redis at the
+// default address.
+func testFactory(t *testing.T, env ...string) *Factory {
+	return &Factory{
+		Streams:         &IOStreams{},
+		Environ:         append([]string{"PATH=" + os.Getenv("PATH"), "XDG_CONFIG_HOME=" + t.TempDir()}, env...),
+		DefaultRedisURL: "redis://127.0.0.1:1/0",
 	}
-	s.In, s.Out, s.ErrOut = strings.NewReader(""), &out, &errOut
-	code := Run(context.Background(), args, s)
+}
+
+// run runs semrun with args in f (nil: testFactory(t)), and returns its
+// status, stdout and stderr.
+func run(t *testing.T, f *Factory, args ...string) (int, string, string) {
+	t.Helper()
+	if f == nil {
+		f = testFactory(t)
+	}
+	var out, errOut bytes.Buffer
+	f.Streams.In, f.Streams.Out, f.Streams.ErrOut = strings.NewReader(""), &out, &errOut
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	code := Run(ctx, args, f)
+	if ctx.Err() != nil {
+		t.Errorf("semrun %q: still running after %v", args, patience)
+	}
 	return code, out.String(), errOut.String()
 }
 
-// isolate keeps the host's config files and SEMRUN_ variables out of t.
-func isolate(t *testing.T) {
-	t.Helper()
-	saved := SystemConfigFile
-	SystemConfigFile = ""
-	t.Cleanup(func() { SystemConfigFile = saved })
-	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	for _, kv := range os.Environ() {
-		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "SEMRUN_") || name == envRedisCLIAuth {
-			t.Setenv(name, "")
-			os.Unsetenv(name)
-		}
-	}
-}
-
 func TestRunRefusesBadInputInTheUsersWords(t *testing.T) {
-	isolate(t)
+	t.Parallel()
 	for _, tc := range []struct {
-		env  map[string]string
+		env  []string
 		args []string
 		want string
 	}{
 		{nil, []string{"-k", "k", "--permits", "0", "--", "true"}, "semrun: --permits 0: must be from 1 to 1000000\n"},
-		{map[string]string{"SEMRUN_PERMITS": "0"}, []string{"-k", "k", "--", "true"}, "semrun: SEMRUN_PERMITS=0: must be from 1 to 1000000\n"},
+		{[]string{"SEMRUN_PERMITS=0"}, []string{"-k", "k", "--", "true"}, "semrun: SEMRUN_PERMITS=0: must be from 1 to 1000000\n"},
 		{nil, []string{"-k", "k", "--ttl", "500ms", "--", "true"}, "semrun: --ttl 500ms: must be from 1s to 24h0m0s\n"},
 		{nil, []string{"-k", "k", "-n", "2", "--weight", "3", "--", "true"}, "semrun: --weight 3: must be from 1 to 2 permits\n"},
 		{nil, []string{"-k", "k", "-n", "2", "--weight", "0", "--", "true"}, "semrun: --weight 0: must be from 1 to 2 permits\n"},
@@ -61,30 +67,24 @@ func TestRunRefusesBadInputInTheUsersWords(t *testing.T) {
 		// A store's refusal, naming settings as the user set them.
 		{nil, []string{"-k", "k", "--redis", "redis://127.0.0.1:1/0", "--tls-ca", "ca.pem", "--", "true"},
 			"semrun: --tls-ca: needs a rediss:// URL, not redis://127.0.0.1:1/0 (--redis)\n"},
-		{map[string]string{"SEMRUN_TLS_CA": "ca.pem", "SEMRUN_REDIS_URL": "redis://127.0.0.1:1/0"}, []string{"-k", "k", "--", "true"},
+		{[]string{"SEMRUN_TLS_CA=ca.pem", "SEMRUN_REDIS_URL=redis://127.0.0.1:1/0"}, []string{"-k", "k", "--", "true"},
 			"semrun: SEMRUN_TLS_CA: needs a rediss:// URL, not redis://127.0.0.1:1/0 (SEMRUN_REDIS_URL)\n"},
 		{nil, []string{"-k", "k", "--redis", "rediss://127.0.0.1:1/0", "--tls-cert", "c.pem", "--", "true"},
 			"semrun: --tls-cert c.pem: needs --tls-key\n"},
 		{nil, []string{"-k", "k", "--cluster", "--sentinel-master", "m", "--", "true"}, "semrun: --cluster and --sentinel-master: choose one\n"},
-		{map[string]string{"SEMRUN_REDIS_URL": "redis://127.0.0.1:1/0?addr=127.0.0.1:2"}, []string{"-k", "k", "--", "true"},
+		{[]string{"SEMRUN_REDIS_URL=redis://127.0.0.1:1/0?addr=127.0.0.1:2"}, []string{"-k", "k", "--", "true"},
 			"semrun: SEMRUN_REDIS_URL: redis://127.0.0.1:1/0: ?addr= names more nodes of a cluster or more sentinels: add --cluster or --sentinel-master\n"},
 		{nil, []string{"-k", "k", "--local", "--lock-dir", "", "--", "true"}, "semrun: --lock-dir: must not be empty\n"},
 	} {
-		for name, value := range tc.env {
-			t.Setenv(name, value)
-		}
-		code, out, errOut := run(t, nil, tc.args...)
+		code, out, errOut := run(t, testFactory(t, tc.env...), tc.args...)
 		if code != exitFailure || out != "" || errOut != tc.want {
 			t.Errorf("semrun %q with %v: got status %d, stdout %q, stderr %q; want 125, nothing, %q", tc.args, tc.env, code, out, errOut, tc.want)
-		}
-		for name := range tc.env {
-			os.Unsetenv(name)
 		}
 	}
 }
 
 func TestRunPassesTheChildsStatus(t *testing.T) {
-	isolate(t)
+	t.Parallel()
 	dir := t.TempDir()
 	code, out, errOut := run(t, nil, "--local", "--lock-dir", dir, "-k", "k", "--", "sh", "-c", "exit 3")
 	if code != 3 || out != "" || errOut != "" {
@@ -97,7 +97,7 @@ func TestRunPassesTheChildsStatus(t *testing.T) {
 }
 
 func TestStatusAndDoctorWriteToTheirStreams(t *testing.T) {
-	isolate(t)
+	t.Parallel()
 	dir := t.TempDir()
 	store, err := localstore.New(localstore.Options{Dir: dir})
 	if err != nil {
@@ -141,7 +141,7 @@ func (t fakeTerminal) Width() int     { return int(t) }
 func (fakeTerminal) Background() bool { return false }
 
 func TestWaitLineOnATerminal(t *testing.T) {
-	isolate(t)
+	t.Parallel()
 	dir := t.TempDir()
 	store, err := localstore.New(localstore.Options{Dir: dir})
 	if err != nil {
@@ -154,7 +154,9 @@ func TestWaitLineOnATerminal(t *testing.T) {
 	}
 	defer l.Release(context.Background())
 
-	code, _, errOut := run(t, &IOStreams{ErrTerminal: fakeTerminal(60)}, "--local", "--lock-dir", dir, "-k", "busy", "--timeout", "1500ms", "--", "true")
+	onTerminal := testFactory(t)
+	onTerminal.Streams.ErrTerminal = fakeTerminal(60)
+	code, _, errOut := run(t, onTerminal, "--local", "--lock-dir", dir, "-k", "busy", "--timeout", "1500ms", "--", "true")
 	line := "\r\x1b[Ksemrun: waiting for key \"busy\": 1/1 permits held, 1st in l"
 	if code != 75 || !strings.HasPrefix(errOut, line) || !strings.HasSuffix(errOut, "\r\x1b[Ksemrun: key \"busy\": no permit within 1.5s (--timeout)\n") {
 		t.Errorf("a wait on a terminal 60 wide: got status %d, stderr %q; want 75, the line cut to 59 columns (%q), cleared, then why", code, errOut, line)
@@ -168,7 +170,7 @@ func TestWaitLineOnATerminal(t *testing.T) {
 // TestStoreSettingsComeBeforeTheCommand: a store's setting refused wins
 // over a command that cannot run, as any bad flag does.
 func TestStoreSettingsComeBeforeTheCommand(t *testing.T) {
-	isolate(t)
+	t.Parallel()
 	code, _, errOut := run(t, nil, "-k", "k", "--redis", "bogus://x", "--", "no-such-command-here")
 	if code != exitFailure || !strings.HasPrefix(errOut, "semrun: --redis: unknown scheme") {
 		t.Errorf("a bad URL and no such command: got status %d, stderr %q; want 125 for the URL", code, errOut)
@@ -178,7 +180,7 @@ func TestStoreSettingsComeBeforeTheCommand(t *testing.T) {
 // TestPasswordOnTheCommandLineWarns: a password in a URL given as a flag
 // can be seen with ps, a sentinel's too.
 func TestPasswordOnTheCommandLineWarns(t *testing.T) {
-	isolate(t)
+	t.Parallel()
 	const warning = "semrun: warning: --redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD\n"
 	for _, args := range [][]string{
 		{"--redis", "redis://:pw@127.0.0.1:1/0"},
@@ -190,8 +192,7 @@ func TestPasswordOnTheCommandLineWarns(t *testing.T) {
 			t.Errorf("semrun %q: got status %d, stderr %q; want 125 after the warning, and no password", args, code, errOut)
 		}
 	}
-	t.Setenv("SEMRUN_REDIS_URL", "redis://:pw@127.0.0.1:1/0")
-	if _, _, errOut := run(t, nil, "-k", "k", "--no-wait", "--connect-timeout", "100ms", "--", "true"); strings.Contains(errOut, "warning") {
+	if _, _, errOut := run(t, testFactory(t, "SEMRUN_REDIS_URL=redis://:pw@127.0.0.1:1/0"), "-k", "k", "--no-wait", "--connect-timeout", "100ms", "--", "true"); strings.Contains(errOut, "warning") {
 		t.Errorf("a password in SEMRUN_REDIS_URL: got stderr %q, want no warning", errOut)
 	}
 }

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -47,14 +47,42 @@ var envNames = map[string]string{
 	"log-format":          "SEMRUN_LOG_FORMAT",
 }
 
+// origin is where a setting's value came from; a later origin is
+// stronger, and wins: flag > environment > user file > system file >
+// default.
+type origin int
+
+const (
+	fromDefault origin = iota
+	fromSystemFile
+	fromUserFile // the user's file, or the --config file that replaces it
+	fromEnv
+	fromFlag
+)
+
+// source is where one flag's value came from.
+type source struct {
+	origin origin
+	// variable is the variable's name, from the environment.
+	variable string
+	// file is the file's path, from a config file.
+	file string
+}
+
 // sources records where each flag's value came from, so that an error can
 // name what the user wrote: --permits, SEMRUN_PERMITS or a config file key.
-type sources map[string]string
+type sources map[string]source
+
+// origin is where flag's value came from.
+func (s sources) origin(flag string) origin { return s[flag].origin }
 
 // name is how a flag's setting is named in messages.
 func (s sources) name(flag string) string {
-	if n, ok := s[flag]; ok {
-		return n
+	switch src := s[flag]; src.origin {
+	case fromEnv:
+		return src.variable
+	case fromUserFile, fromSystemFile:
+		return flag + " in " + src.file
 	}
 	return "--" + flag
 }
@@ -62,119 +90,124 @@ func (s sources) name(flag string) string {
 // show names a flag's setting with its value, as the user wrote it:
 // "--permits 0", "SEMRUN_PERMITS=0" or "permits 0 in FILE".
 func (s sources) show(flag string, value any) string {
-	n, ok := s[flag]
-	switch {
-	case !ok:
-		return fmt.Sprintf("--%s %v", flag, value)
-	case strings.HasPrefix(n, "SEMRUN_"):
-		return fmt.Sprintf("%s=%v", n, value)
+	switch src := s[flag]; src.origin {
+	case fromEnv:
+		return fmt.Sprintf("%s=%v", src.variable, value)
+	case fromUserFile, fromSystemFile:
+		return fmt.Sprintf("%s %v in %s", flag, value, src.file)
 	}
-	return fmt.Sprintf("%s %v in %s", flag, value, strings.TrimPrefix(n, flag+" in "))
+	return fmt.Sprintf("--%s %v", flag, value)
 }
-
-// How strongly a setting was made; a stronger one wins.
-const (
-	rankDefault = iota
-	rankSystemFile
-	rankUserFile // the user's file, or the --config file that replaces it
-	rankEnv
-	rankFlag
-)
-
-// rank tells how strongly a flag was set: on the command line, in the
-// environment, in the user's (or --config) file, in the system file, or
-// not at all.
-func (s sources) rank(flags *pflag.FlagSet, flag string) int {
-	n, ok := s[flag]
-	switch {
-	case flags.Changed(flag) && !ok:
-		return rankFlag
-	case !ok:
-		return rankDefault
-	case strings.HasPrefix(n, "SEMRUN_"):
-		return rankEnv
-	case n == flag+" in "+SystemConfigFile:
-		return rankSystemFile
-	}
-	return rankUserFile
-}
-
-// SystemConfigFile is the host's config file, under every user's; none
-// when empty. It is a variable only so that tests can point it elsewhere.
-var SystemConfigFile = "/etc/semrun/config.yaml"
 
 // configFile is one config file that was read.
 type configFile struct {
-	path string
-	v    *viper.Viper
+	path   string
+	origin origin
+	v      *viper.Viper
 }
 
-// applyConfig fills every flag the user did not set from, in turn, its
-// SEMRUN_* variable, the user's config file (or --config) and the system
-// config file, so the rest of the code reads plain flag values:
-// flag > environment > user file > system file > default. It also checks
-// --log-format, which may come from any of these.
-func applyConfig(cmd *cobra.Command, c *commonOptions) error {
-	c.configured = true
-	src := c.sources
-	flags := cmd.Flags()
-	env := viper.New()
-	for flag, name := range envNames {
-		if flags.Lookup(flag) != nil {
-			_ = env.BindEnv(flag, name) // as for viper, an empty variable is unset
+// settings are the values that the environment and the config files give,
+// read once, before the command line is parsed, so that even a command
+// line that does not parse is answered in the --log-format they choose.
+type settings struct {
+	getenv func(string) string
+	// files are the config files read, the strongest first.
+	files []configFile
+	// err is why a config file could not be read: the commands that read
+	// the settings fail with it.
+	err error
+	// unknown are the warnings about config file keys no command takes.
+	unknown []string
+	// logFormat is the format of semrun's own lines, text or json: from
+	// the command line, else the environment or a config file. Any other
+	// value gives text, and is itself an error for the commands that read
+	// the settings.
+	logFormat string
+	// configFlag is --config's source, from the command line or SEMRUN_CONFIG.
+	configFlag source
+}
+
+// readSettings reads the environment and the config files that apply to
+// args, once: --config and --log-format are looked for in args before
+// cobra parses them. root is the command tree, whose flags are the
+// settings a config file may have.
+func readSettings(root *cobra.Command, args []string, f *Factory) *settings {
+	s := &settings{getenv: f.getenv, logFormat: "text"}
+	pre := pflag.NewFlagSet("settings", pflag.ContinueOnError)
+	pre.ParseErrorsWhitelist.UnknownFlags = true
+	pre.SetOutput(io.Discard)
+	pre.Usage = func() {}
+	config := pre.String("config", "", "")
+	logFormat := pre.String("log-format", "", "")
+	_ = pre.Parse(args) // what does not parse is cobra's to say
+	switch {
+	case pre.Changed("config"):
+		s.configFlag = source{origin: fromFlag}
+	case s.getenv(envNames["config"]) != "":
+		*config = s.getenv(envNames["config"])
+		s.configFlag = source{origin: fromEnv, variable: envNames["config"]}
+	}
+	s.files, s.err = readConfigFiles(*config, s.configFlag, f)
+	for _, file := range s.files {
+		s.unknown = append(s.unknown, unknownSettings(root, file)...)
+	}
+	if !pre.Changed("log-format") {
+		_, *logFormat, _, _ = s.lookup("log-format")
+	}
+	if *logFormat == "json" {
+		s.logFormat = "json"
+	}
+	return s
+}
+
+// lookup is flag's value from the environment or a config file, as read
+// (a file's may be a list or a map) and as text, and where it came from;
+// ok is false when none sets it.
+func (s *settings) lookup(flag string) (raw any, text string, src source, ok bool) {
+	if name, ok := envNames[flag]; ok {
+		// As for viper, an empty variable is unset.
+		if v := s.getenv(name); v != "" {
+			return v, v, source{origin: fromEnv, variable: name}, true
 		}
 	}
-	// The config file's own location may come from the environment.
-	if f := flags.Lookup("config"); f != nil && !f.Changed {
-		if path := os.Getenv(envNames["config"]); path != "" {
-			if err := f.Value.Set(path); err != nil {
-				return err
-			}
-			src["config"] = envNames["config"]
+	if flag == "config" {
+		return nil, "", source{}, false // a file cannot name another
+	}
+	for _, file := range s.files {
+		if file.v.IsSet(flag) {
+			return file.v.Get(flag), file.v.GetString(flag), source{origin: file.origin, file: file.path}, true
 		}
 	}
-	// A file that cannot be read still lets the environment say how to
-	// report that (--log-format).
-	files, fileErr := readConfigFiles(flags, src)
-	for _, f := range files {
-		c.configFiles = append(c.configFiles, f.path)
-		c.unknownSettings = append(c.unknownSettings, unknownSettings(cmd, f)...)
-	}
+	return nil, "", source{}, false
+}
+
+// apply fills every flag of cmd the user did not set on the command line
+// from its SEMRUN_* variable, else the user's config file (or --config),
+// else the system config file, so the rest of the code reads plain flag
+// values, and records in src where each value came from.
+func (s *settings) apply(cmd *cobra.Command, src sources) error {
 	var errs []error
-	flags.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "config" {
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			src[f.Name] = source{origin: fromFlag}
 			return
 		}
-		var from *viper.Viper
-		if env.IsSet(f.Name) {
-			from, src[f.Name] = env, envNames[f.Name]
-		} else {
-			for _, file := range files {
-				if file.v.IsSet(f.Name) {
-					from, src[f.Name] = file.v, fmt.Sprintf("%s in %s", f.Name, file.path)
-					break
-				}
-			}
-		}
-		if from == nil {
+		raw, text, from, ok := s.lookup(f.Name)
+		if !ok {
 			return
 		}
-		switch from.Get(f.Name).(type) {
+		src[f.Name] = from
+		switch raw.(type) {
 		case []any, map[string]any:
 			errs = append(errs, usageErrorf("%s: a list or a map, where one value goes", src.name(f.Name)))
 			return
 		}
-		if err := f.Value.Set(from.GetString(f.Name)); err != nil {
-			errs = append(errs, usageErrorf("%s: %v", src.show(f.Name, from.GetString(f.Name)), err))
+		if err := f.Value.Set(text); err != nil {
+			errs = append(errs, usageErrorf("%s: %v", src.show(f.Name, text), err))
 		}
 	})
-	if flags.Lookup("log-format") != nil {
-		if err := c.checkLogFormat(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if fileErr != nil {
-		return fileErr
+	if s.err != nil {
+		return s.err
 	}
 	if len(errs) > 0 {
 		return errs[0] // one line: the next shows once this one is mended
@@ -183,22 +216,24 @@ func applyConfig(cmd *cobra.Command, c *commonOptions) error {
 }
 
 // readConfigFiles reads the config files that exist, the strongest first:
-// the --config file or else the user's, then the system's. --config
-// replaces only the user's file: the system file is the host's, and says
-// for every job on it where the fleet's permits live.
-func readConfigFiles(flags *pflag.FlagSet, src sources) ([]configFile, error) {
+// the --config file (config, set as src says) or else the user's, then
+// the system's. --config replaces only the user's file: the system file
+// is the host's, and says for every job on it where the fleet's permits
+// live.
+func readConfigFiles(config string, src source, f *Factory) ([]configFile, error) {
 	type candidate struct {
 		path, shown string
+		origin      origin
 		mustExist   bool // one named with --config
 	}
 	var candidates []candidate
-	if f := flags.Lookup("config"); f != nil && f.Value.String() != "" {
-		candidates = append(candidates, candidate{f.Value.String(), src.show("config", f.Value.String()), true})
-	} else if path := userConfigFile(); path != "" {
-		candidates = append(candidates, candidate{path, "config file " + path, false})
+	if config != "" {
+		candidates = append(candidates, candidate{config, sources{"config": src}.show("config", config), fromUserFile, true})
+	} else if path := userConfigFile(f); path != "" {
+		candidates = append(candidates, candidate{path, "config file " + path, fromUserFile, false})
 	}
-	if SystemConfigFile != "" {
-		candidates = append(candidates, candidate{SystemConfigFile, "config file " + SystemConfigFile, false})
+	if f.SystemConfigFile != "" {
+		candidates = append(candidates, candidate{f.SystemConfigFile, "config file " + f.SystemConfigFile, fromSystemFile, false})
 	}
 	var files []configFile
 	for _, c := range candidates {
@@ -207,7 +242,7 @@ func readConfigFiles(flags *pflag.FlagSet, src sources) ([]configFile, error) {
 			return nil, usageErrorf("%s: %v", c.shown, err)
 		}
 		if v != nil {
-			files = append(files, configFile{c.path, v})
+			files = append(files, configFile{c.path, c.origin, v})
 		}
 	}
 	return files, nil
@@ -216,13 +251,13 @@ func readConfigFiles(flags *pflag.FlagSet, src sources) ([]configFile, error) {
 // userConfigFile is semrun/config.yaml in $XDG_CONFIG_HOME, else in
 // ~/.config, on macOS too: that is where command-line tools keep their
 // files, not ~/Library/Application Support. Empty without a home.
-func userConfigFile() string {
+func userConfigFile(f *Factory) string {
 	// The XDG spec says a relative path is to be ignored.
-	if dir := os.Getenv("XDG_CONFIG_HOME"); filepath.IsAbs(dir) {
+	if dir := f.getenv("XDG_CONFIG_HOME"); filepath.IsAbs(dir) {
 		return filepath.Join(dir, "semrun", "config.yaml")
 	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
+	home := f.homeDir()
+	if home == "" {
 		return ""
 	}
 	return filepath.Join(home, ".config", "semrun", "config.yaml")
@@ -249,18 +284,22 @@ func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
 // unknownSettings says of each key of f that no command of semrun takes
 // that it is ignored, and which setting it may have meant: a typo there
 // would otherwise change nothing, in silence.
-func unknownSettings(cmd *cobra.Command, f configFile) []string {
+func unknownSettings(root *cobra.Command, f configFile) []string {
 	known := map[string]bool{}
 	var shown []string
-	all := []*cobra.Command{cmd.Root()}
+	all := []*cobra.Command{root}
 	for i := 0; i < len(all); i++ {
 		all = append(all, all[i].Commands()...)
-		all[i].Flags().VisitAll(func(fl *pflag.Flag) {
-			if !known[fl.Name] && !fl.Hidden {
-				shown = append(shown, fl.Name)
-			}
-			known[fl.Name] = true
-		})
+		// Before the command line is parsed, a command's persistent
+		// flags are not among its Flags yet.
+		for _, flags := range []*pflag.FlagSet{all[i].Flags(), all[i].PersistentFlags()} {
+			flags.VisitAll(func(fl *pflag.Flag) {
+				if !known[fl.Name] && !fl.Hidden {
+					shown = append(shown, fl.Name)
+				}
+				known[fl.Name] = true
+			})
+		}
 	}
 	var out []string
 	for _, key := range f.v.AllKeys() {

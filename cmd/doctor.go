@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +18,10 @@ import (
 )
 
 func newCmdDoctor(common *commonOptions) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		fence  time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "doctor [flags]",
 		Short: "Check that the store can keep semrun's promises",
@@ -40,7 +44,7 @@ would, and 125 for bad flags or values.`,
 			if err := common.validate(cmd); err != nil {
 				return err
 			}
-			checks, err := doctor(cmd.Context(), common, common.logger(cmd.ErrOrStderr()))
+			checks, err := doctor(cmd.Context(), common, fence, common.logger(cmd.ErrOrStderr()))
 			if err != nil {
 				return err
 			}
@@ -57,15 +61,15 @@ would, and 125 for bad flags or values.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {check, status, detail, fix}")
-	cmd.Flags().Var(newDuration(&common.restartFence, defaultRestartFence), "restart-fence", "warn while Redis has been up for less than this: a run's restart fence (its --ttl, unless set)")
+	cmd.Flags().Var(newDuration(&fence, defaultRestartFence), "restart-fence", "warn while Redis has been up for less than this: a run's restart fence (its --ttl, unless set)")
 	return cmd
 }
 
 // doctor runs the checks of the store the settings chose. A lock directory
 // that cannot be used is a finding, not bad input: it is the first check.
 // On Windows, --local itself is refused, as for a run.
-func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphore.Check, error) {
-	store, err := common.openStore(log)
+func doctor(ctx context.Context, common *commonOptions, fence time.Duration, log *logger) ([]semaphore.Check, error) {
+	store, err := common.openStore(log, fence)
 	if err != nil {
 		// A lock directory that exists but cannot be used is a finding; a
 		// setting refused is bad input, as for a run.
@@ -86,7 +90,7 @@ func doctor(ctx context.Context, common *commonOptions, log *logger) ([]semaphor
 // unknownSettings): a typo there changes nothing, in silence.
 func configChecks(common *commonOptions) []semaphore.Check {
 	var checks []semaphore.Check
-	for _, w := range common.unknownSettings {
+	for _, w := range common.settings.unknown {
 		checks = append(checks, semaphore.Check{Name: "config", Status: semaphore.CheckWarn, Detail: w,
 			Fix: "correct the key, or remove it; semrun --help lists the settings"})
 	}

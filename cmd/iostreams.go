@@ -8,7 +8,7 @@ import (
 )
 
 // IOStreams are where semrun and its child read and write: the process's
-// standard files (System), or buffers in a test.
+// standard files (SystemStreams), or buffers in a test.
 type IOStreams struct {
 	In     io.Reader
 	Out    io.Writer
@@ -27,8 +27,8 @@ type Terminal interface {
 	Background() bool
 }
 
-// System are the process's standard streams.
-func System() *IOStreams {
+// SystemStreams are the process's standard streams.
+func SystemStreams() *IOStreams {
 	s := &IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	if fd := int(os.Stderr.Fd()); term.IsTerminal(fd) {
 		s.ErrTerminal = fdTerminal(fd)

@@ -5,8 +5,6 @@ package cmd
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"time"
@@ -14,86 +12,89 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore/localstore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore"
 )
 
-// commonOptions are the settings every command that talks to a store has.
+// storeValues are the flag values of the commands that talk to a store.
+type storeValues struct {
+	local          bool
+	lockDir        string
+	redisURL       string
+	cluster        bool
+	sentinel       string // the master's name
+	tls            redisstore.TLSOptions
+	passwordFile   string
+	prefix         string
+	connectTimeout time.Duration
+}
+
+// outputValues are the flag values of what semrun says, which every
+// command that reads the settings has.
+type outputValues struct {
+	config         string
+	verbose, quiet bool
+	logFormat      string
+}
+
+// commonOptions are what the commands of one semrun share: the flag values
+// of the store and of the output, the settings they came from, and the
+// process it runs in.
 type commonOptions struct {
-	local        bool
-	lockDir      string
-	redisURL     string
-	cluster      bool
-	sentinel     string // the master's name
-	tls          redisstore.TLSOptions
-	passwordFile string
+	storeValues
+	outputValues
+	f *Factory
+	// settings are the environment's and config files', read before the
+	// command line is parsed.
+	settings *settings
+	// src says where each flag's value came from, once the settings apply.
+	src sources
+	// flags are the command's flags, once it runs.
+	flags *pflag.FlagSet
+	// logAttrs go with every line in JSON, once known (the key).
+	logAttrs []any
+	// secrets is what opening the store learnt about secrets.
+	secrets secretUse
+}
+
+// secretUse is where the secrets a store was opened with came from.
+type secretUse struct {
 	// urlInArgs: --redis was given on the command line, where others see it.
 	urlInArgs bool
 	// usedCLIAuth: the password came from REDISCLI_AUTH, which the child
 	// then does not get.
 	usedCLIAuth bool
-	// heldSecret: semrun read a Redis password from a file or a variable.
-	heldSecret     bool
-	prefix         string
-	connectTimeout time.Duration
-	config         string
-	verbose, quiet bool
-	logFormat      string
-	sources        sources
-	// flags are the command's flags, once it runs.
-	flags *pflag.FlagSet
-	// configured: applyConfig ran, so logFormat is the settings' own.
-	configured bool
-	// stderr is where semrun's own lines go.
-	stderr io.Writer
-	// logAttrs go with every line in JSON, once known (the key).
-	logAttrs []any
-	// configFiles are the config files read, for --verbose.
-	configFiles []string
-	// onTerminal: stderr is a terminal, where someone watches.
-	onTerminal bool
-	// restartFence is the fence doctor checks the server's uptime against.
-	restartFence time.Duration
-	// unknownSettings are the warnings about config file keys no command
-	// takes, said once the settings are read.
-	unknownSettings []string
+	// held: semrun read a Redis password from a file or a variable.
+	held bool
 }
 
-// DefaultRedisURL is where semrun looks for Redis when nothing names one.
-// It is a variable only so that tests can point it where nothing listens.
-var DefaultRedisURL = "redis://127.0.0.1:6379/0"
-
-// Main runs semrun with the process's arguments and returns its exit status.
+// Main runs semrun in this process, with its arguments, and returns its
+// exit status.
 func Main() int {
 	return Run(context.Background(), os.Args[1:], System())
 }
 
-// Run runs semrun with args and returns its exit status. When the child was
-// killed by a signal, Run makes semrun die of the same signal, and returns
-// 128+N only where that is not possible.
-func Run(ctx context.Context, args []string, s *IOStreams) int {
+// Run runs semrun with args in f and returns its exit status. When the
+// child was killed by a signal, Run makes semrun die of the same signal,
+// and returns 128+N only where that is not possible.
+func Run(ctx context.Context, args []string, f *Factory) int {
 	keepWritesFromKilling()
-	protectSecretsInEnvironment()
-	common := &commonOptions{sources: sources{}}
-	root := newCmdRoot(s, common)
+	protectSecretsInEnvironment(f)
+	common := &commonOptions{f: f, src: sources{}}
+	root := newCmdRoot(common)
 	if len(args) == 0 {
 		// semrun alone: someone trying it out, who wants the usage, not
 		// one line about what is missing.
-		fmt.Fprint(s.ErrOut, root.UsageString())
+		fmt.Fprint(f.Streams.ErrOut, root.UsageString())
 		return exitFailure
 	}
+	common.settings = readSettings(root, args, f)
 	root.SetArgs(args)
-	cmd, err := root.ExecuteContextC(ctx)
+	_, err := root.ExecuteContextC(ctx)
 	code, sig, msg := exitStatus(err)
 	if msg != "" {
-		if !common.configured && cmd != nil {
-			// The command line failed before the settings were read (an
-			// unknown flag, no command): read them now, for --log-format.
-			_ = applyConfig(cmd, common)
-		}
-		common.logger(s.ErrOut).Final(code, msg)
+		common.logger(f.Streams.ErrOut).Final(code, msg)
 	}
 	if sig != 0 {
 		runner.DieOf(sig)
@@ -101,16 +102,15 @@ func Run(ctx context.Context, args []string, s *IOStreams) int {
 	return code
 }
 
-// NewCmdRoot builds the semrun command: run a command under a permit, with
-// status, version and completion as subcommands.
-func NewCmdRoot(s *IOStreams) *cobra.Command {
-	return newCmdRoot(s, &commonOptions{sources: sources{}})
+// NewCmdRoot builds the semrun command in f: run a command under a
+// permit, with status, doctor, version and completion as subcommands.
+func NewCmdRoot(f *Factory) *cobra.Command {
+	return newCmdRoot(&commonOptions{f: f, src: sources{}, settings: &settings{getenv: f.getenv, logFormat: "text"}})
 }
 
-// newCmdRoot is NewCmdRoot with the settings Run reads after the command.
-func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
-	common.stderr = s.ErrOut
-	common.onTerminal = s.ErrTerminal != nil
+// newCmdRoot is NewCmdRoot with the options Run reads after the command.
+func newCmdRoot(common *commonOptions) *cobra.Command {
+	s := common.f.Streams
 	root := newCmdRun(s, common)
 	pf := root.PersistentFlags()
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
@@ -120,7 +120,7 @@ func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 		_ = pf.MarkHidden("local")
 		_ = pf.MarkHidden("lock-dir")
 	}
-	pf.StringVar(&common.redisURL, "redis", DefaultRedisURL, "Redis URL where the permits live (redis://, rediss://, unix://)")
+	pf.StringVar(&common.redisURL, "redis", common.f.DefaultRedisURL, "Redis URL where the permits live (redis://, rediss://, unix://)")
 	pf.BoolVar(&common.cluster, "cluster", false, "Redis Cluster: --redis is a seed node (more with ?addr=host:port&addr=...)")
 	pf.StringVar(&common.sentinel, "sentinel-master", "", "Redis Sentinel: --redis is a sentinel (more with ?addr=...), its user and password the sentinels'; this names the master")
 	pf.StringVar(&common.tls.CAFile, "tls-ca", "", "with rediss://: PEM file of the CAs that may sign Redis's certificate (default: the system's)")
@@ -131,7 +131,7 @@ func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 	pf.StringVar(&common.passwordFile, "redis-password-file", "", "read the Redis password from this file (readable by its owner only), when the URL has none")
 	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
 	pf.Var(newDuration(&common.connectTimeout, 10*time.Second), "connect-timeout", "give up on an unreachable store after this")
-	pf.StringVar(&common.config, "config", "", "config file (YAML), instead of ~/.config/semrun/config.yaml; "+SystemConfigFile+" still applies under it")
+	pf.StringVar(&common.config, "config", "", "config file (YAML), instead of ~/.config/semrun/config.yaml; "+common.f.SystemConfigFile+" still applies under it")
 	pf.BoolVarP(&common.verbose, "verbose", "v", false, "say what happens on stderr")
 	pf.BoolVarP(&common.quiet, "quiet", "q", false, "say nothing but errors")
 	pf.StringVar(&common.logFormat, "log-format", "text", "format of semrun's own lines on stderr: text or json (one object a line)")
@@ -139,11 +139,14 @@ func newCmdRoot(s *IOStreams, common *commonOptions) *cobra.Command {
 		if !needsConfig(cmd) {
 			return nil
 		}
-		if err := applyConfig(cmd, common); err != nil {
+		if err := common.settings.apply(cmd, common.src); err != nil {
 			return err
 		}
-		log := common.logger(common.stderr)
-		for _, w := range common.unknownSettings {
+		if err := common.checkLogFormat(); err != nil {
+			return err
+		}
+		log := common.logger(s.ErrOut)
+		for _, w := range common.settings.unknown {
 			log.Warnf("%s", w)
 		}
 		return nil
@@ -179,94 +182,23 @@ func (c *commonOptions) validate(cmd *cobra.Command) error {
 	if c.local {
 		// A stronger setting wins (a --redis flag over SEMRUN_LOCAL); two of
 		// equal strength contradict each other.
-		switch local, redis := c.sources.rank(flags, "local"), c.sources.rank(flags, "redis"); {
+		switch local, redis := c.src.origin("local"), c.src.origin("redis"); {
 		case redis > local:
 			c.local = false
 		case redis == local:
-			return usageErrorf("%s and %s: choose one", c.sources.name("local"), c.sources.name("redis"))
+			return usageErrorf("%s and %s: choose one", c.src.name("local"), c.src.name("redis"))
 		}
 	}
 	if !c.local && flags.Changed("lock-dir") {
 		return usageErrorf("--lock-dir %s: only with --local", c.lockDir)
 	}
-	c.urlInArgs = c.sources.rank(flags, "redis") == rankFlag
+	c.secrets.urlInArgs = c.src.origin("redis") == fromFlag
 	c.flags = flags
 	if c.connectTimeout <= 0 {
-		return usageErrorf("%s: must be positive", c.sources.show("connect-timeout", c.connectTimeout))
+		return usageErrorf("%s: must be positive", c.src.show("connect-timeout", c.connectTimeout))
 	}
 	if c.verbose && c.quiet {
 		return usageErrorf("--verbose and --quiet: choose one")
 	}
 	return nil
 }
-
-// logger writes semrun's own lines to stderr, as --verbose, --quiet and
-// --log-format say: warnings, --verbose lines, and the final error line.
-type logger struct {
-	sl *slog.Logger
-}
-
-// logger is the one place that decides the format of semrun's own lines.
-// A --log-format that is not valid gives text: it is itself the error then.
-func (c *commonOptions) logger(w io.Writer) *logger {
-	level := slog.LevelWarn
-	switch {
-	case c.quiet:
-		level = slog.LevelError
-	case c.verbose:
-		level = slog.LevelInfo
-	}
-	var h slog.Handler = &textHandler{w: w, level: level}
-	if c.logFormat == "json" {
-		h = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
-	}
-	return &logger{sl: slog.New(h).With(c.logAttrs...)}
-}
-
-// checkLogFormat refuses a --log-format other than text or json.
-func (c *commonOptions) checkLogFormat() error {
-	if c.logFormat != "text" && c.logFormat != "json" {
-		return usageErrorf("%s: must be text or json", c.sources.show("log-format", c.logFormat))
-	}
-	return nil
-}
-
-// Warnf says something is off; --quiet silences it.
-func (l *logger) Warnf(format string, args ...any) {
-	l.sl.Warn(fmt.Sprintf(format, args...))
-}
-
-// Infof says what happens, with --verbose only.
-func (l *logger) Infof(format string, args ...any) {
-	l.sl.Info(fmt.Sprintf(format, args...))
-}
-
-// Final is the one line that says why semrun exits with status, which is
-// not the command's own.
-func (l *logger) Final(status int, msg string) {
-	l.sl.Error(msg, "status", status)
-}
-
-// textHandler writes lines as semrun always has: "semrun: warning: ..."
-// and "semrun: ...". The message says everything; attributes are for JSON.
-type textHandler struct {
-	w     io.Writer
-	level slog.Level
-}
-
-func (h *textHandler) Enabled(_ context.Context, level slog.Level) bool { return level >= h.level }
-
-func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
-	prefix := "semrun: "
-	if r.Level == slog.LevelWarn {
-		prefix = "semrun: warning: "
-	}
-	// What came from elsewhere (a server's error, a file's name) must not
-	// drive the terminal, nor fake a line. One write: lines from two
-	// goroutines do not mix.
-	_, err := io.WriteString(h.w, prefix+printable.String(r.Message)+"\n")
-	return err
-}
-
-func (h *textHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *textHandler) WithGroup(string) slog.Handler      { return h }

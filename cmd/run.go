@@ -95,12 +95,16 @@ back when it exits, and exits with COMMAND's status.`,
 			}
 			o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too
 			log := o.logger(o.streams.ErrOut)
-			if len(o.configFiles) > 0 {
-				log.Infof("config files, strongest first: %s", strings.Join(o.configFiles, ", "))
+			if files := o.settings.files; len(files) > 0 {
+				paths := make([]string, len(files))
+				for i, f := range files {
+					paths[i] = f.path
+				}
+				log.Infof("config files, strongest first: %s", strings.Join(paths, ", "))
 			}
 			// The store checks its own settings as it opens, before the
 			// command is looked for, as a bad flag is.
-			store, err := o.openStore(log)
+			store, err := o.openStore(log, 0)
 			if err != nil {
 				return err
 			}
@@ -131,7 +135,7 @@ back when it exits, and exits with COMMAND's status.`,
 // validate checks what the request does not: it fills the defaults that
 // depend on other settings, and builds the request, which checks itself.
 func (o *runOptions) validate(cmd *cobra.Command) error {
-	show, set := o.sources.show, func(flag string) bool { return cmd.Flags().Changed(flag) || o.sources[flag] != "" }
+	show, set := o.src.show, func(flag string) bool { return o.src.origin(flag) != fromDefault }
 	if o.key == "" && !set("key") {
 		return usageErrorf("--key is required")
 	}
@@ -149,7 +153,7 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 	if err := o.req.Validate(); err != nil {
 		return o.refused(err)
 	}
-	if slices.Contains(heldKeys(), o.key) {
+	if slices.Contains(o.heldKeys(), o.key) {
 		return usageErrorf("%s: already held by the semrun this command runs under; waiting would wait for itself", show("key", fmt.Sprintf("%q", o.key)))
 	}
 	if o.timeout < 0 {
@@ -204,7 +208,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	}
 	started := time.Now()
 	res, runErr := runner.Run(ctx, runner.Spec{
-		Args: o.command, Path: o.path, Env: o.childEnv(os.Environ(), lease.Token()), Inherit: lease.Files(),
+		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
 		Stdin: fileOf(o.streams.In), Stdout: fileOf(o.streams.Out), Stderr: fileOf(o.streams.ErrOut),
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
 		Signals: signals, Warnf: log.Warnf,
@@ -259,7 +263,7 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
-		log.Warnf("%v; the seat frees itself within %v", err, o.ttl)
+		log.Warnf("%v; the permit frees itself within %v", err, o.ttl)
 		return
 	}
 	log.Infof("key %q: permit released", o.key)
@@ -478,9 +482,9 @@ func permits(n int, all string) string {
 
 // heldKeys are the keys the semruns this one runs under hold. Keys have no
 // control characters, so a newline separates them unambiguously.
-func heldKeys() []string {
-	keys := strings.FieldsFunc(os.Getenv(envHeldKeys), func(r rune) bool { return r == '\n' })
-	if k := os.Getenv(envHeldKey); k != "" && !slices.Contains(keys, k) {
+func (o *runOptions) heldKeys() []string {
+	keys := strings.FieldsFunc(o.f.getenv(envHeldKeys), func(r rune) bool { return r == '\n' })
+	if k := o.f.getenv(envHeldKey); k != "" && !slices.Contains(keys, k) {
 		keys = append(keys, k)
 	}
 	return keys
@@ -491,7 +495,7 @@ func heldKeys() []string {
 // variables and the fencing token.
 func (o *runOptions) childEnv(environ []string, token int64) []string {
 	drop := map[string]bool{
-		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true, envRedisPassword: true, envRedisCLIAuth: o.usedCLIAuth,
+		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true, envRedisPassword: true, envRedisCLIAuth: o.secrets.usedCLIAuth,
 		envHeldKey: true, envHeldPermits: true, envFencingToken: true, envHeldKeys: true,
 	}
 	env := make([]string, 0, len(environ)+4)
@@ -506,7 +510,7 @@ func (o *runOptions) childEnv(environ []string, token int64) []string {
 	}
 	return append(env,
 		envHeldKey+"="+o.key,
-		envHeldKeys+"="+strings.Join(append(heldKeys(), o.key), "\n"),
+		envHeldKeys+"="+strings.Join(append(o.heldKeys(), o.key), "\n"),
 		envHeldPermits+"="+strconv.Itoa(o.permits),
 		envFencingToken+"="+strconv.FormatInt(token, 10),
 	)

@@ -3,8 +3,8 @@ package cmd
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -106,9 +106,9 @@ func (c *commonOptions) refused(err error) error {
 	case !ok:
 		return &usageError{err}
 	case se.Value == nil:
-		return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.sources.name(flag), se.Err), se}}
+		return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.src.name(flag), se.Err), se}}
 	}
-	return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.sources.show(flag, se.Value), se.Err), se}}
+	return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.src.show(flag, se.Value), se.Err), se}}
 }
 
 // shownSetting is a *semaphore.SettingError in the user's words.
@@ -122,38 +122,36 @@ func (e *shownSetting) Unwrap() error { return e.se }
 
 // openStore opens the store the settings chose: the host's lock directory
 // with --local, else Redis. It is the one place that names a store; the
-// store checks the settings it owns.
-func (c *commonOptions) openStore(log *logger) (semaphore.Store, error) {
-	if log == nil {
-		log = c.logger(c.stderr)
-	}
-	n := names{src: c.sources, flags: c.flags}
+// store checks the settings it owns. doctorFence is the restart fence
+// doctor warns of (0 for a run, whose fence is its request's).
+func (c *commonOptions) openStore(log *logger, doctorFence time.Duration) (semaphore.Store, error) {
+	n := names{src: c.src, flags: c.flags}
 	if c.local {
 		return c.openLocal(log.Warnf, n)
 	}
 	o := redisstore.Options{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: log.Warnf, Infof: log.Infof,
 		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
-		Unnamed: c.sources.rank(c.flags, "redis") == rankDefault, RestartFence: c.restartFence,
+		Unnamed: c.src.origin("redis") == fromDefault, RestartFence: doctorFence,
 	}
-	if c.onTerminal && !c.quiet {
+	if c.f.Streams.ErrTerminal != nil && !c.quiet {
 		// Someone watches: a named Redis that does not answer is retried
 		// for the connect timeout, and they hear of it at once.
 		o.Retrying = func(addr string, err error) {
-			log.Warnf("%s: %v; retrying for up to %v (%s)", addr, err, c.connectTimeout, c.sources.name("connect-timeout"))
+			log.Warnf("%s: %v; retrying for up to %v (%s)", addr, err, c.connectTimeout, c.src.name("connect-timeout"))
 		}
 	}
 	s, err := redisstore.New(o)
 	if err != nil {
 		return nil, c.refused(err)
 	}
-	if c.heldSecret || s.PasswordInURL() || c.tls.KeyFile != "" {
+	if c.secrets.held || s.PasswordInURL() || c.tls.KeyFile != "" {
 		protectSecrets()
 	}
 	if c.tls.Insecure {
-		log.Warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.sources.name("tls-insecure"))
+		log.Warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.src.name("tls-insecure"))
 	}
-	if c.urlInArgs && s.PasswordInURL() {
+	if c.secrets.urlInArgs && s.PasswordInURL() {
 		log.Warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
 	}
 	return s, nil
@@ -164,9 +162,9 @@ var secretVariables = []string{envRedisPassword, envRedisCLIAuth, envNames["redi
 
 // protectSecretsInEnvironment protects semrun's environment (see
 // protectSecrets) when it holds a secret: a password, or a URL with one.
-func protectSecretsInEnvironment() {
+func protectSecretsInEnvironment(f *Factory) {
 	for _, v := range secretVariables {
-		if val := os.Getenv(v); val != "" && (v != envNames["redis"] || strings.Contains(val, "@")) {
+		if val := f.getenv(v); val != "" && (v != envNames["redis"] || strings.Contains(val, "@")) {
 			protectSecrets()
 			return
 		}
@@ -188,7 +186,7 @@ const (
 // is refused: the password would not be secret.
 func (c *commonOptions) password() (string, error) {
 	if c.passwordFile != "" {
-		name := c.sources.name("redis-password-file")
+		name := c.src.name("redis-password-file")
 		b, st, err := readSmallFile(c.passwordFile, maxPasswordFile)
 		if err != nil {
 			return "", usageErrorf("%s %s: %v", name, c.passwordFile, bare(err))
@@ -196,15 +194,15 @@ func (c *commonOptions) password() (string, error) {
 		if perm := st.Mode().Perm(); perm&0o077 != 0 {
 			return "", usageErrorf("%s %s: readable by others (mode %04o); chmod 600 it", name, c.passwordFile, perm)
 		}
-		c.heldSecret = true
+		c.secrets.held = true
 		return strings.TrimRight(string(b), "\r\n"), nil
 	}
-	if p := os.Getenv(envRedisPassword); p != "" {
-		c.heldSecret = true
+	if p := c.f.getenv(envRedisPassword); p != "" {
+		c.secrets.held = true
 		return p, nil
 	}
-	if p := os.Getenv(envRedisCLIAuth); p != "" {
-		c.usedCLIAuth, c.heldSecret = true, true
+	if p := c.f.getenv(envRedisCLIAuth); p != "" {
+		c.secrets.usedCLIAuth, c.secrets.held = true, true
 		return p, nil
 	}
 	return "", nil

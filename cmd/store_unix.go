@@ -18,7 +18,7 @@ func (c *commonOptions) openLocal(warnf func(string, ...any), n names) (semaphor
 
 // lockDirectory is the lock directory the settings name, or the default.
 func (c *commonOptions) lockDirectory() string {
-	if c.lockDir == "" && c.sources.rank(c.flags, "lock-dir") == rankDefault {
+	if c.lockDir == "" && c.src.origin("lock-dir") == fromDefault {
 		return localstore.DefaultDir()
 	}
 	return c.lockDir

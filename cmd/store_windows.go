@@ -8,5 +8,5 @@ import "github.com/semrun/semrun/internal/semaphore"
 // the process that took them, and an open file cannot be removed, so a
 // port would be another store, not this one.
 func (c *commonOptions) openLocal(func(string, ...any), names) (semaphore.Store, error) {
-	return nil, usageErrorf("%s is not supported on Windows; use Redis (%s)", c.sources.name("local"), c.sources.name("redis"))
+	return nil, usageErrorf("%s is not supported on Windows; use Redis (%s)", c.src.name("local"), c.src.name("redis"))
 }
