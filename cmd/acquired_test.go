@@ -13,8 +13,9 @@ import (
 // busy status and one line that says the line is full, not that every
 // permit is held.
 func TestLineFullIsBusy(t *testing.T) {
+	t.Parallel()
 	var errOut bytes.Buffer
-	o := &runOptions{commonOptions: &commonOptions{}, key: "pdf", permits: 3, busyExitCode: 75}
+	o := &runOptions{commonOptions: &commonOptions{}, runFlags: runFlags{key: "pdf", permits: 3, busyExitCode: 75}}
 	err := fmt.Errorf("key %q: %w", "pdf", &semaphore.LineError{Waiting: 10000, Max: 10000})
 	_, got := o.acquired(context.Background(), acquired{err: err}, 0, o.logger(&errOut))
 	code, _, msg := exitStatus(got)
@@ -27,6 +28,7 @@ func TestLineFullIsBusy(t *testing.T) {
 // holders and waiters are not listed; one that could not be read says
 // why, and status fails.
 func TestStatusSaysWhatIsNotListed(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	keys := []semaphore.KeyStatus{
 		{Key: "long", Capacity: 3, Held: 3, Unlisted: 1500},

@@ -15,6 +15,7 @@ import (
 // with the variable that sets it, and nothing else: a flag added, renamed
 // or dropped fails here until the docs say so.
 func TestDocsFlagTableMatchesTheFlags(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +67,7 @@ func TestDocsFlagTableMatchesTheFlags(t *testing.T) {
 // and the exit statuses; version's lists no store flag, status's no run
 // flag.
 func TestHelpListsEveryFlag(t *testing.T) {
+	t.Parallel()
 	root := NewCmdRoot(System())
 	help := root.UsageString()
 	all := pflag.NewFlagSet("semrun", pflag.ContinueOnError)

@@ -12,6 +12,7 @@ import (
 )
 
 func TestExitStatus(t *testing.T) {
+	t.Parallel()
 	_, notFound := exec.LookPath("no-such-command-here")
 	tests := []struct {
 		name    string

@@ -39,10 +39,8 @@ const (
 	releaseTimeout      = 2 * time.Second
 )
 
-type runOptions struct {
-	*commonOptions
-	streams *IOStreams
-
+// runFlags are the values of a run's own flags.
+type runFlags struct {
 	key          string
 	permits      int
 	weight       int
@@ -55,7 +53,15 @@ type runOptions struct {
 	killAfter    time.Duration
 	restartFence time.Duration
 	minReplicas  int
-	command      []string
+}
+
+// runOptions are a run's flag values and what they make once checked.
+type runOptions struct {
+	*commonOptions
+	runFlags
+	streams *IOStreams
+	// command is the command and its arguments.
+	command []string
 	// path is the command's file, found before the wait (runner.Find).
 	path string
 	// req is what the flags ask of the store, once validated.

@@ -3,6 +3,7 @@ package cmd
 import "testing"
 
 func TestNearestName(t *testing.T) {
+	t.Parallel()
 	names := []string{"permits", "ttl", "tls-ca", "verbose", "status"}
 	for _, tc := range []struct{ typed, want string }{
 		{"permit", "permits"}, {"stauts", "status"}, {"verbos", "verbose"},
