@@ -21,6 +21,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // The checks of a Redis doctor, in the order it reports them.
@@ -358,16 +359,8 @@ func TestDoctorProbesEveryCommand(t *testing.T) {
 	probed := Commands()
 	sent := map[string]bool{"evalsha": true, "eval": true, "blpop": true, "wait": true}
 	call := regexp.MustCompile(`redis\.p?call\(?,?\s*'([A-Za-z]+)'`)
-	files, _ := filepath.Glob("*.lua")
-	if len(files) == 0 {
-		t.Fatal("no .lua file here")
-	}
-	for _, f := range files {
-		text, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range call.FindAllStringSubmatch(string(text), -1) {
+	for _, sc := range protocol.Scripts() {
+		for _, m := range call.FindAllStringSubmatch(sc.Source(), -1) {
 			sent[strings.ToLower(m[1])] = true
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 var uptimeLine = regexp.MustCompile(`uptime_in_seconds:(\d+)`)
@@ -191,15 +192,15 @@ func TestRedisFailoverFenceHoldsReleases(t *testing.T) {
 	_, raw, _, replicaRaw := replicaPair(t, fence)
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
-	acquire := func(c *redis.Client, id string, wlease time.Duration) acquireReply {
+	k := protocol.NewKeys(testPrefix, key)
+	acquire := func(c *redis.Client, id string, wlease time.Duration) protocol.AcquireReply {
 		t.Helper()
-		return runAcquireArgs(t, c, k, acquireArgs{id: id, permits: 1, ttl: 30 * time.Second, wait: wlease, fence: fence})
+		return runAcquireArgs(t, c, k, protocol.AcquireArgs{ID: id, Permits: 1, TTL: 30 * time.Second, Wait: wlease, Fence: fence})
 	}
-	if r := acquire(raw, "HOLDER", 0); !r.granted {
+	if r := acquire(raw, "HOLDER", 0); !r.Granted {
 		t.Fatalf("holder on the master: got %+v, want granted", r)
 	}
-	if r := acquire(raw, "WAITER", 10*time.Second); r.granted || r.position != 1 {
+	if r := acquire(raw, "WAITER", 10*time.Second); r.Granted || r.Position != 1 {
 		t.Fatalf("waiter on the master: got %+v, want first in line", r)
 	}
 	if n, err := raw.Do(ctx, "WAIT", 1, 10000).Int(); err != nil || n != 1 {
@@ -208,11 +209,11 @@ func TestRedisFailoverFenceHoldsReleases(t *testing.T) {
 	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatalf("REPLICAOF NO ONE: %v", err)
 	}
-	runScript(t, replicaRaw, releaseScript, k, releaseArgs("HOLDER", k.wake))
-	if _, err := replicaRaw.ZScore(ctx, k.holders, "WAITER").Result(); !errors.Is(err, redis.Nil) {
+	runScript(t, replicaRaw, k, protocol.ReleaseArgs{ID: "HOLDER"})
+	if _, err := replicaRaw.ZScore(ctx, k.Holders, "WAITER").Result(); !errors.Is(err, redis.Nil) {
 		t.Errorf("the waiter after the first release on the promoted replica: a holder (err %v), want still in line while the fence holds", err)
 	}
-	if r := acquire(replicaRaw, "WAITER", 10*time.Second); r.granted || r.fenced <= 0 {
+	if r := acquire(replicaRaw, "WAITER", 10*time.Second); r.Granted || r.Fenced <= 0 {
 		t.Errorf("the waiter asking on the promoted replica: got %+v, want not granted, fenced", r)
 	}
 }
@@ -236,7 +237,7 @@ func TestRedisFailoverFence(t *testing.T) {
 	// until the replica has the key instead. (A key it never got is not
 	// fenced: docs/how-it-works.md says so.)
 	for {
-		n, err := replicaRaw.HExists(ctx, newKeys(testPrefix, key).info, "#replid").Result()
+		n, err := replicaRaw.HExists(ctx, protocol.NewKeys(testPrefix, key).Info, "#replid").Result()
 		if err != nil {
 			t.Fatalf("HEXISTS on the replica: %v", err)
 		}
@@ -253,14 +254,14 @@ func TestRedisFailoverFence(t *testing.T) {
 	// The promoted replica has the holder: the key is busy either way.
 	// Once the holder's permit is gone (as if the failover lost it), the
 	// fence still holds new grants back.
-	if err := replicaRaw.Del(ctx, newKeys(testPrefix, key).holders).Err(); err != nil {
+	if err := replicaRaw.Del(ctx, protocol.NewKeys(testPrefix, key).Holders).Err(); err != nil {
 		t.Fatalf("DEL holders on the promoted replica: %v", err)
 	}
 	started := time.Now()
 	busy := req
 	busy.NoWait = true
 	if _, err := promoted.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) {
-		info, _ := replicaRaw.HGetAll(ctx, newKeys(testPrefix, key).info).Result()
+		info, _ := replicaRaw.HGetAll(ctx, protocol.NewKeys(testPrefix, key).Info).Result()
 		repl, _ := replicaRaw.Info(ctx, "replication").Result()
 		t.Errorf("Acquire --no-wait on the promoted replica: got error %v, want ErrFenced; its info hash %v; its INFO %q", err, info, repl)
 	}
@@ -296,13 +297,13 @@ func TestRedisMinReplicas(t *testing.T) {
 	store := newStore(t, master.URL(), Options{ConnectTimeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinReplicas: 1}
 	l, err := patient.Acquire(ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire with a replica online: got error %v, want a permit", err)
 	}
-	if n := zcard(t, replicaRaw, k.holders); n != 1 {
+	if n := zcard(t, replicaRaw, k.Holders); n != 1 {
 		t.Errorf("holders on the replica once Acquire returned: got %d, want 1", n)
 	}
 	renewed, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -335,7 +336,7 @@ func TestRedisMinReplicas(t *testing.T) {
 	if _, err := store.Acquire(ctx, req); !errors.Is(err, semaphore.ErrUnreachable) || !strings.Contains(err.Error(), "replicas") {
 		t.Errorf("Acquire with the replica stopped: got error %v, want ErrUnreachable naming the replicas", err)
 	}
-	if n := zcard(t, raw, k.holders); n != 0 {
+	if n := zcard(t, raw, k.Holders); n != 0 {
 		t.Errorf("holders on the master after the grant no replica had: got %d, want 0 (given back)", n)
 	}
 }
@@ -348,14 +349,14 @@ func TestFenceBoundedByLease(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	time.Sleep(3 * time.Second) // up for longer than the 2s lease
 	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, RestartFence: 24 * time.Hour, NoWait: true})
 	var fence *semaphore.FenceError
 	if !errors.As(err, &fence) {
 		t.Fatalf("a caller asking a 24h fence of a fresh server: got %v, want fenced", err)
 	}
-	if got, err := raw.HGet(context.Background(), k.info, "#fencelen").Int64(); err != nil || got > 2000 {
+	if got, err := raw.HGet(context.Background(), k.Info, "#fencelen").Int64(); err != nil || got > 2000 {
 		t.Errorf("fence the key remembers: got (%d, %v), want at most the caller's 2s lease", got, err)
 	}
 	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})

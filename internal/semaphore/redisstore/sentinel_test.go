@@ -9,6 +9,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // TestRedisSentinelFailover: through three sentinels, a holder whose grant
@@ -37,7 +38,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 	// (--min-replicas would make every renewal wait for a replica too,
 	// which the promoted one no longer has.)
-	for zcard(t, replicaRaw, newKeys(testPrefix, key).holders) == 0 {
+	for zcard(t, replicaRaw, protocol.NewKeys(testPrefix, key).Holders) == 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
 
