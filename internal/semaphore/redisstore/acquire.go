@@ -48,7 +48,8 @@ func newPermitID() string { return rand.Text() }
 // now takes a place in line, and blocks until a script pushes its turn to
 // its wake list (a release, a lapsed lease or a vanished waiter gave it its
 // turn), the earliest lease can lapse, or its place needs renewing: that
-// renewal is also the safety net for a lost message.
+// renewal is also the safety net for a lost message. A caller that will
+// not wait (NoWait) still waits out a restart fence (once).
 func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -60,6 +61,9 @@ func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 	a, err := s.newAsker(req)
 	if err != nil {
 		return nil, err
+	}
+	if req.NoWait {
+		return a.once(ctx)
 	}
 	for {
 		l, delay, err := a.ask(ctx)
@@ -105,6 +109,37 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 	}
 }
 
+// How often a caller that will not wait waits out a restart fence before
+// it takes the fence for busy (a fence longer than the one it waited for,
+// asked by another caller meanwhile), and how long past its end it asks
+// again: uptime counts whole seconds, so a try that comes too early waits
+// again.
+const (
+	maxFenceWaits = 3
+	fenceSlack    = 250 * time.Millisecond
+)
+
+// once asks for a permit without waiting in line. Until a restart fence
+// ends nobody can tell whether the key is busy, and it does end: the
+// caller waits it out, saying so first through OnWait (Fenced is what is
+// left of it), then asks again; after maxFenceWaits it gets the
+// *semaphore.FenceError.
+func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
+	for waits := 0; ; waits++ {
+		l, _, err := a.ask(ctx)
+		var fenced *semaphore.FenceError
+		if !errors.As(err, &fenced) || waits == maxFenceWaits {
+			return l, err
+		}
+		if a.req.OnWait != nil {
+			a.req.OnWait(semaphore.WaitState{Held: a.held, Capacity: a.req.Permits, Fenced: fenced.Left})
+		}
+		if err := clock.Sleep(ctx, fenced.Left+fenceSlack); err != nil {
+			return nil, fmt.Errorf("key %q: waiting out the restart fence: %w", a.req.Key, context.Cause(ctx))
+		}
+	}
+}
+
 // asker is one Acquire's state as it asks for a permit and waits for it.
 type asker struct {
 	s    *Store
@@ -117,6 +152,8 @@ type asker struct {
 	garbage backoff
 	// told: the capacity the previous caller asked was looked at.
 	told bool
+	// held is how many seats the last ask found taken.
+	held int
 	last semaphore.WaitState
 	// inLine is the last ask that left the caller in line: when it sent it,
 	// when the reply came, and the server's clock as the script ran, in
@@ -171,6 +208,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
 	a.warn(r)
+	a.held = int(r.Held)
 	s.dropped(req.Key, r.Bad)
 	// A turn of its own, handed by its own script, it has just taken.
 	s.watch(ctx, a.keys, slices.DeleteFunc(r.Handed, func(l string) bool { return l == a.wake.key }))

@@ -53,10 +53,8 @@ func TestRedisRestartFence(t *testing.T) {
 	const fence = 2 * time.Second
 	req.RestartFence = fence
 
-	busy := req
-	busy.NoWait = true
-	if _, err := store.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) || !errors.Is(err, semaphore.ErrBusy) {
-		t.Errorf("Acquire --no-wait right after the restart: got error %v, want ErrFenced, an ErrBusy", err)
+	if left := fencedNoWait(t, store, req); left > fence {
+		t.Errorf("Acquire --no-wait right after the restart: fenced for %v, want at most %v", left, fence)
 	}
 	if err := old.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
 		t.Errorf("Renew of the permit from before the restart: got %v, want ErrLost", err)
@@ -236,16 +234,10 @@ func TestRedisFailoverFence(t *testing.T) {
 	// WAIT counts its own connection's writes, not the store's: wait
 	// until the replica has the key instead. (A key it never got is not
 	// fenced: docs/how-it-works.md says so.)
-	for {
+	waitFor(t, 10*time.Second, "the replica has the key", func() bool {
 		n, err := replicaRaw.HExists(ctx, protocol.NewKeys(testPrefix, key).Info, "#replid").Result()
-		if err != nil {
-			t.Fatalf("HEXISTS on the replica: %v", err)
-		}
-		if n {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && n
+	})
 
 	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatalf("REPLICAOF NO ONE: %v", err)
@@ -258,13 +250,7 @@ func TestRedisFailoverFence(t *testing.T) {
 		t.Fatalf("DEL holders on the promoted replica: %v", err)
 	}
 	started := time.Now()
-	busy := req
-	busy.NoWait = true
-	if _, err := promoted.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) {
-		info, _ := replicaRaw.HGetAll(ctx, protocol.NewKeys(testPrefix, key).Info).Result()
-		repl, _ := replicaRaw.Info(ctx, "replication").Result()
-		t.Errorf("Acquire --no-wait on the promoted replica: got error %v, want ErrFenced; its info hash %v; its INFO %q", err, info, repl)
-	}
+	fencedNoWait(t, promoted, req)
 	l2, err := promoted.Acquire(ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire waiting out the failover fence: got error %v, want a permit", err)
@@ -277,10 +263,15 @@ func TestRedisFailoverFence(t *testing.T) {
 	if err := l2.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+	busy := req
+	busy.NoWait = true
+	var told []semaphore.WaitState
+	busy.OnWait = func(st semaphore.WaitState) { told = append(told, st) }
 	l3, err := promoted.Acquire(ctx, busy)
-	if err != nil {
-		t.Errorf("Acquire --no-wait after the fence: got error %v, want a permit", err)
-	} else {
+	if err != nil || len(told) != 0 {
+		t.Errorf("Acquire --no-wait after the fence: got error %v, told %+v; want a permit at once", err, told)
+	}
+	if err == nil {
 		_ = l3.Release(ctx)
 	}
 }
@@ -351,14 +342,58 @@ func TestFenceBoundedByLease(t *testing.T) {
 	key := uniqueKey(t)
 	k := protocol.NewKeys(testPrefix, key)
 	time.Sleep(3 * time.Second) // up for longer than the 2s lease
-	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, RestartFence: 24 * time.Hour, NoWait: true})
-	var fence *semaphore.FenceError
-	if !errors.As(err, &fence) {
-		t.Fatalf("a caller asking a 24h fence of a fresh server: got %v, want fenced", err)
-	}
+	fencedNoWait(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, RestartFence: 24 * time.Hour})
 	if got, err := raw.HGet(context.Background(), k.Info, "#fencelen").Int64(); err != nil || got > 2000 {
 		t.Errorf("fence the key remembers: got (%d, %v), want at most the caller's 2s lease", got, err)
 	}
 	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 	release(t, l)
+}
+
+// fencedNoWait asks for req without waiting in line, for 300ms: a restart
+// fence holds the grant back, which the store waits out, saying so first.
+// It returns what was left of the fence.
+func fencedNoWait(t *testing.T, st *Store, req semaphore.Request) time.Duration {
+	t.Helper()
+	var states []semaphore.WaitState
+	req.NoWait = true
+	req.OnWait = func(st semaphore.WaitState) { states = append(states, st) }
+	l, err := st.Acquire(ctxTimeout(t, 300*time.Millisecond), req)
+	if err == nil {
+		_ = l.Release(context.Background())
+		t.Fatalf("Acquire --no-wait of key %q: got a permit, want the restart fence to hold it back", req.Key)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || len(states) != 1 || states[0].Fenced <= 0 {
+		t.Fatalf("Acquire --no-wait of key %q for 300ms: got %v, told %+v; want the deadline, told once of the fence", req.Key, err, states)
+	}
+	return states[0].Fenced
+}
+
+// TestRedisNoWaitWaitsOutTheFence: a caller that will not wait in line
+// waits out a restart fence, having said so, and is granted once it ends:
+// until then nobody can tell whether the key is busy.
+func TestRedisNoWaitWaitsOutTheFence(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, Options{})
+	const fence = 2 * time.Second
+	var states []semaphore.WaitState
+	req := semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 10 * time.Second, RestartFence: fence, NoWait: true,
+		OnWait: func(st semaphore.WaitState) { states = append(states, st) }}
+	l, err := st.Acquire(ctxTimeout(t, 10*time.Second), req)
+	if err != nil {
+		t.Fatalf("Acquire --no-wait on a server up for less than the fence: got %v, want a permit once it ends", err)
+	}
+	release(t, l)
+	if up := uptime(t, raw); up < fence {
+		t.Errorf("server uptime once granted: got %v, want at least the fence, %v", up, fence)
+	}
+	if len(states) == 0 || len(states) > maxFenceWaits || states[0].Fenced <= 0 || states[0].Fenced > fence || states[0].Capacity != 1 {
+		t.Errorf("wait states: got %+v, want the first to say the fence holds, for at most %v, and at most %d", states, fence, maxFenceWaits)
+	}
+	// Busy once the fence ended: no wait, ErrBusy.
+	hold(t, st, semaphore.Request{Key: req.Key, Permits: 1, TTL: 10 * time.Second})
+	states = nil
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), req); !errors.Is(err, semaphore.ErrBusy) || errors.Is(err, semaphore.ErrFenced) || len(states) != 0 {
+		t.Errorf("Acquire --no-wait of a busy key past the fence: got %v, told %+v; want ErrBusy at once", err, states)
+	}
 }
