@@ -28,6 +28,12 @@ type clocked struct {
 	t   *testing.T
 	m   *miniredis.Miniredis
 	now time.Time
+
+	mu sync.Mutex
+	// blpops counts the BLPOPs the server got, by list.
+	blpops map[string]int
+	// onCommand, when set, hears every command the server gets.
+	onCommand func(cmd string, args []string)
 }
 
 // base is a whole millisecond, so lease arithmetic in ms is exact.
@@ -37,7 +43,30 @@ func newClock(t *testing.T) (*clocked, *Store) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	m.SetTime(base)
-	return &clocked{t: t, m: m, now: base}, newStore(t, "redis://"+m.Addr(), Options{})
+	c := &clocked{t: t, m: m, now: base, blpops: map[string]int{}}
+	m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if strings.EqualFold(cmd, "BLPOP") && len(args) > 0 {
+			c.blpops[args[0]]++
+		}
+		if c.onCommand != nil {
+			c.onCommand(strings.ToUpper(cmd), args)
+		}
+		return false
+	})
+	return c, newStore(t, "redis://"+m.Addr(), Options{})
+}
+
+// waitBlocked waits until the server got a BLPOP of list: the waiter
+// blocks on it, or has read what was there.
+func (c *clocked) waitBlocked(list string) {
+	c.t.Helper()
+	waitFor(c.t, 5*time.Second, "a BLPOP of "+list, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.blpops[list] > 0
+	})
 }
 
 func (c *clocked) advance(d time.Duration) {
@@ -348,12 +377,7 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("waiter: OnWait not called after 5s, want it waiting")
 	}
-	k := protocol.NewKeys(testPrefix, key)
-	waitFor(t, 5*time.Second, "the waiter in line", func() bool {
-		ids, err := c.m.ZMembers(k.Queue)
-		return err == nil && len(ids) == 1
-	})
-	time.Sleep(50 * time.Millisecond) // for it to block on its wake list
+	c.waiterInLine(protocol.NewKeys(testPrefix, key))
 
 	// Others ask while the holder is silent (the waiter's own look is ~3s
 	// of real time away, and the server's clock jumps): touched this often,
@@ -526,27 +550,25 @@ func (c *clocked) scriptRuns(names ...string) func(name string) int64 {
 		byKey[sc.Hash()] = name
 		byKey[sc.Source()] = name
 	}
-	var mu sync.Mutex
 	runs := map[string]int64{}
-	c.m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+	c.mu.Lock()
+	c.onCommand = func(cmd string, args []string) {
 		if (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 0 {
 			if name, ok := byKey[args[0]]; ok {
-				mu.Lock()
 				runs[name]++
-				mu.Unlock()
 			}
 		}
-		return false
-	})
+	}
+	c.mu.Unlock()
 	return func(name string) int64 {
-		mu.Lock()
-		defer mu.Unlock()
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		return runs[name]
 	}
 }
 
-// waiterInLine waits until one waiter stands in k's line, and a little more
-// for it to block on its wake list, and returns its permit id.
+// waiterInLine waits until one waiter stands in k's line and blocks on
+// its wake list, and returns its permit id.
 func (c *clocked) waiterInLine(k protocol.Keys) string {
 	c.t.Helper()
 	var ids []string
@@ -555,7 +577,7 @@ func (c *clocked) waiterInLine(k protocol.Keys) string {
 		ids, err = c.m.ZMembers(k.Queue)
 		return err == nil && len(ids) == 1
 	})
-	time.Sleep(50 * time.Millisecond)
+	c.waitBlocked(k.WakeList(ids[0]))
 	return ids[0]
 }
 

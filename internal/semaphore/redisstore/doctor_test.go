@@ -96,19 +96,13 @@ func wantStatuses(t *testing.T, checks []semaphore.Check, want map[string]semaph
 // allowed.
 func wantEmpty(t *testing.T, raw *redis.Client) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitFor(t, time.Second, "no key left behind", func() bool {
 		keys, err := raw.Keys(context.Background(), "*").Result()
 		if err != nil {
 			t.Fatalf("KEYS *: %v", err)
 		}
-		if len(keys) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("keys left behind: %v", keys)
-			return
-		}
-	}
+		return len(keys) == 0
+	})
 }
 
 func TestDoctorHealthyServer(t *testing.T) {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -110,7 +111,7 @@ func TestRedisRestartFenceHoldsHandOvers(t *testing.T) {
 		_, err := store.Acquire(first, r)
 		firstDone <- err
 	}()
-	<-firstInLine
+	recvWithin(t, firstInLine, 10*time.Second, "the first waiter in line")
 	second := make(chan semaphore.Lease, 1)
 	go func() {
 		r := req
@@ -122,12 +123,12 @@ func TestRedisRestartFenceHoldsHandOvers(t *testing.T) {
 		}
 		second <- l
 	}()
-	<-secondInLine
+	recvWithin(t, secondInLine, 10*time.Second, "the second waiter in line")
 	cancelFirst() // leaves the line: a release, which must not hand over
-	if err := <-firstDone; err == nil {
+	if err := recvWithin(t, firstDone, 10*time.Second, "the first waiter, cancelled"); err == nil {
 		t.Errorf("first waiter, cancelled: got a permit, want an error")
 	}
-	l := <-second
+	l := recvWithin(t, second, 20*time.Second, "the second waiter")
 	if l == nil {
 		return
 	}
@@ -164,20 +165,15 @@ func replicaPair(t *testing.T, up time.Duration) (master *redistest.Server, raw 
 	if err := replicaRaw.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
 		t.Fatalf("REPLICAOF: %v", err)
 	}
-	for {
+	waitFor(t, 20*time.Second, "the replica in sync", func() bool {
 		info, err := raw.Info(ctx, "replication").Result()
 		if err != nil {
 			t.Fatalf("INFO replication: %v", err)
 		}
-		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
 	for _, c := range []*redis.Client{raw, replicaRaw} {
-		for uptime(t, c) < up {
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitFor(t, up+10*time.Second, fmt.Sprintf("both servers up for %v", up), func() bool { return uptime(t, c) >= up })
 	}
 	return master, raw, replica, replicaRaw
 }
@@ -297,18 +293,8 @@ func TestRedisMinReplicas(t *testing.T) {
 	if n := zcard(t, replicaRaw, k.Holders); n != 1 {
 		t.Errorf("holders on the replica once Acquire returned: got %d, want 1", n)
 	}
-	renewed, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for {
-		err := l.Renew(renewed)
-		if err == nil {
-			break
-		}
-		if renewed.Err() != nil {
-			t.Fatalf("Renew with a replica online: got error %v for 20s, want nil", err)
-		}
-		time.Sleep(100 * time.Millisecond) // a lagging replica: the runner retries too
-	}
+	// A lagging replica: the runner retries too.
+	waitFor(t, 20*time.Second, "Renew with a replica online", func() bool { return l.Renew(ctxTimeout(t, 5*time.Second)) == nil })
 
 	if err := replica.Pause(); err != nil {
 		t.Fatalf("pause the replica: %v", err)

@@ -92,7 +92,7 @@ func TestRedisDeadWaiterCostsSeconds(t *testing.T) {
 		killBlocked(t, raw)
 		behind, _ := startAcquire(t, st, req(key), 20*time.Second)
 		waitersOf(t, st, key, 2)
-		waitListening(t, raw, key, 2)
+		waitBlocked(t, raw, 1) // behind: the dying one's connection is gone
 		if d := stall(t, func() { release(t, h) }, behind); d > deadWaiterBound {
 			t.Errorf("the waiter behind a dead one got the seat %v after it was freed, want within %v", d, deadWaiterBound)
 		}

@@ -31,12 +31,37 @@ func inLine(t *testing.T, c *redis.Client, key string) int64 {
 	return zcard(t, c, protocol.NewKeys(testPrefix, key).Queue)
 }
 
-// waitListening waits until n waiters stand in key's line, and a little
-// more for each to block on its wake list (BLPOP) after asking.
+// waitListening waits until n waiters stand in key's line, and until as
+// many clients of the server block on a wake list (BLPOP) after asking.
 func waitListening(t *testing.T, c *redis.Client, key string, n int64) {
 	t.Helper()
 	waitFor(t, 10*time.Second, fmt.Sprintf("%d waiters in line for %s", n, key), func() bool { return inLine(t, c, key) == n })
-	time.Sleep(100 * time.Millisecond)
+	waitBlocked(t, c, int(n))
+}
+
+// waitBlocked waits until at least n clients of c's server block in BLPOP,
+// as CLIENT LIST says: flag b, last command blpop. Redis does not say on
+// which list: on a server other tests share, others' waiters count too.
+func waitBlocked(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d clients blocked in BLPOP", n), func() bool {
+		list, err := c.ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatalf("CLIENT LIST: got error %v, want the clients", err)
+		}
+		blocked := 0
+		for line := range strings.Lines(list) {
+			fields := map[string]string{}
+			for field := range strings.FieldsSeq(line) {
+				name, value, _ := strings.Cut(field, "=")
+				fields[name] = value
+			}
+			if fields["cmd"] == "blpop" && strings.Contains(fields["flags"], "b") {
+				blocked++
+			}
+		}
+		return blocked >= n
+	})
 }
 
 // wakeKeyOf is the wake list of waiter id under a key's wake-list prefix,

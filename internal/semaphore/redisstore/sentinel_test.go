@@ -38,9 +38,9 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 	// (--min-replicas would make every renewal wait for a replica too,
 	// which the promoted one no longer has.)
-	for zcard(t, replicaRaw, protocol.NewKeys(testPrefix, key).Holders) == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "the replica has the grant", func() bool {
+		return zcard(t, replicaRaw, protocol.NewKeys(testPrefix, key).Holders) > 0
+	})
 
 	master.Kill()
 	var released atomic.Bool
@@ -55,22 +55,18 @@ func TestRedisSentinelFailover(t *testing.T) {
 		got <- l
 	}()
 	// The holder renews on the promoted replica, which had its grant.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := h.Renew(ctx)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, semaphore.ErrLost) || time.Now().After(deadline) {
+	waitFor(t, 30*time.Second, "the holder's renewal on the new master", func() bool {
+		err := h.Renew(ctxTimeout(t, 30*time.Second))
+		if errors.Is(err, semaphore.ErrLost) {
 			t.Fatalf("holder's renewal after the failover: got %v, want it to succeed on the new master", err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil
+	})
 	released.Store(true)
 	if err := h.Release(ctx); err != nil {
 		t.Fatalf("holder's release on the new master: %v", err)
 	}
-	if l := <-got; l != nil {
+	if l := recvWithin(t, got, 40*time.Second, "the waiter through the failover"); l != nil {
 		if l.Token() <= h.Token() {
 			t.Errorf("waiter's token: got %d, want more than the holder's %d", l.Token(), h.Token())
 		}
