@@ -93,46 +93,21 @@ func TestRedisRestartFenceHoldsHandOvers(t *testing.T) {
 	const fence = 3 * time.Second
 	req := semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, RestartFence: fence}
 
-	// inLine returns an OnWait that says, once, that its caller is in line.
-	inLine := func(c chan<- struct{}) func(semaphore.WaitState) {
-		return func(semaphore.WaitState) {
-			select {
-			case c <- struct{}{}:
-			default:
-			}
-		}
-	}
-	first, cancelFirst := context.WithCancel(ctx)
-	firstInLine, secondInLine := make(chan struct{}, 1), make(chan struct{}, 1)
-	firstDone := make(chan error, 1)
-	go func() {
-		r := req
-		r.OnWait = inLine(firstInLine)
-		_, err := store.Acquire(first, r)
-		firstDone <- err
-	}()
-	recvWithin(t, firstInLine, 10*time.Second, "the first waiter in line")
-	second := make(chan semaphore.Lease, 1)
-	go func() {
-		r := req
-		r.RestartFence = time.Second // a shorter fence asked later does not shorten it
-		r.OnWait = inLine(secondInLine)
-		l, err := store.Acquire(ctx, r)
-		if err != nil {
-			t.Errorf("second waiter: got error %v, want a permit", err)
-		}
-		second <- l
-	}()
-	recvWithin(t, secondInLine, 10*time.Second, "the second waiter in line")
+	first, cancelFirst := startAcquire(t, store, req, 20*time.Second)
+	waitersOf(t, store, key, 1)
+	r := req
+	r.RestartFence = time.Second // a shorter fence asked later does not shorten it
+	second, _ := startAcquire(t, store, r, 20*time.Second)
+	waitersOf(t, store, key, 2)
 	cancelFirst() // leaves the line: a release, which must not hand over
-	if err := recvWithin(t, firstDone, 10*time.Second, "the first waiter, cancelled"); err == nil {
+	if got := receive(t, first, 10*time.Second, "the first waiter, cancelled"); got.Err == nil {
 		t.Errorf("first waiter, cancelled: got a permit, want an error")
 	}
-	l := recvWithin(t, second, 20*time.Second, "the second waiter")
-	if l == nil {
-		return
+	got := receive(t, second, 20*time.Second, "the second waiter")
+	if got.Err != nil {
+		t.Fatalf("second waiter: got error %v, want a permit", got.Err)
 	}
-	defer l.Release(ctx)
+	defer got.L.Release(ctx)
 	if up := uptime(t, raw); up < fence {
 		t.Errorf("server uptime once the second waiter got its permit: got %v, want at least %v", up, fence)
 	}

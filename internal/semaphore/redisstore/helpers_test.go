@@ -46,19 +46,6 @@ var (
 	statusOf     = semaphoretest.StatusOf
 )
 
-// recvWithin receives from ch, and fails t if nothing comes within bound.
-func recvWithin[T any](t testing.TB, ch <-chan T, bound time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(bound):
-		t.Fatalf("%s: nothing after %v", what, bound)
-		var zero T
-		return zero
-	}
-}
-
 // testPrefix namespaces every key the tests write.
 const testPrefix = "test:"
 

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,17 +42,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	})
 
 	master.Kill()
-	var released atomic.Bool
-	got := make(chan semaphore.Lease, 1)
-	go func() {
-		l, err := store.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
-		if err != nil {
-			t.Errorf("waiter through the failover: got error %v, want a permit", err)
-		} else if !released.Load() {
-			t.Errorf("waiter: got a permit while the holder from before the failover still held it")
-		}
-		got <- l
-	}()
+	got, _ := startAcquire(t, store, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 60*time.Second)
 	// The holder renews on the promoted replica, which had its grant.
 	waitFor(t, 30*time.Second, "the holder's renewal on the new master", func() bool {
 		err := h.Renew(ctxTimeout(t, 30*time.Second))
@@ -62,11 +51,17 @@ func TestRedisSentinelFailover(t *testing.T) {
 		}
 		return err == nil
 	})
-	released.Store(true)
+	select {
+	case r := <-got:
+		t.Fatalf("waiter: got (%v, %v) while the holder from before the failover still held the permit", r.L, r.Err)
+	default:
+	}
 	if err := h.Release(ctx); err != nil {
 		t.Fatalf("holder's release on the new master: %v", err)
 	}
-	if l := recvWithin(t, got, 40*time.Second, "the waiter through the failover"); l != nil {
+	if r := receive(t, got, 40*time.Second, "the waiter through the failover"); r.Err != nil {
+		t.Errorf("waiter through the failover: got error %v, want a permit", r.Err)
+	} else if l := r.L; l != nil {
 		if l.Token() <= h.Token() {
 			t.Errorf("waiter's token: got %d, want more than the holder's %d", l.Token(), h.Token())
 		}
