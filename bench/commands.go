@@ -107,7 +107,7 @@ func (b *bench) commands() ([]*table, error) {
 	t.note("%d grants in %v, %.0f grants/s; %d BLPOPs by waiters blocked on their wake lists.", n, took.Round(time.Millisecond),
 		grants/took.Seconds(), calls["blpop"])
 	if scripted != nil {
-		t.note("Top-level: EVALSHA, EVAL, BLPOP, (UN)SUBSCRIBE, PING, SCRIPT and any command the scripts in internal/semaphore/redisstore/*.lua never call; the bench's own CONFIG RESETSTAT and INFO are left out.")
+		t.note("Top-level: EVALSHA, EVAL, BLPOP, (UN)SUBSCRIBE, PING, SCRIPT and any command the scripts in internal/semaphore/redisstore/protocol/*.lua never call; the bench's own CONFIG RESETSTAT and INFO are left out.")
 	} else {
 		t.note("Top-level: EVALSHA, EVAL, BLPOP, (UN)SUBSCRIBE, PING, SCRIPT and other connection commands (the scripts' sources were not found to tell more); the bench's own CONFIG RESETSTAT and INFO are left out.")
 	}
@@ -138,7 +138,7 @@ var redisCall = regexp.MustCompile(`redis\.p?call\(\s*['"]([A-Za-z_]+)['"]`)
 // scriptCommands are the commands semrun's scripts call, from their
 // sources in the module at root, or nil.
 func scriptCommands(root string) map[string]bool {
-	files, _ := filepath.Glob(filepath.Join(root, "internal", "semaphore", "redisstore", "*.lua"))
+	files, _ := filepath.Glob(filepath.Join(root, "internal", "semaphore", "redisstore", "protocol", "*.lua"))
 	if len(files) == 0 {
 		return nil
 	}

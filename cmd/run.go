@@ -301,7 +301,7 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	// terminal the waiting line says it.
 	fence := &fenceNotice{o: o, log: log, quiet: o.quiet || line != nil}
 	req.OnWait = func(st semaphore.WaitState) {
-		fence.saw(st.Fenced, false)
+		fence.saw(st.Fenced, req.NoWait)
 		if onWait != nil {
 			onWait(st)
 		}

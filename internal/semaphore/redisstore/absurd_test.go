@@ -10,6 +10,7 @@ import (
 	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // TestAbsurdRepliesAreErrors: replies no Redis sends (lengths that would
@@ -43,7 +44,7 @@ func TestAbsurdRepliesAreErrors(t *testing.T) {
 			if d := time.Since(start); d > 3*time.Second {
 				t.Errorf("Acquire: took %v, want the error within the connect timeout", d)
 			}
-			l := st.newLease(semaphore.Request{Key: "k", TTL: 30 * time.Second}, newKeys(testPrefix, "k"), "ID", 1, clock.Now().Add(time.Hour))
+			l := st.newLease(semaphore.Request{Key: "k", TTL: 30 * time.Second}, protocol.NewKeys(testPrefix, "k"), "ID", 1, clock.Now().Add(time.Hour))
 			if err := l.Renew(ctxTimeout(t, 5*time.Second)); err == nil || strings.Contains(err.Error(), semaphore.ErrLost.Error()) {
 				t.Errorf("Renew: got %v, want an error that leaves the permit in doubt", err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // An aclProbe is one command semrun sends, in a harmless form on the keys
@@ -33,39 +34,38 @@ type aclProbe struct {
 // ACL refuses), SELECT for a database other than 0 and, in a cluster,
 // CLUSTER SLOTS: without those, doctor cannot connect (latency names
 // them); and COMMAND in a cluster (acl tries it there).
-func (s *Store) aclProbes(k semKeys, noHolder string) []aclProbe {
-	wake := k.wakeList(noHolder)
+func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
+	wake := k.WakeList(noHolder)
 	// The renewal of a permit nobody holds reads the keys and writes nothing.
-	renew := append([]any{len(k.list())}, toAny(k.list())...)
-	renew = append(renew, renewArgs(noHolder, time.Second, 0)...)
+	renew := protocol.RenewArgs{ID: noHolder, TTL: time.Second}
 	return []aclProbe{
 		// Cleaning up comes first: without PEXPIRE, nothing is written.
 		{args: []any{"DEL", wake}},
-		{args: []any{"PEXPIRE", k.token, 60000}},
-		{args: append([]any{"EVAL", renewScript.source()}, renew...)},
-		{args: append([]any{"EVALSHA", renewScript.lua().Hash()}, renew...)},
+		{args: []any{"PEXPIRE", k.Token, 60000}},
+		{args: protocol.Command("EVAL", k, renew)},
+		{args: protocol.Command("EVALSHA", k, renew)},
 		{args: []any{"TIME"}},
 		{args: []any{"INFO", "server"}},
 		{args: []any{"WAIT", 0, 0}, optional: s.names.Name(semaphore.MinReplicasSetting) + " would fail"},
-		{args: []any{"HSET", k.info, "#doctor", 1}, writes: true},
-		{args: []any{"HGET", k.info, "#doctor"}},
-		{args: []any{"HMGET", k.info, "#doctor", "#cap"}},
-		{args: []any{"HDEL", k.info, "#doctor"}},
-		{args: []any{"ZADD", k.holders, 1, "doctor"}, writes: true},
-		{args: []any{"ZSCORE", k.holders, "doctor"}},
-		{args: []any{"ZRANK", k.holders, "doctor"}},
-		{args: []any{"ZCARD", k.holders}},
-		{args: []any{"ZRANGE", k.holders, 0, -1, "WITHSCORES"}},
-		{args: []any{"ZRANGEBYSCORE", k.holders, "(0", "+inf", "WITHSCORES"}},
-		{args: []any{"ZREM", k.holders, "doctor"}},
-		{args: []any{"SET", k.token, 1}, writes: true},
-		{args: []any{"GET", k.token}},
-		{args: []any{"EXISTS", k.token}},
-		{args: []any{"PTTL", k.token}},
+		{args: []any{"HSET", k.Info, "#doctor", 1}, writes: true},
+		{args: []any{"HGET", k.Info, "#doctor"}},
+		{args: []any{"HMGET", k.Info, "#doctor", "#cap"}},
+		{args: []any{"HDEL", k.Info, "#doctor"}},
+		{args: []any{"ZADD", k.Holders, 1, "doctor"}, writes: true},
+		{args: []any{"ZSCORE", k.Holders, "doctor"}},
+		{args: []any{"ZRANK", k.Holders, "doctor"}},
+		{args: []any{"ZCARD", k.Holders}},
+		{args: []any{"ZRANGE", k.Holders, 0, -1, "WITHSCORES"}},
+		{args: []any{"ZRANGEBYSCORE", k.Holders, "(0", "+inf", "WITHSCORES"}},
+		{args: []any{"ZREM", k.Holders, "doctor"}},
+		{args: []any{"SET", k.Token, 1}, writes: true},
+		{args: []any{"GET", k.Token}},
+		{args: []any{"EXISTS", k.Token}},
+		{args: []any{"PTTL", k.Token}},
 		{args: []any{"RPUSH", wake, "doctor"}, writes: true},
 		// What semrun's waiters send: a timeout in fractions of a second.
 		{args: []any{"BLPOP", wake, "0.01"}},
-		{args: []any{"SCAN", 0, "MATCH", globEscaper.Replace(k.holders), "COUNT", 10},
+		{args: []any{"SCAN", 0, "MATCH", protocol.KeyPattern(s.prefix), "COUNT", 10},
 			optional: "semrun status without a KEY would fail"},
 	}
 }
@@ -86,7 +86,7 @@ func toAny(s []string) []any {
 // (WAIT for the min replicas setting only).
 func Commands() []string {
 	var names []string
-	for _, p := range (&Store{names: semaphore.OwnNames{}}).aclProbes(newKeys("", ""), "") {
+	for _, p := range (&Store{names: semaphore.OwnNames{}}).aclProbes(protocol.NewKeys("", ""), "") {
 		names = append(names, p.name())
 	}
 	slices.Sort(names)
@@ -148,9 +148,9 @@ type aclFindings struct {
 // acl sends every command semrun sends, as semrun does, on a throw-away
 // semaphore, and names those refused. It returns whether any was.
 func (s *Store) acl(ctx context.Context) (semaphore.Check, bool) {
-	k := newKeys(s.prefix, doctorKey())
+	k := protocol.NewKeys(s.prefix, doctorKey())
 	id := newPermitID()
-	all := append(k.list(), k.wakeList(id))
+	all := append(k.List(), k.WakeList(id))
 	f, err := s.runProbes(ctx, k, id)
 	cleaned := s.cleanup(ctx, all)
 	if err != nil {
@@ -161,7 +161,7 @@ func (s *Store) acl(ctx context.Context) (semaphore.Check, bool) {
 }
 
 // runProbes sends every probe, and sorts Redis's answers.
-func (s *Store) runProbes(ctx context.Context, k semKeys, id string) (*aclFindings, error) {
+func (s *Store) runProbes(ctx context.Context, k protocol.Keys, id string) (*aclFindings, error) {
 	f := &aclFindings{odd: map[string][]string{}}
 	probes := s.aclProbes(k, id)
 	if s.cluster {
@@ -178,7 +178,7 @@ func (s *Store) runProbes(ctx context.Context, k semKeys, id string) (*aclFindin
 		name := p.name()
 		err := s.probe(ctx, p)
 		// NOSCRIPT: EVALSHA was allowed (EVAL, refused, loaded nothing).
-		if err == nil || errors.Is(err, redis.Nil) || isNoScript(err) {
+		if err == nil || errors.Is(err, redis.Nil) || protocol.IsNoScript(err) {
 			f.canWrite = f.canWrite || name == "pexpire"
 			continue
 		}
@@ -231,7 +231,7 @@ func (s *Store) aclCheck(f *aclFindings, cleaned bool) (semaphore.Check, bool) {
 		fixes = append(fixes, "ACL SETUSER "+user+" +"+strings.Join(append(slices.Clone(f.missing), f.optional...), " +"))
 	}
 	if len(f.keyRefused) > 0 {
-		fixes = append(fixes, "ACL SETUSER "+user+" ~"+globEscaper.Replace(keyEscaper.Replace(s.prefix))+"*")
+		fixes = append(fixes, "ACL SETUSER "+user+" ~"+protocol.PrefixPattern(s.prefix))
 	}
 	if len(f.missing) > 0 {
 		problems = append(problems, fmt.Sprintf("user %s may not run %s, which semrun sends", user, strings.ToUpper(strings.Join(f.missing, ", "))))

@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // WaiterLease is how long a waiter keeps its place in line without telling
@@ -22,19 +21,19 @@ import (
 // if that is shorter: a waiter that vanished (killed, host gone) leaves
 // the line after at most this, and its renewals, every third of it, also
 // cover a wake-up lost in a fault. acquire.lua stretches it in a longer
-// line (120ms a waiter, at most MaxWaiterLease), so that keeping places
-// costs Redis the same however long the line. Either way a vanished
-// waiter whose turn comes costs those behind it only a claim window
-// (lib.lua's CLAIM), not its lease.
-const WaiterLease = 10 * time.Second
+// line (protocol.PerWaiter a waiter, at most MaxWaiterLease), so that
+// keeping places costs Redis the same however long the line. Either way a
+// vanished waiter whose turn comes costs those behind it only a claim
+// window (protocol.Claim), not its lease.
+const WaiterLease = protocol.WaiterLease
 
 // MaxWaiterLease is the longest waiter lease acquire.lua gives: in a line
 // of MaxLine waiters.
-const MaxWaiterLease = 20 * time.Minute
+const MaxWaiterLease = protocol.MaxWaiterLease
 
 // MaxLine is the longest line one key takes: a caller that would make it
 // longer is refused as busy, with a *semaphore.LineError.
-const MaxLine = 10_000
+const MaxLine = protocol.MaxLine
 
 // watchers is how many waiters at the head of the line ask again when the
 // earliest lease can lapse: only a seat that lapses needs them, and the
@@ -49,7 +48,8 @@ func newPermitID() string { return rand.Text() }
 // now takes a place in line, and blocks until a script pushes its turn to
 // its wake list (a release, a lapsed lease or a vanished waiter gave it its
 // turn), the earliest lease can lapse, or its place needs renewing: that
-// renewal is also the safety net for a lost message.
+// renewal is also the safety net for a lost message. A caller that will
+// not wait (NoWait) still waits out a restart fence (once).
 func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -57,10 +57,13 @@ func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 	// Every grant is given back: the release script is made now, not
 	// between the command's end and the release, where the next waiter
 	// would wait for it (0.05ms on a hand-over, A/B).
-	releaseScript.build()
+	protocol.Build(protocol.ReleaseArgs{})
 	a, err := s.newAsker(req)
 	if err != nil {
 		return nil, err
+	}
+	if req.NoWait {
+		return a.once(ctx)
 	}
 	for {
 		l, delay, err := a.ask(ctx)
@@ -84,12 +87,12 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
 		case !popped:
 			return nil, nil // time to ask again
-		case t.handed:
+		case t.Handed:
 			return a.take(ctx, t)
-		case t.look > 0:
+		case t.Look > 0:
 			// A permit handed to the waiter before this one may lapse
 			// unclaimed then: whoever asks first takes it back.
-			if at := a.inLine.recv.Add(time.Duration(t.look-a.inLine.now+1) * time.Millisecond); at.Before(deadline) {
+			if at := a.inLine.recv.Add(time.Duration(t.Look-a.inLine.now+1) * time.Millisecond); at.Before(deadline) {
 				deadline = at
 			}
 		default:
@@ -106,18 +109,51 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 	}
 }
 
+// How often a caller that will not wait waits out a restart fence before
+// it takes the fence for busy (a fence longer than the one it waited for,
+// asked by another caller meanwhile), and how long past its end it asks
+// again: uptime counts whole seconds, so a try that comes too early waits
+// again.
+const (
+	maxFenceWaits = 3
+	fenceSlack    = 250 * time.Millisecond
+)
+
+// once asks for a permit without waiting in line. Until a restart fence
+// ends nobody can tell whether the key is busy, and it does end: the
+// caller waits it out, saying so first through OnWait (Fenced is what is
+// left of it), then asks again; after maxFenceWaits it gets the
+// *semaphore.FenceError.
+func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
+	for waits := 0; ; waits++ {
+		l, _, err := a.ask(ctx)
+		var fenced *semaphore.FenceError
+		if !errors.As(err, &fenced) || waits == maxFenceWaits {
+			return l, err
+		}
+		if a.req.OnWait != nil {
+			a.req.OnWait(semaphore.WaitState{Held: a.held, Capacity: a.req.Permits, Fenced: fenced.Left})
+		}
+		if err := clock.Sleep(ctx, fenced.Left+fenceSlack); err != nil {
+			return nil, fmt.Errorf("key %q: waiting out the restart fence: %w", a.req.Key, context.Cause(ctx))
+		}
+	}
+}
+
 // asker is one Acquire's state as it asks for a permit and waits for it.
 type asker struct {
 	s    *Store
 	req  semaphore.Request
-	keys semKeys
+	keys protocol.Keys
 	id   string
-	args acquireArgs
+	args protocol.AcquireArgs
 	wake wakeups
 	// garbage paces a waiter whose wake list holds what no script wrote.
 	garbage backoff
 	// told: the capacity the previous caller asked was looked at.
 	told bool
+	// held is how many seats the last ask found taken.
+	held int
 	last semaphore.WaitState
 	// inLine is the last ask that left the caller in line: when it sent it,
 	// when the reply came, and the server's clock as the script ran, in
@@ -131,20 +167,20 @@ type asker struct {
 }
 
 func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
-	a := &asker{s: s, req: req, keys: newKeys(s.prefix, req.Key), id: newPermitID(),
+	a := &asker{s: s, req: req, keys: protocol.NewKeys(s.prefix, req.Key), id: newPermitID(),
 		garbage: backoff{next: 50 * time.Millisecond, max: 2 * time.Second}}
 	meta, err := json.Marshal(req.Holder)
 	if err != nil {
 		return nil, fmt.Errorf("encode holder info: %w", err)
 	}
-	a.args = acquireArgs{
-		id: a.id, permits: req.Permits, ttl: req.TTL, meta: meta, weight: req.Seats(),
-		wake: a.keys.wake, fence: req.RestartFence, line: s.maxLine,
+	a.args = protocol.AcquireArgs{
+		ID: a.id, Permits: req.Permits, TTL: req.TTL, Meta: meta, Weight: req.Seats(),
+		Fence: req.RestartFence, Line: s.maxLine,
 	}
 	if !req.NoWait {
-		a.args.wait = min(req.TTL, WaiterLease)
+		a.args.Wait = min(req.TTL, WaiterLease)
 	}
-	a.wake = wakeups{client: s.client, key: a.keys.wakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
+	a.wake = wakeups{client: s.client, key: a.keys.WakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
 	return a, nil
 }
 
@@ -153,10 +189,10 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error) {
 	s, req := a.s, a.req
 	sent := clock.Now()
-	res, err := s.call(ctx, acquireScript, a.keys, a.args.named())
+	res, err := s.call(ctx, a.keys, a.args)
 	recv := clock.Now()
-	if limit := a.atLimit(err); limit != nil {
-		return nil, 0, limit
+	if limit := protocol.AtLimit(err, a.keys); limit != nil {
+		return nil, 0, fmt.Errorf("key %q: %w", req.Key, limit)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -166,77 +202,59 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		}
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
-	r, err := decodeAcquire(res)
+	r, err := protocol.DecodeAcquire(res)
 	if err != nil {
 		s.abandon(ctx, a.keys, a.id)
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
 	a.warn(r)
-	s.dropped(req.Key, r.bad)
+	a.held = int(r.Held)
+	s.dropped(req.Key, r.Bad)
 	// A turn of its own, handed by its own script, it has just taken.
-	s.watch(ctx, a.keys, slices.DeleteFunc(r.handed, func(l any) bool { return l == a.wake.key }))
-	if r.granted {
-		l, err := s.replicated(ctx, req, s.newLease(req, a.keys, a.id, r.token, sent.Add(serverSpan(r.left))))
+	s.watch(ctx, a.keys, slices.DeleteFunc(r.Handed, func(l string) bool { return l == a.wake.key }))
+	if r.Granted {
+		l, err := s.replicated(ctx, req, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left))))
 		return l, 0, err
 	}
-	fenced := time.Duration(r.fenced) * time.Millisecond
+	fenced := time.Duration(r.Fenced) * time.Millisecond
 	if req.NoWait {
 		if fenced > 0 {
 			return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.FenceError{Left: fenced})
 		}
-		return nil, 0, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, r.held, req.Permits, semaphore.ErrBusy)
+		return nil, 0, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, r.Held, req.Permits, semaphore.ErrBusy)
 	}
-	if r.full {
-		return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.LineError{Waiting: int(r.waiting), Max: s.maxLine})
+	if r.Full {
+		return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.LineError{Waiting: int(r.Waiting), Max: s.maxLine})
 	}
-	a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.now
+	a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.Now
 	// The fence is shown to the second, so that the line is not redrawn for less.
-	st := semaphore.WaitState{Held: int(r.held), Capacity: req.Permits, Position: int(r.position), Waiting: int(r.waiting), Fenced: fenced.Round(time.Second)}
+	st := semaphore.WaitState{Held: int(r.Held), Capacity: req.Permits, Position: int(r.Position), Waiting: int(r.Waiting), Fenced: fenced.Round(time.Second)}
 	if st != a.last && req.OnWait != nil {
 		req.OnWait(st)
 		a.last = st
 	}
 	// Jittered, so that waiters that came together do not renew together.
 	// The lease is the script's, bounded: Redis's word.
-	wlease := min(max(time.Duration(r.wait)*time.Millisecond, a.args.wait), MaxWaiterLease)
+	wlease := min(max(time.Duration(r.Wait)*time.Millisecond, a.args.Wait), MaxWaiterLease)
 	delay := wlease/3*9/10 + mrand.N(wlease/15+1)
 	// Healthy holders renew long before their lease could lapse, and a
 	// waiter asks again before that; only a crashed holder's lapse, or a
 	// permit handed over and never claimed, comes first, and then the
 	// waiters at the head look.
-	if r.lapse > 0 && (r.position <= watchers || r.fenced > 0) {
-		delay = min(delay, time.Duration(r.lapse)*time.Millisecond+time.Millisecond)
+	if r.Lapse > 0 && (r.Position <= watchers || r.Fenced > 0) {
+		delay = min(delay, time.Duration(r.Lapse)*time.Millisecond+time.Millisecond)
 	}
 	return nil, delay, nil
 }
 
-// atLimit explains a counter of the key that cannot be raised (someone
-// wrote it, or it was used up), with the repair; nil for other errors.
-func (a *asker) atLimit(err error) error {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return nil
-	}
-	msg := rerr.Error()
-	switch {
-	case strings.HasPrefix(msg, "TOKENLIMIT "):
-		return fmt.Errorf("key %q: %s: no permit of this key can be granted; to repair, DEL %s (tokens then start again from Redis's clock)",
-			a.req.Key, strings.TrimPrefix(msg, "TOKENLIMIT "), a.keys.token)
-	case strings.HasPrefix(msg, "COUNTERLIMIT "):
-		return fmt.Errorf("key %q: %s: nobody can join this key's line; to repair, HDEL %s #seq",
-			a.req.Key, strings.TrimPrefix(msg, "COUNTERLIMIT "), a.keys.waiters)
-	}
-	return nil
-}
-
 // warn says, once, that the caller disagrees with the previous one about
 // the capacity, and, each time, that the server's clock jumped.
-func (a *asker) warn(r acquireReply) {
-	if r.previous != int64(a.req.Permits) && !a.told {
-		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), r.previous)
+func (a *asker) warn(r protocol.AcquireReply) {
+	if r.Previous != int64(a.req.Permits) && !a.told {
+		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), r.Previous)
 	}
 	a.told = true
-	switch moved := time.Duration(r.moved) * time.Millisecond; {
+	switch moved := time.Duration(r.Moved) * time.Millisecond; {
 	case moved > 0:
 		a.s.warnf("key %q: no call reached Redis for longer than its holders renew: Redis's clock stepped forward, or every holder stopped renewing; their leases were pushed back %v", a.req.Key, moved)
 	case moved < 0:
@@ -245,9 +263,9 @@ func (a *asker) warn(r acquireReply) {
 }
 
 // take returns the permit a script handed over, or nil to ask again.
-func (a *asker) take(ctx context.Context, t turn) (semaphore.Lease, error) {
+func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, error) {
 	s, req := a.s, a.req
-	l := s.newLease(req, a.keys, a.id, t.token, a.inLine.sent.Add(serverSpan(t.expiry-a.inLine.now)))
+	l := s.newLease(req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)))
 	// A waiter that read its turn late (it was stopped) renews first, so
 	// that its command does not start with its lease about to lapse.
 	if clock.Until(l.deadline) < req.TTL/2 {
@@ -304,9 +322,8 @@ func serverSpan(ms int64) time.Duration { return time.Duration(ms-1) * time.Mill
 
 // dropped says, with --verbose, which records of key a script dropped
 // because they were not records.
-func (s *Store) dropped(key string, bad []any) {
-	for _, b := range bad {
-		what, _ := b.(string)
+func (s *Store) dropped(key string, bad []string) {
+	for _, what := range bad {
 		kind, rec, _ := strings.Cut(what, " ")
 		s.infof("key %q: dropped a %.20s record that is not one (someone else wrote it): %.100q", key, kind, rec)
 	}
@@ -318,11 +335,11 @@ func (s *Store) dropped(key string, bad []any) {
 // alive and blocked on its list took its turn before Redis ran the next
 // command, this EXISTS, so a hand-over to a live waiter wakes nobody
 // else. Best effort: the waiters' own renewals cover a failure.
-func (s *Store) watch(ctx context.Context, k semKeys, handed []any) {
+func (s *Store) watch(ctx context.Context, k protocol.Keys, handed []string) {
 	lists := make([]any, 0, len(handed))
-	for _, h := range handed {
+	for _, l := range handed {
 		// Redis's word: only the key's own wake lists are looked at.
-		if l, ok := h.(string); ok && len(l) == len(k.wake)+17 && strings.HasPrefix(l, k.wake+":") {
+		if k.IsWakeList(l) {
 			lists = append(lists, l)
 		}
 	}
@@ -332,18 +349,18 @@ func (s *Store) watch(ctx context.Context, k semKeys, handed []any) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.connectTimeout)
 	defer cancel()
 	if n, err := s.client.Do(ctx, append([]any{"EXISTS"}, lists...)...).Int64(); err == nil && n > 0 {
-		_, _ = watchScript.run(ctx, s.client, k, namedArgs{"wake", k.wake})
+		_, _ = protocol.Run(ctx, s.client, k, protocol.WatchArgs{})
 	}
 }
 
 // abandon releases id after ctx ended, under a short deadline of its own.
-func (s *Store) abandon(ctx context.Context, k semKeys, id string) {
+func (s *Store) abandon(ctx context.Context, k protocol.Keys, id string) {
 	// Short: a caller who gave up on waiting, or was signalled, wants out now.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
 	defer cancel()
-	if res, err := releaseScript.run(ctx, s.client, k, releaseArgs(id, k.wake)); err == nil {
-		if r, err := decodeRelease(res); err == nil {
-			s.watch(ctx, k, r.handed)
+	if res, err := protocol.Run(ctx, s.client, k, protocol.ReleaseArgs{ID: id}); err == nil {
+		if r, err := protocol.DecodeRelease(res); err == nil {
+			s.watch(ctx, k, r.Handed)
 		}
 	}
 }

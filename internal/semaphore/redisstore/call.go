@@ -14,11 +14,12 @@ import (
 
 	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // call runs a script, retrying failures that may heal (connection refused,
 // timeouts, a loading server) for at most the connect timeout.
-func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) (any, error) {
+func (s *Store) call(ctx context.Context, k protocol.Keys, args protocol.Args) (any, error) {
 	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
 	giveUp := time.Now().Add(s.connectTimeout)
 	var failing error
@@ -35,7 +36,7 @@ func (s *Store) call(ctx context.Context, sc script, k semKeys, args namedArgs) 
 	}
 	for {
 		attempt, cancel := context.WithDeadline(ctx, giveUp)
-		res, err := sc.run(attempt, s.client, k, args)
+		res, err := protocol.Run(attempt, s.client, k, args)
 		cancel()
 		switch {
 		case err == nil:

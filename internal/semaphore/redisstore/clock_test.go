@@ -16,6 +16,7 @@ import (
 
 	hostclock "github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
@@ -27,6 +28,12 @@ type clocked struct {
 	t   *testing.T
 	m   *miniredis.Miniredis
 	now time.Time
+
+	mu sync.Mutex
+	// blpops counts the BLPOPs the server got, by list.
+	blpops map[string]int
+	// onCommand, when set, hears every command the server gets.
+	onCommand func(cmd string, args []string)
 }
 
 // base is a whole millisecond, so lease arithmetic in ms is exact.
@@ -36,7 +43,30 @@ func newClock(t *testing.T) (*clocked, *Store) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	m.SetTime(base)
-	return &clocked{t: t, m: m, now: base}, newStore(t, "redis://"+m.Addr(), Options{})
+	c := &clocked{t: t, m: m, now: base, blpops: map[string]int{}}
+	m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if strings.EqualFold(cmd, "BLPOP") && len(args) > 0 {
+			c.blpops[args[0]]++
+		}
+		if c.onCommand != nil {
+			c.onCommand(strings.ToUpper(cmd), args)
+		}
+		return false
+	})
+	return c, newStore(t, "redis://"+m.Addr(), Options{})
+}
+
+// waitBlocked waits until the server got a BLPOP of list: the waiter
+// blocks on it, or has read what was there.
+func (c *clocked) waitBlocked(list string) {
+	c.t.Helper()
+	waitFor(c.t, 5*time.Second, "a BLPOP of "+list, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.blpops[list] > 0
+	})
 }
 
 func (c *clocked) advance(d time.Duration) {
@@ -70,33 +100,33 @@ func (c *clocked) advanceTouched(st semaphore.Store, busy semaphore.Request, ttl
 }
 
 // holders returns the permit ids of k, failing the test on a wrong type.
-func (c *clocked) holders(k semKeys) []string {
+func (c *clocked) holders(k protocol.Keys) []string {
 	c.t.Helper()
-	if !c.m.Exists(k.holders) {
+	if !c.m.Exists(k.Holders) {
 		return nil
 	}
-	ids, err := c.m.ZMembers(k.holders)
+	ids, err := c.m.ZMembers(k.Holders)
 	if err != nil {
-		c.t.Fatalf("ZMEMBERS %s: got error %v, want nil", k.holders, err)
+		c.t.Fatalf("ZMEMBERS %s: got error %v, want nil", k.Holders, err)
 	}
 	return ids
 }
 
-func (c *clocked) score(k semKeys, id string) float64 {
+func (c *clocked) score(k protocol.Keys, id string) float64 {
 	c.t.Helper()
-	s, err := c.m.ZScore(k.holders, id)
+	s, err := c.m.ZScore(k.Holders, id)
 	if err != nil {
-		c.t.Fatalf("ZSCORE %s %s: got error %v, want nil", k.holders, id, err)
+		c.t.Fatalf("ZSCORE %s %s: got error %v, want nil", k.Holders, id, err)
 	}
 	return s
 }
 
 // only returns the single holder of k.
-func (c *clocked) only(k semKeys) string {
+func (c *clocked) only(k protocol.Keys) string {
 	c.t.Helper()
 	ids := c.holders(k)
 	if len(ids) != 1 {
-		c.t.Fatalf("holders of %s: got %q, want exactly one", k.holders, ids)
+		c.t.Fatalf("holders of %s: got %q, want exactly one", k.Holders, ids)
 	}
 	return ids[0]
 }
@@ -106,7 +136,7 @@ const leaseTTL = 10 * time.Second
 func TestClockRenewOneMsBeforeExpiry(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
 	id := c.only(k)
 	if got, want := c.score(k, id), c.ms()+float64(leaseTTL.Milliseconds()); got != want {
@@ -134,7 +164,7 @@ func TestClockLeaseLapsesAtExpiry(t *testing.T) {
 	c, st := newClock(t)
 	ctx := ctxTimeout(t, 5*time.Second)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
 	aID := c.only(k)
 	expiry := c.score(k, aID)
@@ -161,7 +191,7 @@ func TestClockLeaseLapsesAtExpiry(t *testing.T) {
 	if bID == aID {
 		t.Fatalf("holder after a new acquire at expiry: got the old permit %q, want a new one", aID)
 	}
-	if fields, _ := c.m.HKeys(k.info); slices.Contains(fields, aID) {
+	if fields, _ := c.m.HKeys(k.Info); slices.Contains(fields, aID) {
 		t.Errorf("info fields after the sweep: got %q, want the lapsed permit's record gone", fields)
 	}
 	if b.Token() <= a.Token() {
@@ -177,7 +207,7 @@ func TestClockRenewAfterExpiry(t *testing.T) {
 	c, st := newClock(t)
 	ctx := ctxTimeout(t, 5*time.Second)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
 
 	// Another caller keeps asking while a is silent: on a key nobody
@@ -190,7 +220,7 @@ func TestClockRenewAfterExpiry(t *testing.T) {
 
 	// Unused, the keys expire on their own; a late renew does not revive them.
 	c.advance(2 * time.Second)
-	for _, rk := range k.list() {
+	for _, rk := range k.List() {
 		if c.m.Exists(rk) {
 			t.Errorf("key %s %v after the last lease lapsed: got it still there, want it expired", rk, 2*time.Second)
 		}
@@ -229,7 +259,7 @@ func TestClockStatusAtTheEdge(t *testing.T) {
 func TestClockTokensSeededFromClock(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	req := semaphore.Request{Key: key, Permits: 3, TTL: leaseTTL}
 
 	var last int64
@@ -250,7 +280,7 @@ func TestClockTokensSeededFromClock(t *testing.T) {
 
 	// All keys expire once the leases lapse and nobody renews.
 	c.advance(leaseTTL + 2*time.Second)
-	if c.m.Exists(k.token) {
+	if c.m.Exists(k.Token) {
 		t.Fatalf("token key after every lease lapsed: got it still there, want it expired")
 	}
 	check(acquire(t, st, req), "after the keys expired")
@@ -263,13 +293,13 @@ func TestClockTokensSeededFromClock(t *testing.T) {
 func TestClockKeysOutliveLongestLease(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second})
 	c.advance(5 * time.Second)
 	short := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: leaseTTL})
 
 	// The long lease has 25s left; the short grant must not cut the keys' TTL below it.
-	for _, rk := range []string{k.holders, k.info, k.token} {
+	for _, rk := range []string{k.Holders, k.Info, k.Token} {
 		if got := c.m.TTL(rk); got < 25*time.Second {
 			t.Errorf("TTL of %s: got %v, want at least the longest lease's remaining 25s", rk, got)
 		}
@@ -278,7 +308,7 @@ func TestClockKeysOutliveLongestLease(t *testing.T) {
 	if err := short.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatalf("Renew: got %v, want nil", err)
 	}
-	for _, rk := range []string{k.holders, k.info, k.token} {
+	for _, rk := range []string{k.Holders, k.Info, k.Token} {
 		if got := c.m.TTL(rk); got < 20*time.Second {
 			t.Errorf("TTL of %s after renewing the shorter lease: got %v, want at least the longest lease's remaining 20s", rk, got)
 		}
@@ -347,12 +377,7 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("waiter: OnWait not called after 5s, want it waiting")
 	}
-	k := newKeys(testPrefix, key)
-	waitFor(t, 5*time.Second, "the waiter in line", func() bool {
-		ids, err := c.m.ZMembers(k.queue)
-		return err == nil && len(ids) == 1
-	})
-	time.Sleep(50 * time.Millisecond) // for it to block on its wake list
+	c.waiterInLine(protocol.NewKeys(testPrefix, key))
 
 	// Others ask while the holder is silent (the waiter's own look is ~3s
 	// of real time away, and the server's clock jumps): touched this often,
@@ -387,7 +412,7 @@ func TestClockSweepWakesWaiter(t *testing.T) {
 func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	raw := rawClient(t, c.m.Addr())
 	req := semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}
 	a := acquire(t, st, req)
@@ -415,7 +440,7 @@ func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
 	if b.Token() <= a.Token() {
 		t.Errorf("token after the vanished waiter: got %d, want more than %d", b.Token(), a.Token())
 	}
-	if c.m.Exists(k.queue) {
+	if c.m.Exists(k.Queue) {
 		t.Errorf("queue key once nobody waits: got it still there, want it gone")
 	}
 }
@@ -426,11 +451,11 @@ func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
 func TestClockKeysOutliveWaiterLease(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
-	ks := newKeys(testPrefix, key)
+	ks := protocol.NewKeys(testPrefix, key)
 	raw := rawClient(t, c.m.Addr())
 	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second})
 	enqueue(t, raw, key, "GHOST", 1, 10*time.Second)
-	for _, rk := range ks.list() {
+	for _, rk := range ks.List() {
 		if got := c.m.TTL(rk); got < 10*time.Second {
 			t.Errorf("TTL of %s with a waiter lease of 10s: got %v, want at least 10s", rk, got)
 		}
@@ -442,7 +467,7 @@ func TestClockKeysOutliveWaiterLease(t *testing.T) {
 		t.Fatalf("Status after the holder lapsed: got %+v, want no holder and one waiter", s)
 	}
 	c.advance(4 * time.Second)
-	for _, rk := range []string{ks.queue, ks.waiters, ks.token} {
+	for _, rk := range []string{ks.Queue, ks.Waiters, ks.Token} {
 		if !c.m.Exists(rk) {
 			t.Errorf("key %s 9s into a 10s waiter lease: got it gone, want it there", rk)
 		}
@@ -519,42 +544,40 @@ func (c *clocked) scriptRuns(names ...string) func(name string) int64 {
 	byKey := map[string]string{}
 	for _, name := range names {
 		sc := scriptNamed(c.t, name)
-		if err := sc.lua().Load(context.Background(), raw).Err(); err != nil {
+		if err := raw.ScriptLoad(context.Background(), sc.Source()).Err(); err != nil {
 			c.t.Fatalf("SCRIPT LOAD %s: got error %v, want nil", name, err)
 		}
-		byKey[sc.lua().Hash()] = name
-		byKey[sc.source()] = name
+		byKey[sc.Hash()] = name
+		byKey[sc.Source()] = name
 	}
-	var mu sync.Mutex
 	runs := map[string]int64{}
-	c.m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+	c.mu.Lock()
+	c.onCommand = func(cmd string, args []string) {
 		if (cmd == "EVALSHA" || cmd == "EVAL") && len(args) > 0 {
 			if name, ok := byKey[args[0]]; ok {
-				mu.Lock()
 				runs[name]++
-				mu.Unlock()
 			}
 		}
-		return false
-	})
+	}
+	c.mu.Unlock()
 	return func(name string) int64 {
-		mu.Lock()
-		defer mu.Unlock()
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		return runs[name]
 	}
 }
 
-// waiterInLine waits until one waiter stands in k's line, and a little more
-// for it to block on its wake list, and returns its permit id.
-func (c *clocked) waiterInLine(k semKeys) string {
+// waiterInLine waits until one waiter stands in k's line and blocks on
+// its wake list, and returns its permit id.
+func (c *clocked) waiterInLine(k protocol.Keys) string {
 	c.t.Helper()
 	var ids []string
 	waitFor(c.t, 5*time.Second, "one waiter in line", func() bool {
 		var err error
-		ids, err = c.m.ZMembers(k.queue)
+		ids, err = c.m.ZMembers(k.Queue)
 		return err == nil && len(ids) == 1
 	})
-	time.Sleep(50 * time.Millisecond)
+	c.waitBlocked(k.WakeList(ids[0]))
 	return ids[0]
 }
 
@@ -562,15 +585,15 @@ func (c *clocked) waiterInLine(k semKeys) string {
 // <N> <weight> <since ms> <ttl ms> <meta>": the lease of the permit a
 // script hands it. A short one stands for a waiter that reads its turn
 // late, its lease partly or wholly gone.
-func (c *clocked) setWaiterTTL(k semKeys, id string, ttl time.Duration) {
+func (c *clocked) setWaiterTTL(k protocol.Keys, id string, ttl time.Duration) {
 	c.t.Helper()
-	rec := c.m.HGet(k.waiters, id)
+	rec := c.m.HGet(k.Waiters, id)
 	f := strings.SplitN(rec, " ", 6)
 	if len(f) != 6 {
 		c.t.Fatalf("waiter record of %s: got %q, want 5 integers and meta", id, rec)
 	}
 	f[4] = strconv.FormatInt(ttl.Milliseconds(), 10)
-	c.m.HSet(k.waiters, id, strings.Join(f, " "))
+	c.m.HSet(k.Waiters, id, strings.Join(f, " "))
 }
 
 // TestClockHandedOverLeaseRunsFromRelease: the lease a release hands a
@@ -581,7 +604,7 @@ func (c *clocked) setWaiterTTL(k semKeys, id string, ttl time.Duration) {
 func TestClockHandedOverLeaseRunsFromRelease(t *testing.T) {
 	c, st := newClock(t)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	runs := c.scriptRuns("acquire", "renew")
 	const ttl = 30 * time.Second
 	h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
@@ -612,7 +635,7 @@ func TestClockHandedOverLeaseRunsFromRelease(t *testing.T) {
 	if got, want := c.score(k, id), c.ms()+2000; got != want {
 		t.Errorf("claim expiry handed over: got %v ms, want release time + 2s = %v ms", got, want)
 	}
-	if got, want := c.m.HGet(k.info, "#claim "+id), strconv.FormatInt(int64(c.ms())+ttl.Milliseconds(), 10); got != want {
+	if got, want := c.m.HGet(k.Info, "#claim "+id), strconv.FormatInt(int64(c.ms())+ttl.Milliseconds(), 10); got != want {
 		t.Errorf("lease expiry handed over: got %q ms, want release time + TTL = %s ms", got, want)
 	}
 	if r.L.Token() <= h.Token() {
@@ -633,7 +656,7 @@ func TestClockHandedOverLeaseRunsFromRelease(t *testing.T) {
 type lateHandover struct {
 	c         *clocked
 	st        *Store
-	k         semKeys
+	k         protocol.Keys
 	key, id   string
 	h         semaphore.Lease        // the holder that released
 	r         semaphoretest.Acquired // what the waiter's Acquire returned
@@ -648,7 +671,7 @@ func handOverLate(t *testing.T, ttl, left time.Duration, what string) lateHandov
 	t.Helper()
 	x := lateHandover{key: uniqueKey(t)}
 	x.c, x.st = newClock(t)
-	x.k = newKeys(testPrefix, x.key)
+	x.k = protocol.NewKeys(testPrefix, x.key)
 	x.runs = x.c.scriptRuns("acquire", "renew")
 	x.h = acquire(t, x.st, semaphore.Request{Key: x.key, Permits: 1, TTL: ttl})
 	done, _ := startAcquire(t, x.st, semaphore.Request{Key: x.key, Permits: 1, TTL: ttl}, 20*time.Second)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // TestRedisCluster: on a 3-master Redis Cluster, reached through one seed
@@ -37,7 +38,7 @@ func TestRedisCluster(t *testing.T) {
 	slots := map[int64]bool{}
 	raw := rawClient(t, nodes[0].Addr)
 	for _, key := range keys {
-		slot, err := raw.ClusterKeySlot(ctx, newKeys(testPrefix, key).holders).Result()
+		slot, err := raw.ClusterKeySlot(ctx, protocol.NewKeys(testPrefix, key).Holders).Result()
 		if err != nil {
 			t.Fatalf("CLUSTER KEYSLOT: %v", err)
 		}
@@ -121,7 +122,7 @@ func TestRedisClusterMinReplicas(t *testing.T) {
 	ctx := context.Background()
 	key := uniqueKey(t)
 	raw := rawClient(t, nodes[0].Addr)
-	slot, err := raw.ClusterKeySlot(ctx, newKeys(testPrefix, key).holders).Result()
+	slot, err := raw.ClusterKeySlot(ctx, protocol.NewKeys(testPrefix, key).Holders).Result()
 	if err != nil {
 		t.Fatalf("CLUSTER KEYSLOT: %v", err)
 	}
@@ -183,8 +184,8 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 	t.Cleanup(func() { _ = store.Close() })
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
-	m := newSlotMove(t, nodes, k.holders)
+	k := protocol.NewKeys(testPrefix, key)
+	m := newSlotMove(t, nodes, k.Holders)
 
 	const n, workers, rounds = 2, 6, 8
 	var g gauge
@@ -254,8 +255,8 @@ func TestRedisClusterReleaseDuringMigration(t *testing.T) {
 	store := newStore(t, "redis://"+nodes[0].Addr+"/0", Options{Cluster: true, ConnectTimeout: 10 * time.Second})
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
-	m := newSlotMove(t, nodes, k.holders)
+	k := protocol.NewKeys(testPrefix, key)
+	m := newSlotMove(t, nodes, k.Holders)
 	src, dst, slot := m.src, m.dst, m.slot
 
 	l := acquire(t, store, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // scriptCheck runs semrun's scripts as a run does, on a throw-away
@@ -12,7 +13,7 @@ import (
 type scriptCheck struct {
 	s              *Store
 	key            string
-	keys           semKeys
+	keys           protocol.Keys
 	holder, waiter string
 	// loaded: Redis lacked a script, which EVAL loaded.
 	loaded bool
@@ -24,8 +25,8 @@ type scriptCheck struct {
 // release. A missing permission the acl check found is not told again.
 func (s *Store) scripts(ctx context.Context, aclFailed bool) semaphore.Check {
 	c := &scriptCheck{s: s, key: doctorKey(), holder: newPermitID(), waiter: newPermitID()}
-	c.keys = newKeys(s.prefix, c.key)
-	defer s.cleanup(ctx, append(c.keys.list(), c.keys.wakeList(c.holder), c.keys.wakeList(c.waiter)))
+	c.keys = protocol.NewKeys(s.prefix, c.key)
+	defer s.cleanup(ctx, append(c.keys.List(), c.keys.WakeList(c.holder), c.keys.WakeList(c.waiter)))
 	step, err := c.run(ctx)
 	if err == nil {
 		how := "already loaded: EVALSHA"
@@ -46,39 +47,39 @@ func (s *Store) scripts(ctx context.Context, aclFailed bool) semaphore.Check {
 }
 
 // call runs a script with EVALSHA, and with EVAL when Redis lacks it.
-func (c *scriptCheck) call(ctx context.Context, sc script, args namedArgs) (any, error) {
+func (c *scriptCheck) call(ctx context.Context, args protocol.Args) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.s.connectTimeout)
 	defer cancel()
-	res, err := sc.lua().EvalSha(ctx, c.s.client, c.keys.list(), args...).Result()
-	if isNoScript(err) {
+	res, err := protocol.EvalSha(ctx, c.s.client, c.keys, args).Result()
+	if protocol.IsNoScript(err) {
 		c.loaded = true
-		res, err = sc.lua().Eval(ctx, c.s.client, c.keys.list(), args...).Result()
+		res, err = protocol.Eval(ctx, c.s.client, c.keys, args).Result()
 	}
-	return res, sc.wrap(err)
+	return res, protocol.Wrap(args, err)
 }
 
 // acquire asks for a permit of the key's one seat for id.
-func (c *scriptCheck) acquire(ctx context.Context, id string, wait bool) (acquireReply, error) {
-	a := acquireArgs{id: id, permits: 1, ttl: doctorLease, weight: 1, wake: c.keys.wake, line: MaxLine}
+func (c *scriptCheck) acquire(ctx context.Context, id string, wait bool) (protocol.AcquireReply, error) {
+	a := protocol.AcquireArgs{ID: id, Permits: 1, TTL: doctorLease, Weight: 1}
 	if wait {
-		a.wait = doctorLease
+		a.Wait = doctorLease
 	}
-	res, err := c.call(ctx, acquireScript, a.named())
+	res, err := c.call(ctx, a)
 	if err != nil {
-		return acquireReply{}, err
+		return protocol.AcquireReply{}, err
 	}
-	return decodeAcquire(res)
+	return protocol.DecodeAcquire(res)
 }
 
 // run runs each step in turn, and returns the one that failed.
 func (c *scriptCheck) run(ctx context.Context) (string, error) {
-	if r, err := c.acquire(ctx, c.holder, false); err != nil || !r.granted {
+	if r, err := c.acquire(ctx, c.holder, false); err != nil || !r.Granted {
 		if err == nil {
-			err = fmt.Errorf("no permit granted on a free key (%d held, fenced %dms)", r.held, r.fenced)
+			err = fmt.Errorf("no permit granted on a free key (%d held, fenced %dms)", r.Held, r.Fenced)
 		}
 		return "acquire", err
 	}
-	if r, err := c.acquire(ctx, c.waiter, true); err != nil || r.granted || r.position != 1 {
+	if r, err := c.acquire(ctx, c.waiter, true); err != nil || r.Granted || r.Position != 1 {
 		if err == nil {
 			err = fmt.Errorf("a second caller of a key of 1 permit: got %+v, want first in line", r)
 		}
@@ -86,36 +87,37 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 	}
 	// As a renewal with min replicas sends it: the whole script.
 	call, cancel := context.WithTimeout(ctx, c.s.connectTimeout)
-	res, err := renewScript.lua().Eval(call, c.s.client, c.keys.list(), renewArgs(c.holder, doctorLease, 0)...).Result()
+	renew := protocol.RenewArgs{ID: c.holder, TTL: doctorLease}
+	res, err := protocol.Eval(call, c.s.client, c.keys, renew).Result()
 	cancel()
-	if renewed, derr := decodeRenew(res); err == nil && (derr != nil || !renewed) {
+	if r, derr := protocol.DecodeRenew(res); err == nil && (derr != nil || !r.Renewed) {
 		err = fmt.Errorf("the holder's permit was not renewed: %w", derr)
 	}
 	if err != nil {
-		return "renew (EVAL)", renewScript.wrap(err)
+		return "renew (EVAL)", protocol.Wrap(renew, err)
 	}
-	if _, err := c.call(ctx, releaseScript, releaseArgs(c.holder, c.keys.wake)); err != nil {
+	if _, err := c.call(ctx, protocol.ReleaseArgs{ID: c.holder}); err != nil {
 		return "release", err
 	}
 	// A whole second, which Redis before 6.0 takes too (the seat is there
 	// already): the acl check tries what waiters send.
-	kv, err := c.s.do(ctx, c.s.client.Do, "BLPOP", c.keys.wakeList(c.waiter), 1).StringSlice()
-	if err == nil && (len(kv) != 2 || !readTurn(kv[1]).handed) {
+	kv, err := c.s.do(ctx, c.s.client.Do, "BLPOP", c.keys.WakeList(c.waiter), 1).StringSlice()
+	if err == nil && (len(kv) != 2 || !protocol.ReadTurn(kv[1]).Handed) {
 		err = fmt.Errorf("got %q, want the permit handed over", kv)
 	}
 	if err != nil {
 		return "BLPOP of the waiter's wake list", err
 	}
-	if res, err = c.call(ctx, statusScript, statusArgs()); err != nil {
+	if res, err = c.call(ctx, protocol.StatusArgs{}); err != nil {
 		return "status", err
 	}
 	if st, err := readStatus(c.key, res, nil); err != nil || st.Held != 1 || len(st.Waiters) != 0 {
 		return "status", fmt.Errorf("got %+v (%v), want the waiter holding", st, err)
 	}
-	if res, err = c.call(ctx, releaseScript, releaseArgs(c.waiter, c.keys.wake)); err != nil {
+	if res, err = c.call(ctx, protocol.ReleaseArgs{ID: c.waiter}); err != nil {
 		return "release", err
 	}
-	if r, err := decodeRelease(res); err != nil || !r.released {
+	if r, err := protocol.DecodeRelease(res); err != nil || !r.Released {
 		return "release", fmt.Errorf("the waiter's permit was not held: %w", err)
 	}
 	return "", nil

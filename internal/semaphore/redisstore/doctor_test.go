@@ -21,6 +21,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // The checks of a Redis doctor, in the order it reports them.
@@ -95,19 +96,13 @@ func wantStatuses(t *testing.T, checks []semaphore.Check, want map[string]semaph
 // allowed.
 func wantEmpty(t *testing.T, raw *redis.Client) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+	waitFor(t, time.Second, "no key left behind", func() bool {
 		keys, err := raw.Keys(context.Background(), "*").Result()
 		if err != nil {
 			t.Fatalf("KEYS *: %v", err)
 		}
-		if len(keys) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("keys left behind: %v", keys)
-			return
-		}
-	}
+		return len(keys) == 0
+	})
 }
 
 func TestDoctorHealthyServer(t *testing.T) {
@@ -358,16 +353,8 @@ func TestDoctorProbesEveryCommand(t *testing.T) {
 	probed := Commands()
 	sent := map[string]bool{"evalsha": true, "eval": true, "blpop": true, "wait": true}
 	call := regexp.MustCompile(`redis\.p?call\(?,?\s*'([A-Za-z]+)'`)
-	files, _ := filepath.Glob("*.lua")
-	if len(files) == 0 {
-		t.Fatal("no .lua file here")
-	}
-	for _, f := range files {
-		text, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range call.FindAllStringSubmatch(string(text), -1) {
+	for _, sc := range protocol.Scripts() {
+		for _, m := range call.FindAllStringSubmatch(sc.Source(), -1) {
 			sent[strings.ToLower(m[1])] = true
 		}
 	}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 var uptimeLine = regexp.MustCompile(`uptime_in_seconds:(\d+)`)
@@ -52,10 +54,8 @@ func TestRedisRestartFence(t *testing.T) {
 	const fence = 2 * time.Second
 	req.RestartFence = fence
 
-	busy := req
-	busy.NoWait = true
-	if _, err := store.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) || !errors.Is(err, semaphore.ErrBusy) {
-		t.Errorf("Acquire --no-wait right after the restart: got error %v, want ErrFenced, an ErrBusy", err)
+	if left := fencedNoWait(t, store, req); left > fence {
+		t.Errorf("Acquire --no-wait right after the restart: fenced for %v, want at most %v", left, fence)
 	}
 	if err := old.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
 		t.Errorf("Renew of the permit from before the restart: got %v, want ErrLost", err)
@@ -93,46 +93,21 @@ func TestRedisRestartFenceHoldsHandOvers(t *testing.T) {
 	const fence = 3 * time.Second
 	req := semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, RestartFence: fence}
 
-	// inLine returns an OnWait that says, once, that its caller is in line.
-	inLine := func(c chan<- struct{}) func(semaphore.WaitState) {
-		return func(semaphore.WaitState) {
-			select {
-			case c <- struct{}{}:
-			default:
-			}
-		}
-	}
-	first, cancelFirst := context.WithCancel(ctx)
-	firstInLine, secondInLine := make(chan struct{}, 1), make(chan struct{}, 1)
-	firstDone := make(chan error, 1)
-	go func() {
-		r := req
-		r.OnWait = inLine(firstInLine)
-		_, err := store.Acquire(first, r)
-		firstDone <- err
-	}()
-	<-firstInLine
-	second := make(chan semaphore.Lease, 1)
-	go func() {
-		r := req
-		r.RestartFence = time.Second // a shorter fence asked later does not shorten it
-		r.OnWait = inLine(secondInLine)
-		l, err := store.Acquire(ctx, r)
-		if err != nil {
-			t.Errorf("second waiter: got error %v, want a permit", err)
-		}
-		second <- l
-	}()
-	<-secondInLine
+	first, cancelFirst := startAcquire(t, store, req, 20*time.Second)
+	waitersOf(t, store, key, 1)
+	r := req
+	r.RestartFence = time.Second // a shorter fence asked later does not shorten it
+	second, _ := startAcquire(t, store, r, 20*time.Second)
+	waitersOf(t, store, key, 2)
 	cancelFirst() // leaves the line: a release, which must not hand over
-	if err := <-firstDone; err == nil {
+	if got := receive(t, first, 10*time.Second, "the first waiter, cancelled"); got.Err == nil {
 		t.Errorf("first waiter, cancelled: got a permit, want an error")
 	}
-	l := <-second
-	if l == nil {
-		return
+	got := receive(t, second, 20*time.Second, "the second waiter")
+	if got.Err != nil {
+		t.Fatalf("second waiter: got error %v, want a permit", got.Err)
 	}
-	defer l.Release(ctx)
+	defer got.L.Release(ctx)
 	if up := uptime(t, raw); up < fence {
 		t.Errorf("server uptime once the second waiter got its permit: got %v, want at least %v", up, fence)
 	}
@@ -165,20 +140,15 @@ func replicaPair(t *testing.T, up time.Duration) (master *redistest.Server, raw 
 	if err := replicaRaw.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
 		t.Fatalf("REPLICAOF: %v", err)
 	}
-	for {
+	waitFor(t, 20*time.Second, "the replica in sync", func() bool {
 		info, err := raw.Info(ctx, "replication").Result()
 		if err != nil {
 			t.Fatalf("INFO replication: %v", err)
 		}
-		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
 	for _, c := range []*redis.Client{raw, replicaRaw} {
-		for uptime(t, c) < up {
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitFor(t, up+10*time.Second, fmt.Sprintf("both servers up for %v", up), func() bool { return uptime(t, c) >= up })
 	}
 	return master, raw, replica, replicaRaw
 }
@@ -191,15 +161,15 @@ func TestRedisFailoverFenceHoldsReleases(t *testing.T) {
 	_, raw, _, replicaRaw := replicaPair(t, fence)
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
-	acquire := func(c *redis.Client, id string, wlease time.Duration) acquireReply {
+	k := protocol.NewKeys(testPrefix, key)
+	acquire := func(c *redis.Client, id string, wlease time.Duration) protocol.AcquireReply {
 		t.Helper()
-		return runAcquireArgs(t, c, k, acquireArgs{id: id, permits: 1, ttl: 30 * time.Second, wait: wlease, fence: fence})
+		return runAcquireArgs(t, c, k, protocol.AcquireArgs{ID: id, Permits: 1, TTL: 30 * time.Second, Wait: wlease, Fence: fence})
 	}
-	if r := acquire(raw, "HOLDER", 0); !r.granted {
+	if r := acquire(raw, "HOLDER", 0); !r.Granted {
 		t.Fatalf("holder on the master: got %+v, want granted", r)
 	}
-	if r := acquire(raw, "WAITER", 10*time.Second); r.granted || r.position != 1 {
+	if r := acquire(raw, "WAITER", 10*time.Second); r.Granted || r.Position != 1 {
 		t.Fatalf("waiter on the master: got %+v, want first in line", r)
 	}
 	if n, err := raw.Do(ctx, "WAIT", 1, 10000).Int(); err != nil || n != 1 {
@@ -208,11 +178,11 @@ func TestRedisFailoverFenceHoldsReleases(t *testing.T) {
 	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatalf("REPLICAOF NO ONE: %v", err)
 	}
-	runScript(t, replicaRaw, releaseScript, k, releaseArgs("HOLDER", k.wake))
-	if _, err := replicaRaw.ZScore(ctx, k.holders, "WAITER").Result(); !errors.Is(err, redis.Nil) {
+	runScript(t, replicaRaw, k, protocol.ReleaseArgs{ID: "HOLDER"})
+	if _, err := replicaRaw.ZScore(ctx, k.Holders, "WAITER").Result(); !errors.Is(err, redis.Nil) {
 		t.Errorf("the waiter after the first release on the promoted replica: a holder (err %v), want still in line while the fence holds", err)
 	}
-	if r := acquire(replicaRaw, "WAITER", 10*time.Second); r.granted || r.fenced <= 0 {
+	if r := acquire(replicaRaw, "WAITER", 10*time.Second); r.Granted || r.Fenced <= 0 {
 		t.Errorf("the waiter asking on the promoted replica: got %+v, want not granted, fenced", r)
 	}
 }
@@ -235,16 +205,10 @@ func TestRedisFailoverFence(t *testing.T) {
 	// WAIT counts its own connection's writes, not the store's: wait
 	// until the replica has the key instead. (A key it never got is not
 	// fenced: docs/how-it-works.md says so.)
-	for {
-		n, err := replicaRaw.HExists(ctx, newKeys(testPrefix, key).info, "#replid").Result()
-		if err != nil {
-			t.Fatalf("HEXISTS on the replica: %v", err)
-		}
-		if n {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "the replica has the key", func() bool {
+		n, err := replicaRaw.HExists(ctx, protocol.NewKeys(testPrefix, key).Info, "#replid").Result()
+		return err == nil && n
+	})
 
 	if err := replicaRaw.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatalf("REPLICAOF NO ONE: %v", err)
@@ -253,17 +217,11 @@ func TestRedisFailoverFence(t *testing.T) {
 	// The promoted replica has the holder: the key is busy either way.
 	// Once the holder's permit is gone (as if the failover lost it), the
 	// fence still holds new grants back.
-	if err := replicaRaw.Del(ctx, newKeys(testPrefix, key).holders).Err(); err != nil {
+	if err := replicaRaw.Del(ctx, protocol.NewKeys(testPrefix, key).Holders).Err(); err != nil {
 		t.Fatalf("DEL holders on the promoted replica: %v", err)
 	}
 	started := time.Now()
-	busy := req
-	busy.NoWait = true
-	if _, err := promoted.Acquire(ctx, busy); !errors.Is(err, semaphore.ErrFenced) {
-		info, _ := replicaRaw.HGetAll(ctx, newKeys(testPrefix, key).info).Result()
-		repl, _ := replicaRaw.Info(ctx, "replication").Result()
-		t.Errorf("Acquire --no-wait on the promoted replica: got error %v, want ErrFenced; its info hash %v; its INFO %q", err, info, repl)
-	}
+	fencedNoWait(t, promoted, req)
 	l2, err := promoted.Acquire(ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire waiting out the failover fence: got error %v, want a permit", err)
@@ -276,10 +234,15 @@ func TestRedisFailoverFence(t *testing.T) {
 	if err := l2.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+	busy := req
+	busy.NoWait = true
+	var told []semaphore.WaitState
+	busy.OnWait = func(st semaphore.WaitState) { told = append(told, st) }
 	l3, err := promoted.Acquire(ctx, busy)
-	if err != nil {
-		t.Errorf("Acquire --no-wait after the fence: got error %v, want a permit", err)
-	} else {
+	if err != nil || len(told) != 0 {
+		t.Errorf("Acquire --no-wait after the fence: got error %v, told %+v; want a permit at once", err, told)
+	}
+	if err == nil {
 		_ = l3.Release(ctx)
 	}
 }
@@ -296,27 +259,17 @@ func TestRedisMinReplicas(t *testing.T) {
 	store := newStore(t, master.URL(), Options{ConnectTimeout: 500 * time.Millisecond})
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinReplicas: 1}
 	l, err := patient.Acquire(ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire with a replica online: got error %v, want a permit", err)
 	}
-	if n := zcard(t, replicaRaw, k.holders); n != 1 {
+	if n := zcard(t, replicaRaw, k.Holders); n != 1 {
 		t.Errorf("holders on the replica once Acquire returned: got %d, want 1", n)
 	}
-	renewed, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for {
-		err := l.Renew(renewed)
-		if err == nil {
-			break
-		}
-		if renewed.Err() != nil {
-			t.Fatalf("Renew with a replica online: got error %v for 20s, want nil", err)
-		}
-		time.Sleep(100 * time.Millisecond) // a lagging replica: the runner retries too
-	}
+	// A lagging replica: the runner retries too.
+	waitFor(t, 20*time.Second, "Renew with a replica online", func() bool { return l.Renew(ctxTimeout(t, 5*time.Second)) == nil })
 
 	if err := replica.Pause(); err != nil {
 		t.Fatalf("pause the replica: %v", err)
@@ -335,7 +288,7 @@ func TestRedisMinReplicas(t *testing.T) {
 	if _, err := store.Acquire(ctx, req); !errors.Is(err, semaphore.ErrUnreachable) || !strings.Contains(err.Error(), "replicas") {
 		t.Errorf("Acquire with the replica stopped: got error %v, want ErrUnreachable naming the replicas", err)
 	}
-	if n := zcard(t, raw, k.holders); n != 0 {
+	if n := zcard(t, raw, k.Holders); n != 0 {
 		t.Errorf("holders on the master after the grant no replica had: got %d, want 0 (given back)", n)
 	}
 }
@@ -348,16 +301,60 @@ func TestFenceBoundedByLease(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	time.Sleep(3 * time.Second) // up for longer than the 2s lease
-	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, RestartFence: 24 * time.Hour, NoWait: true})
-	var fence *semaphore.FenceError
-	if !errors.As(err, &fence) {
-		t.Fatalf("a caller asking a 24h fence of a fresh server: got %v, want fenced", err)
-	}
-	if got, err := raw.HGet(context.Background(), k.info, "#fencelen").Int64(); err != nil || got > 2000 {
+	fencedNoWait(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, RestartFence: 24 * time.Hour})
+	if got, err := raw.HGet(context.Background(), k.Info, "#fencelen").Int64(); err != nil || got > 2000 {
 		t.Errorf("fence the key remembers: got (%d, %v), want at most the caller's 2s lease", got, err)
 	}
 	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 	release(t, l)
+}
+
+// fencedNoWait asks for req without waiting in line, for 300ms: a restart
+// fence holds the grant back, which the store waits out, saying so first.
+// It returns what was left of the fence.
+func fencedNoWait(t *testing.T, st *Store, req semaphore.Request) time.Duration {
+	t.Helper()
+	var states []semaphore.WaitState
+	req.NoWait = true
+	req.OnWait = func(st semaphore.WaitState) { states = append(states, st) }
+	l, err := st.Acquire(ctxTimeout(t, 300*time.Millisecond), req)
+	if err == nil {
+		_ = l.Release(context.Background())
+		t.Fatalf("Acquire --no-wait of key %q: got a permit, want the restart fence to hold it back", req.Key)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || len(states) != 1 || states[0].Fenced <= 0 {
+		t.Fatalf("Acquire --no-wait of key %q for 300ms: got %v, told %+v; want the deadline, told once of the fence", req.Key, err, states)
+	}
+	return states[0].Fenced
+}
+
+// TestRedisNoWaitWaitsOutTheFence: a caller that will not wait in line
+// waits out a restart fence, having said so, and is granted once it ends:
+// until then nobody can tell whether the key is busy.
+func TestRedisNoWaitWaitsOutTheFence(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, Options{})
+	const fence = 2 * time.Second
+	var states []semaphore.WaitState
+	req := semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 10 * time.Second, RestartFence: fence, NoWait: true,
+		OnWait: func(st semaphore.WaitState) { states = append(states, st) }}
+	l, err := st.Acquire(ctxTimeout(t, 10*time.Second), req)
+	if err != nil {
+		t.Fatalf("Acquire --no-wait on a server up for less than the fence: got %v, want a permit once it ends", err)
+	}
+	release(t, l)
+	if up := uptime(t, raw); up < fence {
+		t.Errorf("server uptime once granted: got %v, want at least the fence, %v", up, fence)
+	}
+	if len(states) == 0 || len(states) > maxFenceWaits || states[0].Fenced <= 0 || states[0].Fenced > fence || states[0].Capacity != 1 {
+		t.Errorf("wait states: got %+v, want the first to say the fence holds, for at most %v, and at most %d", states, fence, maxFenceWaits)
+	}
+	// Busy once the fence ended: no wait, ErrBusy.
+	hold(t, st, semaphore.Request{Key: req.Key, Permits: 1, TTL: 10 * time.Second})
+	states = nil
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), req); !errors.Is(err, semaphore.ErrBusy) || errors.Is(err, semaphore.ErrFenced) || len(states) != 0 {
+		t.Errorf("Acquire --no-wait of a busy key past the fence: got %v, told %+v; want ErrBusy at once", err, states)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
@@ -91,7 +92,7 @@ func TestRedisDeadWaiterCostsSeconds(t *testing.T) {
 		killBlocked(t, raw)
 		behind, _ := startAcquire(t, st, req(key), 20*time.Second)
 		waitersOf(t, st, key, 2)
-		waitListening(t, raw, key, 2)
+		waitBlocked(t, raw, 1) // behind: the dying one's connection is gone
 		if d := stall(t, func() { release(t, h) }, behind); d > deadWaiterBound {
 			t.Errorf("the waiter behind a dead one got the seat %v after it was freed, want within %v", d, deadWaiterBound)
 		}
@@ -138,7 +139,7 @@ func TestRedisLineIsBounded(t *testing.T) {
 	if !errors.As(err, &full) || !errors.Is(err, semaphore.ErrBusy) || full.Waiting != 2 || full.Max != 2 {
 		t.Fatalf("a third waiter on a line of at most 2: got %v, want a *LineError (2 waiting, at most 2) that is ErrBusy", err)
 	}
-	if n := zcard(t, raw, newKeys(testPrefix, key).queue); n != 2 {
+	if n := zcard(t, raw, protocol.NewKeys(testPrefix, key).Queue); n != 2 {
 		t.Errorf("line after the refusal: got %d waiting, want 2", n)
 	}
 }
@@ -156,20 +157,20 @@ func TestRedisScriptWorkIsFlat(t *testing.T) {
 	// commands they ran, scripts' own included.
 	work := func(waiters int) int64 {
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		h := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 		ids := make([]string, waiters)
 		for i := range ids {
 			ids[i] = fmt.Sprintf("WAITER%05d", i)
-			runAcquireArgs(t, raw, k, acquireArgs{id: ids[i], permits: 1, ttl: 30 * time.Second, wait: time.Minute})
+			runAcquireArgs(t, raw, k, protocol.AcquireArgs{ID: ids[i], Permits: 1, TTL: 30 * time.Second, Wait: time.Minute})
 		}
 		if err := raw.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatalf("CONFIG RESETSTAT: %v", err)
 		}
 		release(t, h)
-		runScript(t, raw, renewScript, k, renewArgs(ids[0], 30*time.Second, 0))
-		runAcquireArgs(t, raw, k, acquireArgs{id: ids[waiters-1], permits: 1, ttl: 30 * time.Second, wait: time.Minute})
-		runScript(t, raw, statusScript, k, namedArgs{"list", 10})
+		runScript(t, raw, k, protocol.RenewArgs{ID: ids[0], TTL: 30 * time.Second})
+		runAcquireArgs(t, raw, k, protocol.AcquireArgs{ID: ids[waiters-1], Permits: 1, TTL: 30 * time.Second, Wait: time.Minute})
+		runScript(t, raw, k, protocol.StatusArgs{List: 10})
 		return allCommandCalls(t, raw) - commandCalls(t, raw, "evalsha", "eval", "info", "config|resetstat", "config")
 	}
 	few, many := work(20), work(2000)
@@ -203,15 +204,15 @@ func TestRedisWakeListGarbageIsDropped(t *testing.T) {
 	_, st, raw := setup(t, Options{})
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	h := hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 	got, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}, 20*time.Second)
 	waitListening(t, raw, key, 1)
-	ids, err := raw.ZRange(ctx, k.queue, 0, -1).Result()
+	ids, err := raw.ZRange(ctx, k.Queue, 0, -1).Result()
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("line: got (%v, %v), want one waiter", ids, err)
 	}
-	list := k.wakeList(ids[0])
+	list := k.WakeList(ids[0])
 	before := commandCalls(t, raw, "evalsha", "eval", "blpop")
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		if err := raw.RPush(ctx, list, "g x y", "garbage", "c -1").Err(); err != nil {
@@ -262,25 +263,25 @@ func TestWaiterLeaseGrowsWithTheLine(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
-	ask := func(id string) acquireReply {
-		return runAcquireArgs(t, raw, k, acquireArgs{id: id, permits: 1, ttl: 30 * time.Second, wait: WaiterLease})
+	ask := func(id string) protocol.AcquireReply {
+		return runAcquireArgs(t, raw, k, protocol.AcquireArgs{ID: id, Permits: 1, TTL: 30 * time.Second, Wait: WaiterLease})
 	}
-	if r := ask("FIRST"); r.wait != WaiterLease.Milliseconds() {
-		t.Errorf("the first waiter's lease: got %dms, want %v", r.wait, WaiterLease)
+	if r := ask("FIRST"); r.Wait != WaiterLease.Milliseconds() {
+		t.Errorf("the first waiter's lease: got %dms, want %v", r.Wait, WaiterLease)
 	}
 	for i := range 199 {
 		ask(fmt.Sprintf("W%03d", i))
 	}
 	// 200 wait before it asks again: 200 × 120ms.
-	if r := ask("FIRST"); r.wait != 24000 {
-		t.Errorf("the first waiter's lease in a line of 200: got %dms, want 24000ms", r.wait)
+	if r := ask("FIRST"); r.Wait != 24000 {
+		t.Errorf("the first waiter's lease in a line of 200: got %dms, want 24000ms", r.Wait)
 	}
-	if r := ask("NEW"); r.wait != 24000 || r.position != 201 {
-		t.Errorf("a newcomer's lease behind 200: got %dms at %d, want 24000ms at 201", r.wait, r.position)
+	if r := ask("NEW"); r.Wait != 24000 || r.Position != 201 {
+		t.Errorf("a newcomer's lease behind 200: got %dms at %d, want 24000ms at 201", r.Wait, r.Position)
 	}
-	if z, err := raw.ZScore(context.Background(), k.leases, "NEW").Result(); err != nil || int64(z)-serverMicros(t, raw)/1000 < 23000 {
+	if z, err := raw.ZScore(context.Background(), k.Leases, "NEW").Result(); err != nil || int64(z)-serverMicros(t, raw)/1000 < 23000 {
 		t.Errorf("the newcomer's lease in the leases set: got (%v, %v), want ~24s from now", z, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
@@ -106,23 +107,22 @@ func rawClient(t testing.TB, addr string) *redis.Client {
 }
 
 // runScript runs one of the store's scripts on c, as the store does.
-func runScript(t testing.TB, c redis.Scripter, sc script, k semKeys, args namedArgs) any {
+func runScript(t testing.TB, c redis.Scripter, k protocol.Keys, a protocol.Args) any {
 	t.Helper()
-	res, err := sc.run(context.Background(), c, k, args)
+	res, err := protocol.Run(context.Background(), c, k, a)
 	if err != nil {
-		t.Fatalf("%s: got error %v, want a reply", sc.name, err)
+		t.Fatalf("%T: got error %v, want a reply", a, err)
 	}
 	return res
 }
 
 // runAcquireArgs runs acquire.lua with a on c and returns its reply.
-func runAcquireArgs(t testing.TB, c redis.Scripter, k semKeys, a acquireArgs) acquireReply {
+func runAcquireArgs(t testing.TB, c redis.Scripter, k protocol.Keys, a protocol.AcquireArgs) protocol.AcquireReply {
 	t.Helper()
-	a.wake = k.wake
-	a.weight = max(a.weight, 1)
-	r, err := decodeAcquire(runScript(t, c, acquireScript, k, a.named()))
+	a.Weight = max(a.Weight, 1)
+	r, err := protocol.DecodeAcquire(runScript(t, c, k, a))
 	if err != nil {
-		t.Fatalf("acquire.lua for %q: got %v, want its reply", a.id, err)
+		t.Fatalf("acquire.lua for %q: got %v, want its reply", a.ID, err)
 	}
 	return r
 }
@@ -133,7 +133,7 @@ func runAcquireArgs(t testing.TB, c redis.Scripter, k semKeys, a acquireArgs) ac
 // of the same lease instead).
 func enqueue(t testing.TB, c redis.Scripter, key, id string, n int, wlease time.Duration) int64 {
 	t.Helper()
-	return runAcquireArgs(t, c, newKeys(testPrefix, key), acquireArgs{id: id, permits: n, ttl: wlease, wait: wlease}).position
+	return runAcquireArgs(t, c, protocol.NewKeys(testPrefix, key), protocol.AcquireArgs{ID: id, Permits: n, TTL: wlease, Wait: wlease}).Position
 }
 
 // scanKeys lists the keys matching pattern, by SCAN.
@@ -211,13 +211,13 @@ func TestHashSlotMatchesClusterSpec(t *testing.T) {
 }
 
 // scriptNamed is the store's script in name.lua.
-func scriptNamed(t testing.TB, name string) script {
+func scriptNamed(t testing.TB, name string) *protocol.Script {
 	t.Helper()
-	for _, sc := range []script{acquireScript, renewScript, releaseScript, statusScript} {
-		if sc.name == name+".lua" {
+	for _, sc := range protocol.Scripts() {
+		if sc.Name() == name+".lua" {
 			return sc
 		}
 	}
 	t.Fatalf("no script %s.lua", name)
-	return script{}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
@@ -132,17 +133,17 @@ func TestClockPushedBackLeasesKeepTheirKeys(t *testing.T) {
 	step := ttl + 500*time.Millisecond // within the keys' life, the lease and a second
 	m.SetTime(start.Add(step))
 	m.FastForward(step)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	c := rawClient(t, m.Addr())
-	if renewed, err := decodeRenew(runScript(t, c, renewScript, k, renewArgs("NOT-A-HOLDER", ttl, 0))); err != nil || renewed {
-		t.Fatalf("renew.lua of a permit nobody holds: got (%v, %v), want not renewed", renewed, err)
+	if r, err := protocol.DecodeRenew(runScript(t, c, k, protocol.RenewArgs{ID: "NOT-A-HOLDER", TTL: ttl})); err != nil || r.Renewed {
+		t.Fatalf("renew.lua of a permit nobody holds: got (%v, %v), want not renewed", r.Renewed, err)
 	}
 	z := members(t, c, k)
 	if len(z) != 1 {
 		t.Fatalf("holders after the renewal: got %v, want the one holder, pushed back", z)
 	}
 	leaseLeft := time.Duration(int64(z[0].Score)-start.Add(step).UnixMilli()) * time.Millisecond
-	for _, name := range k.list() {
+	for _, name := range k.List() {
 		left := m.TTL(name)
 		if m.Exists(name) && left < leaseLeft {
 			t.Errorf("key %s lives %v more, want at least the pushed-back lease, %v", name, left, leaseLeft)

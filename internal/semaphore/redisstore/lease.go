@@ -11,6 +11,7 @@ import (
 
 	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // lease is a held permit: a member of the semaphore's holders, whose score
@@ -19,7 +20,7 @@ type lease struct {
 	s           *Store
 	minReplicas int
 	key         string
-	keys        semKeys
+	keys        protocol.Keys
 	id          string
 	ttl         time.Duration
 	// fence is the holder's restart fence, which the key remembers while
@@ -31,7 +32,7 @@ type lease struct {
 	deadline clock.Instant
 }
 
-func (s *Store) newLease(req semaphore.Request, k semKeys, id string, token int64, deadline clock.Instant) *lease {
+func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, deadline clock.Instant) *lease {
 	return &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token, deadline: deadline}
 }
 
@@ -51,8 +52,10 @@ func (l *lease) Renew(ctx context.Context) error {
 		renewed, err = l.renewReplicated(ctx)
 	} else {
 		var res any
-		if res, err = renewScript.run(ctx, l.s.client, l.keys, renewArgs(l.id, l.ttl, l.fence)); err == nil {
-			renewed, err = decodeRenew(res)
+		if res, err = protocol.Run(ctx, l.s.client, l.keys, l.renewArgs()); err == nil {
+			var r protocol.RenewReply
+			r, err = protocol.DecodeRenew(res)
+			renewed = r.Renewed
 		}
 	}
 	if err != nil {
@@ -75,7 +78,7 @@ func (l *lease) Renew(ctx context.Context) error {
 // the grant included. A renewal they do not all have in time does not
 // count: a failover could lose it.
 func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
-	node, err := l.s.client.Node(ctx, l.keys.holders)
+	node, err := l.s.client.Node(ctx, l.keys.Holders)
 	if err != nil {
 		return false, fmt.Errorf("find the node that serves key %q: %w", l.key, err)
 	}
@@ -88,7 +91,7 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 	if _, err := node.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		// The whole script: a NOSCRIPT reply to EVALSHA could not be
 		// answered with a load in time, in a pipeline.
-		renew = pipe.Eval(ctx, renewScript.source(), l.keys.list(), renewArgs(l.id, l.ttl, l.fence)...)
+		renew = protocol.Eval(ctx, pipe, l.keys, l.renewArgs())
 		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
 		return nil
 	}); err != nil {
@@ -96,13 +99,13 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 			// The slot moved: the next try asks the node that serves it now.
 			l.s.client.Moved(ctx)
 		}
-		return false, renewScript.wrap(err)
+		return false, protocol.Wrap(l.renewArgs(), err)
 	}
 	res, err := renew.Result()
 	if err != nil {
-		return false, renewScript.wrap(err)
+		return false, protocol.Wrap(l.renewArgs(), err)
 	}
-	if renewed, err := decodeRenew(res); err != nil || !renewed {
+	if r, err := protocol.DecodeRenew(res); err != nil || !r.Renewed {
 		return false, err
 	}
 	acked, err := wait.Int64()
@@ -113,6 +116,11 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("%d of %d replicas had it within %v (%s)", acked, l.minReplicas, timeout, l.s.names.Name(semaphore.MinReplicasSetting))
 	}
 	return true, nil
+}
+
+// renewArgs are the lease's renewal, as renew.lua takes it.
+func (l *lease) renewArgs() protocol.RenewArgs {
+	return protocol.RenewArgs{ID: l.id, TTL: l.ttl, Fence: l.fence}
 }
 
 // replicaWait bounds a WAIT for replicas: a tenth of the lease, from 100ms
@@ -127,15 +135,15 @@ func (l *lease) Files() []*os.File { return nil }
 func (l *lease) Release(ctx context.Context) error {
 	// Retried within ctx, as a release is safe to repeat: a failover or a
 	// dropped connection need not leave the seat held for a whole TTL.
-	res, err := l.s.call(ctx, releaseScript, l.keys, releaseArgs(l.id, l.keys.wake))
+	res, err := l.s.call(ctx, l.keys, protocol.ReleaseArgs{ID: l.id})
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
-	r, err := decodeRelease(res)
+	r, err := protocol.DecodeRelease(res)
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
-	l.s.dropped(l.key, r.bad)
-	l.s.watch(ctx, l.keys, r.handed)
+	l.s.dropped(l.key, r.Bad)
+	l.s.watch(ctx, l.keys, r.Handed)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // Records and counters planted with plain Redis commands, as a co-tenant,
@@ -32,18 +33,18 @@ func TestPoisonedWaiterRecordIsDropped(t *testing.T) {
 	}})
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	h := hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 	behind, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}, 20*time.Second)
 	waitersOf(t, st, key, 1)
 	// Ticket 0: ahead of everyone; a lease of a minute.
-	if err := raw.ZAdd(ctx, k.queue, redisZ(0, "POISON")).Err(); err != nil {
+	if err := raw.ZAdd(ctx, k.Queue, redisZ(0, "POISON")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := raw.ZAdd(ctx, k.leases, redisZ(float64(time.Now().Add(time.Minute).UnixMilli()), "POISON")).Err(); err != nil {
+	if err := raw.ZAdd(ctx, k.Leases, redisZ(float64(time.Now().Add(time.Minute).UnixMilli()), "POISON")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := raw.HSet(ctx, k.waiters, "POISON", "not\x1b a record").Err(); err != nil {
+	if err := raw.HSet(ctx, k.Waiters, "POISON", "not\x1b a record").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if s := statusOf(t, st, key); s.Error != "" || len(s.Holders) != 1 || len(s.Waiters) != 1 {
@@ -61,7 +62,7 @@ func TestPoisonedWaiterRecordIsDropped(t *testing.T) {
 	if len(said) != 1 || !strings.Contains(said[0], "dropped a waiter record") || !strings.Contains(said[0], `not\x1b a record`) {
 		t.Errorf("what --verbose said: got %q, want the dropped waiter record named once", said)
 	}
-	if n := zcard(t, raw, k.queue); n != 0 {
+	if n := zcard(t, raw, k.Queue); n != 0 {
 		t.Errorf("line after the release: got %d, want the poisoned record gone", n)
 	}
 }
@@ -75,17 +76,17 @@ func TestPoisonedCountersStopOnlyTheirKey(t *testing.T) {
 	_, st, raw := setup(t, Options{})
 	ctx := context.Background()
 	key, other := uniqueKey(t), uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, NoWait: true}
-	if err := raw.Set(ctx, k.token, "9223372036854775807", time.Minute).Err(); err != nil {
+	if err := raw.Set(ctx, k.Token, "9223372036854775807", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), req)
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("key %q", key)) || !strings.Contains(err.Error(), "DEL "+k.token) || strings.Count(err.Error(), "\n") > 0 {
-		t.Errorf("acquire with a token at its limit: got %v, want one line naming the key and DEL %s", err, k.token)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("key %q", key)) || !strings.Contains(err.Error(), "DEL "+k.Token) || strings.Count(err.Error(), "\n") > 0 {
+		t.Errorf("acquire with a token at its limit: got %v, want one line naming the key and DEL %s", err, k.Token)
 	}
 	acquire(t, st, semaphore.Request{Key: other, Permits: 1, TTL: 30 * time.Second})
-	if err := raw.Del(ctx, k.token).Err(); err != nil {
+	if err := raw.Del(ctx, k.Token).Err(); err != nil {
 		t.Fatal(err)
 	}
 	l := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second})
@@ -94,12 +95,12 @@ func TestPoisonedCountersStopOnlyTheirKey(t *testing.T) {
 		t.Errorf("tokens after the repair: got %d then %d, want rising", l.Token(), l2.Token())
 	}
 
-	if err := raw.HSet(ctx, k.waiters, "#seq", "x").Err(); err != nil {
+	if err := raw.HSet(ctx, k.Waiters, "#seq", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	req.Permits, req.NoWait = 2, false
 	_, err = st.Acquire(ctxTimeout(t, 5*time.Second), req)
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("key %q", key)) || !strings.Contains(err.Error(), "HDEL "+k.waiters+" #seq") {
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("key %q", key)) || !strings.Contains(err.Error(), "HDEL "+k.Waiters+" #seq") {
 		t.Errorf("waiting with a ticket counter that is not one: got %v, want one line naming the key and the HDEL", err)
 	}
 }
@@ -112,17 +113,17 @@ func TestPoisonedClockPushesNoLeaseBeyondATTL(t *testing.T) {
 	_, st, raw := setup(t, Options{})
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	const ttl = 5 * time.Second
 	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl}) // never renewed: crashed
-	if err := raw.HSet(ctx, k.info, "#clock", 1).Err(); err != nil {
+	if err := raw.HSet(ctx, k.Info, "#clock", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
 	if !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("a second caller: got %v, want busy", err)
 	}
-	scores, err := raw.ZRangeWithScores(ctx, k.holders, 0, -1).Result()
+	scores, err := raw.ZRangeWithScores(ctx, k.Holders, 0, -1).Result()
 	if err != nil || len(scores) != 1 {
 		t.Fatalf("holders: got (%v, %v), want one", scores, err)
 	}
@@ -139,7 +140,7 @@ func TestPoisonedKeyLeavesStatusOfOthers(t *testing.T) {
 	prefix := fmt.Sprintf("poison%d:", time.Now().UnixNano())
 	_, st, raw := setup(t, Options{Prefix: prefix})
 	hold(t, st, semaphore.Request{Key: "good", Permits: 1, TTL: 30 * time.Second})
-	if err := raw.Set(context.Background(), newKeys(prefix, "foreign").holders, "a string", time.Minute).Err(); err != nil {
+	if err := raw.Set(context.Background(), protocol.NewKeys(prefix, "foreign").Holders, "a string", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := st.Status(ctxTimeout(t, 5*time.Second), nil)
@@ -158,7 +159,7 @@ func TestPoisonedSeatCountIsCountedAnew(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	// Counted right from the first grant: two of N=2 fit, a third does not.
 	first := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second})
 	second := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second})
@@ -168,7 +169,7 @@ func TestPoisonedSeatCountIsCountedAnew(t *testing.T) {
 	release(t, first)
 	release(t, second)
 	hold(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second, Weight: 2})
-	if err := raw.HSet(context.Background(), k.info, "#used", "-5").Err(); err != nil {
+	if err := raw.HSet(context.Background(), k.Info, "#used", "-5").Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second, NoWait: true})

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 
 	hostclock "github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // These tests are about the line of waiters the Redis store keeps: its
@@ -28,15 +28,40 @@ import (
 // inLine returns how many waiters stand in key's line (its queue's ZCARD).
 func inLine(t *testing.T, c *redis.Client, key string) int64 {
 	t.Helper()
-	return zcard(t, c, newKeys(testPrefix, key).queue)
+	return zcard(t, c, protocol.NewKeys(testPrefix, key).Queue)
 }
 
-// waitListening waits until n waiters stand in key's line, and a little
-// more for each to block on its wake list (BLPOP) after asking.
+// waitListening waits until n waiters stand in key's line, and until as
+// many clients of the server block on a wake list (BLPOP) after asking.
 func waitListening(t *testing.T, c *redis.Client, key string, n int64) {
 	t.Helper()
 	waitFor(t, 10*time.Second, fmt.Sprintf("%d waiters in line for %s", n, key), func() bool { return inLine(t, c, key) == n })
-	time.Sleep(100 * time.Millisecond)
+	waitBlocked(t, c, int(n))
+}
+
+// waitBlocked waits until at least n clients of c's server block in BLPOP,
+// as CLIENT LIST says: flag b, last command blpop. Redis does not say on
+// which list: on a server other tests share, others' waiters count too.
+func waitBlocked(t *testing.T, c *redis.Client, n int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d clients blocked in BLPOP", n), func() bool {
+		list, err := c.ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatalf("CLIENT LIST: got error %v, want the clients", err)
+		}
+		blocked := 0
+		for line := range strings.Lines(list) {
+			fields := map[string]string{}
+			for field := range strings.FieldsSeq(line) {
+				name, value, _ := strings.Cut(field, "=")
+				fields[name] = value
+			}
+			if fields["cmd"] == "blpop" && strings.Contains(fields["flags"], "b") {
+				blocked++
+			}
+		}
+		return blocked >= n
+	})
 }
 
 // wakeKeyOf is the wake list of waiter id under a key's wake-list prefix,
@@ -92,7 +117,7 @@ func TestRedisWakeUpIsPushed(t *testing.T) {
 	if d := time.Since(released); d > time.Second {
 		t.Errorf("waiter got the permit %v after the release, want within 1s (woken by its wake list, not its ~3s re-check)", d)
 	}
-	if l := wakeListsOf(t, raw, newKeys(testPrefix, key).wake); len(l) != 0 {
+	if l := wakeListsOf(t, raw, protocol.NewKeys(testPrefix, key).Wake); len(l) != 0 {
 		t.Errorf("wake lists once the waiter got in: got %v, want none (read, or dropped on the grant)", l)
 	}
 }
@@ -105,7 +130,7 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 	_, st, raw := setup(t, Options{})
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 	// TTL 3s: a waiter lease of 3s, so a look about every second.
 	got, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 3 * time.Second}, 20*time.Second)
@@ -118,15 +143,15 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 	if len(z) != 1 {
 		t.Fatalf("holders: got %v, want one", z)
 	}
-	waiters, err := raw.ZRange(ctx, k.queue, 0, -1).Result()
+	waiters, err := raw.ZRange(ctx, k.Queue, 0, -1).Result()
 	if err != nil || len(waiters) != 1 {
-		t.Fatalf("ZRANGE %s: got (%v, %v), want one waiter", k.queue, waiters, err)
+		t.Fatalf("ZRANGE %s: got (%v, %v), want one waiter", k.Queue, waiters, err)
 	}
-	list := wakeKeyOf(k.wake, waiters[0])
+	list := wakeKeyOf(k.Wake, waiters[0])
 	var released *redis.Cmd
 	var pushed, deleted *redis.IntCmd
 	if _, err := raw.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		released = releaseScript.lua().Eval(ctx, p, k.list(), releaseArgs(z[0].Member.(string), k.wake)...)
+		released = protocol.Eval(ctx, p, k, protocol.ReleaseArgs{ID: z[0].Member.(string)})
 		pushed = p.LLen(ctx, list)
 		deleted = p.Del(ctx, list)
 		return nil
@@ -134,7 +159,7 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 		t.Fatalf("release, then DEL the wake list, in MULTI: got error %v, want nil", err)
 	}
 	start := time.Now()
-	if r, err := decodeRelease(released.Val()); err != nil || !r.released {
+	if r, err := protocol.DecodeRelease(released.Val()); err != nil || !r.Released {
 		t.Fatalf("release script: got (%+v, %v), want released", r, err)
 	}
 	if n := pushed.Val(); n != 1 {
@@ -548,13 +573,11 @@ func newScriptRuns(t *testing.T, c *redis.Client, names ...string) *scriptRuns {
 	s := &scriptRuns{names: map[string]string{}, runs: map[string]int{}}
 	for _, name := range names {
 		sc := scriptNamed(t, name)
-		if err := sc.lua().Load(context.Background(), c).Err(); err != nil {
+		if err := c.ScriptLoad(context.Background(), sc.Source()).Err(); err != nil {
 			t.Fatalf("SCRIPT LOAD %s: got error %v, want nil", name, err)
 		}
-		s.names[sc.lua().Hash()] = name
-		lib, _ := os.ReadFile("lib.lua")
-		body, _ := os.ReadFile(name + ".lua")
-		s.names[string(lib)+string(body)] = name
+		s.names[sc.Hash()] = name
+		s.names[sc.Source()] = name
 	}
 	return s
 }
@@ -638,7 +661,7 @@ func TestRedisWaiterHandedItsPermit(t *testing.T) {
 	if earliest := before.Add(ttl - time.Second); d.Before(earliest) {
 		t.Errorf("Deadline of the lease handed over: got %v after the waiter started, want at least the TTL %v less a second", d.Sub(before), ttl)
 	}
-	if l := wakeListsOf(t, raw, newKeys(testPrefix, key).wake); len(l) != 0 {
+	if l := wakeListsOf(t, raw, protocol.NewKeys(testPrefix, key).Wake); len(l) != 0 {
 		t.Errorf("wake lists once the waiter got in: got %v, want none (read)", l)
 	}
 	release(t, r.L)

@@ -19,6 +19,7 @@ import (
 	hostclock "github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // These tests run the store against a real redis-server (see redistest).
@@ -32,11 +33,11 @@ func setup(t *testing.T, o Options) (*redistest.Server, *Store, *redis.Client) {
 }
 
 // members returns the permit ids held for k with their expiry (server ms).
-func members(t *testing.T, c *redis.Client, k semKeys) []redis.Z {
+func members(t *testing.T, c *redis.Client, k protocol.Keys) []redis.Z {
 	t.Helper()
-	z, err := c.ZRangeWithScores(context.Background(), k.holders, 0, -1).Result()
+	z, err := c.ZRangeWithScores(context.Background(), k.Holders, 0, -1).Result()
 	if err != nil {
-		t.Fatalf("ZRANGE %s: got error %v, want nil", k.holders, err)
+		t.Fatalf("ZRANGE %s: got error %v, want nil", k.Holders, err)
 	}
 	return z
 }
@@ -67,7 +68,7 @@ func TestRedisTokensSurviveDataLoss(t *testing.T) {
 	_, st, raw := setup(t, Options{})
 	ctx := context.Background()
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	req := semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second}
 
 	var last int64
@@ -92,13 +93,13 @@ func TestRedisTokensSurviveDataLoss(t *testing.T) {
 	release(t, grant("after FLUSHALL"))
 
 	// Let every key of the semaphore expire on its own.
-	for _, key := range k.list() {
+	for _, key := range k.List() {
 		if err := raw.PExpire(ctx, key, time.Millisecond).Err(); err != nil {
 			t.Fatalf("PEXPIRE %s: got error %v, want nil", key, err)
 		}
 	}
 	waitFor(t, 2*time.Second, "all keys expired", func() bool {
-		return exists(t, raw, k.list()...) == 0
+		return exists(t, raw, k.List()...) == 0
 	})
 	grant("after the keys expired")
 }
@@ -111,7 +112,7 @@ func TestRedisRenew(t *testing.T) {
 
 	t.Run("extends", func(t *testing.T) {
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
 		z0 := members(t, raw, k)
 		if len(z0) != 1 {
@@ -138,7 +139,7 @@ func TestRedisRenew(t *testing.T) {
 				d, d0, sent.Add(ttl-time.Millisecond), answered.Add(ttl))
 		}
 		nowMs := serverMicros(t, raw) / 1000
-		for _, key := range []string{k.holders, k.info, k.token} {
+		for _, key := range []string{k.Holders, k.Info, k.Token} {
 			pttl, err := raw.PTTL(ctx, key).Result()
 			if err != nil {
 				t.Fatalf("PTTL %s: got error %v, want nil", key, err)
@@ -149,12 +150,12 @@ func TestRedisRenew(t *testing.T) {
 		}
 	})
 
-	lost := func(t *testing.T, l semaphore.Lease, k semKeys, keys ...string) {
+	lost := func(t *testing.T, l semaphore.Lease, k protocol.Keys, keys ...string) {
 		t.Helper()
 		if err := l.Renew(ctx); !errors.Is(err, semaphore.ErrLost) {
 			t.Fatalf("Renew of a removed permit: got %v, want ErrLost", err)
 		}
-		if got := zcard(t, raw, k.holders); got != 0 {
+		if got := zcard(t, raw, k.Holders); got != 0 {
 			t.Errorf("holders after a failed renew: got %d, want 0 (renew must not re-create the permit)", got)
 		}
 		if got := exists(t, raw, keys...); got != 0 {
@@ -164,30 +165,30 @@ func TestRedisRenew(t *testing.T) {
 
 	t.Run("after FLUSHALL", func(t *testing.T) {
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
 		if err := raw.FlushAll(ctx).Err(); err != nil {
 			t.Fatalf("FLUSHALL: got error %v, want nil", err)
 		}
-		lost(t, l, k, k.holders, k.info, k.token)
+		lost(t, l, k, k.Holders, k.Info, k.Token)
 	})
 
 	t.Run("after DEL", func(t *testing.T) {
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
-		if err := raw.Del(ctx, k.holders).Err(); err != nil {
+		if err := raw.Del(ctx, k.Holders).Err(); err != nil {
 			t.Fatalf("DEL: got error %v, want nil", err)
 		}
-		lost(t, l, k, k.holders)
+		lost(t, l, k, k.Holders)
 	})
 
 	t.Run("after release", func(t *testing.T) {
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
 		release(t, l)
-		lost(t, l, k, k.holders)
+		lost(t, l, k, k.Holders)
 	})
 
 	t.Run("store down is not lost", func(t *testing.T) {
@@ -210,7 +211,7 @@ func TestRedisCrashedHolderFreesSeat(t *testing.T) {
 	t.Run("waiting acquire gets the seat", func(t *testing.T) {
 		t.Parallel()
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		a := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
 		za := members(t, raw, k)
 		if len(za) != 1 {
@@ -409,7 +410,7 @@ func TestRedisScriptFlush(t *testing.T) {
 	srv, st, raw := setup(t, Options{})
 	ctx := ctxTimeout(t, 10*time.Second)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second}
 	flush := func() {
 		t.Helper()
@@ -434,7 +435,7 @@ func TestRedisScriptFlush(t *testing.T) {
 	}
 	flush()
 	release(t, a)
-	if got := zcard(t, raw, k.holders); got != 0 {
+	if got := zcard(t, raw, k.Holders); got != 0 {
 		t.Fatalf("holders after Release following SCRIPT FLUSH: got %d, want 0", got)
 	}
 	flush()
@@ -605,7 +606,7 @@ func TestRedisStatusHidesPermitIDs(t *testing.T) {
 	_, st, raw := setup(t, Options{})
 	ctx := ctxTimeout(t, 10*time.Second)
 	key := uniqueKey(t)
-	k := newKeys(testPrefix, key)
+	k := protocol.NewKeys(testPrefix, key)
 	acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, Holder: semaphore.HolderInfo{Host: "h", PID: 1, Command: "c"}})
 	acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 20 * time.Second})
 
@@ -674,7 +675,7 @@ func TestRedisHungStore(t *testing.T) {
 		t.Parallel()
 		srv, st, raw := setup(t, Options{ConnectTimeout: 300 * time.Millisecond})
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		acquire(t, st, semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second}) // connected
 		if err := srv.Pause(); err != nil {
 			t.Fatalf("pause redis-server: %v", err)
@@ -700,7 +701,7 @@ func TestRedisHungStore(t *testing.T) {
 		if d := time.Since(resumed); d > ttl+time.Second {
 			t.Errorf("seat free again %v after Redis resumed, want within the ghost's lease, %v", d, ttl)
 		}
-		if n := zcard(t, raw, k.holders); n != 0 {
+		if n := zcard(t, raw, k.Holders); n != 0 {
 			t.Errorf("holders once the ghost's lease lapsed: got %d, want 0", n)
 		}
 	})
@@ -711,7 +712,7 @@ func TestRedisHungStore(t *testing.T) {
 		t.Parallel()
 		srv, st, raw := setup(t, Options{ConnectTimeout: 300 * time.Millisecond})
 		key := uniqueKey(t)
-		k := newKeys(testPrefix, key)
+		k := protocol.NewKeys(testPrefix, key)
 		const ttl = 2 * time.Second                                                 // a waiter lease of WaiterLease
 		hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}) // connected; the seat is taken
 		if err := srv.Pause(); err != nil {
@@ -728,7 +729,7 @@ func TestRedisHungStore(t *testing.T) {
 		waitFor(t, ttl+5*time.Second, "the line empty again", func() bool {
 			// A look sweeps lapsed waiters, as every caller's does.
 			_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
-			return errors.Is(err, semaphore.ErrBusy) && zcard(t, raw, k.queue) == 0
+			return errors.Is(err, semaphore.ErrBusy) && zcard(t, raw, k.Queue) == 0
 		})
 		if d := time.Since(resumed); d > ttl+time.Second {
 			t.Errorf("line empty again %v after Redis resumed, want within the ghost's waiter lease, %v", d, ttl)

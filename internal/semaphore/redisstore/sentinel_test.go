@@ -3,12 +3,12 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // TestRedisSentinelFailover: through three sentinels, a holder whose grant
@@ -37,39 +37,31 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 	// (--min-replicas would make every renewal wait for a replica too,
 	// which the promoted one no longer has.)
-	for zcard(t, replicaRaw, newKeys(testPrefix, key).holders) == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "the replica has the grant", func() bool {
+		return zcard(t, replicaRaw, protocol.NewKeys(testPrefix, key).Holders) > 0
+	})
 
 	master.Kill()
-	var released atomic.Bool
-	got := make(chan semaphore.Lease, 1)
-	go func() {
-		l, err := store.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: ttl})
-		if err != nil {
-			t.Errorf("waiter through the failover: got error %v, want a permit", err)
-		} else if !released.Load() {
-			t.Errorf("waiter: got a permit while the holder from before the failover still held it")
-		}
-		got <- l
-	}()
+	got, _ := startAcquire(t, store, semaphore.Request{Key: key, Permits: 1, TTL: ttl}, 60*time.Second)
 	// The holder renews on the promoted replica, which had its grant.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := h.Renew(ctx)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, semaphore.ErrLost) || time.Now().After(deadline) {
+	waitFor(t, 30*time.Second, "the holder's renewal on the new master", func() bool {
+		err := h.Renew(ctxTimeout(t, 30*time.Second))
+		if errors.Is(err, semaphore.ErrLost) {
 			t.Fatalf("holder's renewal after the failover: got %v, want it to succeed on the new master", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil
+	})
+	select {
+	case r := <-got:
+		t.Fatalf("waiter: got (%v, %v) while the holder from before the failover still held the permit", r.L, r.Err)
+	default:
 	}
-	released.Store(true)
 	if err := h.Release(ctx); err != nil {
 		t.Fatalf("holder's release on the new master: %v", err)
 	}
-	if l := <-got; l != nil {
+	if r := receive(t, got, 40*time.Second, "the waiter through the failover"); r.Err != nil {
+		t.Errorf("waiter through the failover: got error %v, want a permit", r.Err)
+	} else if l := r.L; l != nil {
 		if l.Token() <= h.Token() {
 			t.Errorf("waiter's token: got %d, want more than the holder's %d", l.Token(), h.Token())
 		}

@@ -3,9 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // Status implements semaphore.Store. Without keys, it lists every key under
@@ -21,7 +21,7 @@ func (s *Store) Status(ctx context.Context, keys []string) ([]semaphore.KeyStatu
 	}
 	out := make([]semaphore.KeyStatus, 0, len(keys))
 	for _, key := range keys {
-		res, err := s.call(ctx, statusScript, newKeys(s.prefix, key), statusArgs())
+		res, err := s.call(ctx, protocol.NewKeys(s.prefix, key), protocol.StatusArgs{})
 		if err != nil && (ctx.Err() != nil || !s.keyFault(err)) {
 			return nil, fmt.Errorf("status of key %q: %w", key, err)
 		}
@@ -41,45 +41,10 @@ func (s *Store) keyFault(err error) bool {
 	return !retryable(err) && !unauthenticated(err) && !perm
 }
 
-// readStatus reads status.lua's reply, or the error it came with. A
-// record that is not one is left out, as the scripts do.
+// readStatus reads status.lua's reply, or the error it came with.
 func readStatus(key string, res any, err error) (semaphore.KeyStatus, error) {
 	if err != nil {
 		return semaphore.KeyStatus{}, err
 	}
-	r, err := decodeStatus(res)
-	if err != nil {
-		return semaphore.KeyStatus{}, err
-	}
-	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
-		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{},
-		Fenced: time.Duration(min(max(r.fenced, 0), semaphore.MaxTTL.Milliseconds())) * time.Millisecond}
-	if len(r.holders) > statusList || len(r.waiters) > statusList {
-		return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected reply of %d holders and %d waiters", statusScript.name, len(r.holders), len(r.waiters))
-	}
-	for _, e := range r.holders {
-		pair, _ := e.([]any)
-		if len(pair) != 2 {
-			return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected holder %s", statusScript.name, shortReply(e))
-		}
-		expiry, _ := pair[0].(int64)
-		rec, _ := pair[1].(string)
-		h, err := readHolder(rec, r.now)
-		if err != nil {
-			continue
-		}
-		h.ExpiresIn = time.Duration(min(max(expiry-r.now, 0), semaphore.MaxTTL.Milliseconds())) * time.Millisecond
-		st.Holders = append(st.Holders, h)
-	}
-	for _, e := range r.waiters {
-		rec, _ := e.(string)
-		w, err := readWaiter(rec, r.now)
-		if err != nil {
-			continue
-		}
-		w.Position = len(st.Waiters) + 1
-		st.Waiters = append(st.Waiters, w)
-	}
-	st.Unlisted = int(max(r.holding-statusList, 0) + max(r.waiting-statusList, 0))
-	return st, nil
+	return protocol.DecodeStatus(key, res)
 }

@@ -1,8 +1,9 @@
 // Package redisstore keeps semaphores in Redis: one server, the master
 // that sentinels name, or a Redis Cluster. A semaphore is a few keys that
-// share one hash tag (keys.go), touched only by the Lua scripts embedded
-// here (scripts.go and *.lua); waiters block on wake lists of their own
-// (wait.go); a permit is a lease on the server's clock (lease.go).
+// share one hash tag, touched only by the Lua scripts of package protocol,
+// which also owns their keys, arguments, replies and records; waiters
+// block on wake lists of their own (wait.go); a permit is a lease on the
+// server's clock (lease.go).
 package redisstore
 
 import (

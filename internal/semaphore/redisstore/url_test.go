@@ -11,6 +11,7 @@ import (
 
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 const secret = "s3cret"
@@ -173,7 +174,7 @@ func TestRedisUnixSocket(t *testing.T) {
 	defer release(t, l)
 	raw := redis.NewClient(&redis.Options{Network: "unix", Addr: srv.Socket(), DB: 3, Protocol: 2, DisableIdentity: true})
 	defer raw.Close()
-	if n := zcard(t, raw, newKeys(testPrefix, key).holders); n != 1 {
+	if n := zcard(t, raw, protocol.NewKeys(testPrefix, key).Holders); n != 1 {
 		t.Errorf("holders in database 3: got %d, want 1", n)
 	}
 }

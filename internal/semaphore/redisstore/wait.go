@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/semrun/semrun/internal/clock"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // wakeups are a waiter's wake list. The scripts push its turn there, and
@@ -22,7 +23,7 @@ type wakeups struct {
 
 // wait returns what was pushed to the wake list (popped), or nothing after
 // d, or ctx's cause: at once, even while BLPOP still blocks.
-func (w *wakeups) wait(ctx context.Context, d time.Duration) (t turn, popped bool, err error) {
+func (w *wakeups) wait(ctx context.Context, d time.Duration) (t protocol.Turn, popped bool, err error) {
 	type result struct {
 		elem   string
 		popped bool
@@ -46,12 +47,12 @@ func (w *wakeups) wait(ctx context.Context, d time.Duration) (t turn, popped boo
 	}()
 	select {
 	case <-ctx.Done():
-		return turn{}, false, context.Cause(ctx)
+		return protocol.Turn{}, false, context.Cause(ctx)
 	case p := <-done:
 		if p.err != nil {
 			// Waiting goes on: the next ask retries the store, or fails.
-			return turn{}, false, clock.Sleep(ctx, min(d, w.poll.step()))
+			return protocol.Turn{}, false, clock.Sleep(ctx, min(d, w.poll.step()))
 		}
-		return readTurn(p.elem), p.popped, nil
+		return protocol.ReadTurn(p.elem), p.popped, nil
 	}
 }

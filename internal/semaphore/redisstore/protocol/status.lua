@@ -2,7 +2,7 @@
 -- returned.
 -- KEYS: see lib.lua. ARGV: list, how many holders and how many waiters to
 -- list at most.
--- Reply (statusReply in scripts.go), for the holders and waiters whose
+-- Reply (DecodeStatus in args.go), for the holders and waiters whose
 -- lease has not lapsed:
 --   now       the server's clock, ms
 --   capacity  the capacity the latest caller asked, or -1
@@ -13,7 +13,7 @@
 --   waiters   the waiter records, in line, at most list
 --   fenced    ms left of the restart fence, 0 for none (fencePeek)
 local a = args()
-local list = num(a.list, 0, 100000)
+local list = num(a.list, 0, MAXLIST)
 if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
 local holders = {}
 -- The seats taken: counted from the holders listed when that is all of
@@ -39,6 +39,6 @@ if list > 0 then
     if w and lease and lease > now then waiters[#waiters + 1] = rec end
   end
 end
-return reply{now = now, capacity = field('#cap', 1, 1000000) or -1, held = seats,
+return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or -1, held = seats,
   holding = holding, waiting = redis.call('ZCARD', queueKey),
   holders = holders, waiters = waiters, fenced = fencePeek()}

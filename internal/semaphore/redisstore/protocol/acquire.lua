@@ -3,7 +3,7 @@
 -- caller's turn: nobody waits and its weight fits under N, or it was
 -- handed one. Otherwise, unless it will not wait, the caller gets, or
 -- keeps, its place in line, with a lease of its own.
--- KEYS: see lib.lua. ARGV (acquireArgs in scripts.go):
+-- KEYS: see lib.lua. ARGV (AcquireArgs in args.go):
 --   id       the permit id
 --   permits  the capacity N
 --   ttl      the lease, ms
@@ -19,7 +19,7 @@
 --            for less, nobody is granted a permit, the caller included
 --   line     the longest line the key takes: a caller who would make it
 --            longer is refused (full)
--- Reply (acquireReply in scripts.go):
+-- Reply (AcquireReply in args.go):
 --   granted   1 when the caller holds a permit
 --   token     its fencing token (0 when not granted)
 --   held      the seats taken
@@ -40,15 +40,14 @@
 -- same token.
 local a = args()
 local id, meta, wake = a.id, a.meta or '', a.wake
-local n, ttl = num(a.permits, 1, 1000000), num(a.ttl, 1000, MAXTTL)
-local weight, wlease = num(a.weight, 1, 1000000), num(a.wait, 0, MAXTTL)
-local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, 1000000000)
+local n, ttl = num(a.permits, 1, MAXPERMITS), num(a.ttl, MINTTL, MAXTTL)
+local weight, wlease = num(a.weight, 1, MAXPERMITS), num(a.wait, 0, MAXTTL)
+local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, MAXLINE)
 if not (id and wake and n and ttl and weight and wlease and fence and line) then
   return redis.error_reply('ERR semrun: acquire.lua: bad arguments')
 end
 
-local prev = field('#cap', 1, 1000000) or n
-local PERWAITER, MAXWAIT = 120, 1200000
+local prev = field('#cap', 1, MAXPERMITS) or n
 if wlease > 0 then
   wlease = math.min(math.max(wlease, redis.call('ZCARD', queueKey) * PERWAITER), MAXWAIT)
 end

@@ -12,5 +12,5 @@ local at = first[2] and num(first[2], 0, MAXINT)
 if not head or not at then return reply{watched = 0} end
 local k = wakekey(a.wake, head)
 redis.call('RPUSH', k, string.format('c %d', at))
-redis.call('PEXPIRE', k, 60000)
+redis.call('PEXPIRE', k, WAKELIFE)
 return reply{watched = 1}

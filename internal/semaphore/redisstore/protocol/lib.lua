@@ -1,5 +1,5 @@
 -- lib.lua: the start of every script; the store sends it and a script's
--- own file as one (scripts.go). It holds what the scripts share: their
+-- own file as one (script.go). It holds what the scripts share: their
 -- keys, arguments and replies, the records, the clock, the sweep and the
 -- hand-over.
 --
@@ -32,14 +32,9 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- The longest lease or fence a caller may ask (semaphore.MaxTTL), ms.
-local MAXTTL = 86400000
--- How many lapsed holders, and lapsed or broken waiters, one call removes
--- at most: the rest go in the next calls, which the waiters at the head
--- make as soon as the earliest lease lapses.
-local SWEEP = 32
--- The largest integer a Lua number (a double) holds exactly.
-local MAXINT = 9007199254740991
+-- The limits (MAXTTL, MINTTL, MAXPERMITS, PERWAITER, MAXWAIT, MAXLINE,
+-- CLAIM, WAKELIFE, MAXLIST, SWEEP, MAXINT; ms for spans) come before this
+-- file, written from the Go constants of limits.go, which say what each is.
 
 -- args reads ARGV's names and values into a table.
 local function args()
@@ -83,7 +78,7 @@ end
 local function readHolder(rec)
   local permits, token, since, weight, meta = string.match(rec or '', '^(%d+) (%d+) (%d+) (%d+) (.*)$')
   if not permits then return nil end
-  permits, weight = num(permits, 1, 1000000), num(weight, 1, 1000000)
+  permits, weight = num(permits, 1, MAXPERMITS), num(weight, 1, MAXPERMITS)
   token, since = num(token, 0, MAXINT), num(since, 0, MAXINT)
   if not (permits and weight and token and since) or weight > permits then return nil end
   return {permits = permits, token = token, since = since, weight = weight, meta = meta}
@@ -100,7 +95,7 @@ end
 local function readWaiter(rec)
   local expiry, permits, weight, since, ttl, meta = string.match(rec or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) (.*)$')
   if not expiry then return nil end
-  permits, weight, ttl = num(permits, 1, 1000000), num(weight, 1, 1000000), num(ttl, 0, MAXTTL)
+  permits, weight, ttl = num(permits, 1, MAXPERMITS), num(weight, 1, MAXPERMITS), num(ttl, 0, MAXTTL)
   expiry, since = num(expiry, 0, MAXINT), num(since, 0, MAXINT)
   if not (permits and weight and ttl and expiry and since) or weight > permits then return nil end
   return {expiry = expiry, permits = permits, weight = weight, since = since, ttl = ttl, meta = meta}
@@ -370,11 +365,6 @@ local function fencePeek()
   return math.max(math.max(f.from or 0, from) + f.len - now, 0)
 end
 
--- CLAIM is how long a permit handed over waits for its waiter to take its
--- turn (ms): a waiter that died in line costs those behind it this long,
--- whatever its lease.
-local CLAIM = 2000
-
 -- handoff gives the waiters whose turn it is their permits: walking the
 -- line from its head, each waiter that fits beside the holders and the
 -- waiters before it, under its own N. The first that does not fit ends
@@ -415,7 +405,7 @@ local function handoff(wake, busy)
       redis.call('HSET', infoKey, '#claim ' .. head, now + w.ttl)
       dropWaiter(head)
       redis.call('RPUSH', k, turnRecord(token, now + w.ttl))
-      redis.call('PEXPIRE', k, 60000)
+      redis.call('PEXPIRE', k, WAKELIFE)
       handed[#handed + 1] = k
       longest = math.max(longest, w.ttl)
       given = given + w.weight

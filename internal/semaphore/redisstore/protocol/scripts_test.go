@@ -1,4 +1,4 @@
-package redisstore
+package protocol
 
 import (
 	"context"
@@ -73,8 +73,8 @@ func backends(t *testing.T) []backend {
 // scriptKeys are the keys of key, with the tests' prefix, in the order
 // the scripts take them, and the prefix of its wake lists.
 func scriptKeys(key string) ([]string, string) {
-	k := newKeys(testPrefix, key)
-	return k.list(), k.wake
+	k := NewKeys(testPrefix, key)
+	return k.List(), k.Wake
 }
 
 // call is one run of acquire.lua.
@@ -86,12 +86,12 @@ type call struct {
 	wait   time.Duration // the waiter lease; 0: the caller does not wait
 }
 
-func runCall(t *testing.T, c *redis.Client, key, id string, a call) acquireReply {
+func runCall(t *testing.T, c *redis.Client, key, id string, a call) AcquireReply {
 	t.Helper()
-	return runAcquireArgs(t, c, newKeys(testPrefix, key), acquireArgs{id: id, permits: a.n, ttl: a.ttl, meta: []byte(a.meta), weight: a.weight, wait: a.wait})
+	return runAcquireArgs(t, c, NewKeys(testPrefix, key), AcquireArgs{ID: id, Permits: a.n, TTL: a.ttl, Meta: []byte(a.meta), Weight: a.weight, Wait: a.wait})
 }
 
-func runAcquire(t *testing.T, c *redis.Client, key, id string, n int, ttl time.Duration, meta string) acquireReply {
+func runAcquire(t *testing.T, c *redis.Client, key, id string, n int, ttl time.Duration, meta string) AcquireReply {
 	t.Helper()
 	return runCall(t, c, key, id, call{n: n, ttl: ttl, meta: meta})
 }
@@ -99,12 +99,12 @@ func runAcquire(t *testing.T, c *redis.Client, key, id string, n int, ttl time.D
 // runRelease runs release.lua for id, and returns 1 when id held or waited.
 func runRelease(t *testing.T, c *redis.Client, key, id string) int64 {
 	t.Helper()
-	k := newKeys(testPrefix, key)
-	r, err := decodeRelease(runScript(t, c, releaseScript, k, releaseArgs(id, k.wake)))
+	k := NewKeys(testPrefix, key)
+	r, err := DecodeRelease(runScript(t, c, k, ReleaseArgs{ID: id}))
 	if err != nil {
 		t.Fatalf("release script (id %q): got %v, want its reply", id, err)
 	}
-	if r.released {
+	if r.Released {
 		return 1
 	}
 	return 0
@@ -113,11 +113,11 @@ func runRelease(t *testing.T, c *redis.Client, key, id string) int64 {
 // runRenew runs renew.lua for id, and returns 1 when it renewed the lease.
 func runRenew(t *testing.T, c *redis.Client, key, id string, ttl time.Duration) int64 {
 	t.Helper()
-	renewed, err := decodeRenew(runScript(t, c, renewScript, newKeys(testPrefix, key), renewArgs(id, ttl, 0)))
+	r, err := DecodeRenew(runScript(t, c, NewKeys(testPrefix, key), RenewArgs{ID: id, TTL: ttl}))
 	if err != nil {
 		t.Fatalf("renew script (id %q): got %v, want its reply", id, err)
 	}
-	if renewed {
+	if r.Renewed {
 		return 1
 	}
 	return 0
@@ -125,7 +125,7 @@ func runRenew(t *testing.T, c *redis.Client, key, id string, ttl time.Duration) 
 
 func runStatus(t *testing.T, c *redis.Client, key string) semaphore.KeyStatus {
 	t.Helper()
-	st, err := readStatus(key, runScript(t, c, statusScript, newKeys(testPrefix, key), statusArgs()), nil)
+	st, err := DecodeStatus(key, runScript(t, c, NewKeys(testPrefix, key), StatusArgs{}))
 	if err != nil {
 		t.Fatalf("status script: got %v, want a reply readStatus reads", err)
 	}
@@ -133,7 +133,7 @@ func runStatus(t *testing.T, c *redis.Client, key string) semaphore.KeyStatus {
 }
 
 // wakeKey is the wake list of the waiter id under the wake-list prefix.
-func wakeKey(prefix, id string) string { return semKeys{wake: prefix}.wakeList(id) }
+func wakeKey(prefix, id string) string { return Keys{Wake: prefix}.WakeList(id) }
 
 // wakeLists reads the wake lists of every waiter of a key.
 type wakeLists struct {
@@ -165,7 +165,7 @@ func woken(t *testing.T, w wakeLists) map[string]int64 {
 	out := map[string]int64{}
 	hintsOnly := func(k string) bool {
 		elems, err := w.c.LRange(ctx, k, 0, -1).Result()
-		return err == nil && len(elems) > 0 && !slices.ContainsFunc(elems, func(e string) bool { return readTurn(e).look == 0 })
+		return err == nil && len(elems) > 0 && !slices.ContainsFunc(elems, func(e string) bool { return ReadTurn(e).Look == 0 })
 	}
 	var cursor uint64
 	for {
@@ -196,7 +196,7 @@ func woken(t *testing.T, w wakeLists) map[string]int64 {
 // shows a holder with the token, and it is out of the line. Every such
 // list lapses within a minute, and no other list exists. It pops them, so
 // that the next check starts clean, and returns the turns read, by id.
-func expectHandedOver(t *testing.T, w wakeLists, when string, handed ...string) map[string]turn {
+func expectHandedOver(t *testing.T, w wakeLists, when string, handed ...string) map[string]Turn {
 	t.Helper()
 	ctx := context.Background()
 	keys, _ := scriptKeys(w.key)
@@ -223,37 +223,37 @@ func expectHandedOver(t *testing.T, w wakeLists, when string, handed ...string) 
 		}
 		return v, true
 	}
-	turns := map[string]turn{}
+	turns := map[string]Turn{}
 	for _, id := range handed {
 		v, ok := pop(id)
 		if !ok {
 			continue
 		}
-		tr := readTurn(v)
-		if !tr.handed {
+		tr := ReadTurn(v)
+		if !tr.Handed {
 			t.Errorf("wake-up %s: list of %s held %q, want \"g <token> <expiry ms>\"", when, id, v)
 			continue
 		}
 		turns[id] = tr
 		rec, err := w.c.HGet(ctx, keys[1], id).Result()
 		f := holderRecord.FindStringSubmatch(rec)
-		if err != nil || f == nil || f[2] != strconv.FormatInt(tr.token, 10) {
-			t.Errorf("wake-up %s: holder record of %s: got (%q, %v), want token %d, as its list said", when, id, rec, err, tr.token)
+		if err != nil || f == nil || f[2] != strconv.FormatInt(tr.Token, 10) {
+			t.Errorf("wake-up %s: holder record of %s: got (%q, %v), want token %d, as its list said", when, id, rec, err, tr.Token)
 		}
 		// Until the waiter takes its turn, its permit is a claim of at
-		// most CLAIM (2s); the lease its list said comes once it does.
-		if full, err := w.c.HGet(ctx, keys[1], "#claim "+id).Int64(); err != nil || full != tr.expiry {
-			t.Errorf("wake-up %s: claim of %s: got (%v, %v), want the full lease %d ms, as its list said", when, id, full, err, tr.expiry)
+		// most Claim; the lease its list said comes once it does.
+		if full, err := w.c.HGet(ctx, keys[1], "#claim "+id).Int64(); err != nil || full != tr.Expiry {
+			t.Errorf("wake-up %s: claim of %s: got (%v, %v), want the full lease %d ms, as its list said", when, id, full, err, tr.Expiry)
 		}
 		if f != nil {
 			since, _ := strconv.ParseInt(f[3], 10, 64)
-			want := since + min(2000, tr.expiry-since)
+			want := since + min(Claim.Milliseconds(), tr.Expiry-since)
 			if score, err := w.c.ZScore(ctx, keys[0], id).Result(); err != nil || int64(score) != want {
 				t.Errorf("wake-up %s: claim expiry of %s: got (%v, %v), want %d ms (granted at %d)", when, id, score, err, want, since)
 			}
 		}
-		if !slices.ContainsFunc(st.Holders, func(h semaphore.Holder) bool { return h.Token == tr.token }) {
-			t.Errorf("wake-up %s: status holders: got %+v, want one with %s's token %d", when, st.Holders, id, tr.token)
+		if !slices.ContainsFunc(st.Holders, func(h semaphore.Holder) bool { return h.Token == tr.Token }) {
+			t.Errorf("wake-up %s: status holders: got %+v, want one with %s's token %d", when, st.Holders, id, tr.Token)
 		}
 		if err := w.c.ZScore(ctx, keys[3], id).Err(); err != redis.Nil {
 			t.Errorf("wake-up %s: ZSCORE queue %s: got %v, want redis.Nil (out of the line)", when, id, err)
@@ -266,7 +266,7 @@ func expectHandedOver(t *testing.T, w wakeLists, when string, handed ...string) 
 		// The first waiter left in line may be asked to look again when
 		// the claims lapse: "c <ms>".
 		elems, _ := w.c.LRange(ctx, k, 0, -1).Result()
-		if !slices.ContainsFunc(elems, func(e string) bool { return readTurn(e).look == 0 }) {
+		if !slices.ContainsFunc(elems, func(e string) bool { return ReadTurn(e).Look == 0 }) {
 			_ = w.c.Del(ctx, k).Err()
 			continue
 		}
@@ -282,7 +282,7 @@ func expectHandedOver(t *testing.T, w wakeLists, when string, handed ...string) 
 // expectSamePermit checks that id, handed tr, asking again with a is
 // granted that very permit: the same token, no new one spent, what is left
 // of the lease it was handed, and its wake list gone. It returns the reply.
-func expectSamePermit(t *testing.T, w wakeLists, id string, a call, tr turn) acquireReply {
+func expectSamePermit(t *testing.T, w wakeLists, id string, a call, tr Turn) AcquireReply {
 	t.Helper()
 	ctx := context.Background()
 	keys, _ := scriptKeys(w.key)
@@ -291,8 +291,8 @@ func expectSamePermit(t *testing.T, w wakeLists, id string, a call, tr turn) acq
 		t.Fatalf("GET token: got error %v, want the last token", err)
 	}
 	g := runCall(t, w.c, w.key, id, a)
-	if !g.granted || g.token != tr.token || g.position != 0 || g.left != tr.expiry-g.now {
-		t.Errorf("%s asking after it was handed its permit: got %+v, want granted, token %d, not in line, left = expiry %d - now", id, g, tr.token, tr.expiry)
+	if !g.Granted || g.Token != tr.Token || g.Position != 0 || g.Left != tr.Expiry-g.Now {
+		t.Errorf("%s asking after it was handed its permit: got %+v, want granted, token %d, not in line, left = expiry %d - now", id, g, tr.Token, tr.Expiry)
 	}
 	if tok, err := w.c.Get(ctx, keys[2]).Int64(); err != nil || tok != last {
 		t.Errorf("token key after %s asked again: got (%d, %v), want %d (no token spent)", id, tok, err, last)
@@ -313,42 +313,42 @@ func TestAcquireScriptIdempotent(t *testing.T) {
 			const id = "PERMIT0FIXED0ID0FOR0TESTS0"
 
 			first := runAcquire(t, b.c, key, id, 1, 10*time.Second, `{"host":"h"}`)
-			if !first.granted || first.held != 1 || first.position != 0 || first.waiting != 0 {
+			if !first.Granted || first.Held != 1 || first.Position != 0 || first.Waiting != 0 {
 				t.Fatalf("first call: got %+v, want granted with 1 held, not in line, nobody waiting", first)
 			}
 			// The retry of a client whose answer got lost: n=1 is full, but by itself.
 			again := runAcquire(t, b.c, key, id, 1, 10*time.Second, `{"host":"h"}`)
-			if !again.granted || again.token != first.token || again.held != 1 {
-				t.Fatalf("same id again: got %+v, want granted with the same token %d and 1 held", again, first.token)
+			if !again.Granted || again.Token != first.Token || again.Held != 1 {
+				t.Fatalf("same id again: got %+v, want granted with the same token %d and 1 held", again, first.Token)
 			}
 			if n, err := b.c.ZCard(ctx, keys[0]).Result(); err != nil || n != 1 {
 				t.Fatalf("ZCARD after a repeated acquire: got %d, want 1", n)
 			}
-			if tok, err := b.c.Get(ctx, keys[2]).Int64(); err != nil || tok != first.token {
-				t.Errorf("token key after a repeated acquire: got (%d, %v), want %d (no token spent)", tok, err, first.token)
+			if tok, err := b.c.Get(ctx, keys[2]).Int64(); err != nil || tok != first.Token {
+				t.Errorf("token key after a repeated acquire: got (%d, %v), want %d (no token spent)", tok, err, first.Token)
 			}
 
 			other := runAcquire(t, b.c, key, "PERMIT0OTHER", 1, 10*time.Second, "")
-			if other.granted || other.held != 1 || other.lapse <= 0 || other.lapse > 10_000 || other.position != 0 || other.waiting != 0 {
+			if other.Granted || other.Held != 1 || other.Lapse <= 0 || other.Lapse > 10_000 || other.Position != 0 || other.Waiting != 0 {
 				t.Fatalf("another id with n=1 taken, not waiting: got %+v, want not granted, 1 held, lapse in (0, 10000] ms, not in line", other)
 			}
 			second := runAcquire(t, b.c, key, "PERMIT0SECOND", 2, 10*time.Second, "")
-			if !second.granted || second.token <= first.token || second.held != 2 || second.previous != 1 {
-				t.Fatalf("another id with n=2: got %+v, want granted, token > %d, 2 held, previous capacity 1", second, first.token)
+			if !second.Granted || second.Token <= first.Token || second.Held != 2 || second.Previous != 1 {
+				t.Fatalf("another id with n=2: got %+v, want granted, token > %d, 2 held, previous capacity 1", second, first.Token)
 			}
-			if again := runAcquire(t, b.c, key, "PERMIT0SECOND", 2, 10*time.Second, ""); again.token != second.token || again.held != 2 {
-				t.Errorf("second id again: got %+v, want token %d and 2 held", again, second.token)
+			if again := runAcquire(t, b.c, key, "PERMIT0SECOND", 2, 10*time.Second, ""); again.Token != second.Token || again.Held != 2 {
+				t.Errorf("second id again: got %+v, want token %d and 2 held", again, second.Token)
 			}
 
 			// A waiter asking again (its renewal, or a retry) keeps its one place.
 			w := call{n: 2, ttl: 10 * time.Second, wait: 10 * time.Second}
 			in := runCall(t, b.c, key, "WAITER0A", w)
-			if in.granted || in.position != 1 || in.waiting != 1 {
+			if in.Granted || in.Position != 1 || in.Waiting != 1 {
 				t.Fatalf("a waiter with n=2 taken: got %+v, want not granted, position 1 of 1", in)
 			}
 			rec0, _ := b.c.HGet(ctx, keys[4], "WAITER0A").Result()
 			b.advance(5 * time.Millisecond)
-			if again := runCall(t, b.c, key, "WAITER0A", w); again.granted || again.position != 1 || again.waiting != 1 {
+			if again := runCall(t, b.c, key, "WAITER0A", w); again.Granted || again.Position != 1 || again.Waiting != 1 {
 				t.Errorf("the waiter again: got %+v, want not granted, still position 1 of 1", again)
 			}
 			if n, err := b.c.ZCard(ctx, keys[3]).Result(); err != nil || n != 1 {
@@ -385,7 +385,7 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			const id, meta = "PERMIT0SHAPES", `{"host":"h","pid":1,"command":"a b  c"}`
 			before := b.nowMicros(t)
 			g := runCall(t, b.c, key, id, call{n: 3, ttl: 10 * time.Second, meta: meta, weight: 2})
-			if !g.granted || g.token < before || g.previous != 3 || g.lapse <= 0 || g.lapse > 10_000 || g.held != 2 {
+			if !g.Granted || g.Token < before || g.Previous != 3 || g.Lapse <= 0 || g.Lapse > 10_000 || g.Held != 2 {
 				t.Fatalf("acquire: got %+v, want granted, token >= %d µs, previous 3, lapse in (0, 10000] ms, 2 held", g, before)
 			}
 
@@ -395,8 +395,8 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 				t.Fatalf("HGET info: got error %v, want the record", err)
 			}
 			f := holderRecord.FindStringSubmatch(rec)
-			if f == nil || f[1] != "3" || f[2] != strconv.FormatInt(g.token, 10) || f[4] != "2" || f[5] != meta {
-				t.Fatalf("holder record: got %q, want \"3 %d <ms> 2 %s\"", rec, g.token, meta)
+			if f == nil || f[1] != "3" || f[2] != strconv.FormatInt(g.Token, 10) || f[4] != "2" || f[5] != meta {
+				t.Fatalf("holder record: got %q, want \"3 %d <ms> 2 %s\"", rec, g.Token, meta)
 			}
 			granted, _ := strconv.ParseInt(f[3], 10, 64)
 			if now := b.nowMicros(t) / 1000; granted < before/1000 || granted > now {
@@ -416,14 +416,14 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			if longest, err := b.c.HGet(ctx, keys[1], "#ttl").Result(); err != nil || longest != "10000" {
 				t.Errorf("#ttl: got (%q, %v), want \"10000\"", longest, err)
 			}
-			if tok, err := b.c.Get(ctx, keys[2]).Result(); err != nil || tok != strconv.FormatInt(g.token, 10) {
-				t.Errorf("token key: got (%q, %v), want %q (an integer, not a float rendering)", tok, err, strconv.FormatInt(g.token, 10))
+			if tok, err := b.c.Get(ctx, keys[2]).Result(); err != nil || tok != strconv.FormatInt(g.Token, 10) {
+				t.Errorf("token key: got (%q, %v), want %q (an integer, not a float rendering)", tok, err, strconv.FormatInt(g.Token, 10))
 			}
 
 			// A waiter of weight 2 beside the holder of weight 2, under n=3.
 			const wmeta = `{"host":"w","pid":2,"command":"wait"}`
 			wg := runCall(t, b.c, key, "WAITER0SHAPES", call{n: 3, ttl: 20 * time.Second, meta: wmeta, weight: 2, wait: 5 * time.Second})
-			if wg.granted || wg.held != 2 || wg.position != 1 || wg.waiting != 1 || wg.lapse <= 0 {
+			if wg.Granted || wg.Held != 2 || wg.Position != 1 || wg.Waiting != 1 || wg.Lapse <= 0 {
 				t.Fatalf("waiter of weight 2 beside a holder of weight 2, n=3: got %+v, want not granted, 2 held, position 1 of 1", wg)
 			}
 			wrec, err := b.c.HGet(ctx, keys[4], "WAITER0SHAPES").Result()
@@ -447,8 +447,8 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			}
 
 			st := runStatus(t, b.c, key)
-			if st.Held != 2 || st.Capacity != 3 || len(st.Holders) != 1 || st.Holders[0].Token != g.token || st.Holders[0].Command != "a b  c" || st.Holders[0].Weight != 2 || st.Holders[0].Permits != 3 {
-				t.Errorf("status: got %+v, want 1 holder with token %d, weight 2, permits 3, capacity 3, 2 held", st, g.token)
+			if st.Held != 2 || st.Capacity != 3 || len(st.Holders) != 1 || st.Holders[0].Token != g.Token || st.Holders[0].Command != "a b  c" || st.Holders[0].Weight != 2 || st.Holders[0].Permits != 3 {
+				t.Errorf("status: got %+v, want 1 holder with token %d, weight 2, permits 3, capacity 3, 2 held", st, g.Token)
 			}
 			wantW := semaphore.Waiter{HolderInfo: semaphore.HolderInfo{Host: "w", PID: 2, Command: "wait"}, Permits: 3, Weight: 2, Position: 1}
 			if len(st.Waiters) != 1 {
@@ -486,8 +486,8 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			}
 			hrec, err := b.c.HGet(ctx, keys[1], "WAITER0SHAPES").Result()
 			hf := holderRecord.FindStringSubmatch(hrec)
-			if err != nil || hf == nil || hf[1] != "3" || hf[2] != strconv.FormatInt(tr.token, 10) || hf[4] != "2" || hf[5] != wmeta {
-				t.Fatalf("holder record of the waiter handed its permit: got (%q, %v), want \"3 %d <ms> 2 %s\"", hrec, err, tr.token, wmeta)
+			if err != nil || hf == nil || hf[1] != "3" || hf[2] != strconv.FormatInt(tr.Token, 10) || hf[4] != "2" || hf[5] != wmeta {
+				t.Fatalf("holder record of the waiter handed its permit: got (%q, %v), want \"3 %d <ms> 2 %s\"", hrec, err, tr.Token, wmeta)
 			}
 			// The second release (the last script run) read the clock last,
 			// no earlier than the handover; the waiter's 20s lease is now the
@@ -499,11 +499,11 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			if longest, err := b.c.HGet(ctx, keys[1], "#ttl").Result(); err != nil || longest != "20000" {
 				t.Errorf("#ttl after the handover: got (%q, %v), want \"20000\" (the waiter's lease, the longest asked)", longest, err)
 			}
-			if tr.expiry != handedAt+20_000 {
-				t.Errorf("lease expiry handed over: got %d, want granted ms %d + its own 20000 ms lease", tr.expiry, handedAt)
+			if tr.Expiry != handedAt+20_000 {
+				t.Errorf("lease expiry handed over: got %d, want granted ms %d + its own 20000 ms lease", tr.Expiry, handedAt)
 			}
-			if tr.token <= g.token {
-				t.Errorf("token handed over: got %d, want more than the releasing holder's %d", tr.token, g.token)
+			if tr.Token <= g.Token {
+				t.Errorf("token handed over: got %d, want more than the releasing holder's %d", tr.Token, g.Token)
 			}
 			if st := runStatus(t, b.c, key); st.Held != 2 || len(st.Holders) != 1 || st.Holders[0].Weight != 2 || st.Holders[0].Permits != 3 || st.Holders[0].Command != "wait" || len(st.Waiters) != 0 {
 				t.Errorf("status after the handover: got %+v, want 2 held by the waiter (weight 2, permits 3), nobody waiting", st)
@@ -515,7 +515,7 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 				t.Errorf("waiters fields once nobody waits: got (%q, %v), want only #seq", fields, err)
 			}
 			// Asking again, as a waiter that missed its list would, changes nothing.
-			if g := expectSamePermit(t, wl, "WAITER0SHAPES", call{n: 3, ttl: 20 * time.Second, meta: wmeta, weight: 2, wait: 5 * time.Second}, tr); g.held != 2 || g.waiting != 0 {
+			if g := expectSamePermit(t, wl, "WAITER0SHAPES", call{n: 3, ttl: 20 * time.Second, meta: wmeta, weight: 2, wait: 5 * time.Second}, tr); g.Held != 2 || g.Waiting != 0 {
 				t.Errorf("the waiter asking after the handover: got %+v, want 2 held, nobody waiting", g)
 			}
 		})
@@ -533,21 +533,21 @@ func TestScriptsServeTheLineInOrder(t *testing.T) {
 			sub := listen(t, b.c, key)
 			wait := call{n: 1, ttl: 10 * time.Second, wait: 10 * time.Second}
 			h := runAcquire(t, b.c, key, "H", 1, 10*time.Second, "")
-			if !h.granted {
+			if !h.Granted {
 				t.Fatalf("holder: got %+v, want granted", h)
 			}
 			for i, id := range []string{"W1", "W2", "W3"} {
 				g := runCall(t, b.c, key, id, wait)
-				if g.granted || g.held != 1 || g.position != int64(i+1) || g.waiting != int64(i+1) || g.lapse <= 0 || g.left != 0 {
+				if g.Granted || g.Held != 1 || g.Position != int64(i+1) || g.Waiting != int64(i+1) || g.Lapse <= 0 || g.Left != 0 {
 					t.Fatalf("waiter %s: got %+v, want not granted, 1 held, position %d of %d, nothing left", id, g, i+1, i+1)
 				}
 			}
-			if g := runCall(t, b.c, key, "W2", wait); g.granted || g.position != 2 || g.waiting != 3 {
+			if g := runCall(t, b.c, key, "W2", wait); g.Granted || g.Position != 2 || g.Waiting != 3 {
 				t.Errorf("W2 asking again: got %+v, want not granted, position 2 of 3", g)
 			}
 			// A caller that will not wait does not join the line, even
 			// where its larger n would fit it.
-			if g := runAcquire(t, b.c, key, "X", 3, 10*time.Second, ""); g.granted || g.position != 0 || g.waiting != 3 {
+			if g := runAcquire(t, b.c, key, "X", 3, 10*time.Second, ""); g.Granted || g.Position != 0 || g.Waiting != 3 {
 				t.Errorf("no-wait caller with n=3 while 3 wait: got %+v, want not granted, not in line, 3 waiting", g)
 			}
 			st := runStatus(t, b.c, key)
@@ -565,16 +565,16 @@ func TestScriptsServeTheLineInOrder(t *testing.T) {
 				t.Fatalf("release of the holder: got %d, want 1", n)
 			}
 			w1 := expectHandedOver(t, sub, "after the holder released", "W1")["W1"]
-			if w1.token <= h.token {
-				t.Errorf("token handed to W1: got %d, want more than the releasing holder's %d", w1.token, h.token)
+			if w1.Token <= h.Token {
+				t.Errorf("token handed to W1: got %d, want more than the releasing holder's %d", w1.Token, h.Token)
 			}
 			if st := runStatus(t, b.c, key); st.Held != 1 || len(st.Waiters) != 2 || st.Waiters[0].Position != 1 {
 				t.Errorf("status after the handover to W1: got %+v, want 1 held, 2 waiting", st)
 			}
-			if g := runCall(t, b.c, key, "W2", wait); g.granted || g.held != 1 || g.position != 1 || g.waiting != 2 {
+			if g := runCall(t, b.c, key, "W2", wait); g.Granted || g.Held != 1 || g.Position != 1 || g.Waiting != 2 {
 				t.Errorf("W2 while W1 holds the seat it was handed: got %+v, want not granted, 1 held, position 1 of 2", g)
 			}
-			if g := expectSamePermit(t, sub, "W1", wait, w1); g.held != 1 || g.waiting != 2 {
+			if g := expectSamePermit(t, sub, "W1", wait, w1); g.Held != 1 || g.Waiting != 2 {
 				t.Errorf("W1 asking after the handover: got %+v, want 1 held, 2 waiting", g)
 			}
 			// W2 leaves the line: W3 moves up, but the seat is still taken.
@@ -589,8 +589,8 @@ func TestScriptsServeTheLineInOrder(t *testing.T) {
 				t.Errorf("release of W1: got %d, want 1", n)
 			}
 			w3 := expectHandedOver(t, sub, "after W1 released", "W3")["W3"]
-			if w3.token <= w1.token {
-				t.Errorf("token handed to W3: got %d, want more than W1's %d", w3.token, w1.token)
+			if w3.Token <= w1.Token {
+				t.Errorf("token handed to W3: got %d, want more than W1's %d", w3.Token, w1.Token)
 			}
 			// W3 gives back the permit it was handed, never having read it.
 			if n := runRelease(t, b.c, key, "W3"); n != 1 {
@@ -600,7 +600,7 @@ func TestScriptsServeTheLineInOrder(t *testing.T) {
 				t.Errorf("release of W3 again: got %d, want 0", n)
 			}
 			expectHandedOver(t, sub, "after the last waiter left")
-			if g := runAcquire(t, b.c, key, "X", 1, 10*time.Second, ""); !g.granted || g.waiting != 0 || g.held != 1 {
+			if g := runAcquire(t, b.c, key, "X", 1, 10*time.Second, ""); !g.Granted || g.Waiting != 0 || g.Held != 1 {
 				t.Errorf("no-wait caller once the line is empty: got %+v, want granted, 1 held", g)
 			}
 		})
@@ -616,22 +616,22 @@ func TestScriptsWeights(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			const key = "weights"
 			sub := listen(t, b.c, key)
-			if g := runCall(t, b.c, key, "H", call{n: 3, ttl: 10 * time.Second, weight: 2}); !g.granted || g.held != 2 {
+			if g := runCall(t, b.c, key, "H", call{n: 3, ttl: 10 * time.Second, weight: 2}); !g.Granted || g.Held != 2 {
 				t.Fatalf("holder of weight 2: got %+v, want granted, 2 held", g)
 			}
-			if g := runCall(t, b.c, key, "X", call{n: 3, ttl: 10 * time.Second, weight: 2}); g.granted || g.held != 2 {
+			if g := runCall(t, b.c, key, "X", call{n: 3, ttl: 10 * time.Second, weight: 2}); g.Granted || g.Held != 2 {
 				t.Errorf("no-wait weight 2 beside a holder of weight 2, n=3: got %+v, want not granted", g)
 			}
 			heavy := call{n: 3, ttl: 10 * time.Second, weight: 3, wait: 10 * time.Second}
 			light := call{n: 3, ttl: 10 * time.Second, weight: 1, wait: 10 * time.Second}
-			if g := runCall(t, b.c, key, "HEAVY", heavy); g.granted || g.position != 1 {
+			if g := runCall(t, b.c, key, "HEAVY", heavy); g.Granted || g.Position != 1 {
 				t.Fatalf("heavy waiter: got %+v, want not granted, position 1", g)
 			}
 			// One seat is free, but the heavy waiter came first.
-			if g := runCall(t, b.c, key, "LIGHT", light); g.granted || g.position != 2 {
+			if g := runCall(t, b.c, key, "LIGHT", light); g.Granted || g.Position != 2 {
 				t.Errorf("light waiter behind a heavy one, a seat free: got %+v, want not granted, position 2", g)
 			}
-			if g := runCall(t, b.c, key, "Y", call{n: 3, ttl: 10 * time.Second}); g.granted {
+			if g := runCall(t, b.c, key, "Y", call{n: 3, ttl: 10 * time.Second}); g.Granted {
 				t.Errorf("no-wait weight 1 with a seat free and a line: got %+v, want not granted", g)
 			}
 			if n := runRelease(t, b.c, key, "H"); n != 1 {
@@ -641,14 +641,14 @@ func TestScriptsWeights(t *testing.T) {
 			if st := runStatus(t, b.c, key); st.Held != 3 || len(st.Holders) != 1 || st.Holders[0].Weight != 3 {
 				t.Errorf("status with the heavy waiter handed its permit: got %+v, want held 3 by one holder of weight 3", st)
 			}
-			if g := runCall(t, b.c, key, "LIGHT", light); g.granted || g.held != 3 || g.position != 1 {
+			if g := runCall(t, b.c, key, "LIGHT", light); g.Granted || g.Held != 3 || g.Position != 1 {
 				t.Errorf("light waiter while the heavy one holds every seat: got %+v, want not granted, 3 held, position 1", g)
 			}
-			if g := expectSamePermit(t, sub, "HEAVY", heavy, hv); g.held != 3 || g.waiting != 1 {
+			if g := expectSamePermit(t, sub, "HEAVY", heavy, hv); g.Held != 3 || g.Waiting != 1 {
 				t.Fatalf("heavy waiter asking after the handover: got %+v, want 3 held, 1 waiting", g)
 			}
 			for _, id := range []string{"L2", "L3"} {
-				if g := runCall(t, b.c, key, id, light); g.granted {
+				if g := runCall(t, b.c, key, id, light); g.Granted {
 					t.Fatalf("light waiter %s behind the heavy holder: got %+v, want not granted", id, g)
 				}
 			}
@@ -658,18 +658,18 @@ func TestScriptsWeights(t *testing.T) {
 			// Three light waiters fit at once: one release hands all three
 			// their permits, in the order of the line.
 			lights := expectHandedOver(t, sub, "after the heavy holder released", "LIGHT", "L2", "L3")
-			last := hv.token
+			last := hv.Token
 			for _, id := range []string{"LIGHT", "L2", "L3"} {
-				if tr := lights[id]; tr.token <= last {
-					t.Errorf("token handed to %s: got %d, want more than %d, the one before it", id, tr.token, last)
+				if tr := lights[id]; tr.Token <= last {
+					t.Errorf("token handed to %s: got %d, want more than %d, the one before it", id, tr.Token, last)
 				}
-				last = lights[id].token
+				last = lights[id].Token
 			}
 			if st := runStatus(t, b.c, key); st.Held != 3 || len(st.Holders) != 3 || len(st.Waiters) != 0 {
 				t.Errorf("status after the light waiters were handed their permits: got %+v, want 3 held by 3 holders, nobody waiting", st)
 			}
 			for _, id := range []string{"L3", "LIGHT", "L2"} {
-				if g := expectSamePermit(t, sub, id, light, lights[id]); g.held != 3 || g.waiting != 0 {
+				if g := expectSamePermit(t, sub, id, light, lights[id]); g.Held != 3 || g.Waiting != 0 {
 					t.Errorf("light waiter %s asking after the handover: got %+v, want 3 held, nobody waiting", id, g)
 				}
 			}
@@ -688,20 +688,20 @@ func TestScriptsSweepGivesTurns(t *testing.T) {
 			const key = "sweep"
 			sub := listen(t, b.c, key)
 			h := runAcquire(t, b.c, key, "H", 1, time.Second, "")
-			if !h.granted {
+			if !h.Granted {
 				t.Fatalf("holder: got %+v, want granted", h)
 			}
-			expiry := h.now + h.left
-			if g := runCall(t, b.c, key, "GONE", call{n: 1, ttl: 10 * time.Second, wait: 200 * time.Millisecond}); g.position != 1 {
+			expiry := h.Now + h.Left
+			if g := runCall(t, b.c, key, "GONE", call{n: 1, ttl: 10 * time.Second, wait: 200 * time.Millisecond}); g.Position != 1 {
 				t.Fatalf("waiter with a 200ms waiter lease: got %+v, want position 1", g)
 			}
 			wait := call{n: 1, ttl: 10 * time.Second, wait: 10 * time.Second}
-			if g := runCall(t, b.c, key, "W", wait); g.position != 2 {
+			if g := runCall(t, b.c, key, "W", wait); g.Position != 2 {
 				t.Fatalf("waiter behind it: got %+v, want position 2", g)
 			}
 			b.advance(200 * time.Millisecond)
 			// GONE never asked again: it leaves the line; the holder remains.
-			if g := runAcquire(t, b.c, key, "X", 1, time.Second, ""); g.granted || g.waiting != 1 {
+			if g := runAcquire(t, b.c, key, "X", 1, time.Second, ""); g.Granted || g.Waiting != 1 {
 				t.Errorf("no-wait caller after the first waiter's lease lapsed: got %+v, want not granted, 1 waiting", g)
 			}
 			expectHandedOver(t, sub, "after a waiter left with a holder still in")
@@ -718,14 +718,14 @@ func TestScriptsSweepGivesTurns(t *testing.T) {
 			// W asks at 400, 600 and 800ms, and X at 1000ms, the expiry.
 			for b.nowMicros(t)/1000+400 <= expiry {
 				b.advance(200 * time.Millisecond)
-				if g := runCall(t, b.c, key, "W", wait); g.granted || g.position != 1 || g.held != 1 || g.moved != 0 {
+				if g := runCall(t, b.c, key, "W", wait); g.Granted || g.Position != 1 || g.Held != 1 || g.Moved != 0 {
 					t.Fatalf("W renewing its place while the holder's lease runs: got %+v, want not granted, position 1, 1 held, nothing moved", g)
 				}
 			}
 			b.advance(time.Duration(max(expiry-b.nowMicros(t)/1000, 0)) * time.Millisecond)
 			// The holder's lease lapsed: the caller that swept it hands W
 			// the seat, and counts it as taken.
-			if g := runAcquire(t, b.c, key, "X", 1, time.Second, ""); g.granted || g.held != 1 || g.waiting != 0 {
+			if g := runAcquire(t, b.c, key, "X", 1, time.Second, ""); g.Granted || g.Held != 1 || g.Waiting != 0 {
 				t.Errorf("no-wait caller after the holder's lease lapsed: got %+v, want not granted (W handed the seat), 1 held, nobody waiting", g)
 			}
 			tr := expectHandedOver(t, sub, "after the holder's lease lapsed", "W")["W"]
@@ -745,11 +745,11 @@ func TestScriptsDropTheirOwnWakeList(t *testing.T) {
 			const key = "ownlist"
 			w := listen(t, b.c, key)
 			wait := call{n: 1, ttl: 10 * time.Second, wait: 10 * time.Second}
-			if g := runAcquire(t, b.c, key, "H", 1, 10*time.Second, ""); !g.granted {
+			if g := runAcquire(t, b.c, key, "H", 1, 10*time.Second, ""); !g.Granted {
 				t.Fatalf("holder: got %+v, want granted", g)
 			}
 			for _, id := range []string{"W1", "W2", "W3"} {
-				if g := runCall(t, b.c, key, id, wait); g.granted {
+				if g := runCall(t, b.c, key, id, wait); g.Granted {
 					t.Fatalf("waiter %s: got %+v, want not granted", id, g)
 				}
 			}
@@ -760,8 +760,8 @@ func TestScriptsDropTheirOwnWakeList(t *testing.T) {
 				t.Fatalf("wake lists after the holder released: got %v, want W1's only, of 1 element", got)
 			}
 			elem, err := b.c.LIndex(ctx, wakeKey(w.wake, "W1"), 0).Result()
-			tr := readTurn(elem)
-			if err != nil || !tr.handed {
+			tr := ReadTurn(elem)
+			if err != nil || !tr.Handed {
 				t.Fatalf("W1's wake list: got (%q, %v), want \"g <token> <expiry ms>\"", elem, err)
 			}
 			// W1 asks before reading its list: it gets the permit it was
@@ -814,15 +814,15 @@ func TestTokenIsServerClockOnEmptyStore(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), Protocol: 2, DisableIdentity: true})
 	t.Cleanup(func() { _ = c.Close() })
 	g := runAcquire(t, c, "clock", "PERMIT0CLOCK", 1, time.Second, "")
-	if want := scriptClock.UnixMicro(); g.token != want {
-		t.Errorf("first token on an empty store: got %d, want the server clock %d µs", g.token, want)
+	if want := scriptClock.UnixMicro(); g.Token != want {
+		t.Errorf("first token on an empty store: got %d, want the server clock %d µs", g.Token, want)
 	}
 }
 
 func TestKeysEscapeBraces(t *testing.T) {
 	seen := map[string]string{}
 	for _, key := range []string{"a", "a}", "{a}", "}x", "%7B", "%7D", "{", "}", "%", "%25", "a:b}:holders"} {
-		ks := newKeys("p:", key).list()
+		ks := NewKeys("p:", key).List()
 		if len(ks) != 6 {
 			t.Fatalf("keys(%q): got %d keys, want 6", key, len(ks))
 		}
@@ -832,7 +832,7 @@ func TestKeysEscapeBraces(t *testing.T) {
 		}
 		tag := ks[0][:hi+1]
 		names := map[string]bool{}
-		for i, k := range append(ks, newKeys("p:", key).wake) {
+		for i, k := range append(ks, NewKeys("p:", key).Wake) {
 			if !strings.HasPrefix(k, tag) || strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
 				t.Errorf("keys(%q) and channel: got %q, want one {tag} %q shared by all and no other brace", key, k, tag)
 			}
@@ -854,7 +854,7 @@ func TestKeysEscapeBraces(t *testing.T) {
 
 // TestReadHolder: a holder record is read whole, or not at all.
 func TestReadHolder(t *testing.T) {
-	h, err := readHolder(`3 1700000000000000 1700000000000 2 {"host":"h","pid":1,"command":"a b"}`, 1700000001000)
+	h, err := ReadHolder(`3 1700000000000000 1700000000000 2 {"host":"h","pid":1,"command":"a b"}`, 1700000001000)
 	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 1, Command: "a b"}, Permits: 3, Token: 1700000000000000, Age: time.Second, Weight: 2}
 	if err != nil || h != want {
 		t.Errorf("readHolder: got (%+v, %v), want %+v", h, err, want)
@@ -867,8 +867,8 @@ func TestReadHolder(t *testing.T) {
 		`2 99999999999999999999 1700000000000 3 `,
 		`2 1700000000000000 1700000000000 3 {`,
 	} {
-		if h, err := readHolder(rec, 1700000001000); err == nil {
-			t.Errorf("readHolder(%q): got %+v, want an error", rec, h)
+		if h, err := ReadHolder(rec, 1700000001000); err == nil {
+			t.Errorf("ReadHolder(%q): got %+v, want an error", rec, h)
 		}
 	}
 }
@@ -893,10 +893,10 @@ func TestScriptsSkipRecordsThatAreNot(t *testing.T) {
 			sub := listen(t, b.c, key)
 			runAcquire(t, b.c, key, "H", 1, 10*time.Second, "")
 			wait := call{n: 1, ttl: 10 * time.Second, wait: 10 * time.Second}
-			if g := runCall(t, b.c, key, "BAD", wait); g.position != 1 {
+			if g := runCall(t, b.c, key, "BAD", wait); g.Position != 1 {
 				t.Fatalf("first waiter: got %+v, want first in line", g)
 			}
-			if g := runCall(t, b.c, key, "NEXT", wait); g.position != 2 {
+			if g := runCall(t, b.c, key, "NEXT", wait); g.Position != 2 {
 				t.Fatalf("second waiter: got %+v, want second in line", g)
 			}
 			if err := b.c.HSet(ctx, keys[4], "BAD", "not a record").Err(); err != nil {
@@ -930,14 +930,14 @@ func TestScriptsHandedTokensIncrease(t *testing.T) {
 			var last int64
 			for _, id := range []string{"H1", "H2"} {
 				g := runAcquire(t, b.c, key, id, 2, 10*time.Second, "")
-				if !g.granted || g.token <= last {
+				if !g.Granted || g.Token <= last {
 					t.Fatalf("holder %s: got %+v, want granted, token > %d", id, g, last)
 				}
-				tokens[id], last = g.token, g.token
+				tokens[id], last = g.Token, g.Token
 			}
 			wait := call{n: 2, ttl: 10 * time.Second, wait: 10 * time.Second}
 			for _, id := range []string{"W1", "W2", "W3", "W4"} {
-				if g := runCall(t, b.c, key, id, wait); g.granted {
+				if g := runCall(t, b.c, key, id, wait); g.Granted {
 					t.Fatalf("waiter %s: got %+v, want not granted", id, g)
 				}
 			}
@@ -951,14 +951,14 @@ func TestScriptsHandedTokensIncrease(t *testing.T) {
 				if !ok {
 					t.Fatalf("after %s released: got no permit handed to %s, want one", step.release, step.handed)
 				}
-				if tr.token <= last || tr.token == tokens[step.release] {
+				if tr.Token <= last || tr.Token == tokens[step.release] {
 					t.Errorf("token handed to %s when %s released: got %d, want more than %d, the last before it, and not %s's %d",
-						step.handed, step.release, tr.token, last, step.release, tokens[step.release])
+						step.handed, step.release, tr.Token, last, step.release, tokens[step.release])
 				}
-				if tok, err := b.c.Get(context.Background(), keys[2]).Int64(); err != nil || tok != tr.token {
-					t.Errorf("token key after %s released: got (%d, %v), want %d, the token handed over", step.release, tok, err, tr.token)
+				if tok, err := b.c.Get(context.Background(), keys[2]).Int64(); err != nil || tok != tr.Token {
+					t.Errorf("token key after %s released: got (%d, %v), want %d, the token handed over", step.release, tok, err, tr.Token)
 				}
-				tokens[step.handed], last = tr.token, tr.token
+				tokens[step.handed], last = tr.Token, tr.Token
 			}
 		})
 	}
@@ -988,7 +988,7 @@ func TestScriptsHandoverKeepsKeysAlive(t *testing.T) {
 				t.Fatalf("release: got %d, want 1", n)
 			}
 			tr := expectHandedOver(t, sub, "after the holder released", "W")["W"]
-			left := time.Duration(tr.expiry-b.nowMicros(t)/1000) * time.Millisecond
+			left := time.Duration(tr.Expiry-b.nowMicros(t)/1000) * time.Millisecond
 			// The queue went with its last waiter; the other keys remain.
 			if n, err := b.c.Exists(ctx, keys[3]).Result(); err != nil || n != 0 {
 				t.Errorf("queue key once nobody waits: got (%d, %v), want it gone", n, err)
@@ -1031,28 +1031,28 @@ func TestScriptsLateWaiterAsksAgain(t *testing.T) {
 				t.Errorf("renew of the lapsed permit handed over: got %d, want 0 (lost)", n)
 			}
 			g := runCall(t, b.c, key, "LATE", late)
-			if g.granted || g.token != 0 || g.held != 1 || g.position != 1 || g.waiting != 1 || g.left != 0 {
+			if g.Granted || g.Token != 0 || g.Held != 1 || g.Position != 1 || g.Waiting != 1 || g.Left != 0 {
 				t.Errorf("LATE asking again after its lease lapsed: got %+v, want not granted, 1 held, back in line at position 1 of 1", g)
 			}
 			// Its call swept the lapsed permit and handed the seat to NEXT.
 			next := expectHandedOver(t, sub, "after LATE asked again", "NEXT")["NEXT"]
-			if next.token <= handed.token {
-				t.Errorf("token handed to NEXT: got %d, want more than LATE's lapsed %d", next.token, handed.token)
+			if next.Token <= handed.Token {
+				t.Errorf("token handed to NEXT: got %d, want more than LATE's lapsed %d", next.Token, handed.Token)
 			}
 			if err := b.c.ZScore(ctx, keys[0], "LATE").Err(); err != redis.Nil {
 				t.Errorf("ZSCORE holders LATE: got %v, want redis.Nil (its permit gone)", err)
 			}
 			st := runStatus(t, b.c, key)
-			if st.Held != 1 || len(st.Holders) != 1 || st.Holders[0].Token != next.token || len(st.Waiters) != 1 {
-				t.Errorf("status after LATE asked again: got %+v, want NEXT the only holder (token %d), LATE waiting", st, next.token)
+			if st.Held != 1 || len(st.Holders) != 1 || st.Holders[0].Token != next.Token || len(st.Waiters) != 1 {
+				t.Errorf("status after LATE asked again: got %+v, want NEXT the only holder (token %d), LATE waiting", st, next.Token)
 			}
 			// Once NEXT gives the seat back, LATE is handed a new permit.
 			if n := runRelease(t, b.c, key, "NEXT"); n != 1 {
 				t.Fatalf("release of NEXT: got %d, want 1", n)
 			}
 			again := expectHandedOver(t, sub, "after NEXT released", "LATE")["LATE"]
-			if again.token <= next.token {
-				t.Errorf("token handed to LATE the second time: got %d, want more than NEXT's %d", again.token, next.token)
+			if again.Token <= next.Token {
+				t.Errorf("token handed to LATE the second time: got %d, want more than NEXT's %d", again.Token, next.Token)
 			}
 		})
 	}
@@ -1077,7 +1077,7 @@ func TestScriptsStaleTurnGoesWithTheLapsedPermit(t *testing.T) {
 				t.Fatalf("release: got %d, want 1", n)
 			}
 			b.advance(time.Second) // LATE's lease lapses, its list unread
-			if g := runCall(t, b.c, key, "LATE", late); g.granted || g.position != 1 {
+			if g := runCall(t, b.c, key, "LATE", late); g.Granted || g.Position != 1 {
 				t.Fatalf("LATE asking again after its lease lapsed: got %+v, want not granted, back in line", g)
 			}
 			if elems, err := b.c.LRange(ctx, wakeKey(w.wake, "LATE"), 0, -1).Result(); err != nil || len(elems) != 0 {
@@ -1109,7 +1109,7 @@ func TestScriptsVanishedWaiterStallsForItsLeases(t *testing.T) {
 				t.Fatalf("release: got %d, want 1", n)
 			}
 			b.advance(gone.ttl) // GONE never asked again, nor read its turn
-			if g := runCall(t, b.c, key, "NEXT", wait); !g.granted {
+			if g := runCall(t, b.c, key, "NEXT", wait); !g.Granted {
 				t.Errorf("the waiter behind one that vanished, asking once the permit handed to it lapsed (%v after its last ask): got %+v, want granted", gone.ttl, g)
 			}
 		})
@@ -1121,18 +1121,18 @@ func TestScriptsVanishedWaiterStallsForItsLeases(t *testing.T) {
 func TestParseTurn(t *testing.T) {
 	for _, tc := range []struct {
 		elem string
-		want turn
+		want Turn
 	}{
-		{"g 123 456", turn{handed: true, token: 123, expiry: 456}},
-		{"g 1930367167891235 1930367177891", turn{handed: true, token: 1930367167891235, expiry: 1930367177891}},
-		{"1", turn{}},
-		{"", turn{}},
-		{"g x y", turn{}},
-		{"g 123", turn{}},
+		{"g 123 456", Turn{Handed: true, Token: 123, Expiry: 456}},
+		{"g 1930367167891235 1930367177891", Turn{Handed: true, Token: 1930367167891235, Expiry: 1930367177891}},
+		{"1", Turn{}},
+		{"", Turn{}},
+		{"g x y", Turn{}},
+		{"g 123", Turn{}},
 	} {
 		// Only handed counts when the waiter is to ask again.
-		if got := readTurn(tc.elem); got.handed != tc.want.handed || got.handed && got != tc.want {
-			t.Errorf("readTurn(%q): got %+v, want %+v", tc.elem, got, tc.want)
+		if got := ReadTurn(tc.elem); got.Handed != tc.want.Handed || got.Handed && got != tc.want {
+			t.Errorf("ReadTurn(%q): got %+v, want %+v", tc.elem, got, tc.want)
 		}
 	}
 }
@@ -1147,12 +1147,12 @@ func TestReadWaiter(t *testing.T) {
 		{`1700000010000 3 2 1700000000000 30000 {"host":"h","pid":1,"command":"a b"}`, info},
 		{`1700000010000 3 2 1700000000000 30000 `, semaphore.HolderInfo{}},
 	} {
-		w, err := readWaiter(tc.rec, 1700000001000)
+		w, err := ReadWaiter(tc.rec, 1700000001000)
 		if err != nil {
-			t.Fatalf("readWaiter(%q): got error %v, want nil", tc.rec, err)
+			t.Fatalf("ReadWaiter(%q): got error %v, want nil", tc.rec, err)
 		}
 		if want := (semaphore.Waiter{HolderInfo: tc.wantInfo, Permits: 3, Weight: 2, Waited: time.Second}); w != want {
-			t.Errorf("readWaiter(%q): got %+v, want %+v", tc.rec, w, want)
+			t.Errorf("ReadWaiter(%q): got %+v, want %+v", tc.rec, w, want)
 		}
 	}
 	for _, rec := range []string{
@@ -1164,8 +1164,8 @@ func TestReadWaiter(t *testing.T) {
 		`1700000010000 2 3 1700000000000 30000 `,       // heavier than its N
 		`1700000010000 0 0 1700000000000 30000 `,       // no N
 	} {
-		if w, err := readWaiter(rec, 1700000001000); err == nil {
-			t.Errorf("readWaiter(%q): got %+v, want an error", rec, w)
+		if w, err := ReadWaiter(rec, 1700000001000); err == nil {
+			t.Errorf("ReadWaiter(%q): got %+v, want an error", rec, w)
 		}
 	}
 }
@@ -1190,21 +1190,21 @@ func TestScriptErrorsNameTheirFileAndLine(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
-			k := newKeys(testPrefix, "errors")
+			k := NewKeys(testPrefix, "errors")
 			// A line that is not a sorted set: acquire.lua's own call fails.
-			if err := b.c.Set(ctx, k.queue, "x", time.Minute).Err(); err != nil {
+			if err := b.c.Set(ctx, k.Queue, "x", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			_, err := acquireScript.run(ctx, b.c, k, acquireArgs{id: "X", permits: 1, ttl: time.Second, weight: 1, wake: k.wake}.named())
+			_, err := Run(ctx, b.c, k, AcquireArgs{ID: "X", Permits: 1, TTL: time.Second, Weight: 1})
 			want := fmt.Sprintf("acquire.lua:%d", lineOf(t, acquireLua, "local inline = redis.call('ZSCORE', queueKey, id)"))
 			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "user_script") {
 				t.Errorf("acquire.lua on a line of another type: got %v, want an error at %s", err, want)
 			}
 			// An info key that is not a hash: lib.lua's rebase fails.
-			if err := b.c.Set(ctx, k.info, "x", time.Minute).Err(); err != nil {
+			if err := b.c.Set(ctx, k.Info, "x", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			_, err = releaseScript.run(ctx, b.c, k, releaseArgs("X", k.wake))
+			_, err = Run(ctx, b.c, k, ReleaseArgs{ID: "X"})
 			want = fmt.Sprintf("lib.lua:%d", lineOf(t, libLua, "local rec = redis.call('HMGET', infoKey, '#clock', '#ttl')"))
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("release.lua on info of another type: got %v, want an error at %s", err, want)
@@ -1215,4 +1215,28 @@ func TestScriptErrorsNameTheirFileAndLine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testPrefix prefixes every key these tests write.
+const testPrefix = "test:"
+
+// runScript runs a on c, as the store does.
+func runScript(t testing.TB, c redis.Scripter, k Keys, a Args) any {
+	t.Helper()
+	res, err := Run(context.Background(), c, k, a)
+	if err != nil {
+		t.Fatalf("%s: got error %v, want a reply", a.script().Name(), err)
+	}
+	return res
+}
+
+// runAcquireArgs runs acquire.lua with a on c and returns its reply.
+func runAcquireArgs(t testing.TB, c redis.Scripter, k Keys, a AcquireArgs) AcquireReply {
+	t.Helper()
+	a.Weight = max(a.Weight, 1)
+	r, err := DecodeAcquire(runScript(t, c, k, a))
+	if err != nil {
+		t.Fatalf("acquire.lua for %q: got %v, want its reply", a.ID, err)
+	}
+	return r
 }

@@ -1,7 +1,7 @@
 -- release.lua: give this caller's permit back, or its place in line.
 -- Releasing twice is harmless. The waiters whose turn it now is get their
 -- permits.
--- KEYS: see lib.lua. ARGV (releaseArgs in scripts.go): id, the permit id;
+-- KEYS: see lib.lua. ARGV (ReleaseArgs in args.go): id, the permit id;
 -- wake, the prefix of the key's wake lists.
 -- Reply: released, 1 when the permit was held or the caller waited, 0
 -- otherwise; bad, the records this call dropped, which were not records;

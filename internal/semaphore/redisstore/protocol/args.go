@@ -1,0 +1,189 @@
+package protocol
+
+import (
+	"fmt"
+	"time"
+)
+
+// Args are one script's arguments: each script has its own type, which
+// knows the script and how its ARGV is written (name, value, name,
+// value..., which lib.lua's args reads).
+type Args interface {
+	script() *Script
+	argv(k Keys) []any
+}
+
+// AcquireArgs are acquire.lua's arguments. The wake lists' prefix is the
+// keys'.
+type AcquireArgs struct {
+	ID      string
+	Permits int
+	TTL     time.Duration
+	// Meta is what status shows of the caller: its semaphore.HolderInfo,
+	// as JSON.
+	Meta   []byte
+	Weight int
+	// Wait is the waiter lease; 0: the caller does not wait.
+	Wait time.Duration
+	// Fence is the restart fence; 0: none.
+	Fence time.Duration
+	// Line is the longest line the key takes; 0 is MaxLine.
+	Line int
+}
+
+func (AcquireArgs) script() *Script { return acquireScript }
+
+func (a AcquireArgs) argv(k Keys) []any {
+	if a.Line <= 0 {
+		a.Line = MaxLine
+	}
+	return []any{
+		"id", a.ID, "permits", a.Permits, "ttl", a.TTL.Milliseconds(), "meta", a.Meta,
+		"weight", a.Weight, "wait", a.Wait.Milliseconds(), "wake", k.Wake, "fence", max(a.Fence, 0).Milliseconds(), "line", a.Line,
+	}
+}
+
+// AcquireReply is acquire.lua's reply. Times are ms: spans, or readings
+// of the server's clock (Now).
+type AcquireReply struct {
+	Granted                bool
+	Token, Held, Previous  int64
+	Lapse                  int64 // until the earliest lease lapses, or the fence ends
+	Position, Waiting, Now int64
+	Left, Fenced, Moved    int64
+	// Full: the line was full, and the caller is not in it.
+	Full bool
+	// Bad are the records the script dropped, which were not records.
+	Bad []string
+	// Handed are the wake lists of the waiters it handed a seat to.
+	Handed []string
+	// Wait is the caller's waiter lease when it is in line.
+	Wait int64
+}
+
+// DecodeAcquire reads acquire.lua's reply.
+func DecodeAcquire(res any) (AcquireReply, error) {
+	var r AcquireReply
+	var granted, full int64
+	err := decodeReply(acquireScript.name, res, map[string]any{
+		"granted": &granted, "token": &r.Token, "held": &r.Held, "previous": &r.Previous,
+		"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
+		"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
+	})
+	r.Granted, r.Full = granted == 1, full == 1
+	if err == nil && r.Granted && r.Token <= 0 {
+		err = fmt.Errorf("%s: unexpected reply %s (token %d)", acquireScript.name, shortReply(res), r.Token)
+	}
+	return r, err
+}
+
+// RenewArgs are renew.lua's arguments: Fence is the holder's restart
+// fence, which the key remembers while the lease lasts.
+type RenewArgs struct {
+	ID         string
+	TTL, Fence time.Duration
+}
+
+func (RenewArgs) script() *Script { return renewScript }
+
+func (a RenewArgs) argv(Keys) []any {
+	return []any{"id", a.ID, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds()}
+}
+
+// RenewReply is renew.lua's reply: whether the lease was extended.
+type RenewReply struct{ Renewed bool }
+
+// DecodeRenew reads renew.lua's reply.
+func DecodeRenew(res any) (RenewReply, error) {
+	var renewed int64
+	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed})
+	return RenewReply{Renewed: renewed == 1}, err
+}
+
+// ReleaseArgs are release.lua's arguments.
+type ReleaseArgs struct{ ID string }
+
+func (ReleaseArgs) script() *Script { return releaseScript }
+
+func (a ReleaseArgs) argv(k Keys) []any { return []any{"id", a.ID, "wake", k.Wake} }
+
+// ReleaseReply is release.lua's reply.
+type ReleaseReply struct {
+	// Released: the caller held a permit or waited.
+	Released bool
+	// Bad are the records the script dropped, which were not records;
+	// Handed the wake lists of the waiters it handed a seat to.
+	Bad, Handed []string
+}
+
+// DecodeRelease reads release.lua's reply.
+func DecodeRelease(res any) (ReleaseReply, error) {
+	var r ReleaseReply
+	var released int64
+	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "bad": &r.Bad, "handed": &r.Handed})
+	r.Released = released == 1
+	return r, err
+}
+
+// WatchArgs are watch.lua's arguments: the wake lists' prefix, the keys'.
+type WatchArgs struct{}
+
+func (WatchArgs) script() *Script { return watchScript }
+
+func (WatchArgs) argv(k Keys) []any { return []any{"wake", k.Wake} }
+
+// decodeReply reads a reply of names and values into fields, each an
+// *int64, a *[]any or a *[]string (of the strings of a list) by its name.
+// Every field must be there, once, with a value of its type, and nothing
+// else: a reply is the scripts' own, and any other is not to be trusted.
+func decodeReply(script string, res any, fields map[string]any) error {
+	v, ok := res.([]any)
+	if !ok || len(v) != 2*len(fields) {
+		return fmt.Errorf("%s: unexpected reply %s", script, shortReply(res))
+	}
+	seen := map[string]bool{}
+	for i := 0; i < len(v); i += 2 {
+		name, _ := v[i].(string)
+		field, ok := fields[name]
+		if !ok || seen[name] {
+			return fmt.Errorf("%s: unexpected reply %s (field %.40q)", script, shortReply(res), name)
+		}
+		seen[name] = true
+		switch f := field.(type) {
+		case *int64:
+			*f, ok = v[i+1].(int64)
+		case *[]any:
+			*f, ok = v[i+1].([]any)
+		case *[]string:
+			*f, ok = stringsOf(v[i+1])
+		}
+		if !ok {
+			return fmt.Errorf("%s: unexpected reply %s (field %.40q)", script, shortReply(res), name)
+		}
+	}
+	return nil
+}
+
+// stringsOf is the strings of a list; ok is false for what is not a list.
+func stringsOf(v any) ([]string, bool) {
+	l, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, 0, len(l))
+	for _, e := range l {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out, true
+}
+
+// shortReply shows at most 200 bytes of a reply, which may be anything.
+func shortReply(res any) string {
+	s := fmt.Sprint(res)
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}

@@ -1,0 +1,74 @@
+package protocol
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+)
+
+// Keys are the Redis keys of one semaphore (lib.lua says what each
+// holds). They share one hash tag, so one Cluster slot; braces in the
+// prefix and the key are escaped so that neither can break the tag.
+type Keys struct {
+	Holders, Info, Token, Queue, Waiters, Leases string
+	// Wake is the prefix of the waiters' wake lists: each waiter blocks on
+	// its own (WakeList), where the scripts push its turn.
+	Wake string
+}
+
+var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// keyUnescaper undoes keyEscaper.
+var keyUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// NewKeys are the keys of the semaphore key under prefix.
+func NewKeys(prefix, key string) Keys {
+	base := keyEscaper.Replace(prefix) + "{" + keyEscaper.Replace(key) + "}:"
+	return Keys{
+		Holders: base + "holders", Info: base + "info", Token: base + "token",
+		Queue: base + "queue", Waiters: base + "waiters", Leases: base + "leases", Wake: base + "wake",
+	}
+}
+
+// List is KEYS of every script, in the order lib.lua takes them.
+func (k Keys) List() []string {
+	return []string{k.Holders, k.Info, k.Token, k.Queue, k.Waiters, k.Leases}
+}
+
+// WakeList is the wake list of the waiter whose permit id is id: named
+// after a hash of the id, so that the list tells nobody a permit id. It
+// shares the semaphore's hash tag. lib.lua's wakekey names it alike.
+func (k Keys) WakeList(id string) string {
+	sum := sha1.Sum([]byte(id))
+	return k.Wake + ":" + hex.EncodeToString(sum[:8])
+}
+
+// IsWakeList tells whether l could be one of the key's own wake lists:
+// a name a reply carries is Redis's word, and only those are looked at.
+func (k Keys) IsWakeList(l string) bool {
+	return len(l) == len(k.Wake)+17 && strings.HasPrefix(l, k.Wake+":")
+}
+
+// globEscaper escapes what SCAN's MATCH pattern would read as a wildcard.
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+
+// KeyPattern is SCAN's MATCH pattern for the keys of every semaphore under
+// prefix.
+func KeyPattern(prefix string) string {
+	return globEscaper.Replace(keyEscaper.Replace(prefix)+"{") + "*}:*"
+}
+
+// SemaphoreOf is the semaphore a key SCAN found under prefix belongs to.
+func SemaphoreOf(prefix, redisKey string) (string, bool) {
+	name, _, ok := strings.Cut(strings.TrimPrefix(redisKey, keyEscaper.Replace(prefix)+"{"), "}")
+	if !ok {
+		return "", false
+	}
+	return keyUnescaper.Replace(name), true
+}
+
+// PrefixPattern is an ACL key pattern, or SCAN's MATCH, for every key the
+// store writes under prefix.
+func PrefixPattern(prefix string) string {
+	return globEscaper.Replace(keyEscaper.Replace(prefix)) + "*"
+}

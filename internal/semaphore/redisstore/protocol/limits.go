@@ -1,0 +1,86 @@
+package protocol
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// The limits the scripts and the store share. The scripts never spell
+// them: limitsLua writes them, from these constants, as the first line of
+// every script's source.
+const (
+	// MaxTTL is the longest lease or fence a caller may ask.
+	MaxTTL = semaphore.MaxTTL
+	// MinTTL is the shortest lease a caller may ask.
+	MinTTL = semaphore.MinTTL
+	// MaxPermits is the largest capacity, and weight, of a key.
+	MaxPermits = semaphore.MaxPermits
+	// WaiterLease is how long a waiter keeps its place in line without
+	// telling the store it is still there, in a short line, or the lease
+	// it asks for if that is shorter. acquire.lua stretches it in a
+	// longer line, PerWaiter a waiter, at most MaxWaiterLease, so that
+	// keeping places costs Redis the same however long the line.
+	WaiterLease = 10 * time.Second
+	// PerWaiter is what each waiter in line adds to a waiter lease.
+	PerWaiter = 120 * time.Millisecond
+	// MaxWaiterLease is the longest waiter lease acquire.lua gives: in a
+	// line of MaxLine waiters.
+	MaxWaiterLease = 20 * time.Minute
+	// MaxLine is the longest line one key takes by default.
+	MaxLine = 10_000
+	// MaxLineArg is the longest line a caller may ask a key to take.
+	MaxLineArg = 1_000_000_000
+	// Claim is how long a permit handed over waits for its waiter to take
+	// its turn: a waiter that died in line costs those behind it this
+	// long, whatever its lease.
+	Claim = 2 * time.Second
+	// WakeListLife is how long a wake list lives after its last push: a
+	// list whose waiter is gone vanishes on its own.
+	WakeListLife = time.Minute
+	// StatusList is how many holders, and how many waiters, status lists
+	// at most: listing more would make the script's work grow with the line.
+	StatusList = 1000
+	// MaxStatusList is the most a caller may ask status.lua to list.
+	MaxStatusList = 100_000
+	// Sweep is how many lapsed holders, and lapsed or broken waiters, one
+	// call removes at most: the rest go in the next calls, which the
+	// waiters at the head make as soon as the earliest lease lapses.
+	Sweep = 32
+	// MaxInt is the largest integer a Lua number (a double) holds exactly.
+	MaxInt = 1<<53 - 1
+)
+
+// limit is one constant as the scripts name it.
+type limit struct {
+	name  string
+	value int64
+}
+
+// limits are the constants the scripts read, by their Lua names.
+var limits = []limit{
+	{"MAXTTL", MaxTTL.Milliseconds()},
+	{"MINTTL", MinTTL.Milliseconds()},
+	{"MAXPERMITS", MaxPermits},
+	{"PERWAITER", PerWaiter.Milliseconds()},
+	{"MAXWAIT", MaxWaiterLease.Milliseconds()},
+	{"MAXLINE", MaxLineArg},
+	{"CLAIM", Claim.Milliseconds()},
+	{"WAKELIFE", WakeListLife.Milliseconds()},
+	{"MAXLIST", MaxStatusList},
+	{"SWEEP", Sweep},
+	{"MAXINT", MaxInt},
+}
+
+// limitsLua declares the limits as Lua locals, on one line: Redis counts
+// it as line 1 of every script (see Script.Wrap).
+func limitsLua() string {
+	names := make([]string, len(limits))
+	values := make([]string, len(limits))
+	for i, l := range limits {
+		names[i], values[i] = l.name, fmt.Sprint(l.value)
+	}
+	return "local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") + " -- limits.go\n"
+}

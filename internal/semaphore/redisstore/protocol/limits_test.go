@@ -1,0 +1,85 @@
+package protocol
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/redistest"
+)
+
+// TestLimitsAreTheGoConstants: the limits every script reads, as Lua
+// evaluates them on both backends, are the Go constants the store
+// checks, and each is declared before lib.lua.
+func TestLimitsAreTheGoConstants(t *testing.T) {
+	t.Parallel()
+	chunk := limitsLua()
+	if n := regexp.MustCompile("\n").FindAllStringIndex(chunk, -1); len(n) != limitLines {
+		t.Fatalf("limits chunk: got %d lines, want %d (Wrap counts on it): %q", len(n), limitLines, chunk)
+	}
+	want := map[string]int64{
+		"MAXTTL": MaxTTL.Milliseconds(), "MINTTL": MinTTL.Milliseconds(), "MAXPERMITS": MaxPermits,
+		"PERWAITER": PerWaiter.Milliseconds(), "MAXWAIT": MaxWaiterLease.Milliseconds(), "MAXLINE": MaxLineArg,
+		"CLAIM": Claim.Milliseconds(), "WAKELIFE": WakeListLife.Milliseconds(), "MAXLIST": MaxStatusList,
+		"SWEEP": Sweep, "MAXINT": 9007199254740991,
+	}
+	if len(limits) != len(want) {
+		t.Errorf("limits: got %d, want %d", len(limits), len(want))
+	}
+	m := miniredis.RunT(t)
+	for _, addr := range []string{m.Addr(), redistest.New(t).Addr} {
+		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+		t.Cleanup(func() { _ = c.Close() })
+		for name, value := range want {
+			// As a string: a Lua number comes back as an integer, cut.
+			got, err := c.Eval(context.Background(), chunk+"return string.format('%d', "+name+")", nil).Text()
+			if err != nil || got != strconv.FormatInt(value, 10) {
+				t.Errorf("%s in the scripts on %s: got (%s, %v), want %d", name, addr, got, err, value)
+			}
+		}
+	}
+}
+
+// TestScriptsSpellNoLimit: no script writes a limit's value itself, only
+// its name, so that the scripts cannot disagree with the Go constants.
+// Arithmetic with 1000 and 1000000 converts units of time (s, ms, µs).
+func TestScriptsSpellNoLimit(t *testing.T) {
+	units := regexp.MustCompile(`[-+*/] 1000(000)?\b`)
+	for _, sc := range append(Scripts(), &Script{name: "lib.lua", body: libLua}) {
+		body := units.ReplaceAllString(sc.body, "")
+		for _, l := range limits {
+			if l.value < 30 {
+				continue // too short to tell from a count
+			}
+			if regexp.MustCompile(`\b` + strconv.FormatInt(l.value, 10) + `\b`).MatchString(body) {
+				t.Errorf("%s spells %s's value %d: want its name", sc.name, l.name, l.value)
+			}
+		}
+	}
+}
+
+// TestScriptsReadTheLimitsFirst: every script's source is the limits,
+// lib.lua and its own file, in this order.
+func TestScriptsReadTheLimitsFirst(t *testing.T) {
+	for _, sc := range Scripts() {
+		if got, want := sc.Source(), limitsLua()+libLua+sc.body; got != want {
+			t.Errorf("%s: source is not the limits, lib.lua and its own file", sc.name)
+		}
+	}
+}
+
+// BenchmarkBuildAllScripts is what building every script costs: each run
+// would pay it at start-up (--local and version too) if the scripts were
+// built then rather than when first used (Script.Build).
+func BenchmarkBuildAllScripts(b *testing.B) {
+	for b.Loop() {
+		for _, sc := range []*Script{newScript("acquire.lua", acquireLua), newScript("renew.lua", renewLua),
+			newScript("release.lua", releaseLua), newScript("status.lua", statusLua), newScript("watch.lua", watchLua)} {
+			sc.Build()
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package protocol
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// StatusArgs are status.lua's arguments: List is how many holders, and
+// how many waiters, it lists at most; 0 is StatusList, which DecodeStatus
+// expects.
+type StatusArgs struct{ List int }
+
+func (StatusArgs) script() *Script { return statusScript }
+
+func (a StatusArgs) argv(Keys) []any {
+	if a.List <= 0 {
+		a.List = StatusList
+	}
+	return []any{"list", a.List}
+}
+
+// statusReply is status.lua's reply, as it comes.
+type statusReply struct {
+	now, capacity, held, holding, waiting, fenced int64
+	holders, waiters                              []any
+}
+
+// DecodeStatus reads status.lua's reply about key. A record that is not
+// one is left out, as the scripts do.
+func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
+	var r statusReply
+	err := decodeReply(statusScript.name, res, map[string]any{
+		"now": &r.now, "capacity": &r.capacity, "held": &r.held, "holding": &r.holding, "waiting": &r.waiting,
+		"holders": &r.holders, "waiters": &r.waiters, "fenced": &r.fenced,
+	})
+	if err != nil {
+		return semaphore.KeyStatus{}, err
+	}
+	if len(r.holders) > StatusList || len(r.waiters) > StatusList {
+		return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected reply of %d holders and %d waiters", statusScript.name, len(r.holders), len(r.waiters))
+	}
+	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
+		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Fenced: within(r.fenced, MaxTTL)}
+	for _, e := range r.holders {
+		pair, _ := e.([]any)
+		if len(pair) != 2 {
+			return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected holder %s", statusScript.name, shortReply(e))
+		}
+		expiry, _ := pair[0].(int64)
+		rec, _ := pair[1].(string)
+		h, err := ReadHolder(rec, r.now)
+		if err != nil {
+			continue
+		}
+		h.ExpiresIn = within(expiry-r.now, MaxTTL)
+		st.Holders = append(st.Holders, h)
+	}
+	for _, e := range r.waiters {
+		rec, _ := e.(string)
+		w, err := ReadWaiter(rec, r.now)
+		if err != nil {
+			continue
+		}
+		w.Position = len(st.Waiters) + 1
+		st.Waiters = append(st.Waiters, w)
+	}
+	st.Unlisted = int(max(r.holding-StatusList, 0) + max(r.waiting-StatusList, 0))
+	return st, nil
+}
+
+// within is ms as a duration, from 0 to most: replies are bounded.
+func within(ms int64, most time.Duration) time.Duration {
+	return time.Duration(min(max(ms, 0), most.Milliseconds())) * time.Millisecond
+}
