@@ -54,13 +54,20 @@ func Acquire(t testing.TB, s semaphore.Store, req semaphore.Request) semaphore.L
 	return l
 }
 
-// WaitFor polls cond every 20ms until it holds or bound passes.
-func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 20ms until it holds, and fails t with "what
+// not true within patience" once patience has passed. cond is asked once
+// more after the deadline, so a slow poll never fails a condition that
+// came true meanwhile. The patience only catches a hang or a regression:
+// it is no assertion about speed.
+func WaitFor(t testing.TB, patience time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
+	deadline := time.Now().Add(patience)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: still false after %v, want true", what, bound)
+			if cond() {
+				return
+			}
+			t.Fatalf("%s not true within %v", what, patience)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
