@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +33,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(scriptsAtOnce{m}, map[string]func(){
 		"semrun": func() {
 			// Scripts never read the host's system config file, only their own.
 			cmd.SystemConfigFile = os.Getenv(envSystemConfig)
@@ -44,6 +45,22 @@ func TestMain(m *testing.M) {
 		},
 		"jobrec": jobrec,
 	})
+}
+
+// scriptsAtOnce runs the tests with -parallel 8 unless -parallel is given:
+// the scripts wait for processes, timeouts and leases far more than they
+// compute, so the default (one per CPU) left a 2-CPU machine idle for most
+// of their run.
+type scriptsAtOnce struct{ m *testing.M }
+
+func (s scriptsAtOnce) Run() int {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", "8")
+	}
+	return s.m.Run()
 }
 
 // TestScripts runs the end-to-end scripts in testdata/script against the
