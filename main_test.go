@@ -909,7 +909,11 @@ func TestCommandCannotReadSemrunsSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	const secret = "hunter2-in-the-environment"
-	c := exec.Command(bin, "-k", "proc", "--", "sh", "-c", `cat /proc/$PPID/environ; echo " cat: $?"`)
+	// The bound only catches a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, bin, "-k", "proc", "--", "sh", "-c", `cat /proc/$PPID/environ; echo " cat: $?"`)
+	c.WaitDelay = time.Second
 	c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SEMRUN_LOCAL=true", "SEMRUN_LOCK_DIR=" + filepath.Join(dir, "locks"), "SEMRUN_REDIS_PASSWORD=" + secret}
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := c.CombinedOutput()
