@@ -80,6 +80,12 @@ func TestScripts(t *testing.T) {
 					// Scripts start their own redis-server and use it at once:
 					// restart_fence.txtar is where the fence is tested.
 					env.Setenv("SEMRUN_RESTART_FENCE", "0")
+					// A program built with -race sleeps 1s before it exits, to
+					// catch the races of goroutines still running: a second
+					// more for each semrun a script runs, in which semrun has
+					// released its permit and its command has ended. A GORACE
+					// the tests were given still wins.
+					env.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
 					env.Setenv(envSystemConfig, filepath.Join(env.WorkDir, "etc", "semrun", "config.yaml"))
 					env.Setenv(envDefaultRedis, "redis://127.0.0.1:1/0")
 					if store == "local" {
