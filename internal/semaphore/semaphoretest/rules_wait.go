@@ -45,7 +45,7 @@ func ruleWaiterGetsReleasedSeat(t *testing.T, b *Backend, st semaphore.Store) {
 	if s := StatusOf(t, st, key); s.Held != 1 || s.Holders[0].Token != r.L.Token() || len(s.Waiters) != 0 {
 		t.Errorf("Status after the waiter got in: got %+v, want one holder with token %d and no waiter", s, r.L.Token())
 	}
-	if _, err := st.Acquire(Context(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := acquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait Acquire while the waiter holds: got %v, want ErrBusy", err)
 	}
 }
@@ -81,7 +81,7 @@ func ruleAcquireTimeoutWhileBusy(t *testing.T, _ *Backend, st semaphore.Store) {
 	a := Hold(t, st, req)
 
 	start := time.Now()
-	l, err := st.Acquire(Context(t, 300*time.Millisecond), req)
+	l, err := acquireWithin(t, st, 300*time.Millisecond, req)
 	if !errors.Is(err, context.DeadlineExceeded) || l != nil {
 		t.Fatalf("Acquire while busy until ctx deadline: got (%v, %v), want (nil, context.DeadlineExceeded)", l, err)
 	}
@@ -95,7 +95,7 @@ func ruleAcquireTimeoutWhileBusy(t *testing.T, _ *Backend, st semaphore.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := time.AfterFunc(100*time.Millisecond, cancel)
 	t.Cleanup(func() { stop.Stop(); cancel() })
-	if l, err := st.Acquire(ctx, req); !errors.Is(err, context.Canceled) || l != nil {
+	if l, err := acquireCtx(t, st, ctx, 100*time.Millisecond, req); !errors.Is(err, context.Canceled) || l != nil {
 		t.Fatalf("Acquire while busy until ctx canceled: got (%v, %v), want (nil, context.Canceled)", l, err)
 	}
 
@@ -134,7 +134,10 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 		tokens []int64
 		errs   = make(chan error, waiters)
 	)
-	t.Cleanup(func() { cancel(); wg.Wait() }) // before the stores close
+	t.Cleanup(func() { // before the stores close
+		cancel()
+		within(t, 10*time.Second, "every waiter returned once their context ended", wg.Wait)
+	})
 	for i, s := range stores {
 		wg.Go(func() {
 			l, err := s.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: 100 + i}})
@@ -155,7 +158,9 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	Release(t, h)
-	wg.Wait()
+	if !within(t, 40*time.Second, "every waiter served", wg.Wait) {
+		t.FailNow()
+	}
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -200,7 +205,7 @@ func ruleNoCallerPassesTheLine(t *testing.T, b *Backend, st semaphore.Store) {
 		line = append(line, queued{name, got})
 		waitInLine(t, st, key, line)
 	}
-	if _, err := st.Acquire(Context(t, 5*time.Second), semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := acquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait Acquire of 1 seat with 1 of 3 free and 3 callers waiting: got %v, want ErrBusy", err)
 	}
 
