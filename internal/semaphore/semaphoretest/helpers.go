@@ -43,9 +43,10 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// acquireWithin calls s.Acquire with a context that ends after d (or when
-// t ends); see acquireCtx.
-func acquireWithin(t testing.TB, s semaphore.Store, d time.Duration, req semaphore.Request) (semaphore.Lease, error) {
+// AcquireWithin calls s.Acquire with a context that ends after d (or when
+// t ends), and fails t when Acquire has not returned 10s after that: a
+// store that ignores its context must fail the test, not hang it.
+func AcquireWithin(t testing.TB, s semaphore.Store, d time.Duration, req semaphore.Request) (semaphore.Lease, error) {
 	t.Helper()
 	return acquireCtx(t, s, Context(t, d), d, req)
 }
@@ -67,7 +68,7 @@ func acquireCtx(t testing.TB, s semaphore.Store, ctx context.Context, d time.Dur
 func Acquire(t testing.TB, s semaphore.Store, req semaphore.Request) semaphore.Lease {
 	t.Helper()
 	req.NoWait = true
-	l, err := acquireWithin(t, s, 5*time.Second, req)
+	l, err := AcquireWithin(t, s, 5*time.Second, req)
 	if err != nil {
 		t.Fatalf("Acquire(key %q, n=%d): got error %v, want a permit", req.Key, req.Permits, err)
 	}

@@ -40,7 +40,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 	// A waiting caller that disagrees looks many times but warns once.
 	wait := req(1)
 	wait.NoWait = false
-	if _, err := acquireWithin(t, st, 400*time.Millisecond, wait); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := AcquireWithin(t, st, 400*time.Millisecond, wait); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting Acquire n=1 with 3 held: got %v, want context.DeadlineExceeded", err)
 	}
 	expect("from one waiting Acquire that disagrees", warning(1, 3))
@@ -49,7 +49,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 	}
 
 	// The store never admits more than the largest N asked for.
-	if _, err := acquireWithin(t, st, 5*time.Second, req(3)); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, req(3)); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("Acquire n=3 with 3 held: got %v, want ErrBusy", err)
 	}
 	if s := StatusOf(t, st, key); s.Held != 3 || s.Capacity != 3 {
@@ -73,7 +73,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 	}
 	second := req(2)
 	second.NoWait = false
-	if _, err := acquireWithin(t, st, 300*time.Millisecond, second); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := AcquireWithin(t, st, 300*time.Millisecond, second); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting Acquire n=2 behind a waiter, 3 held: got %v, want context.DeadlineExceeded", err)
 	}
 	got := w.Take()

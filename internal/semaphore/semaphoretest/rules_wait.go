@@ -45,7 +45,7 @@ func ruleWaiterGetsReleasedSeat(t *testing.T, b *Backend, st semaphore.Store) {
 	if s := StatusOf(t, st, key); s.Held != 1 || s.Holders[0].Token != r.L.Token() || len(s.Waiters) != 0 {
 		t.Errorf("Status after the waiter got in: got %+v, want one holder with token %d and no waiter", s, r.L.Token())
 	}
-	if _, err := acquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait Acquire while the waiter holds: got %v, want ErrBusy", err)
 	}
 }
@@ -81,7 +81,7 @@ func ruleAcquireTimeoutWhileBusy(t *testing.T, _ *Backend, st semaphore.Store) {
 	a := Hold(t, st, req)
 
 	start := time.Now()
-	l, err := acquireWithin(t, st, 300*time.Millisecond, req)
+	l, err := AcquireWithin(t, st, 300*time.Millisecond, req)
 	if !errors.Is(err, context.DeadlineExceeded) || l != nil {
 		t.Fatalf("Acquire while busy until ctx deadline: got (%v, %v), want (nil, context.DeadlineExceeded)", l, err)
 	}
@@ -205,7 +205,7 @@ func ruleNoCallerPassesTheLine(t *testing.T, b *Backend, st semaphore.Store) {
 		line = append(line, queued{name, got})
 		waitInLine(t, st, key, line)
 	}
-	if _, err := acquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait Acquire of 1 seat with 1 of 3 free and 3 callers waiting: got %v, want ErrBusy", err)
 	}
 
