@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,7 +33,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(scriptsAtOnce{m}, map[string]func(){
 		"semrun": func() {
 			f := cmd.System()
 			// Scripts never read the host's system config file, only their own.
@@ -45,6 +46,22 @@ func TestMain(m *testing.M) {
 		},
 		"jobrec": jobrec,
 	})
+}
+
+// scriptsAtOnce runs the tests with -parallel 8 unless -parallel is given:
+// the scripts wait for processes, timeouts and leases far more than they
+// compute, so the default (one per CPU) left a 2-CPU machine idle for most
+// of their run.
+type scriptsAtOnce struct{ m *testing.M }
+
+func (s scriptsAtOnce) Run() int {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", "8")
+	}
+	return s.m.Run()
 }
 
 // TestScripts runs the end-to-end scripts in testdata/script against the
@@ -64,6 +81,12 @@ func TestScripts(t *testing.T) {
 					// Scripts start their own redis-server and use it at once:
 					// restart_fence.txtar is where the fence is tested.
 					env.Setenv("SEMRUN_RESTART_FENCE", "0")
+					// A program built with -race sleeps 1s before it exits, to
+					// catch the races of goroutines still running: a second
+					// more for each semrun a script runs, in which semrun has
+					// released its permit and its command has ended. A GORACE
+					// the tests were given still wins.
+					env.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
 					env.Setenv(envSystemConfig, filepath.Join(env.WorkDir, "etc", "semrun", "config.yaml"))
 					env.Setenv(envDefaultRedis, "redis://127.0.0.1:1/0")
 					if store == "local" {
@@ -286,7 +309,7 @@ func startSentinel(ts *testscript.TestScript) {
 	host, port, _ := strings.Cut(master.Addr, ":")
 	ts.Check(c.Do(ctx, "REPLICAOF", host, port).Err())
 	// The sentinels learn of the replica from the master once it is in sync.
-	waitFor(ts, "redis sentinel: the replica in sync", func() (bool, string) {
+	waitFor(ts, 30*time.Second, "redis sentinel: the replica in sync", func() (bool, string) {
 		info, err := c.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up"), fmt.Sprint(err, info)
 	})
@@ -301,7 +324,7 @@ func startSentinel(ts *testscript.TestScript) {
 	for _, addr := range addrs {
 		sc := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
 		defer sc.Close()
-		waitFor(ts, "redis sentinel: sentinel "+addr+" knows the replica and the other sentinels", func() (bool, string) {
+		waitFor(ts, 30*time.Second, "redis sentinel: sentinel "+addr+" knows the replica and the other sentinels", func() (bool, string) {
 			info, err := sc.Info(ctx, "sentinel").Result()
 			return err == nil && strings.Contains(info, "slaves=1,sentinels=3"), fmt.Sprint(err, info)
 		})
@@ -337,7 +360,7 @@ func awaitPromotion(ts *testscript.TestScript) {
 	}
 	c := redis.NewSentinelClient(&redis.Options{Addr: st.sentinels[0], Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	waitFor(ts, "redis promoted: the sentinels name another master", func() (bool, string) {
+	waitFor(ts, 30*time.Second, "redis promoted: the sentinels name another master", func() (bool, string) {
 		addr, err := c.GetMasterAddrByName(context.Background(), "semrun").Result()
 		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] != st.redis.Addr, fmt.Sprint("they name ", addr, err)
 	})
@@ -350,17 +373,30 @@ func needRedis(ts *testscript.TestScript) {
 	}
 }
 
-// waitFor waits (at most 30s) until ok says so; what it returns besides
-// says what it saw, for the failure.
-func waitFor(ts *testscript.TestScript, what string, ok func() (bool, string)) {
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+// waitFor polls ok until it says so, and fails the script with "what not
+// true within patience" and what ok saw once patience has passed. The
+// patience only catches a hang: it is no assertion about speed.
+func waitFor(ts *testscript.TestScript, patience time.Duration, what string, ok func() (bool, string)) {
+	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
 		done, saw := ok()
 		if done {
 			return
 		}
 		if time.Now().After(deadline) {
-			ts.Fatalf("%s: not after 30s: %s", what, saw)
+			ts.Fatalf("%s not true within %v: %s", what, patience, saw)
 		}
+	}
+}
+
+// endedWithin waits at most patience for a process to end, as done tells,
+// and fails the script with what it showed (show) if it has not.
+func endedWithin(ts *testscript.TestScript, patience time.Duration, done <-chan error, what string, show func() string) error {
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(patience):
+		ts.Fatalf("%s still runs after %v%s", what, patience, show())
+		return nil
 	}
 }
 
@@ -479,13 +515,10 @@ func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: await NAME STATUS|SIGNAME")
 	}
 	p := started(ts, "await", args[0])
-	var err error
-	select {
-	case err = <-p.done:
-		p.done <- err
-	case <-time.After(60 * time.Second):
-		ts.Fatalf("await %s: still running after 60s", args[0])
-	}
+	err := endedWithin(ts, 60*time.Second, p.done, "await: "+args[0], func() string {
+		return "; its stderr:\n" + p.stderr.String()
+	})
+	p.done <- err
 	fmt.Fprint(ts.Stdout(), p.stdout.String())
 	fmt.Fprint(ts.Stderr(), p.stderr.String())
 	checkStatus(ts, args[0], err, args[1])
@@ -493,19 +526,17 @@ func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
 
 // waitfile FILE...: wait (at most 30s) until each file exists.
 func cmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
-	deadline := time.Now().Add(30 * time.Second)
-	for _, f := range args {
-		for {
-			_, err := os.Stat(ts.MkAbs(f))
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				ts.Fatalf("waitfile: %s did not appear within 30s", f)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: waitfile FILE...")
 	}
+	waitFor(ts, 30*time.Second, fmt.Sprintf("waitfile: %q all exist", args), func() (bool, string) {
+		for _, f := range args {
+			if _, err := os.Stat(ts.MkAbs(f)); err != nil {
+				return false, err.Error()
+			}
+		}
+		return true, ""
+	})
 }
 
 // gone PIDFILE TIMEOUT: check that the process whose pid is in PIDFILE
@@ -517,13 +548,9 @@ func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
 	pid := readPid(ts, args[0])
 	limit, err := time.ParseDuration(args[1])
 	ts.Check(err)
-	deadline := time.Now().Add(limit)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			ts.Fatalf("gone: process %d still runs after %v", pid, limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(ts, limit, fmt.Sprintf("gone: process %d ended", pid), func() (bool, string) {
+		return !alive(pid), "it still runs"
+	})
 }
 
 // readPid reads the pid a script's child wrote to file.
@@ -566,7 +593,7 @@ func cmdWaitout(ts *testscript.TestScript, neg bool, args []string) {
 	p := started(ts, "waitout", args[0])
 	re, err := regexp.Compile("(?m)" + args[1])
 	ts.Check(err)
-	waitFor(ts, fmt.Sprintf("waitout: a line matching %q from %s", args[1], args[0]), func() (bool, string) {
+	waitFor(ts, 30*time.Second, fmt.Sprintf("waitout: a line matching %q from %s", args[1], args[0]), func() (bool, string) {
 		return re.MatchString(p.stderr.String()), "stderr:\n" + p.stderr.String()
 	})
 }
@@ -578,15 +605,10 @@ func cmdPidstate(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: pidstate PIDFILE STATE")
 	}
 	pid := readPid(ts, args[0])
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	waitFor(ts, 10*time.Second, fmt.Sprintf("pidstate: process %d in state %s", pid, args[1]), func() (bool, string) {
 		state := procStatus(pid, "State")
-		if strings.HasPrefix(state, args[1]) {
-			return
-		}
-		if time.Now().After(deadline) {
-			ts.Fatalf("pidstate: process %d is %q after 10s, want %s", pid, state, args[1])
-		}
-	}
+		return strings.HasPrefix(state, args[1]), fmt.Sprintf("its state is %q", state)
+	})
 }
 
 // overlap LOG N: from jobrec's LOG, check that at most N jobs ran at once
@@ -714,16 +736,10 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 		switch verb {
 		case "":
 		case "wait":
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				if _, err := os.Stat(ts.MkAbs(arg)); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					ts.Fatalf("pty: %s did not appear; the terminal showed:\n%s", arg, screen.String())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitFor(ts, 20*time.Second, "pty: "+arg+" exists", func() (bool, string) {
+				_, err := os.Stat(ts.MkAbs(arg))
+				return err == nil, "the terminal showed:\n" + screen.String()
+			})
 		case "send":
 			text, err := strconv.Unquote(`"` + strings.ReplaceAll(arg, `"`, `\"`) + `"`)
 			ts.Check(err)
@@ -737,11 +753,9 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("pty: unknown step %q", step)
 		}
 	}
-	select {
-	case err = <-done:
-	case <-time.After(20 * time.Second):
-		ts.Fatalf("pty: %s still runs after 20s; the terminal showed:\n%s", args[1], screen.String())
-	}
+	err = endedWithin(ts, 20*time.Second, done, "pty: "+args[1], func() string {
+		return "; the terminal showed:\n" + screen.String()
+	})
 	select {
 	case <-copied:
 	case <-time.After(time.Second):
@@ -851,8 +865,13 @@ func cmdBrokenpipe(ts *testscript.TestScript, neg bool, args []string) {
 	c := exec.Command(lookPath(ts, args[0]), args[1:]...)
 	c.Dir, c.Env = ts.MkAbs("."), state(ts).environ(ts)
 	c.Stdout, c.Stderr = w, w
-	err = c.Run()
+	err = c.Start()
 	w.Close()
+	ts.Check(err)
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	ts.Defer(func() { _ = c.Process.Kill() })
+	err = endedWithin(ts, 60*time.Second, done, "brokenpipe: "+args[0], func() string { return "" })
 	var exitErr *exec.ExitError
 	switch {
 	case errors.As(err, &exitErr) && exitErr.Sys().(syscall.WaitStatus).Signaled():
@@ -897,7 +916,11 @@ func TestCommandCannotReadSemrunsSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	const secret = "hunter2-in-the-environment"
-	c := exec.Command(bin, "-k", "proc", "--", "sh", "-c", `cat /proc/$PPID/environ; echo " cat: $?"`)
+	// The bound only catches a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := exec.CommandContext(ctx, bin, "-k", "proc", "--", "sh", "-c", `cat /proc/$PPID/environ; echo " cat: $?"`)
+	c.WaitDelay = time.Second
 	c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SEMRUN_LOCAL=true", "SEMRUN_LOCK_DIR=" + filepath.Join(dir, "locks"), "SEMRUN_REDIS_PASSWORD=" + secret}
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := c.CombinedOutput()

@@ -32,6 +32,7 @@ var (
 	uniqueKey    = semaphoretest.UniqueKey
 	ctxTimeout   = semaphoretest.Context
 	acquire      = semaphoretest.Acquire
+	acquireFor   = semaphoretest.AcquireWithin
 	hold         = semaphoretest.Hold
 	release      = semaphoretest.Release
 	startAcquire = semaphoretest.StartAcquire

@@ -273,7 +273,7 @@ func TestLocalNeverFollowsPlantedSymlinks(t *testing.T) {
 				}
 				before := stateOf(t, to)
 
-				l, err := st.Acquire(ctxTimeout(t, 5*time.Second), req)
+				l, err := acquireFor(t, st, 5*time.Second, req)
 				if l != nil {
 					defer release(t, l)
 				}
@@ -289,7 +289,7 @@ func TestLocalNeverFollowsPlantedSymlinks(t *testing.T) {
 				_, _ = st.Status(ctxTimeout(t, 5*time.Second), []string{key})
 				wait := req
 				wait.NoWait = false
-				if l2, err := st.Acquire(ctxTimeout(t, 50*time.Millisecond), wait); err == nil {
+				if l2, err := acquireFor(t, st, 50*time.Millisecond, wait); err == nil {
 					release(t, l2)
 				}
 
@@ -709,7 +709,7 @@ func TestLocalKilledHolderFreesSeat(t *testing.T) {
 
 	busy := req
 	busy.NoWait = true
-	if l, err := st.Acquire(ctxTimeout(t, 5*time.Second), busy); !errors.Is(err, semaphore.ErrBusy) {
+	if l, err := acquireFor(t, st, 5*time.Second, busy); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("no-wait Acquire with the seat held by another process: got (%v, %v), want ErrBusy", l, err)
 	}
 	s := statusOf(t, st, key)
@@ -872,16 +872,19 @@ func TestLocalStatusShowsEveryWaiter(t *testing.T) {
 		startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, Holder: semaphore.HolderInfo{PID: 1000 + i}}, 30*time.Second)
 	}
 	most := 0
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	defer func() {
+		if t.Failed() {
+			t.Logf("Status showed at most %d of the %d waiters at once", most, n)
+		}
+	}()
+	waitFor(t, 10*time.Second, fmt.Sprintf("Status of a key showing all its %d waiters", n), func() bool {
 		pids := map[int]bool{}
 		for _, w := range statusOf(t, st, key).Waiters {
 			pids[w.PID] = true
 		}
-		if most = max(most, len(pids)); most == n {
-			return
-		}
-	}
-	t.Fatalf("Status of a key with %d waiters: got at most %d waiters in 2s, want %d", n, most, n)
+		most = max(most, len(pids))
+		return len(pids) == n
+	})
 }
 
 func TestLocalStatusDuringReleaseShowsNoBlankHolder(t *testing.T) {
@@ -942,9 +945,7 @@ func TestLocalGivenUpWaiterLeavesQueueAlone(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("first waiter: OnWait not called after 10s, want it waiting")
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		_, err := st.Acquire(ctx, req)
-		cancel()
+		_, err := acquireFor(t, st, 5*time.Millisecond, req)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("second waiter with a 5ms deadline: got %v, want context.DeadlineExceeded", err)
 		}
@@ -957,7 +958,7 @@ func TestLocalGivenUpWaiterLeavesQueueAlone(t *testing.T) {
 		release(t, h)
 		busy := req
 		busy.NoWait = true
-		l, err := st.Acquire(ctxTimeout(t, 5*time.Second), busy)
+		l, err := acquireFor(t, st, 5*time.Second, busy)
 		if err != nil {
 			// A wait given up inside a long-lived process takes the queue
 			// lock for an instant once its turn comes; a caller that will

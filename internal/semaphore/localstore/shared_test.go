@@ -152,7 +152,7 @@ func TestLocalRootRefusesKeyDirsOthersMade(t *testing.T) {
 	for _, mode := range []string{"0700", "0777", "3770"} {
 		key := "made-" + mode
 		mustAs(t, otherUID, "mkdir", "-m", mode, filepath.Join(run, key))
-		_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true})
+		_, err := acquireFor(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true})
 		want := fmt.Sprintf("key directory %s: owned by %s, not by you", filepath.Join(run, key), nameOf(otherUID))
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("root's Acquire of key %q, its directory made by uid %d with mode %s: got %v, want %q...", key, otherUID, mode, err, want)
@@ -181,7 +181,7 @@ func TestLocalHardLinkedLockFilesAreRefused(t *testing.T) {
 		if err := os.Link(victim, path); err != nil {
 			t.Fatalf("link %s to %s: %v", path, victim, err)
 		}
-		l, err := st.Acquire(ctxTimeout(t, 5*time.Second), req)
+		l, err := acquireFor(t, st, 5*time.Second, req)
 		if l != nil {
 			release(t, l)
 		}
@@ -218,7 +218,7 @@ func TestLocalGroupMembersCannotMoveKeysAside(t *testing.T) {
 	st := newLocal(t, dir, nil)
 	busy := func(who, key string) {
 		t.Helper()
-		if l, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+		if l, err := acquireFor(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 			if l != nil {
 				release(t, l)
 			}
@@ -259,7 +259,7 @@ func TestLocalGroupMembersCannotMoveKeysAside(t *testing.T) {
 		t.Errorf("uid %d's no-wait Acquire of uid %d's held key: got %q, want it busy", thirdUID, otherUID, got)
 	}
 	// root uses only what root owns.
-	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: "members", Permits: 1, TTL: time.Second, NoWait: true})
+	_, err := acquireFor(t, st, 5*time.Second, semaphore.Request{Key: "members", Permits: 1, TTL: time.Second, NoWait: true})
 	if want := "key directory " + filepath.Join(dir, "members") + ": owned by " + nameOf(otherUID); err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("root's Acquire of a key a member made: got %v, want %q...", err, want)
 	}
@@ -301,7 +301,7 @@ func TestLocalTokenNeverGoesBackwards(t *testing.T) {
 		if bad != "" {
 			write(bad)
 		}
-		l, err := st.Acquire(ctxTimeout(t, 5*time.Second), req)
+		l, err := acquireFor(t, st, 5*time.Second, req)
 		if l != nil {
 			t.Errorf("Acquire with the token file saying %q: got token %d, want no grant", bad, l.Token())
 			release(t, l)

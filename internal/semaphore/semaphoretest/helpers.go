@@ -43,24 +43,52 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
+// AcquireWithin calls s.Acquire with a context that ends after d (or when
+// t ends), and fails t when Acquire has not returned 10s after that: a
+// store that ignores its context must fail the test, not hang it.
+func AcquireWithin(t testing.TB, s semaphore.Store, d time.Duration, req semaphore.Request) (semaphore.Lease, error) {
+	t.Helper()
+	return acquireCtx(t, s, Context(t, d), d, req)
+}
+
+// acquireCtx calls s.Acquire with ctx, which ends after d at the latest,
+// and fails t when it has not returned 10s after that: a store that
+// ignores its context must fail the test, not hang it.
+func acquireCtx(t testing.TB, s semaphore.Store, ctx context.Context, d time.Duration, req semaphore.Request) (semaphore.Lease, error) {
+	t.Helper()
+	var l semaphore.Lease
+	var err error
+	if !within(t, d+10*time.Second, fmt.Sprintf("Acquire(key %q) returned", req.Key), func() { l, err = s.Acquire(ctx, req) }) {
+		t.FailNow()
+	}
+	return l, err
+}
+
 // Acquire takes a permit with NoWait and fails t if none is granted.
 func Acquire(t testing.TB, s semaphore.Store, req semaphore.Request) semaphore.Lease {
 	t.Helper()
 	req.NoWait = true
-	l, err := s.Acquire(Context(t, 5*time.Second), req)
+	l, err := AcquireWithin(t, s, 5*time.Second, req)
 	if err != nil {
 		t.Fatalf("Acquire(key %q, n=%d): got error %v, want a permit", req.Key, req.Permits, err)
 	}
 	return l
 }
 
-// WaitFor polls cond every 20ms until it holds or bound passes.
-func WaitFor(t testing.TB, bound time.Duration, what string, cond func() bool) {
+// WaitFor polls cond every 20ms until it holds, and fails t with "what
+// not true within patience" once patience has passed. cond is asked once
+// more after the deadline, so a slow poll never fails a condition that
+// came true meanwhile. The patience only catches a hang or a regression:
+// it is no assertion about speed.
+func WaitFor(t testing.TB, patience time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
+	deadline := time.Now().Add(patience)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: still false after %v, want true", what, bound)
+			if cond() {
+				return
+			}
+			t.Fatalf("%s not true within %v", what, patience)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -132,7 +160,9 @@ func StartAcquire(t testing.TB, s semaphore.Store, req semaphore.Request, bound 
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if !within(t, 10*time.Second, fmt.Sprintf("Acquire(key %q) returned once its context ended", req.Key), func() { <-done }) {
+			return
+		}
 		if got != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -140,6 +170,26 @@ func StartAcquire(t testing.TB, s semaphore.Store, req semaphore.Request, bound 
 		}
 	})
 	return out, cancel
+}
+
+// within runs wait and waits for it, at most patience; past that it
+// fails t with "what not true within patience" and returns false, leaving
+// wait to run. A store that ignores its context must fail the test, not
+// hang it.
+func within(t testing.TB, patience time.Duration, what string, wait func()) bool {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(patience):
+		t.Errorf("%s not true within %v", what, patience)
+		return false
+	}
 }
 
 // Receive waits up to bound for a background Acquire to return. The bound

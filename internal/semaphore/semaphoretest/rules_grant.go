@@ -26,7 +26,7 @@ func ruleAtMostNGrants(t *testing.T, _ *Backend, st semaphore.Store) {
 	if got := StatusOf(t, st, key).Held; got != n {
 		t.Fatalf("holders after %d grants: got %d, want %d", n, got, n)
 	}
-	l, err := st.Acquire(Context(t, 5*time.Second), req)
+	l, err := AcquireWithin(t, st, 5*time.Second, req)
 	if !errors.Is(err, semaphore.ErrBusy) || l != nil {
 		t.Fatalf("acquire %d of %d: got (%v, %v), want (nil, ErrBusy)", n+1, n, l, err)
 	}
@@ -36,7 +36,7 @@ func ruleAtMostNGrants(t *testing.T, _ *Backend, st semaphore.Store) {
 
 	Release(t, held[0])
 	held[0] = Hold(t, st, req)
-	if _, err := st.Acquire(Context(t, 5*time.Second), req); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, req); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("acquire after release and re-grant: got %v, want ErrBusy", err)
 	}
 	if got := StatusOf(t, st, key).Held; got != n {
@@ -99,7 +99,9 @@ func contend(t *testing.T, stores []semaphore.Store, key string, n int, weights 
 			}
 		})
 	}
-	wg.Wait()
+	if !within(t, 70*time.Second, "every worker done", wg.Wait) {
+		t.FailNow()
+	}
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -152,7 +154,7 @@ func ruleReleaseTwice(t *testing.T, b *Backend, st semaphore.Store) {
 	if s := StatusOf(t, st, key); s.Held != 1 || s.Holders[0].Token != c.Token() {
 		t.Fatalf("holders after a stale release: got %+v, want only the new holder (token %d)", s.Holders, c.Token())
 	}
-	if _, err := st.Acquire(Context(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("no-wait Acquire after a stale release: got %v, want ErrBusy", err)
 	}
 	if err := c.Renew(Context(t, 5*time.Second)); err != nil {
@@ -174,7 +176,7 @@ func ruleWeightsTakeSeats(t *testing.T, b *Backend, st semaphore.Store) {
 	if s := StatusOf(t, st, key); s.Held != 2 || len(s.Holders) != 1 || s.Holders[0].Weight != 2 || s.Holders[0].Token != heavy.Token() {
 		t.Fatalf("Status with a holder of weight 2: got %+v, want held 2, one holder of weight 2", s)
 	}
-	if _, err := b.Open(nil).Acquire(Context(t, 5*time.Second), req(2)); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, b.Open(nil), 5*time.Second, req(2)); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait weight 2 with 2 of 3 seats held: got %v, want ErrBusy", err)
 	}
 	light := Hold(t, st, req(0)) // weight 0 is 1
@@ -186,7 +188,7 @@ func ruleWeightsTakeSeats(t *testing.T, b *Backend, st semaphore.Store) {
 	if want := map[int64]int{heavy.Token(): 2, light.Token(): 1}; s.Held != 3 || !maps.Equal(weights, want) {
 		t.Errorf("Status with holders of weight 2 and 0: got held %d, weights by token %v, want held 3, %v", s.Held, weights, want)
 	}
-	if _, err := st.Acquire(Context(t, 5*time.Second), req(1)); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, req(1)); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait weight 1 with 3 of 3 seats held: got %v, want ErrBusy", err)
 	}
 	Release(t, heavy)

@@ -40,7 +40,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 	// A waiting caller that disagrees looks many times but warns once.
 	wait := req(1)
 	wait.NoWait = false
-	if _, err := st.Acquire(Context(t, 400*time.Millisecond), wait); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := AcquireWithin(t, st, 400*time.Millisecond, wait); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting Acquire n=1 with 3 held: got %v, want context.DeadlineExceeded", err)
 	}
 	expect("from one waiting Acquire that disagrees", warning(1, 3))
@@ -49,7 +49,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 	}
 
 	// The store never admits more than the largest N asked for.
-	if _, err := st.Acquire(Context(t, 5*time.Second), req(3)); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, req(3)); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("Acquire n=3 with 3 held: got %v, want ErrBusy", err)
 	}
 	if s := StatusOf(t, st, key); s.Held != 3 || s.Capacity != 3 {
@@ -73,7 +73,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 	}
 	second := req(2)
 	second.NoWait = false
-	if _, err := st.Acquire(Context(t, 300*time.Millisecond), second); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := AcquireWithin(t, st, 300*time.Millisecond, second); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting Acquire n=2 behind a waiter, 3 held: got %v, want context.DeadlineExceeded", err)
 	}
 	got := w.Take()
@@ -156,7 +156,7 @@ func ruleStatus(t *testing.T, b *Backend, st semaphore.Store) {
 		t.Errorf("Status after a caller asked 3: got capacity %d held %d, want 3, 2", s.Capacity, s.Held)
 	}
 	Hold(t, st, semaphore.Request{Key: key, Permits: 3, TTL: 10 * time.Second})
-	if _, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := acquireCtx(t, st, ctx, 10*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("Acquire asking n=1 with 3 held: got %v, want ErrBusy", err)
 	}
 	if s := StatusOf(t, st, key); s.Capacity != 1 || s.Held != 3 {
@@ -186,7 +186,7 @@ func ruleRefusesInvalidRequests(t *testing.T, b *Backend, st semaphore.Store) {
 	} {
 		for _, noWait := range []bool{true, false} {
 			req.NoWait = noWait
-			l, err := st.Acquire(ctx, req)
+			l, err := acquireCtx(t, st, ctx, 10*time.Second, req)
 			var refused *semaphore.SettingError
 			if !errors.As(err, &refused) || l != nil {
 				problems = append(problems, fmt.Sprintf("Acquire(key %.20q, n=%d, weight=%d, ttl=%v, nowait=%v): got (lease %v, %v), want a *semaphore.SettingError",

@@ -45,7 +45,7 @@ func ruleWaiterGetsReleasedSeat(t *testing.T, b *Backend, st semaphore.Store) {
 	if s := StatusOf(t, st, key); s.Held != 1 || s.Holders[0].Token != r.L.Token() || len(s.Waiters) != 0 {
 		t.Errorf("Status after the waiter got in: got %+v, want one holder with token %d and no waiter", s, r.L.Token())
 	}
-	if _, err := st.Acquire(Context(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+	if _, err := AcquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("no-wait Acquire while the waiter holds: got %v, want ErrBusy", err)
 	}
 }
@@ -81,7 +81,7 @@ func ruleAcquireTimeoutWhileBusy(t *testing.T, _ *Backend, st semaphore.Store) {
 	a := Hold(t, st, req)
 
 	start := time.Now()
-	l, err := st.Acquire(Context(t, 300*time.Millisecond), req)
+	l, err := AcquireWithin(t, st, 300*time.Millisecond, req)
 	if !errors.Is(err, context.DeadlineExceeded) || l != nil {
 		t.Fatalf("Acquire while busy until ctx deadline: got (%v, %v), want (nil, context.DeadlineExceeded)", l, err)
 	}
@@ -95,7 +95,7 @@ func ruleAcquireTimeoutWhileBusy(t *testing.T, _ *Backend, st semaphore.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := time.AfterFunc(100*time.Millisecond, cancel)
 	t.Cleanup(func() { stop.Stop(); cancel() })
-	if l, err := st.Acquire(ctx, req); !errors.Is(err, context.Canceled) || l != nil {
+	if l, err := acquireCtx(t, st, ctx, 100*time.Millisecond, req); !errors.Is(err, context.Canceled) || l != nil {
 		t.Fatalf("Acquire while busy until ctx canceled: got (%v, %v), want (nil, context.Canceled)", l, err)
 	}
 
@@ -134,7 +134,10 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 		tokens []int64
 		errs   = make(chan error, waiters)
 	)
-	t.Cleanup(func() { cancel(); wg.Wait() }) // before the stores close
+	t.Cleanup(func() { // before the stores close
+		cancel()
+		within(t, 10*time.Second, "every waiter returned once their context ended", wg.Wait)
+	})
 	for i, s := range stores {
 		wg.Go(func() {
 			l, err := s.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: 100 + i}})
@@ -155,7 +158,9 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	Release(t, h)
-	wg.Wait()
+	if !within(t, 40*time.Second, "every waiter served", wg.Wait) {
+		t.FailNow()
+	}
 	close(errs)
 	for err := range errs {
 		t.Error(err)
@@ -174,4 +179,80 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 	if s := StatusOf(t, st, key); s.Held != 0 || len(s.Waiters) != 0 {
 		t.Errorf("Status once every waiter is done: got %+v, want no holder and no waiter", s)
 	}
+}
+
+// ruleNoCallerPassesTheLine: a caller that came later never gets a permit
+// before one that came earlier and still waits, even when its smaller
+// weight would fit in the seats free meanwhile, and a caller that will not
+// wait is busy then. Every store keeps the first in line first; a store
+// that keeps the whole line (InLine) also serves the ones behind it in the
+// order they came, where one that does not may serve those in any order.
+func ruleNoCallerPassesTheLine(t *testing.T, b *Backend, st semaphore.Store) {
+	key := UniqueKey(t)
+	req := func(weight, pid int) semaphore.Request {
+		return semaphore.Request{Key: key, Permits: 3, Weight: weight, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: pid}}
+	}
+	h := Hold(t, st, req(2, 1)) // 1 of the 3 seats free
+	// A, B and C join in that order, each from a store of its own, as
+	// processes would: A needs 2 seats, B and C would fit in the free one.
+	var line []queued
+	for i, name := range []string{"A", "B", "C"} {
+		weight := 1
+		if i == 0 {
+			weight = 2
+		}
+		got, _ := StartAcquire(t, b.Open(nil), req(weight, 100+i), 30*time.Second)
+		line = append(line, queued{name, got})
+		waitInLine(t, st, key, line)
+	}
+	if _, err := AcquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("no-wait Acquire of 1 seat with 1 of 3 free and 3 callers waiting: got %v, want ErrBusy", err)
+	}
+
+	Release(t, h)
+	a := Receive(t, line[0].got, 10*time.Second, "A, first in line, after the holder released")
+	if a.Err != nil {
+		t.Fatalf("A, first in line, after the holder released: got %v, want a permit", a.Err)
+	}
+	Release(t, a.L) // B and C now both fit
+	tokens := map[string]int64{"A": a.L.Token()}
+	for _, q := range line[1:] {
+		r := Receive(t, q.got, 10*time.Second, q.name+" after A released")
+		if r.Err != nil {
+			t.Fatalf("%s after A released: got %v, want a permit", q.name, r.Err)
+		}
+		tokens[q.name] = r.L.Token()
+	}
+	if tokens["B"] <= tokens["A"] || tokens["C"] <= tokens["A"] {
+		t.Errorf("tokens by caller: got %v, want A's the lowest (A came first)", tokens)
+	}
+	if b.Kind.InLine && tokens["C"] <= tokens["B"] {
+		t.Errorf("tokens by caller: got %v, want B's below C's (B came before C)", tokens)
+	}
+}
+
+// queued is a caller waiting in the background, by name.
+type queued struct {
+	name string
+	got  <-chan Acquired
+}
+
+// waitInLine waits until Status shows each caller of line waiting, and
+// fails at once if one of them got an answer instead: each came after a
+// caller that still waits, but the first, whose weight does not fit.
+func waitInLine(t *testing.T, st semaphore.Store, key string, line []queued) {
+	t.Helper()
+	WaitFor(t, 10*time.Second, fmt.Sprintf("%d waiters for key %q in Status", len(line), key), func() bool {
+		for _, q := range line {
+			select {
+			case r := <-q.got:
+				if r.Err != nil {
+					t.Fatalf("%s: got error %v, want it to wait its turn", q.name, r.Err)
+				}
+				t.Fatalf("%s: got a permit (token %d) while a caller that came before it waited, want it to wait its turn", q.name, r.L.Token())
+			default:
+			}
+		}
+		return len(StatusOf(t, st, key).Waiters) == len(line)
+	})
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, kind Kind) {
 		{"Status", ruleStatus},
 		{"RefusesInvalidRequests", ruleRefusesInvalidRequests},
 		{"WaitersServedInOrder", ruleWaitersServedInOrder},
+		{"NoCallerPassesTheLine", ruleNoCallerPassesTheLine},
 		{"WeightsTakeSeats", ruleWeightsTakeSeats},
 		{"WeightedHoldersNeverExceedN", ruleWeightedHoldersNeverExceedN},
 	} {
