@@ -598,13 +598,19 @@ func cmdWaitout(ts *testscript.TestScript, neg bool, args []string) {
 	})
 }
 
-// pidstate PIDFILE STATE: wait (at most 10s) until the process whose pid is
-// in PIDFILE is in STATE, a letter of /proc/PID/status: T for stopped.
+// pidstate PIDFILE|NAME STATE: wait (at most 10s) until the process whose pid is
+// in PIDFILE, or the one start started as NAME, is in STATE, a letter of
+// /proc/PID/status: T for stopped.
 func cmdPidstate(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
-		ts.Fatalf("usage: pidstate PIDFILE STATE")
+		ts.Fatalf("usage: pidstate PIDFILE|NAME STATE")
 	}
-	pid := readPid(ts, args[0])
+	var pid int
+	if p, ok := state(ts).procs[args[0]]; ok {
+		pid = p.cmd.Process.Pid // a process start started
+	} else {
+		pid = readPid(ts, args[0])
+	}
 	waitFor(ts, 10*time.Second, fmt.Sprintf("pidstate: process %d in state %s", pid, args[1]), func() (bool, string) {
 		state := procStatus(pid, "State")
 		return strings.HasPrefix(state, args[1]), fmt.Sprintf("its state is %q", state)
