@@ -74,7 +74,7 @@ func Main() int {
 // killed by a signal, Run makes semrun die of the same signal, and returns
 // 128+N only where that is not possible.
 func Run(ctx context.Context, args []string, s *IOStreams) int {
-	keepWritesFromKilling()
+	runner.KeepWritesFromKilling()
 	protectSecretsInEnvironment()
 	common := &commonOptions{sources: sources{}}
 	root := newCmdRoot(s, common)

@@ -8,14 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// startCPUs are the CPUs semrun's threads had before OnOneCPU narrowed
+// startCPUs are the CPUs semrun's threads had before onOneCPU narrowed
 // them for a while: the command gets those, whichever thread starts it.
 var startCPUs struct {
 	set   unix.CPUSet
 	known bool
 }
 
-// OnOneCPU runs f with every thread of semrun on the CPU the caller runs
+// onOneCPU runs f with every thread of semrun on the CPU the caller runs
 // on, then gives each thread the CPUs it had. Asking for a signal
 // (signal.Notify) is a round trip between the caller's thread and the
 // runtime's signal thread, per signal: on one CPU that is a switch of
@@ -23,7 +23,7 @@ var startCPUs struct {
 // cost about three times as much (46 signals: 0.9 against 1.4ms). A thread
 // that escapes the narrowing, or the widening, only makes f slower or
 // semrun's own threads narrower: the command starts with startCPUs.
-func OnOneCPU(f func()) {
+func onOneCPU(f func()) {
 	if unix.SchedGetaffinity(0, &startCPUs.set) != nil {
 		f()
 		return

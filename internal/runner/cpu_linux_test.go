@@ -34,7 +34,7 @@ func cpusOf(t *testing.T, status string) string {
 	return string(m[1])
 }
 
-// OnOneCPU narrows every thread for f only; and a command started by a
+// onOneCPU narrows every thread for f only; and a command started by a
 // thread left narrow (one the widening missed) still gets every CPU semrun
 // started with.
 func TestCommandStartsOnTheCPUsSemrunStartedWith(t *testing.T) {
@@ -44,7 +44,7 @@ func TestCommandStartsOnTheCPUsSemrunStartedWith(t *testing.T) {
 	}
 	want := cpusOf(t, "/proc/self/status")
 	inside := 0
-	OnOneCPU(func() {
+	onOneCPU(func() {
 		var set unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &set); err != nil {
 			t.Error(err)
@@ -52,10 +52,10 @@ func TestCommandStartsOnTheCPUsSemrunStartedWith(t *testing.T) {
 		inside = set.Count()
 	})
 	if inside != 1 {
-		t.Errorf("inside OnOneCPU: the thread may run on %d CPUs, want 1", inside)
+		t.Errorf("inside onOneCPU: the thread may run on %d CPUs, want 1", inside)
 	}
 	if got := cpusOf(t, "/proc/self/status"); got != want {
-		t.Errorf("after OnOneCPU: the main thread may run on %s, want %s again", got, want)
+		t.Errorf("after onOneCPU: the main thread may run on %s, want %s again", got, want)
 	}
 
 	one := before

@@ -2,8 +2,8 @@
 
 package runner
 
-// OnOneCPU runs f: only Linux lets semrun choose its threads' CPUs.
-func OnOneCPU(f func()) { f() }
+// onOneCPU runs f: only Linux lets semrun choose its threads' CPUs.
+func onOneCPU(f func()) { f() }
 
-// restoreCPUs has nothing to give back where OnOneCPU changes nothing.
+// restoreCPUs has nothing to give back where onOneCPU changes nothing.
 func restoreCPUs() {}
