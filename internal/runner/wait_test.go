@@ -61,9 +61,14 @@ func startWait(t *testing.T, ctx context.Context, lateGrant grant) *waiter {
 		givenBack: make(chan grant, 10), stopping: make(chan grant, 10), suspended: make(chan grant, 10),
 		continued: make(chan struct{}), done: make(chan struct{}),
 	}
+	// quit continues a job the test left stopped, once it has ended.
+	quit := make(chan struct{})
 	suspend := func() {
 		w.suspended <- 0
-		<-w.continued
+		select {
+		case <-w.continued:
+		case <-quit:
+		}
 	}
 	go func() {
 		defer close(w.done)
@@ -86,12 +91,16 @@ func startWait(t *testing.T, ctx context.Context, lateGrant grant) *waiter {
 			Stopping: func() { w.stopping <- 0 },
 		})
 	}()
+	// A test that ends before Wait returned ends it, so that no ask
+	// outlives the test.
 	t.Cleanup(func() {
+		close(quit)
 		select {
 		case <-w.done:
-		default:
-			w.signals <- syscall.SIGKILL
-			<-w.done
+		case w.signals <- syscall.SIGKILL:
+			expect(t, w.done, "Wait's return, after SIGKILL")
+		case <-time.After(patience):
+			t.Errorf("Wait: neither returned nor took a signal within %v", patience)
 		}
 	})
 	return w
@@ -100,13 +109,7 @@ func startWait(t *testing.T, ctx context.Context, lateGrant grant) *waiter {
 // nextAsk waits for the next call of the acquire function.
 func (w *waiter) nextAsk() *ask {
 	w.t.Helper()
-	select {
-	case a := <-w.asks:
-		return a
-	case <-time.After(patience):
-		w.t.Fatalf("no ask for a permit within %v, want one", patience)
-		return nil
-	}
+	return expect(w.t, w.asks, "an ask for a permit")
 }
 
 // send delivers sig to Wait, which has received it when send returns.
@@ -124,13 +127,8 @@ func (w *waiter) send(sig os.Signal) {
 // result waits for Wait to return.
 func (w *waiter) result() (semaphore.Lease, error) {
 	w.t.Helper()
-	select {
-	case <-w.done:
-		return w.lease, w.err
-	case <-time.After(patience):
-		w.t.Fatalf("Wait: did not return within %v", patience)
-		return nil, nil
-	}
+	expect(w.t, w.done, "Wait's return")
+	return w.lease, w.err
 }
 
 // expect waits for what c says happened.
