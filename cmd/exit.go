@@ -57,7 +57,7 @@ type interruptedError struct {
 }
 
 func (e *interruptedError) Error() string {
-	return fmt.Sprintf("%s while waiting for key %q; nothing held", signalName(e.sig), e.key)
+	return fmt.Sprintf("%s while waiting for key %q; nothing held", runner.SignalName(e.sig), e.key)
 }
 
 // doctorError means doctor found something that would break semrun;
@@ -86,7 +86,7 @@ type childExit struct {
 
 func (e *childExit) Error() string {
 	if e.sig != 0 {
-		return "command killed by " + signalName(e.sig)
+		return "command killed by " + runner.SignalName(e.sig)
 	}
 	return fmt.Sprintf("command exited with status %d", e.code)
 }

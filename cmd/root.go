@@ -79,7 +79,7 @@ func Main() int {
 // child was killed by a signal, Run makes semrun die of the same signal,
 // and returns 128+N only where that is not possible.
 func Run(ctx context.Context, args []string, f *Factory) int {
-	keepWritesFromKilling()
+	runner.KeepWritesFromKilling()
 	protectSecretsInEnvironment(f)
 	common := &commonOptions{f: f, src: sources{}}
 	root := newCmdRoot(common)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -193,13 +192,7 @@ func (o *runOptions) validate(cmd *cobra.Command) error {
 func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger) error {
 	// Signals are caught from before the wait, so one that arrives while
 	// waiting ends the wait, and none is lost between wait and child.
-	// They stay caught until semrun exits: one that comes after the child
-	// has exited must not change the exit status, and a Stop would cost a
-	// round trip to the runtime's signal thread for each signal. Those
-	// round trips are most of semrun's start-up (46 of them on Linux): they
-	// are made on one CPU (see runner.OnOneCPU).
-	signals := make(chan os.Signal, 16)
-	runner.OnOneCPU(func() { signal.Notify(signals, caughtSignals()...) })
+	signals := runner.CatchSignals()
 
 	began := time.Now()
 	lease, err := o.acquire(ctx, store, signals, log)
@@ -223,7 +216,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	if runErr == nil {
 		ended := fmt.Sprintf("exited with status %d", res.ExitCode)
 		if res.Signal != 0 {
-			ended = "was killed by " + signalName(res.Signal)
+			ended = "was killed by " + runner.SignalName(res.Signal)
 		}
 		log.Infof("key %q: the command %s after %v", o.key, ended, time.Since(started).Round(time.Millisecond))
 	}
@@ -244,7 +237,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 func (o *runOptions) lingering(log *logger, status int, sig syscall.Signal, left []runner.Process) {
 	ended := fmt.Sprintf("status %d", status)
 	if sig != 0 {
-		ended = signalName(sig)
+		ended = runner.SignalName(sig)
 	}
 	what := "processes"
 	if len(left) > 0 {
@@ -277,7 +270,7 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 
 // acquire waits for a permit until one is held, --timeout passes, or a
 // signal arrives.
-func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals <-chan os.Signal, log *logger) (semaphore.Lease, error) {
+func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := o.req
 	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])}
@@ -306,106 +299,23 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 			onWait(st)
 		}
 	}
-	waitCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	waitCtx := ctx
 	if o.timeout > 0 {
-		waitCtx, cancel = context.WithTimeout(waitCtx, o.timeout)
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	t := &try{store: store, req: req, done: make(chan acquired, 1)}
-	t.start(waitCtx)
-	// retry fires when a --no-wait run has waited out a restart fence.
-	var retry <-chan time.Time
-	for {
-		// --timeout ends a wait for the fence here; a try under way
-		// returns with it on its own.
-		var timedOut <-chan struct{}
-		if retry != nil {
-			timedOut = waitCtx.Done()
-		}
-		select {
-		case a := <-t.done:
-			t.stop()
-			var fenced *semaphore.FenceError
-			if o.noWait && errors.As(a.err, &fenced) && fence.waits < maxFenceWaits {
-				// Until the fence ends nobody can tell whether the key is
-				// busy, and it does end: --no-wait waits it out, then
-				// tries once, a moment past it (uptime counts whole
-				// seconds: a try that comes too early waits again).
-				fence.saw(fenced.Left, true)
-				fence.waits++
-				retry = time.After(fenced.Left + fenceSlack)
-				continue
-			}
-			return o.acquired(ctx, a, fence.left, log)
-		case <-retry:
-			retry = nil
-			t.start(waitCtx)
-		case <-timedOut:
-			return o.acquired(ctx, acquired{err: waitCtx.Err()}, fence.left, log)
-		case sig := <-signals:
-			switch {
-			case !endsWait(sig):
-				continue // a resized terminal is no reason to give up
-			case sig == stopSignal:
-				// Suspended while waiting (Ctrl-Z): a stopped waiter must
-				// not keep others waiting, so it leaves, and asks again
-				// when continued.
-				if retry == nil {
-					o.giveUp(ctx, t, log)
-				}
-				line.clear() // the shell says the job stopped on a clean line
-				runner.Suspend()
-				retry = nil
-				t.start(waitCtx)
-				continue
-			}
-			if retry == nil {
-				o.giveUp(ctx, t, log)
-			}
-			return nil, &interruptedError{key: o.key, sig: sig.(syscall.Signal)}
-		}
+	lease, err := signals.Wait(waitCtx, runner.Waiting{
+		Acquire:  func(ctx context.Context) (semaphore.Lease, error) { return store.Acquire(ctx, req) },
+		GiveBack: func(lease semaphore.Lease) { o.release(ctx, lease, log) },
+		Stopping: line.clear,
+	})
+	var interrupted *runner.Interrupted
+	if errors.As(err, &interrupted) {
+		return nil, &interruptedError{key: o.key, sig: interrupted.Signal}
 	}
+	return o.acquired(ctx, lease, err, fence.left, log)
 }
-
-// acquired is what one Acquire returned.
-type acquired struct {
-	lease semaphore.Lease
-	err   error
-}
-
-// try is the Acquire under way, in a goroutine of its own so that a signal
-// can end the wait.
-type try struct {
-	store semaphore.Store
-	req   semaphore.Request
-	done  chan acquired
-	stop  context.CancelFunc
-}
-
-func (t *try) start(ctx context.Context) {
-	ctx, t.stop = context.WithCancel(ctx)
-	go func() {
-		lease, err := t.store.Acquire(ctx, t.req)
-		t.done <- acquired{lease, err}
-	}()
-}
-
-// giveUp ends the try under way, giving back a permit granted as it ended.
-func (o *runOptions) giveUp(ctx context.Context, t *try, log *logger) {
-	t.stop()
-	if a := <-t.done; a.err == nil {
-		o.release(ctx, a.lease, log)
-	}
-}
-
-// How often a --no-wait run waits out a restart fence before it takes the
-// fence for busy (a fence longer than the one it waited for, asked by
-// another caller meanwhile), and how long past its end it tries again.
-const (
-	maxFenceWaits = 3
-	fenceSlack    = 250 * time.Millisecond
-)
 
 // fenceNotice says once that a restart fence holds the grant back by more
 // than a second, in words true of a first start as of a restart.
@@ -414,7 +324,6 @@ type fenceNotice struct {
 	log   *logger
 	quiet bool // -q, or a terminal, whose waiting line says it
 	said  bool
-	waits int
 	// left is the fence the last ask saw, for the --timeout line.
 	left time.Duration
 }
@@ -446,26 +355,26 @@ func fenceWhy(left, fence time.Duration) string {
 
 // acquired says how a wait ended: with the permit, or why not. fenced is
 // what was left of a restart fence when the store last said.
-func (o *runOptions) acquired(ctx context.Context, a acquired, fenced time.Duration, log *logger) (semaphore.Lease, error) {
+func (o *runOptions) acquired(ctx context.Context, lease semaphore.Lease, err error, fenced time.Duration, log *logger) (semaphore.Lease, error) {
 	var (
 		fence *semaphore.FenceError
 		full  *semaphore.LineError
 	)
 	switch {
-	case a.err == nil:
-		return a.lease, nil
-	case errors.As(a.err, &fence):
+	case err == nil:
+		return lease, nil
+	case errors.As(err, &fence):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s: no grant for %v more (--restart-fence; --no-wait)", o.key, fenceWhy(fence.Left, o.restartFence), max(fence.Left.Round(time.Second), time.Second)))
-	case errors.As(a.err, &full):
+	case errors.As(err, &full):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %d callers wait already, the most one key takes; not joining the line", o.key, full.Waiting))
-	case errors.Is(a.err, semaphore.ErrBusy):
+	case errors.Is(err, semaphore.ErrBusy):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
-	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil && fenced > 0:
+	case errors.Is(err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil && fenced > 0:
 		return nil, o.busy(log, fmt.Sprintf("key %q: no permit within %v (--timeout): %s, %v to go", o.key, o.timeout, fenceWhy(fenced, o.restartFence), fenced.Round(time.Second)))
-	case errors.Is(a.err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:
+	case errors.Is(err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:
 		return nil, o.busy(log, fmt.Sprintf("key %q: no permit within %v (--timeout)", o.key, o.timeout))
 	}
-	return nil, a.err
+	return nil, err
 }
 
 // busy is the outcome of a run that got no permit. With --busy-exit-code 0

@@ -17,18 +17,19 @@ type waitStatus = unix.WaitStatus
 // group is the child's process group, named by its id: the child's pid.
 type group int
 
-// deliver passes on a signal semrun caught to the child's group, but for
-// SIGTSTP, which stops the group instead (SIGSTOP) and reports stopped.
+// deliver passes on a signal semrun caught to the child's group, as
+// roleOf says: a stop stops the group instead (SIGSTOP) and reports
+// stopped; SIGPIPE is not passed on.
 func (g group) deliver(sig os.Signal) (stopped bool) {
-	if sig == syscall.SIGPIPE {
-		return false // caught only so that semrun's writes fail instead
-	}
-	if sig != syscall.SIGTSTP {
-		_ = syscall.Kill(-int(g), sig.(syscall.Signal))
+	switch roleOf(sig) {
+	case ownWrites:
 		return false
+	case stops:
+		_ = syscall.Kill(-int(g), syscall.SIGSTOP)
+		return true
 	}
-	_ = syscall.Kill(-int(g), syscall.SIGSTOP)
-	return true
+	_ = syscall.Kill(-int(g), sig.(syscall.Signal))
+	return false
 }
 
 // terminate asks the group to end (SIGTERM); kill ends it (SIGKILL).
@@ -93,7 +94,6 @@ func start(path string, spec Spec, term *terminal, events chan<- waitEvent) (gro
 		// that the child's end reaches it without a switch of threads.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		restoreCPUs()
 		pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{Env: spec.Env, Files: files, Sys: attr})
 		ready <- started{pid, err}
 		if err != nil {
@@ -249,10 +249,6 @@ func (t *terminal) suspend() {
 	_ = unix.Kill(unix.Getpid(), unix.SIGSTOP)
 	<-continued
 }
-
-// Suspend stops semrun as a job-control stop does (the shell sees the job
-// stopped) and returns once semrun is continued.
-func Suspend() { (*terminal)(nil).suspend() }
 
 // resume gives the terminal back to the child when the shell continued the
 // job in the foreground, and continues the child.

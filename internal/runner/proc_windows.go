@@ -189,6 +189,3 @@ func newTerminal(*os.File) *terminal { return nil }
 func (*terminal) reclaim()           {}
 func (*terminal) suspend()           {}
 func (*terminal) resume(group)       {}
-
-// Suspend does nothing: Windows has no job-control stop.
-func Suspend() {}

@@ -52,8 +52,9 @@ type Spec struct {
 	KillAfter time.Duration
 	OnLost    OnLost
 	// Signals are forwarded to the child's process group, but SIGTSTP,
-	// which suspends the whole job: semrun and the child's group.
-	Signals <-chan os.Signal
+	// which suspends the whole job: semrun and the child's group. nil:
+	// none are.
+	Signals *Signals
 	// Warnf receives warnings: a lost permit with Continue, failed renewals.
 	Warnf func(format string, args ...any)
 	// Lingering, when set, is called once if the command exits but leaves
@@ -249,7 +250,7 @@ func (s *supervisor) stop() {
 func (s *supervisor) run(events <-chan waitEvent) Result {
 	for {
 		select {
-		case sig := <-s.spec.Signals:
+		case sig := <-s.spec.Signals.channel():
 			s.forward(sig)
 		case err := <-s.lost:
 			s.onLost(err)

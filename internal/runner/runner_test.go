@@ -26,17 +26,23 @@ import (
 
 // The runner runs real children (sh, cat), but its lease is a fake and its
 // clock a clocktest.Clock: renewals, the loss of the permit and the kill
-// happen when a test advances the clock, and a test knows that the runner
-// has reacted by the alarms it has set (expectAlarms). Only what a child
-// does takes real time, and that is waited for with a bound.
+// happen when a test advances the clock. Tests assert what the runner does
+// (when it renews, which signals reach the child, how Run ends); an alarm
+// only tells a test that the runner is ready for the clock to move on
+// (alarmAt), so that a change in how the runner times things fails only
+// the tests whose behaviour changed. What a child does takes real time,
+// and that is waited for with a bound.
 
 const (
 	ttl = 30 * time.Second
 	// killAfter is the default grace period of these tests: with it, the
 	// child is told to stop 30s - 6s - 3s = 21s after the last renewal.
 	killAfter = 6 * time.Second
-	// patience bounds every wait for the runner or a child, in real time.
-	patience = 20 * time.Second
+	// patience bounds every wait for the runner to react, in real time.
+	patience = 2 * time.Second
+	// slow bounds every wait for a child process, which a busy machine
+	// may start late.
+	slow = 10 * time.Second
 )
 
 // renewal is what one call of the fake lease's Renew does.
@@ -162,7 +168,7 @@ func newHarness(t *testing.T, args ...string) *harness {
 		Args: args, Env: os.Environ(),
 		Stdin: r, Stdout: nil, Stderr: stderr,
 		TTL: ttl, KillAfter: killAfter,
-		Signals: h.signals,
+		Signals: runner.NewSignals(h.signals, func() { t.Error("the job was suspended; want no suspend") }),
 		Warnf: func(format string, args ...any) {
 			select {
 			case h.warnings <- fmt.Sprintf(format, args...):
@@ -191,8 +197,8 @@ func (h *harness) run() {
 		h.signals <- syscall.SIGKILL
 		select {
 		case <-h.done:
-		case <-time.After(patience):
-			h.t.Errorf("Run still running %v after its child's group was killed", patience)
+		case <-time.After(slow):
+			h.t.Errorf("Run still running %v after its child's group was killed", slow)
 		}
 	})
 }
@@ -203,8 +209,8 @@ func (h *harness) wait() (runner.Result, error) {
 	select {
 	case <-h.done:
 		return h.res, h.err
-	case <-time.After(patience):
-		h.t.Fatalf("Run: did not return within %v; pending alarms %v", patience, h.offsets(h.clk.Alarms()))
+	case <-time.After(slow):
+		h.t.Fatalf("Run: did not return within %v; pending alarms %v", slow, h.offsets(h.clk.Alarms()))
 		return runner.Result{}, nil
 	}
 }
@@ -229,19 +235,25 @@ func (h *harness) advanceTo(at time.Duration) {
 	h.clk.Advance(d)
 }
 
-// expectAlarms waits until the alarms pending on the clock are at want,
-// counted from start: that is how a test knows the runner has reacted to
-// what happened, and when it will act next.
-func (h *harness) expectAlarms(want ...time.Duration) {
+// alarmAt waits until the runner has an alarm set for start+at: the
+// runner has then reacted to what happened before, and the test may move
+// the clock on to at. The other alarms pending are none of its business.
+func (h *harness) alarmAt(at time.Duration) {
 	h.t.Helper()
-	slices.Sort(want)
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
-	err := h.clk.BlockUntilFunc(ctx, func(alarms []clock.Instant) bool {
-		return slices.Equal(h.offsets(alarms), want)
-	})
+	want := h.start.Add(at)
+	err := h.clk.BlockUntilFunc(ctx, func(alarms []clock.Instant) bool { return slices.Contains(alarms, want) })
 	if err != nil {
-		h.t.Fatalf("at +%v, pending alarms: got %v, want %v", h.clk.Now().Sub(h.start), h.offsets(h.clk.Alarms()), want)
+		h.t.Fatalf("at +%v: no alarm for +%v within %v; pending %v", h.clk.Now().Sub(h.start), at, patience, h.offsets(h.clk.Alarms()))
+	}
+}
+
+// noAlarmsLeft fails the test if Run, which has returned, left an alarm set.
+func (h *harness) noAlarmsLeft() {
+	h.t.Helper()
+	if left := h.clk.Alarms(); len(left) > 0 {
+		h.t.Errorf("alarms left set once Run returned: got %v, want none", h.offsets(left))
 	}
 }
 
@@ -303,12 +315,12 @@ func (h *harness) expectNoWarning() {
 // waitFile waits, in real time and with a bound, for a child to create path.
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	for deadline := time.Now().Add(patience); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(path); err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: got nothing within %v, want the child to create it", filepath.Base(path), patience)
+			t.Fatalf("%s: got nothing within %v, want the child to create it", filepath.Base(path), slow)
 		}
 	}
 }
@@ -330,7 +342,7 @@ func TestExitStatusPassesThrough(t *testing.T) {
 	if err != nil || res != (runner.Result{ExitCode: 7}) {
 		t.Fatalf("got %+v, %v; want exit 7, no signal, nothing lost", res, err)
 	}
-	h.expectAlarms() // Run leaves no alarm set
+	h.noAlarmsLeft()
 }
 
 func TestDeathBySignalIsReported(t *testing.T) {
@@ -375,7 +387,7 @@ func TestStartErrors(t *testing.T) {
 			if n := len(h.lease.calls); n != 0 {
 				t.Errorf("renewals: got %d for a child never started, want 0", n)
 			}
-			h.expectAlarms()
+			h.noAlarmsLeft()
 		})
 	}
 	var se *runner.StartError
@@ -417,15 +429,11 @@ func TestRenewsEveryThirdOfTTL(t *testing.T) {
 	if every != 10*time.Second {
 		t.Fatalf("RenewEvery(%v): got %v, want 10s", ttl, every)
 	}
-	lossAfter := ttl - killAfter - runner.Margin(ttl) // 21s
-	h.expectAlarms(every, lossAfter)
-	for i := 1; i <= 4; i++ { // past the TTL
+	for i := 1; i <= 4; i++ { // past the TTL, and past 21s after the start
 		at := time.Duration(i) * every
+		h.alarmAt(at)
 		h.advanceTo(at)
 		h.expectRenewal(at)
-		// The next renewal is due TTL/3 later; the child is told to stop
-		// only 21s after this one.
-		h.expectAlarms(at+every, at+lossAfter)
 	}
 	h.stdin.Close()
 	res, err := h.wait()
@@ -434,7 +442,7 @@ func TestRenewsEveryThirdOfTTL(t *testing.T) {
 	}
 	h.expectNoMoreRenewals()
 	h.expectNoWarning()
-	h.expectAlarms()
+	h.noAlarmsLeft()
 }
 
 // A lease that never lapses (zero Deadline) is never renewed.
@@ -442,7 +450,6 @@ func TestLeaseThatNeverLapsesIsNotRenewed(t *testing.T) {
 	h := newHarness(t, "cat")
 	h.lease.deadline = clock.Instant{}
 	h.run()
-	h.expectAlarms()
 	h.advanceTo(10 * ttl)
 	h.stdin.Close()
 	if res, err := h.wait(); err != nil || res != (runner.Result{}) {
@@ -478,7 +485,7 @@ func TestLossTerminatesChild(t *testing.T) {
 	h := newHarness(t, "cat")
 	h.lease.script = []renewal{renewLost}
 	h.run()
-	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.alarmAt(10 * time.Second)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
 	res, err := h.wait()
@@ -488,7 +495,7 @@ func TestLossTerminatesChild(t *testing.T) {
 	if errors.Is(res.Lost, runner.ErrPresumedLost) {
 		t.Errorf("Lost: got %v, want the store's loss, not a presumed one", res.Lost)
 	}
-	h.expectAlarms()
+	h.noAlarmsLeft()
 }
 
 // With Continue, a lost permit is a warning: the child finishes.
@@ -497,12 +504,11 @@ func TestLossContinue(t *testing.T) {
 	h.spec.OnLost = runner.Continue
 	h.lease.script = []renewal{renewLost}
 	h.run()
-	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.alarmAt(10 * time.Second)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
 	h.expectWarning("permit lost")
-	// Nothing more to renew, give up on or kill.
-	h.expectAlarms()
+	// Nothing more to renew, give up on or kill: the child runs on.
 	h.advanceTo(3 * ttl)
 	h.running()
 	h.stdin.Close()
@@ -521,14 +527,13 @@ func TestKillAfterGracePeriod(t *testing.T) {
 	h.lease.script = []renewal{renewLost}
 	h.run()
 	waitFile(t, ready)
-	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.alarmAt(10 * time.Second)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
-	h.expectAlarms(10*time.Second + killAfter)
 	waitFile(t, termed)
 
+	h.alarmAt(10*time.Second + killAfter)
 	h.advanceTo(10*time.Second + killAfter - time.Millisecond)
-	h.expectAlarms(10*time.Second + killAfter)
 	h.signals <- syscall.SIGUSR1 // still alive to answer?
 	waitFile(t, alive)
 	h.running()
@@ -549,13 +554,9 @@ func TestPresumedLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		how  renewal
-		// pending are the alarms after the renewal at 10s.
-		pending []time.Duration
 	}{
-		// Retried TTL/12 later, while the child is to stop at 21s.
-		{"renewals fail", renewFail, []time.Duration{10*time.Second + ttl/12, lossAt}},
-		// The call's own deadline is when the child must be told to stop.
-		{"renewals hang", renewHang, []time.Duration{lossAt, lossAt}},
+		{"renewals fail", renewFail},
+		{"renewals hang", renewHang},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ready, termed, alive := stubbornFiles(t)
@@ -563,15 +564,17 @@ func TestPresumedLoss(t *testing.T) {
 			h.lease.script = []renewal{tc.how}
 			h.run()
 			waitFile(t, ready)
-			h.expectAlarms(10*time.Second, lossAt)
+			h.alarmAt(10 * time.Second)
 			h.advanceTo(10 * time.Second)
 			h.expectRenewal(10 * time.Second)
-			h.expectAlarms(tc.pending...)
+			h.alarmAt(lossAt)
+			h.advanceTo(lossAt - time.Millisecond)
+			h.running()
 
 			h.advanceTo(lossAt)
 			// Told to stop, SIGKILL due a margin before the lease's end.
-			h.expectAlarms(ttl - runner.Margin(ttl))
 			waitFile(t, termed)
+			h.alarmAt(ttl - runner.Margin(ttl))
 			h.running()
 			h.advanceTo(ttl - runner.Margin(ttl))
 			res, err := h.wait()
@@ -581,7 +584,7 @@ func TestPresumedLoss(t *testing.T) {
 			if now, deadline := h.clk.Now(), h.lease.Deadline(); !now.Before(deadline) {
 				t.Errorf("child gone at +%v, lease's deadline +%v; want it gone before", now.Sub(h.start), deadline.Sub(h.start))
 			}
-			h.expectAlarms()
+			h.noAlarmsLeft()
 		})
 	}
 }
@@ -606,14 +609,14 @@ func TestLateLossShortensTheGrace(t *testing.T) {
 			h.lease.script = []renewal{renewHang}
 			h.run()
 			waitFile(t, ready)
-			h.expectAlarms(10*time.Second, 21*time.Second)
+			h.alarmAt(10 * time.Second)
 			h.advanceTo(10 * time.Second)
 			h.expectRenewal(10 * time.Second)
-			h.expectAlarms(21*time.Second, 21*time.Second)
+			h.alarmAt(21 * time.Second)
 			h.advanceTo(tc.noticed)
 			if tc.killAt != 0 {
-				h.expectAlarms(tc.killAt)
 				waitFile(t, termed)
+				h.alarmAt(tc.killAt)
 				h.running()
 				h.advanceTo(tc.killAt)
 			}
@@ -638,7 +641,9 @@ func TestFailedRenewalRetriedSooner(t *testing.T) {
 		// first is when the first renewal is due, retry when it is
 		// retried, lossAt when the child must stop without a renewal.
 		first, retry, lossAt time.Duration
-		// after the retry succeeded: the next renewal and loss.
+		// next is the renewal after the retry succeeded; nextLossAt is
+		// when the child would be told to stop without it (not asserted:
+		// TestPresumedLoss times a loss).
 		next, nextLossAt time.Duration
 		// left is what is left of the lease at first; 0 is its TTL.
 		left time.Duration
@@ -662,15 +667,18 @@ func TestFailedRenewalRetriedSooner(t *testing.T) {
 			}
 			h.lease.script = []renewal{renewFail, renewOK}
 			h.run()
-			h.expectAlarms(tc.first, tc.lossAt)
+			h.alarmAt(tc.first)
 			h.advanceTo(tc.first)
 			h.expectRenewal(tc.first)
 			h.expectWarning("renewal failed")
-			h.expectAlarms(tc.retry, tc.lossAt)
+			h.alarmAt(tc.retry)
 			h.advanceTo(tc.retry)
 			h.expectRenewal(tc.retry)
-			// The child is no longer to stop at lossAt: the permit is kept.
-			h.expectAlarms(tc.next, tc.nextLossAt)
+			// The child is no longer to stop at lossAt: the permit is
+			// kept, and renewed on time (past lossAt, but at 50ms).
+			h.alarmAt(tc.next)
+			h.advanceTo(tc.next)
+			h.expectRenewal(tc.next)
 			h.stdin.Close()
 			res, err := h.wait()
 			if err != nil || res != (runner.Result{}) {
@@ -687,10 +695,9 @@ func TestRenewalUnderWayEndsWithRun(t *testing.T) {
 	h := newHarness(t, "cat")
 	h.lease.script = []renewal{renewHang}
 	h.run()
-	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.alarmAt(10 * time.Second)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
-	h.expectAlarms(21*time.Second, 21*time.Second) // giving up, and the call's deadline
 	h.stdin.Close()
 	res, err := h.wait()
 	if err != nil || res != (runner.Result{}) {
@@ -700,7 +707,7 @@ func TestRenewalUnderWayEndsWithRun(t *testing.T) {
 		t.Errorf("renewals under way when Run returned: got %d, want 0", n)
 	}
 	h.expectNoWarning()
-	h.expectAlarms()
+	h.noAlarmsLeft()
 }
 
 // A renewal that succeeds just as the child is due to be told to stop
@@ -709,14 +716,16 @@ func TestRenewalAsTheChildIsDueToStop(t *testing.T) {
 	h := newHarness(t, "cat")
 	h.lease.script = []renewal{renewLate, renewOK}
 	h.run()
-	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.alarmAt(10 * time.Second)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
-	h.expectAlarms(21*time.Second, 21*time.Second) // giving up, and the call's deadline
+	h.alarmAt(21 * time.Second) // the call's deadline
 	h.advanceTo(21 * time.Second)
 	// Renewed from 10s: the child is to stop at 31s; the next renewal
 	// comes halfway there.
-	h.expectAlarms(26*time.Second, 31*time.Second)
+	h.alarmAt(26 * time.Second)
+	h.advanceTo(26 * time.Second)
+	h.expectRenewal(26 * time.Second)
 	h.stdin.Close()
 	res, err := h.wait()
 	if err != nil || res != (runner.Result{}) {
@@ -738,7 +747,7 @@ func TestTerminatedChildTakesItsGroupAlong(t *testing.T) {
 	waitFile(t, ready)
 	bg := readPid(t, bgPid)
 	killGroupOnFailure(t, bg)
-	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.alarmAt(10 * time.Second)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
 	// The grace period is not over (its alarm is not advanced to): the
@@ -763,13 +772,14 @@ func TestShortLeaseRenewedBeforeItCountsAsLost(t *testing.T) {
 	h.lease.deadline = h.start.Add(20 * time.Second)
 	h.run()
 	// The child would be told to stop 7s in: the renewal comes at half that.
-	h.expectAlarms(3500*time.Millisecond, 7*time.Second)
+	h.alarmAt(3500 * time.Millisecond)
 	h.advanceTo(3500 * time.Millisecond)
 	h.expectRenewal(3500 * time.Millisecond)
 	// Renewed to +33.5s: the child must stop at +20.5s, the next renewal
 	// comes halfway there.
-	h.expectAlarms(12*time.Second, 20500*time.Millisecond)
-	h.advanceTo(10 * time.Second)
+	h.alarmAt(12 * time.Second)
+	h.advanceTo(12 * time.Second)
+	h.expectRenewal(12 * time.Second)
 	h.stdin.Close()
 	res, err := h.wait()
 	if err != nil || res != (runner.Result{}) {
@@ -792,13 +802,13 @@ func TestRunWaitsForWhatTheChildLeftInItsGroup(t *testing.T) {
 		echo $$ > "$0.tmp" && mv "$0.tmp" "$0"
 		exit 3`, childPid, bgPid, release)
 	h.run()
-	h.expectAlarms(10*time.Second, 21*time.Second)
+	h.alarmAt(10 * time.Second)
 	child, bg := readPid(t, childPid), readPid(t, bgPid)
 	killGroupOnFailure(t, bg)
 	// The child itself exits at once, and is reaped.
-	for deadline := time.Now().Add(patience); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(slow); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, patience)
+			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, slow)
 		}
 	}
 	h.advanceTo(10 * time.Second)

@@ -1,4 +1,4 @@
-package cmd
+package runner
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 // Linux's real-time signals, as kill -l names them: SIGRTMIN is 34, since
 // the C library keeps 32 and 33 for itself. A Go program can catch those
-// from 35 on: Go keeps 32 to 34 (see runner.IgnoreReserved).
+// from 35 on: Go keeps 32 to 34 (see ignoreReserved).
 const rtMin, rtCaught, rtMax = 34, 35, 64
 
 // platformSignals end a process by default on Linux too, as do the

@@ -1,6 +1,6 @@
 //go:build linux && !mips && !mipsle && !mips64 && !mips64le
 
-package cmd
+package runner
 
 import (
 	"os"

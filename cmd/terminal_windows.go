@@ -1,0 +1,4 @@
+package cmd
+
+// inBackground is false: a Windows console has no foreground process group.
+func inBackground(int) bool { return false }
