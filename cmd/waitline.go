@@ -89,7 +89,7 @@ func (l *waitLine) clear() {
 	fmt.Fprint(l.w, "\r\x1b[K")
 }
 
-// waitText says what a waiter waits for: `waiting for key "pdf": 3/3 seats
+// waitText says what a waiter waits for: `waiting for key "pdf": 3/3 permits
 // held, 2nd of 5 in line, 12s`; without the time when waited is negative.
 func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 	s := fmt.Sprintf("waiting for key %q: %d/%d permits held", key, st.Held, st.Capacity)

@@ -1,6 +1,6 @@
 // Package runner runs a command while a semaphore lease is held: it starts
 // the child in its own process group, forwards signals to that group, renews
-// the lease, and stops the child before the store could give its seat away.
+// the lease, and stops the child before the store could give its permit away.
 package runner
 
 import (
@@ -101,7 +101,7 @@ func (e *StartError) Error() string {
 func (e *StartError) Unwrap() error { return e.Err }
 
 // ErrPresumedLost means no renewal succeeded in time: the store may be
-// about to give the seat away, so the permit counts as lost.
+// about to give the permit away, so the permit counts as lost.
 var ErrPresumedLost = errors.New("no renewal succeeded in time")
 
 // waitEvent is a change of the child's state.
@@ -117,7 +117,7 @@ type waitEvent struct {
 
 // Lease is the permit the child runs under.
 type Lease interface {
-	// Deadline is the instant at which the store may give the seat away,
+	// Deadline is the instant at which the store may give the permit away,
 	// on a clock that counts a suspend of the host; zero when it never does.
 	Deadline() clock.Instant
 	// Renew extends the lease; an error wrapping semaphore.ErrLost means

@@ -548,7 +548,7 @@ func TestKillAfterGracePeriod(t *testing.T) {
 // With renewals that fail or hang (the store unreachable), the permit is
 // presumed lost: the child is told to stop at Deadline - KillAfter - Margin
 // and is gone before the lease's Deadline, when the store could give the
-// seat away.
+// permit away.
 func TestPresumedLoss(t *testing.T) {
 	lossAt := ttl - killAfter - runner.Margin(ttl) // 21s: the renewal at 10s failed
 	for _, tc := range []struct {

@@ -40,10 +40,10 @@ func TestRequestValidate(t *testing.T) {
 			t.Errorf("Validate(%+v): got %v, want a *SettingError saying %q", req, err, tc.want)
 		}
 	}
-	if got := (semaphore.Request{Weight: 0}).Seats(); got != 1 {
+	if got := (semaphore.Request{Weight: 0}).Takes(); got != 1 {
 		t.Errorf("Seats of weight 0: got %d, want 1", got)
 	}
-	if got := (semaphore.Request{Weight: 2}).Seats(); got != 2 {
+	if got := (semaphore.Request{Weight: 2}).Takes(); got != 2 {
 		t.Errorf("Seats of weight 2: got %d, want 2", got)
 	}
 }

@@ -1,5 +1,5 @@
 // Package semaphore keeps counting semaphores whose permits are leases: at
-// most N holders of a key at once, and a holder that vanishes frees its seat
+// most N holders of a key at once, and a holder that vanishes frees its permit
 // when its lease lapses.
 package semaphore
 
@@ -17,7 +17,7 @@ import (
 
 // Errors callers tell apart with errors.Is.
 var (
-	// ErrBusy means no permit was obtained: every seat was held when the
+	// ErrBusy means no permit was obtained: every permit was held when the
 	// caller would not wait. A wait cut short returns its context's error.
 	ErrBusy = errors.New("no permit available")
 	// ErrLost means the permit is no longer held: it lapsed or was removed.
@@ -46,14 +46,14 @@ type Request struct {
 	Key string
 	// Permits is the capacity N: at most N holders of Key at once.
 	Permits int
-	// TTL is the lease: a holder that stops renewing loses its seat after it.
+	// TTL is the lease: a holder that stops renewing loses its permit after it.
 	TTL time.Duration
 	// NoWait makes Acquire try once and return ErrBusy instead of waiting.
 	NoWait bool
 	// Holder describes the holder for status output (host, pid, command).
 	Holder HolderInfo
-	// Weight is how many of the N seats the permit takes, at once; 0 is 1
-	// (see Seats).
+	// Weight is how many of the N permits the holder takes, at once; 0 is
+	// 1 (see Takes).
 	Weight int
 	// OnWait, when set, is called when the caller starts to wait and
 	// whenever what it waits for changes.
@@ -72,7 +72,7 @@ type Request struct {
 
 // WaitState is what a waiting caller waits for.
 type WaitState struct {
-	// Held is how many of the Capacity seats are taken.
+	// Held is how many of the Capacity permits are taken.
 	Held, Capacity int
 	// Position is the caller's place in line, 1 for the first; 0 when the
 	// store does not know it.
@@ -85,8 +85,8 @@ type WaitState struct {
 	Fenced time.Duration
 }
 
-// Seats is how many seats the permit takes: Weight, or 1 when it is 0.
-func (r Request) Seats() int { return max(r.Weight, 1) }
+// Takes is how many permits the holder takes: Weight, or 1 when it is 0.
+func (r Request) Takes() int { return max(r.Weight, 1) }
 
 // HolderInfo is what status shows about a holder. It must hold no secret.
 type HolderInfo struct {
@@ -121,7 +121,7 @@ type Lease interface {
 	// every grant of the key.
 	Token() int64
 	// Deadline is the instant, on this host's clock that counts a suspend
-	// (package clock), at which the store may give the seat to someone else
+	// (package clock), at which the store may give the permit to someone else
 	// unless the lease is renewed first. It is computed from when the last
 	// successful renewal was sent, never from when its answer arrived. The
 	// zero Instant means the lease never lapses.
@@ -142,7 +142,7 @@ type KeyStatus struct {
 	Key string `json:"key"`
 	// Capacity is the N the latest caller asked for; 0 when unknown.
 	Capacity int `json:"capacity"`
-	// Held is how many seats the holders take.
+	// Held is how many permits the holders take.
 	Held    int      `json:"held"`
 	Holders []Holder `json:"holders"`
 	// Waiters are the callers waiting for a permit, longest waiting first,
@@ -163,7 +163,7 @@ type Waiter struct {
 	HolderInfo
 	// Permits is the capacity this waiter asked for.
 	Permits int `json:"permits"`
-	// Weight is how many seats it asks for.
+	// Weight is how many permits it asks for.
 	Weight int `json:"weight"`
 	// Position is its place in line, 1 for the first; 0 when unknown.
 	Position int           `json:"position"`
@@ -175,7 +175,7 @@ type Holder struct {
 	HolderInfo
 	// Permits is the capacity this holder asked for.
 	Permits int `json:"permits"`
-	// Weight is how many seats it takes.
+	// Weight is how many permits it takes.
 	Weight int           `json:"weight"`
 	Token  int64         `json:"token"`
 	Age    time.Duration `json:"age_ns"`

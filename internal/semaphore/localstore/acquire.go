@@ -240,7 +240,7 @@ func (a *attempt) tryGrant(ctx context.Context) error {
 			return err
 		}
 		if i == grantTries {
-			return fmt.Errorf("key %q: another process holds its grant lock (stopped while it took a seat?): %w", a.req.Key, semaphore.ErrBusy)
+			return fmt.Errorf("key %q: another process holds its grant lock (stopped while it took a permit?): %w", a.req.Key, semaphore.ErrBusy)
 		}
 		if err := clock.Sleep(ctx, grantPause); err != nil {
 			return fmt.Errorf("wait for key %q: %w", a.req.Key, err)
@@ -251,7 +251,7 @@ func (a *attempt) tryGrant(ctx context.Context) error {
 // takeSeats locks the seats a permit takes: a weight of K takes K seats at
 // once, or none. It returns them, or nil and how many seats are held.
 func (a *attempt) takeSeats() ([]int, int, error) {
-	held, weight := 0, a.req.Seats()
+	held, weight := 0, a.req.Takes()
 	var taken []int
 	for i := 0; i < a.req.Permits && len(taken) < weight; i++ {
 		f := a.seats[i]
@@ -296,7 +296,7 @@ func (a *attempt) lease(taken []int) (*lease, error) {
 		return nil, err
 	}
 	l := &lease{token: token}
-	rec := record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Seats(), Token: token, SinceMS: time.Now().UnixMilli()}
+	rec := record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Takes(), Token: token, SinceMS: time.Now().UnixMilli()}
 	for _, i := range taken {
 		// The record is for status only: a seat is held by its lock.
 		_ = rec.write(a.seats[i])
@@ -397,7 +397,7 @@ func (a *attempt) register() (func(), error) {
 			f = nil
 		}
 	}
-	_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Seats(), SinceMS: time.Now().UnixMilli()}.write(f)
+	_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Takes(), SinceMS: time.Now().UnixMilli()}.write(f)
 	return func() {
 		_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
 		f.Close()

@@ -174,7 +174,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 		return nil, fmt.Errorf("encode holder info: %w", err)
 	}
 	a.args = protocol.AcquireArgs{
-		ID: a.id, Permits: req.Permits, TTL: req.TTL, Meta: meta, Weight: req.Seats(),
+		ID: a.id, Permits: req.Permits, TTL: req.TTL, Meta: meta, Weight: req.Takes(),
 		Fence: req.RestartFence, Line: s.maxLine,
 	}
 	if !req.NoWait {

@@ -84,14 +84,14 @@ func contend(t *testing.T, stores []semaphore.Store, key string, n int, weights 
 					errs <- fmt.Errorf("waiting acquire of weight %d: got %w, want a permit", weight, err)
 					return
 				}
-				c := seats.Add(int64(req.Seats()))
+				c := seats.Add(int64(req.Takes()))
 				for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
 				}
 				mu.Lock()
 				tokens = append(tokens, l.Token())
 				mu.Unlock()
 				time.Sleep(2 * time.Millisecond)
-				seats.Add(-int64(req.Seats()))
+				seats.Add(-int64(req.Takes()))
 				if err := l.Release(context.Background()); err != nil {
 					errs <- fmt.Errorf("release: got %w, want nil", err)
 					return

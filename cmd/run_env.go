@@ -1,0 +1,54 @@
+package cmd
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Variables the child gets, deliberately not the configuration variables:
+// a semrun inside the child must not inherit its parent's key or capacity.
+const (
+	envHeldKey      = "SEMRUN_HELD_KEY"
+	envHeldPermits  = "SEMRUN_HELD_PERMITS"
+	envFencingToken = "SEMRUN_FENCING_TOKEN"
+	// envHeldKeys lists, one a line, the keys held by every semrun this
+	// one runs under, so that a nested semrun never waits for an ancestor.
+	envHeldKeys = "SEMRUN_HELD_KEYS"
+)
+
+// heldKeys are the keys the semruns this one runs under hold. Keys have no
+// control characters, so a newline separates them unambiguously.
+func (o *runOptions) heldKeys() []string {
+	keys := strings.FieldsFunc(o.f.getenv(envHeldKeys), func(r rune) bool { return r == '\n' })
+	if k := o.f.getenv(envHeldKey); k != "" && !slices.Contains(keys, k) {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// childEnv is semrun's environment for the child, less the variables that
+// choose what semrun holds and the secrets it used, plus the SEMRUN_HELD_*
+// variables and the fencing token.
+func (o *runOptions) childEnv(environ []string, token int64) []string {
+	drop := map[string]bool{
+		"SEMRUN_KEY": true, "SEMRUN_PERMITS": true, envRedisPassword: true, envRedisCLIAuth: o.secrets.usedCLIAuth,
+		envHeldKey: true, envHeldPermits: true, envFencingToken: true, envHeldKeys: true,
+	}
+	env := make([]string, 0, len(environ)+4)
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		// Any URL with userinfo may carry a password, even one that does
+		// not parse (a password with an unescaped /).
+		if drop[name] || name == envNames["redis"] && strings.Contains(value, "@") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env,
+		envHeldKey+"="+o.key,
+		envHeldKeys+"="+strings.Join(append(o.heldKeys(), o.key), "\n"),
+		envHeldPermits+"="+strconv.Itoa(o.permits),
+		envFencingToken+"="+strconv.FormatInt(token, 10),
+	)
+}
