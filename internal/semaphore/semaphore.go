@@ -48,7 +48,10 @@ type Request struct {
 	Permits int
 	// TTL is the lease: a holder that stops renewing loses its permit after it.
 	TTL time.Duration
-	// NoWait makes Acquire try once and return ErrBusy instead of waiting.
+	// NoWait makes Acquire return ErrBusy instead of waiting in line. A
+	// store with a restart fence (RestartFence) cannot tell busy from free
+	// until the fence ends: it waits the fence out, saying so through
+	// OnWait, and then tries once.
 	NoWait bool
 	// Holder describes the holder for status output (host, pid, command).
 	Holder HolderInfo
@@ -99,7 +102,8 @@ type HolderInfo struct {
 // and commands never need to know which one they talk to.
 type Store interface {
 	// Acquire returns a held permit. It waits until one is free, ctx is done
-	// (returning ctx's error) or, with NoWait, returns ErrBusy at once.
+	// (returning ctx's error) or, with NoWait, returns ErrBusy without
+	// joining the line.
 	Acquire(ctx context.Context, req Request) (Lease, error)
 	// Status reports on each key; with no keys, on every key the store
 	// knows.
