@@ -94,6 +94,7 @@ func start(path string, spec Spec, term *terminal, events chan<- waitEvent) (gro
 		// that the child's end reaches it without a switch of threads.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		restoreCPUs()
 		pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{Env: spec.Env, Files: files, Sys: attr})
 		ready <- started{pid, err}
 		if err != nil {
