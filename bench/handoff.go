@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -79,8 +78,7 @@ func (b *bench) handoff() ([]*table, error) {
 
 // handoffResult is what the handoff rounds of one lock measured.
 type handoffResult struct {
-	l      *locker
-	rounds int
+	l *locker
 	handoffs
 }
 
@@ -88,32 +86,20 @@ type handoffResult struct {
 // falls on all, and one more round of semrun with Redis traced with
 // MONITOR, which costs Redis and the bench some time: not in the table.
 func (b *bench) handoffRounds() ([]*handoffResult, handoffs, error) {
-	var rs []*handoffResult
-	for _, l := range b.lockers(1, true) {
-		n := b.o.handoffRounds
-		if l.name == "GNU sem" {
-			n = b.o.handoffSemRounds
-		}
-		if n > 0 {
-			rs = append(rs, &handoffResult{l: l, rounds: n})
+	ls, rounds := plan(b.lockers(1, true), b.o.handoffRounds, b.o.handoffSemRounds)
+	runs, err := measureRounds(ls, rounds, func(l *locker) (handoffs, error) { return b.handoffRound(l, false) })
+	rs := make([]*handoffResult, len(ls))
+	for i, l := range ls {
+		rs[i] = &handoffResult{l: l}
+		for _, h := range runs[i] {
+			rs[i].add(h)
 		}
 	}
-	for round := range max(b.o.handoffRounds, b.o.handoffSemRounds) {
-		for _, i := range rand.Perm(len(rs)) {
-			r := rs[i]
-			if round >= r.rounds {
-				continue
-			}
-			h, err := b.handoffRound(r.l, false)
-			if err != nil {
-				return rs, handoffs{}, fmt.Errorf("%s: %w", r.l.name, err)
-			}
-			r.add(h)
-		}
+	if err != nil {
+		return rs, handoffs{}, err
 	}
 	var traced handoffs
 	if l := find(b.lockers(1, false), "semrun (Redis)"); l != nil && b.o.handoffTrace {
-		var err error
 		if traced, err = b.handoffRound(l, true); err != nil {
 			return rs, traced, fmt.Errorf("semrun (Redis), traced: %w", err)
 		}
