@@ -118,11 +118,11 @@ type settings struct {
 	err error
 	// unknown are the warnings about config file keys no command takes.
 	unknown []string
-	// logFormat is the format of semrun's own lines, text or json: from
-	// the command line, else the environment or a config file. Any other
-	// value gives text, and is itself an error for the commands that read
-	// the settings.
-	logFormat string
+	// jsonLines: semrun's own lines are JSON, as --log-format json says on
+	// the command line, else in the environment or a config file. Any
+	// other value than json or text gives text, and is itself an error
+	// for the commands that read the settings.
+	jsonLines bool
 	// configFlag is --config's source, from the command line or SEMRUN_CONFIG.
 	configFlag source
 }
@@ -132,7 +132,7 @@ type settings struct {
 // cobra parses them. root is the command tree, whose flags are the
 // settings a config file may have.
 func readSettings(root *cobra.Command, args []string, f *Factory) *settings {
-	s := &settings{getenv: f.getenv, logFormat: "text"}
+	s := &settings{getenv: f.getenv}
 	pre := pflag.NewFlagSet("settings", pflag.ContinueOnError)
 	pre.ParseErrorsWhitelist.UnknownFlags = true
 	pre.SetOutput(io.Discard)
@@ -154,9 +154,7 @@ func readSettings(root *cobra.Command, args []string, f *Factory) *settings {
 	if !pre.Changed("log-format") {
 		_, *logFormat, _, _ = s.lookup("log-format")
 	}
-	if *logFormat == "json" {
-		s.logFormat = "json"
-	}
+	s.jsonLines = *logFormat == "json"
 	return s
 }
 
