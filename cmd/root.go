@@ -33,6 +33,8 @@ type storeValues struct {
 // outputValues are the flag values of what semrun says, which every
 // command that reads the settings has.
 type outputValues struct {
+	// config is --config's value as cobra sets it; readSettings has read
+	// it, and the file, before.
 	config         string
 	verbose, quiet bool
 	logFormat      string

@@ -98,7 +98,7 @@ back when it exits, and exits with COMMAND's status.`,
 			}
 			log.Infof("key %q: permits in %s", o.key, store)
 			defer store.Close()
-			if err := o.validate(cmd); err != nil {
+			if err := o.validate(); err != nil {
 				return err
 			}
 			return o.run(cmd.Context(), store, log)
@@ -122,7 +122,7 @@ back when it exits, and exits with COMMAND's status.`,
 
 // validate checks what the request does not: it fills the defaults that
 // depend on other settings, and builds the request, which checks itself.
-func (o *runOptions) validate(cmd *cobra.Command) error {
+func (o *runOptions) validate() error {
 	show, set := o.src.show, func(flag string) bool { return o.src.origin(flag) != fromDefault }
 	if o.key == "" && !set("key") {
 		return usageErrorf("--key is required")
