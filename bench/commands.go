@@ -36,61 +36,80 @@ func (b *bench) commands() ([]*table, error) {
 		return nil, nil
 	}
 	n := b.o.commandWaiters
+	calls, took, err := b.commandsRound(n)
+	if err != nil {
+		return nil, err
+	}
+	return []*table{commandsTable(n, took, calls, scriptCommands(b.root))}, nil
+}
+
+// commandsRound starts n semruns at once and tells the calls of each
+// command Redis ran meanwhile, and how long all took.
+func (b *bench) commandsRound(n int) (map[string]int64, time.Duration, error) {
 	key, _ := b.key("commands")
-	ls := b.lockers(1, false)
-	l := find(ls, "semrun (Redis)")
+	l := find(b.lockers(1, false), "semrun (Redis)")
 	argv := l.argv(key, 1, []string{"true"})
 	g := newGroup(b.ctx, b.env)
 	defer g.close()
 	// Loads the scripts, as any earlier run on the server would have.
 	if err := g.run(argv, true); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
 	defer c.Close()
 	if err := c.Ping(b.ctx).Err(); err != nil { // connected before the reset
-		return nil, err
+		return nil, 0, err
 	}
 	if err := c.ConfigResetStat(b.ctx).Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	began := time.Now()
 	for range n {
 		if _, err := g.start(argv, true); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if err := g.waitAll(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	took := time.Since(began)
 	info, err := c.Info(b.ctx, "commandstats").Result()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	calls := commandStats(info)
 	delete(calls, "config|resetstat") // the bench's own
 	delete(calls, "info")
-	scripted := scriptCommands(b.root)
+	return calls, took, nil
+}
 
-	type count struct {
-		name  string
-		calls int64
-	}
-	var top []count
-	var all, topTotal int64
+// commandCount is the calls of one command.
+type commandCount struct {
+	name  string
+	calls int64
+}
+
+// topLevelOf splits calls into those a client sent itself, most first,
+// and tells their total and the total of all: scripted is the commands
+// the scripts call, or nil when their sources were not found.
+func topLevelOf(calls map[string]int64, scripted map[string]bool) (top []commandCount, topTotal, all int64) {
 	for name, n := range calls {
 		all += n
 		base, _, _ := strings.Cut(name, "|")
 		if topLevel[base] || (scripted != nil && !scripted[base]) {
-			top = append(top, count{name, n})
+			top = append(top, commandCount{name, n})
 			topTotal += n
 		}
 	}
-	slices.SortFunc(top, func(a, b count) int { return cmp.Compare(b.calls, a.calls) })
+	slices.SortFunc(top, func(a, b commandCount) int { return cmp.Compare(b.calls, a.calls) })
+	return top, topTotal, all
+}
+
+// commandsTable shows the calls of n grants that took took, per grant.
+func commandsTable(n int, took time.Duration, calls map[string]int64, scripted map[string]bool) *table {
+	top, topTotal, all := topLevelOf(calls, scripted)
 	grants := float64(n) // every semrun exited 0, so each was granted once
 	per := float64(topTotal) / grants
-
 	t := &table{
 		title: fmt.Sprintf("commands: Redis commands per grant, %d semruns started at once on one key, -n 1, child `true`", n),
 		head:  []string{"commands", "calls", "per grant", "target"},
@@ -111,7 +130,7 @@ func (b *bench) commands() ([]*table, error) {
 	} else {
 		t.note("Top-level: EVALSHA, EVAL, BLPOP, (UN)SUBSCRIBE, PING, SCRIPT and other connection commands (the scripts' sources were not found to tell more); the bench's own CONFIG RESETSTAT and INFO are left out.")
 	}
-	return []*table{t}, nil
+	return t
 }
 
 // commandStats reads the calls of each command from INFO commandstats.

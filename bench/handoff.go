@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -80,8 +78,7 @@ func (b *bench) handoff() ([]*table, error) {
 
 // handoffResult is what the handoff rounds of one lock measured.
 type handoffResult struct {
-	l      *locker
-	rounds int
+	l *locker
 	handoffs
 }
 
@@ -89,32 +86,20 @@ type handoffResult struct {
 // falls on all, and one more round of semrun with Redis traced with
 // MONITOR, which costs Redis and the bench some time: not in the table.
 func (b *bench) handoffRounds() ([]*handoffResult, handoffs, error) {
-	var rs []*handoffResult
-	for _, l := range b.lockers(1, true) {
-		n := b.o.handoffRounds
-		if l.name == "GNU sem" {
-			n = b.o.handoffSemRounds
-		}
-		if n > 0 {
-			rs = append(rs, &handoffResult{l: l, rounds: n})
+	ls, rounds := plan(b.lockers(1, true), b.o.handoffRounds, b.o.handoffSemRounds)
+	runs, err := measureRounds(ls, rounds, func(l *locker) (handoffs, error) { return b.handoffRound(l, false) })
+	rs := make([]*handoffResult, len(ls))
+	for i, l := range ls {
+		rs[i] = &handoffResult{l: l}
+		for _, h := range runs[i] {
+			rs[i].add(h)
 		}
 	}
-	for round := range max(b.o.handoffRounds, b.o.handoffSemRounds) {
-		for _, i := range rand.Perm(len(rs)) {
-			r := rs[i]
-			if round >= r.rounds {
-				continue
-			}
-			h, err := b.handoffRound(r.l, false)
-			if err != nil {
-				return rs, handoffs{}, fmt.Errorf("%s: %w", r.l.name, err)
-			}
-			r.add(h)
-		}
+	if err != nil {
+		return rs, handoffs{}, err
 	}
 	var traced handoffs
 	if l := find(b.lockers(1, false), "semrun (Redis)"); l != nil && b.o.handoffTrace {
-		var err error
 		if traced, err = b.handoffRound(l, true); err != nil {
 			return rs, traced, fmt.Errorf("semrun (Redis), traced: %w", err)
 		}
@@ -192,65 +177,96 @@ func handoffVerdict(g50, g99, flock50, flock99 time.Duration) string {
 // handoffRound runs one round under l; with trace, it also tells where
 // the time of the gaps goes, from Redis's MONITOR.
 func (b *bench) handoffRound(l *locker, trace bool) (handoffs, error) {
-	key, log := b.key("handoff")
-	gate := log + ".open"
-	g := newGroup(b.ctx, b.env)
-	defer g.close()
-	first, err := g.start(l.argv(key, 1, b.childArgv(log, "gate:"+gate)), true)
+	held, err := b.holdKey(l, "handoff")
 	if err != nil {
 		return handoffs{}, err
 	}
-	if err := waitStarted(b.ctx, log, 1, first, 30*time.Second); err != nil {
+	defer held.close()
+	if err := b.queueWaiters(held); err != nil {
 		return handoffs{}, err
 	}
+	ivs, calls, err := b.drain(held, trace)
+	if err != nil {
+		return handoffs{}, err
+	}
+	var h handoffs
+	if trace {
+		h.phases = split(ivs, calls)
+	}
+	h.addGaps(ivs, exitTimes(held.g.list()), realtimeOffset())
+	return h, nil
+}
+
+// queueWaiters starts the waiters behind the holder and waits until they
+// use no CPU, blocked: the line is formed before the holder lets go.
+func (b *bench) queueWaiters(held *heldKey) error {
 	var waiting []*proc
 	for range b.o.waiters - 1 {
-		p, err := g.start(l.argv(key, 1, b.childArgv(log, b.o.hold.String())), true)
+		p, err := held.g.start(held.argv(b.o.hold.String()), true)
 		if err != nil {
-			return handoffs{}, err
+			return err
 		}
 		waiting = append(waiting, p)
 	}
 	if err := settle(b.ctx, waiting, 150*time.Millisecond, 20*time.Second); err != nil {
-		return handoffs{}, err
+		return err
 	}
-	if n := started(log); n != 1 {
-		return handoffs{}, fmt.Errorf("%d children started while the first held the only permit", n-1)
+	if n := started(held.log); n != 1 {
+		return fmt.Errorf("%d children started while the first held the only permit", n-1)
 	}
+	return nil
+}
+
+// drain opens the gate and waits for every child to have run, with
+// MONITOR on when traced; it returns the children's runs and, traced, the
+// script calls Redis ran meanwhile.
+func (b *bench) drain(held *heldKey, trace bool) ([]interval, []scriptCall, error) {
 	var mon *monitor
 	if trace {
+		var err error
 		if mon, err = startMonitor(b.redis.Addr); err != nil {
-			return handoffs{}, err
+			return nil, nil, err
 		}
-		defer func() {
+		defer func() { // on a failure: the monitor's connection is closed
 			if mon != nil {
 				mon.calls()
 			}
 		}()
 	}
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		return handoffs{}, err
+	if err := held.open(); err != nil {
+		return nil, nil, err
 	}
-	if err := g.waitAll(); err != nil {
-		return handoffs{}, err
+	if err := held.g.waitAll(); err != nil {
+		return nil, nil, err
 	}
-	ivs, err := readLog(log)
+	ivs, err := readLog(held.log)
 	if err != nil {
-		return handoffs{}, err
+		return nil, nil, err
 	}
 	if len(ivs) != b.o.waiters {
-		return handoffs{}, fmt.Errorf("%d children ran, want %d", len(ivs), b.o.waiters)
+		return nil, nil, fmt.Errorf("%d children ran, want %d", len(ivs), b.o.waiters)
 	}
-	var h handoffs
+	var calls []scriptCall
 	if mon != nil {
-		h.phases = split(ivs, mon.calls())
-		mon = nil
+		calls, mon = mon.calls(), nil
 	}
-	exits := map[int]int64{} // the pid of a lock's process: when it exited
-	for _, p := range g.list() {
+	return ivs, calls, nil
+}
+
+// exitTimes are when each process exited, by pid: for a lock's process,
+// the pid its child records as its parent.
+func exitTimes(ps []*proc) map[int]int64 {
+	exits := map[int]int64{}
+	for _, p := range ps {
 		exits[p.pid()] = p.exitAt
 	}
-	offset := realtimeOffset()
+	return exits
+}
+
+// addGaps records the gaps between the children's runs ivs, sorted by
+// start: exits tells when each lock's process exited, and offset turns a
+// fencing token (µs of the time of day) into the children's clock.
+func (h *handoffs) addGaps(ivs []interval, exits map[int]int64, offset int64) {
 	for i := 1; i < len(ivs); i++ {
 		prev, next := ivs[i-1], ivs[i]
 		gap := time.Duration(next.start - prev.end)
@@ -276,7 +292,6 @@ func (b *bench) handoffRound(l *locker, trace bool) (handoffs, error) {
 			}
 		}
 	}
-	return h, nil
 }
 
 // childStartup is the p50 time from starting the child directly to its

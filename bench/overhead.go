@@ -29,7 +29,17 @@ type contender struct {
 // random order, next to flock(1), true(1), the floor of a Go wrapper
 // (gowrap) and GNU sem.
 func (b *bench) overhead() ([]*table, error) {
-	rounds, semRounds := max(b.o.rounds, 1), b.o.semRounds
+	rounds := max(b.o.rounds, 1)
+	cs := b.contenders(rounds, b.o.semRounds)
+	if err := b.timeContenders(cs, rounds); err != nil {
+		return nil, err
+	}
+	return []*table{b.overheadTable(cs, rounds)}, nil
+}
+
+// contenders are the command lines to time: the floors, flock, and every
+// lock that counts to 3, with their targets.
+func (b *bench) contenders(rounds, semRounds int) []*contender {
 	cs := []*contender{
 		{name: "true", argv: []string{"true"}},
 		{name: "Go wrapper: gowrap true", argv: []string{b.gowrap, "true"}},
@@ -58,11 +68,17 @@ func (b *bench) overhead() ([]*table, error) {
 		}
 		cs = append(cs, c)
 	}
+	return cs
+}
+
+// timeContenders runs each contender once to warm caches, then times
+// rounds of them, each round in a random order.
+func (b *bench) timeContenders(cs []*contender, rounds int) error {
 	g := newGroup(b.ctx, b.env)
 	defer g.close()
 	for _, c := range cs {
 		if err := g.run(c.argv, true); err != nil { // warms caches
-			return nil, fmt.Errorf("%s: %w", c.name, err)
+			return fmt.Errorf("%s: %w", c.name, err)
 		}
 	}
 	for r := range rounds {
@@ -73,13 +89,18 @@ func (b *bench) overhead() ([]*table, error) {
 			}
 			start := time.Now()
 			if err := g.run(c.argv, false); err != nil {
-				return nil, fmt.Errorf("%s: %w", c.name, err)
+				return fmt.Errorf("%s: %w", c.name, err)
 			}
 			c.times = append(c.times, time.Since(start))
 		}
 		g.drop()
 	}
+	return nil
+}
 
+// overheadTable shows each contender's times next to flock's and the Go
+// wrapper's.
+func (b *bench) overheadTable(cs []*contender, rounds int) *table {
 	var flock, floor time.Duration
 	for _, c := range cs {
 		slices.Sort(c.times)
@@ -107,5 +128,5 @@ func (b *bench) overhead() ([]*table, error) {
 	t.note("Each process is started by the bench and timed from fork to reaped; in each round every command runs once, in a random order, so that noise falls on all alike.")
 	t.note("Go wrapper: bench/gowrap, which runs its arguments with os/exec and does nothing else, built as semrun is: the floor of any wrapper written in Go.")
 	t.note("semrun runs with a restart fence of %v (the Redis servers are older), keys and lock files that exist after the first run, and the local store in a lock directory of the bench's.", benchFence)
-	return []*table{t}, nil
+	return t
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/semrun/semrun/internal/clock"
@@ -55,40 +54,34 @@ func (b *bench) rss() ([]*table, error) {
 
 // rssOf measures a holder and a waiter under l.
 func (b *bench) rssOf(l *locker) (holdRSS, holdHWM, waitRSS, waitHWM int64, err error) {
-	key, log := b.key("rss")
-	gate := log + ".open"
-	g := newGroup(b.ctx, b.env)
-	defer g.close()
-	holder, err := g.start(l.argv(key, 1, b.childArgv(log, "gate:"+gate)), true)
+	h, err := b.holdKey(l, "rss")
 	if err != nil {
 		return
 	}
-	if err = waitStarted(b.ctx, log, 1, holder, 30*time.Second); err != nil {
-		return
-	}
-	waiter, err := g.start(l.argv(key, 1, b.childArgv(log, "0")), true)
+	defer h.close()
+	waiter, err := h.g.start(h.argv("0"), true)
 	if err != nil {
 		return
 	}
 	if err = clock.Sleep(b.ctx, 300*time.Millisecond); err != nil {
 		return
 	}
-	if err = settle(b.ctx, []*proc{holder, waiter}, 200*time.Millisecond, 10*time.Second); err != nil {
+	if err = settle(b.ctx, []*proc{h.holder, waiter}, 200*time.Millisecond, 10*time.Second); err != nil {
 		return
 	}
-	if started(log) != 1 {
+	if started(h.log) != 1 {
 		err = fmt.Errorf("the waiter's child started while the only permit was held")
 		return
 	}
-	if holdRSS, holdHWM, err = memory(holder.pid()); err != nil {
+	if holdRSS, holdHWM, err = memory(h.holder.pid()); err != nil {
 		return
 	}
 	if waitRSS, waitHWM, err = memory(waiter.pid()); err != nil {
 		return
 	}
-	if err = os.WriteFile(gate, nil, 0o644); err != nil {
+	if err = h.open(); err != nil {
 		return
 	}
-	err = g.waitAll()
+	err = h.g.waitAll()
 	return
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -33,50 +32,47 @@ type utilRound struct {
 	wall                time.Duration
 }
 
+// utilResult is the rounds of one lock, or of the lanes without argv.
+type utilResult struct {
+	l    *locker
+	runs []utilRound
+}
+
 // utilization runs the workload under each lock that counts to 3 and
 // compares the seats' busy time with the makespan, from the first job's
 // start to the last one's end.
 func (b *bench) utilization() ([]*table, error) {
-	type result struct {
-		l      *locker
-		rounds int
-		runs   []utilRound
-	}
+	ls, rounds := plan(b.lockers(utilPermits, false), b.o.utilRounds, b.o.utilSemRounds)
 	// The floor: no lock, the jobs run in 3 lanes back to back, each
 	// started by the bench as soon as the one before it ended.
-	rs := []*result{{l: &locker{name: utilLanes}, rounds: b.o.utilRounds}}
-	for _, l := range b.lockers(utilPermits, false) {
-		n := b.o.utilRounds
-		if l.name == utilSemLocker {
-			n = b.o.utilSemRounds
-		}
-		if n > 0 {
-			rs = append(rs, &result{l: l, rounds: n})
-		}
+	ls = slices.Insert(ls, 0, &locker{name: utilLanes})
+	rounds = slices.Insert(rounds, 0, b.o.utilRounds)
+	runs, failed := measureRounds(ls, rounds, b.utilRound)
+	rs := make([]*utilResult, len(ls))
+	for i, l := range ls {
+		rs[i] = &utilResult{l: l, runs: runs[i]}
 	}
-	var failed error
-rounds:
-	for round := range max(b.o.utilRounds, b.o.utilSemRounds) {
-		for _, i := range rand.Perm(len(rs)) {
-			r := rs[i]
-			if round >= r.rounds {
-				continue
-			}
-			u, err := b.utilRound(r.l)
-			if err != nil {
-				failed = fmt.Errorf("%s: %w", r.l.name, err)
-				break rounds
-			}
-			r.runs = append(r.runs, u)
-		}
-	}
+	return []*table{b.utilTable(rs)}, failed
+}
 
-	t := &table{
-		title: fmt.Sprintf("utilization: %d jobs of %v from %d processes (%d each, in sequence), %d permits",
-			utilProcs*utilPerProc, utilJob, utilProcs, utilPerProc, utilPermits),
-		head: []string{"lock", "rounds", "all done", "/ lanes'", "makespan", "ideal", "utilization", "lost per handoff", "target"},
+// total sums r's rounds.
+func (r *utilResult) total() utilRound {
+	var t utilRound
+	for _, u := range r.runs {
+		t.wall += u.wall
+		t.makespan += u.makespan
+		t.busy += u.busy
+		t.ramp += u.ramp
+		t.tail += u.tail
+		t.between += u.between
+		t.handoffs += u.handoffs
 	}
-	var lanes time.Duration // the lanes' mean wall time
+	return t
+}
+
+// lanesWall is the lanes' mean wall time, the floor of the target.
+func lanesWall(rs []*utilResult) time.Duration {
+	var lanes time.Duration
 	for _, r := range rs {
 		if r.l.argv == nil && len(r.runs) > 0 {
 			for _, u := range r.runs {
@@ -84,39 +80,39 @@ rounds:
 			}
 		}
 	}
+	return lanes
+}
+
+// utilTable shows each lock's means next to the lanes'.
+func (b *bench) utilTable(rs []*utilResult) *table {
+	t := &table{
+		title: fmt.Sprintf("utilization: %d jobs of %v from %d processes (%d each, in sequence), %d permits",
+			utilProcs*utilPerProc, utilJob, utilProcs, utilPerProc, utilPermits),
+		head: []string{"lock", "rounds", "all done", "/ lanes'", "makespan", "ideal", "utilization", "lost per handoff", "target"},
+	}
+	lanes := lanesWall(rs)
 	var lost []string
 	for _, r := range rs {
 		if len(r.runs) == 0 {
 			continue
 		}
-		var wall, mk, busy, ramp, tail, between time.Duration
-		var handoffs int
-		for _, u := range r.runs {
-			wall += u.wall
-			mk += u.makespan
-			busy += u.busy
-			ramp += u.ramp
-			tail += u.tail
-			between += u.between
-			handoffs += u.handoffs
-		}
-		n := time.Duration(len(r.runs))
-		util := float64(busy) / (utilPermits * float64(mk))
+		sum, n := r.total(), time.Duration(len(r.runs))
+		util := float64(sum.busy) / (utilPermits * float64(sum.makespan))
 		target := ""
 		if r.l.argv != nil && r.l.name != utilSemLocker && lanes > 0 {
-			target = fmt.Sprintf("≤ %.2f× lanes': %s", utilTarget, verdict(float64(wall/n) <= utilTarget*float64(lanes)))
+			target = fmt.Sprintf("≤ %.2f× lanes': %s", utilTarget, verdict(float64(sum.wall/n) <= utilTarget*float64(lanes)))
 		}
-		perHandoff := between / time.Duration(max(handoffs, 1))
-		t.add(r.l.name, fmt.Sprint(len(r.runs)), ms(wall/n), ratio(float64(wall/n), float64(lanes)), ms(mk/n), ms(busy/n/utilPermits),
-			fmt.Sprintf("%.1f%%", 100*util), ms(perHandoff), target)
-		lost = append(lost, fmt.Sprintf("%s %s, %s and %s", r.l.name, ms(ramp/n), ms(tail/n), ms(between/n)))
+		perHandoff := sum.between / time.Duration(max(sum.handoffs, 1))
+		t.add(r.l.name, fmt.Sprint(len(r.runs)), ms(sum.wall/n), ratio(float64(sum.wall/n), float64(lanes)), ms(sum.makespan/n),
+			ms(sum.busy/n/utilPermits), fmt.Sprintf("%.1f%%", 100*util), ms(perHandoff), target)
+		lost = append(lost, fmt.Sprintf("%s %s, %s and %s", r.l.name, ms(sum.ramp/n), ms(sum.tail/n), ms(sum.between/n)))
 	}
 	t.note("All done: from the bench starting the first process to the last one reaped, the mean of the rounds; / lanes': that against the same jobs in 3 lanes with no lock. ideal = the children's busy time / %d (nominally %v); utilization = ideal / makespan; makespan from the first child's start to the last one's end, all on CLOCK_MONOTONIC; lost per handoff: the seat time lost between jobs, per job that followed another on a seat.",
 		utilPermits, time.Duration(utilProcs*utilPerProc)*utilJob/utilPermits)
 	t.note("Each of the %d processes is a goroutine of the bench that runs its %d jobs one after the other, each job one call of the lock whose child holds %v; the child is %s. No lock: %d goroutines each run %d children back to back, which any lock's runs must also spend on starting the children.",
 		utilProcs, utilPerProc, utilJob, b.childName(), utilPermits, utilProcs*utilPerProc/utilPermits)
 	t.note("Seat time lost per round, filling the seats at the start, emptying them at the end and between jobs: %s.", strings.Join(lost, "; "))
-	return []*table{t}, failed
+	return t
 }
 
 // utilRound runs the workload once under l, or in lanes without argv.
@@ -129,6 +125,30 @@ func (b *bench) utilRound(l *locker) (utilRound, error) {
 	} else {
 		procs, perProc = utilPermits, utilProcs*utilPerProc/utilPermits
 	}
+	wall, err := b.runJobs(argv, procs, perProc)
+	if err != nil {
+		return utilRound{}, err
+	}
+	ivs, err := readLog(log)
+	if err != nil {
+		return utilRound{}, err
+	}
+	if len(ivs) != utilProcs*utilPerProc {
+		return utilRound{}, fmt.Errorf("%d jobs ran, want %d", len(ivs), utilProcs*utilPerProc)
+	}
+	u := seatTime(ivs)
+	u.wall = wall
+	// No more than 3 jobs at once, ever.
+	if u.maxConcurrent = mostAtOnce(ivs); u.maxConcurrent > utilPermits {
+		return u, fmt.Errorf("%d jobs ran at once under %d permits", u.maxConcurrent, utilPermits)
+	}
+	return u, nil
+}
+
+// runJobs runs argv perProc times in sequence in each of procs goroutines,
+// all at once, and tells the wall time from the first start to the last
+// one reaped.
+func (b *bench) runJobs(argv []string, procs, perProc int) (time.Duration, error) {
 	g := newGroup(b.ctx, b.env)
 	defer g.close()
 	var wg sync.WaitGroup
@@ -153,17 +173,14 @@ func (b *bench) utilRound(l *locker) (utilRound, error) {
 	}
 	wg.Wait()
 	wall := time.Since(began)
-	if err := errors.Join(errs...); err != nil {
-		return utilRound{}, err
-	}
-	ivs, err := readLog(log)
-	if err != nil {
-		return utilRound{}, err
-	}
-	if len(ivs) != utilProcs*utilPerProc {
-		return utilRound{}, fmt.Errorf("%d jobs ran, want %d", len(ivs), utilProcs*utilPerProc)
-	}
-	u := utilRound{wall: wall, handoffs: len(ivs) - utilPermits}
+	return wall, errors.Join(errs...)
+}
+
+// seatTime is how the jobs ivs, sorted by start, filled the seats: their
+// busy time, the makespan, and the seat time lost before, after and
+// between them.
+func seatTime(ivs []interval) utilRound {
+	u := utilRound{handoffs: len(ivs) - utilPermits}
 	first, last := ivs[0].start, ivs[0].end
 	for _, iv := range ivs {
 		u.busy += time.Duration(iv.end - iv.start)
@@ -183,7 +200,11 @@ func (b *bench) utilRound(l *locker) (utilRound, error) {
 		u.tail += time.Duration(last - e)
 	}
 	u.between = utilPermits*u.makespan - u.busy - u.ramp - u.tail
-	// No more than 3 jobs at once, ever.
+	return u
+}
+
+// mostAtOnce is the most jobs of ivs that ran at the same time.
+func mostAtOnce(ivs []interval) int {
 	type event struct {
 		at    int64
 		delta int
@@ -198,13 +219,10 @@ func (b *bench) utilRound(l *locker) (utilRound, error) {
 		}
 		return cmp.Compare(a.delta, b.delta) // an end before a start at the same instant
 	})
-	at := 0
+	at, most := 0, 0
 	for _, e := range evs {
 		at += e.delta
-		u.maxConcurrent = max(u.maxConcurrent, at)
+		most = max(most, at)
 	}
-	if u.maxConcurrent > utilPermits {
-		return u, fmt.Errorf("%d jobs ran at once under %d permits", u.maxConcurrent, utilPermits)
-	}
-	return u, nil
+	return most
 }

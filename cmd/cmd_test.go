@@ -196,3 +196,39 @@ func TestPasswordOnTheCommandLineWarns(t *testing.T) {
 		t.Errorf("a password in SEMRUN_REDIS_URL: got stderr %q, want no warning", errOut)
 	}
 }
+
+// TestSettingsScanReadsArgsAsCobraDoes: --config and --log-format are
+// looked for before cobra parses the command line, and must be read as it
+// reads them: a flag's value that looks like one of them is a value.
+func TestSettingsScanReadsArgsAsCobraDoes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, _, errOut := run(t, nil, "--local", "--lock-dir", dir, "-k", "--config", "--", "true")
+	if code != 0 || errOut != "" {
+		t.Errorf("-k --config: got status %d, stderr %q; want 0 and nothing said (the key is --config)", code, errOut)
+	}
+	code, _, errOut = run(t, nil, "--local", "--lock-dir", dir, "-vk", "--log-format=json", "--", "true")
+	if code != 0 || !strings.HasPrefix(errOut, "semrun: ") {
+		t.Errorf("-vk --log-format=json: got status %d, stderr %q; want 0 and text lines (the key is --log-format=json)", code, errOut)
+	}
+	code, _, errOut = run(t, nil, "--local", "--lock-dir", dir, "--log-format", "json", "--permit", "2", "--", "true")
+	if code != exitFailure || !strings.HasPrefix(errOut, `{"time":`) || !strings.Contains(errOut, `"status":125`) {
+		t.Errorf("--log-format json and an unknown flag: got status %d, stderr %q; want 125 said in JSON", code, errOut)
+	}
+}
+
+// TestConfigFileKeysOfCobrasOwn: the help flag and the completion command
+// cobra adds as it runs are settings too, not unknown keys.
+func TestConfigFileKeysOfCobrasOwn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(config, []byte("no-descriptions: true\nhelp: false\npermitz: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, nil, "--config", config, "--local", "--lock-dir", dir, "-k", "k", "--", "true")
+	want := "semrun: warning: " + config + ": unknown setting \"permitz\", ignored (did you mean permits?)\n"
+	if code != 0 || errOut != want {
+		t.Errorf("a config file with help, no-descriptions and a typo: got status %d, stderr %q; want 0 and only %q", code, errOut, want)
+	}
+}

@@ -118,13 +118,11 @@ type settings struct {
 	err error
 	// unknown are the warnings about config file keys no command takes.
 	unknown []string
-	// logFormat is the format of semrun's own lines, text or json: from
-	// the command line, else the environment or a config file. Any other
-	// value gives text, and is itself an error for the commands that read
-	// the settings.
-	logFormat string
-	// configFlag is --config's source, from the command line or SEMRUN_CONFIG.
-	configFlag source
+	// jsonLines: semrun's own lines are JSON, as --log-format json says on
+	// the command line, else in the environment or a config file. Any
+	// other value than json or text gives text, and is itself an error
+	// for the commands that read the settings.
+	jsonLines bool
 }
 
 // readSettings reads the environment and the config files that apply to
@@ -132,32 +130,71 @@ type settings struct {
 // cobra parses them. root is the command tree, whose flags are the
 // settings a config file may have.
 func readSettings(root *cobra.Command, args []string, f *Factory) *settings {
-	s := &settings{getenv: f.getenv, logFormat: "text"}
-	pre := pflag.NewFlagSet("settings", pflag.ContinueOnError)
-	pre.ParseErrorsWhitelist.UnknownFlags = true
-	pre.SetOutput(io.Discard)
-	pre.Usage = func() {}
-	config := pre.String("config", "", "")
-	logFormat := pre.String("log-format", "", "")
-	_ = pre.Parse(args) // what does not parse is cobra's to say
-	switch {
-	case pre.Changed("config"):
-		s.configFlag = source{origin: fromFlag}
-	case s.getenv(envNames["config"]) != "":
-		*config = s.getenv(envNames["config"])
-		s.configFlag = source{origin: fromEnv, variable: envNames["config"]}
+	// The help flag and the completion command, which cobra adds as it
+	// executes, take settings too: add them now, as it would.
+	root.InitDefaultHelpFlag()
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd(args...)
+	s := &settings{getenv: f.getenv}
+	config, logFormat, given := scanArgs(root, args)
+	configFlag := source{origin: fromFlag}
+	if !given["config"] {
+		config, configFlag = s.getenv(envNames["config"]), source{origin: fromEnv, variable: envNames["config"]}
 	}
-	s.files, s.err = readConfigFiles(*config, s.configFlag, f)
+	s.files, s.err = readConfigFiles(config, configFlag, f)
 	for _, file := range s.files {
 		s.unknown = append(s.unknown, unknownSettings(root, file)...)
 	}
-	if !pre.Changed("log-format") {
-		_, *logFormat, _, _ = s.lookup("log-format")
+	if !given["log-format"] {
+		_, logFormat, _, _ = s.lookup("log-format")
 	}
-	if *logFormat == "json" {
-		s.logFormat = "json"
-	}
+	s.jsonLines = logFormat == "json"
 	return s
+}
+
+// scanArgs finds --config and --log-format in args as cobra will parse
+// them, before it does: every flag of every command is known to the scan,
+// so that a value that looks like a flag (-k --config) is read as the
+// value it is. given says which of the two args set.
+func scanArgs(root *cobra.Command, args []string) (config, logFormat string, given map[string]bool) {
+	scan := pflag.NewFlagSet("settings", pflag.ContinueOnError)
+	scan.ParseErrorsWhitelist.UnknownFlags = true // a subcommand's, or a typo: cobra says
+	scan.SetOutput(io.Discard)
+	scan.Usage = func() {}
+	values := map[string]*scanned{}
+	visitFlags(root, func(f *pflag.Flag) {
+		if scan.Lookup(f.Name) != nil {
+			return
+		}
+		short := f.Shorthand
+		if short != "" && scan.ShorthandLookup(short) != nil {
+			short = ""
+		}
+		values[f.Name] = &scanned{kind: f.Value.Type()}
+		scan.AddFlag(&pflag.Flag{Name: f.Name, Shorthand: short, Value: values[f.Name], NoOptDefVal: f.NoOptDefVal})
+	})
+	_ = scan.Parse(args) // what does not parse is cobra's to say
+	given = map[string]bool{"config": scan.Changed("config"), "log-format": scan.Changed("log-format")}
+	return values["config"].text, values["log-format"].text, given
+}
+
+// scanned is a flag's value as scanArgs reads it: the text only.
+type scanned struct{ kind, text string }
+
+func (v *scanned) Set(text string) error { v.text = text; return nil }
+func (v *scanned) String() string        { return v.text }
+func (v *scanned) Type() string          { return v.kind }
+
+// visitFlags calls fn with each flag of root and of every command under it;
+// a flag two commands share comes once a command. Before the command line
+// is parsed, a command's persistent flags are not among its Flags yet.
+func visitFlags(root *cobra.Command, fn func(*pflag.Flag)) {
+	all := []*cobra.Command{root}
+	for i := 0; i < len(all); i++ {
+		all = append(all, all[i].Commands()...)
+		all[i].Flags().VisitAll(fn)
+		all[i].PersistentFlags().VisitAll(fn)
+	}
 }
 
 // lookup is flag's value from the environment or a config file, as read
@@ -287,20 +324,12 @@ func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
 func unknownSettings(root *cobra.Command, f configFile) []string {
 	known := map[string]bool{}
 	var shown []string
-	all := []*cobra.Command{root}
-	for i := 0; i < len(all); i++ {
-		all = append(all, all[i].Commands()...)
-		// Before the command line is parsed, a command's persistent
-		// flags are not among its Flags yet.
-		for _, flags := range []*pflag.FlagSet{all[i].Flags(), all[i].PersistentFlags()} {
-			flags.VisitAll(func(fl *pflag.Flag) {
-				if !known[fl.Name] && !fl.Hidden {
-					shown = append(shown, fl.Name)
-				}
-				known[fl.Name] = true
-			})
+	visitFlags(root, func(fl *pflag.Flag) {
+		if !known[fl.Name] && !fl.Hidden {
+			shown = append(shown, fl.Name)
 		}
-	}
+		known[fl.Name] = true
+	})
 	var out []string
 	for _, key := range f.v.AllKeys() {
 		if known[key] {

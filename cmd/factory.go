@@ -33,11 +33,11 @@ func System() *Factory {
 	}
 }
 
-// getenv is the value of the variable name, empty when it is not set; the
-// last one counts, as for os.Getenv.
+// getenv is the value of the variable name, empty when it is not set; of
+// two, the first counts, as for os.Getenv.
 func (f *Factory) getenv(name string) string {
-	for i := len(f.Environ) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(f.Environ[i], "="); ok && k == name {
+	for _, kv := range f.Environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
 			return v
 		}
 	}

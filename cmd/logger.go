@@ -26,7 +26,7 @@ func (c *commonOptions) logger(w io.Writer) *logger {
 		level = slog.LevelInfo
 	}
 	var h slog.Handler = &textHandler{w: w, level: level}
-	if c.settings != nil && c.settings.logFormat == "json" {
+	if c.settings != nil && c.settings.jsonLines {
 		h = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
 	}
 	return &logger{sl: slog.New(h).With(c.logAttrs...)}

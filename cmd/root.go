@@ -33,6 +33,8 @@ type storeValues struct {
 // outputValues are the flag values of what semrun says, which every
 // command that reads the settings has.
 type outputValues struct {
+	// config is --config's value as cobra sets it; readSettings has read
+	// it, and the file, before.
 	config         string
 	verbose, quiet bool
 	logFormat      string
@@ -105,13 +107,13 @@ func Run(ctx context.Context, args []string, f *Factory) int {
 // NewCmdRoot builds the semrun command in f: run a command under a
 // permit, with status, doctor, version and completion as subcommands.
 func NewCmdRoot(f *Factory) *cobra.Command {
-	return newCmdRoot(&commonOptions{f: f, src: sources{}, settings: &settings{getenv: f.getenv, logFormat: "text"}})
+	return newCmdRoot(&commonOptions{f: f, src: sources{}, settings: &settings{getenv: f.getenv}})
 }
 
 // newCmdRoot is NewCmdRoot with the options Run reads after the command.
 func newCmdRoot(common *commonOptions) *cobra.Command {
 	s := common.f.Streams
-	root := newCmdRun(s, common)
+	root := newCmdRun(common)
 	pf := root.PersistentFlags()
 	pf.BoolVar(&common.local, "local", false, "keep the permits on this host, as file locks, instead of in Redis")
 	pf.StringVar(&common.lockDir, "lock-dir", "", "with --local: the lock directory (default "+localstore.SystemDir+" for root and where root shares it, else /run/lock/semrun-UID)")

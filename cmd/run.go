@@ -42,7 +42,6 @@ type runFlags struct {
 type runOptions struct {
 	*commonOptions
 	runFlags
-	streams *IOStreams
 	// command is the command and its arguments.
 	command []string
 	// path is the command's file, found before the wait (runner.Find).
@@ -51,8 +50,8 @@ type runOptions struct {
 	req semaphore.Request
 }
 
-func newCmdRun(s *IOStreams, common *commonOptions) *cobra.Command {
-	o := &runOptions{commonOptions: common, streams: s}
+func newCmdRun(common *commonOptions) *cobra.Command {
+	o := &runOptions{commonOptions: common}
 	cmd := &cobra.Command{
 		Use:   "semrun [flags] -- COMMAND [ARG...]",
 		Short: "Run a command while holding one of N fleet-wide permits",
@@ -83,7 +82,7 @@ back when it exits, and exits with COMMAND's status.`,
 				return err
 			}
 			o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too
-			log := o.logger(o.streams.ErrOut)
+			log := o.logger(o.f.Streams.ErrOut)
 			if files := o.settings.files; len(files) > 0 {
 				paths := make([]string, len(files))
 				for i, f := range files {
@@ -99,7 +98,7 @@ back when it exits, and exits with COMMAND's status.`,
 			}
 			log.Infof("key %q: permits in %s", o.key, store)
 			defer store.Close()
-			if err := o.validate(cmd); err != nil {
+			if err := o.validate(); err != nil {
 				return err
 			}
 			return o.run(cmd.Context(), store, log)
@@ -123,7 +122,7 @@ back when it exits, and exits with COMMAND's status.`,
 
 // validate checks what the request does not: it fills the defaults that
 // depend on other settings, and builds the request, which checks itself.
-func (o *runOptions) validate(cmd *cobra.Command) error {
+func (o *runOptions) validate() error {
 	show, set := o.src.show, func(flag string) bool { return o.src.origin(flag) != fromDefault }
 	if o.key == "" && !set("key") {
 		return usageErrorf("--key is required")
@@ -192,7 +191,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	started := time.Now()
 	res, runErr := runner.Run(ctx, runner.Spec{
 		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
-		Stdin: fileOf(o.streams.In), Stdout: fileOf(o.streams.Out), Stderr: fileOf(o.streams.ErrOut),
+		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
 		Signals: signals, Warnf: log.Warnf,
 		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
@@ -232,7 +231,7 @@ func (o *runOptions) lingering(log *logger, status int, sig syscall.Signal, left
 		what = strings.Join(procs, ", ")
 	}
 	say := log.Infof
-	if o.streams.ErrTerminal != nil && !o.quiet {
+	if o.f.Streams.ErrTerminal != nil && !o.quiet {
 		say = log.Warnf
 	}
 	say("key %q: the command exited (%s) but left %s in its process group, which keep the permit until they end (start work that should outlive it with setsid)", o.key, ended, what)

@@ -25,8 +25,8 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	defer func() { line.clear() }()
 	var onWait func(semaphore.WaitState)
 	switch {
-	case !o.quiet && o.streams.ErrTerminal != nil:
-		line = newWaitLine(o.streams.ErrOut, o.streams.ErrTerminal, o.key)
+	case !o.quiet && o.f.Streams.ErrTerminal != nil:
+		line = newWaitLine(o.f.Streams.ErrOut, o.f.Streams.ErrTerminal, o.key)
 		onWait = line.update
 	case o.verbose:
 		var once sync.Once
@@ -40,7 +40,9 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	fence := &fenceNotice{o: o, log: log, quiet: o.quiet || line != nil}
 	req.OnWait = func(st semaphore.WaitState) {
 		fence.saw(st.Fenced, req.NoWait)
-		if onWait != nil {
+		// A --no-wait run hears only of a fence it waits out, which the
+		// warning says: it stands in no line to show.
+		if onWait != nil && !req.NoWait {
 			onWait(st)
 		}
 	}

@@ -41,9 +41,9 @@ func ReadTurn(elem string) Turn {
 	return t
 }
 
-// ReadHolder reads a holder record (lib.lua's holderRecord), now being the
+// readHolder reads a holder record (lib.lua's holderRecord), now being the
 // server's clock in ms.
-func ReadHolder(rec string, now int64) (semaphore.Holder, error) {
+func readHolder(rec string, now int64) (semaphore.Holder, error) {
 	var h semaphore.Holder
 	n, err := readRecord(rec, 4, &h.HolderInfo)
 	if err != nil {
@@ -56,9 +56,9 @@ func ReadHolder(rec string, now int64) (semaphore.Holder, error) {
 	return h, nil
 }
 
-// ReadWaiter reads a waiter record (lib.lua's waiterRecord), now being the
+// readWaiter reads a waiter record (lib.lua's waiterRecord), now being the
 // server's clock in ms.
-func ReadWaiter(rec string, now int64) (semaphore.Waiter, error) {
+func readWaiter(rec string, now int64) (semaphore.Waiter, error) {
 	var w semaphore.Waiter
 	n, err := readRecord(rec, 5, &w.HolderInfo)
 	if err != nil {

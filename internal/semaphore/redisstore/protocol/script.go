@@ -34,7 +34,7 @@ var (
 	watchScript   = newScript("watch.lua", watchLua)
 )
 
-// Scripts are every script, for doctor and tests.
+// Scripts are every script, for the tests that check them all.
 func Scripts() []*Script {
 	return []*Script{acquireScript, renewScript, releaseScript, statusScript, watchScript}
 }

@@ -854,7 +854,7 @@ func TestKeysEscapeBraces(t *testing.T) {
 
 // TestReadHolder: a holder record is read whole, or not at all.
 func TestReadHolder(t *testing.T) {
-	h, err := ReadHolder(`3 1700000000000000 1700000000000 2 {"host":"h","pid":1,"command":"a b"}`, 1700000001000)
+	h, err := readHolder(`3 1700000000000000 1700000000000 2 {"host":"h","pid":1,"command":"a b"}`, 1700000001000)
 	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 1, Command: "a b"}, Permits: 3, Token: 1700000000000000, Age: time.Second, Weight: 2}
 	if err != nil || h != want {
 		t.Errorf("readHolder: got (%+v, %v), want %+v", h, err, want)
@@ -867,8 +867,8 @@ func TestReadHolder(t *testing.T) {
 		`2 99999999999999999999 1700000000000 3 `,
 		`2 1700000000000000 1700000000000 3 {`,
 	} {
-		if h, err := ReadHolder(rec, 1700000001000); err == nil {
-			t.Errorf("ReadHolder(%q): got %+v, want an error", rec, h)
+		if h, err := readHolder(rec, 1700000001000); err == nil {
+			t.Errorf("readHolder(%q): got %+v, want an error", rec, h)
 		}
 	}
 }
@@ -1147,12 +1147,12 @@ func TestReadWaiter(t *testing.T) {
 		{`1700000010000 3 2 1700000000000 30000 {"host":"h","pid":1,"command":"a b"}`, info},
 		{`1700000010000 3 2 1700000000000 30000 `, semaphore.HolderInfo{}},
 	} {
-		w, err := ReadWaiter(tc.rec, 1700000001000)
+		w, err := readWaiter(tc.rec, 1700000001000)
 		if err != nil {
-			t.Fatalf("ReadWaiter(%q): got error %v, want nil", tc.rec, err)
+			t.Fatalf("readWaiter(%q): got error %v, want nil", tc.rec, err)
 		}
 		if want := (semaphore.Waiter{HolderInfo: tc.wantInfo, Permits: 3, Weight: 2, Waited: time.Second}); w != want {
-			t.Errorf("ReadWaiter(%q): got %+v, want %+v", tc.rec, w, want)
+			t.Errorf("readWaiter(%q): got %+v, want %+v", tc.rec, w, want)
 		}
 	}
 	for _, rec := range []string{
@@ -1164,8 +1164,8 @@ func TestReadWaiter(t *testing.T) {
 		`1700000010000 2 3 1700000000000 30000 `,       // heavier than its N
 		`1700000010000 0 0 1700000000000 30000 `,       // no N
 	} {
-		if w, err := ReadWaiter(rec, 1700000001000); err == nil {
-			t.Errorf("ReadWaiter(%q): got %+v, want an error", rec, w)
+		if w, err := readWaiter(rec, 1700000001000); err == nil {
+			t.Errorf("readWaiter(%q): got %+v, want an error", rec, w)
 		}
 	}
 }

@@ -50,7 +50,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 		}
 		expiry, _ := pair[0].(int64)
 		rec, _ := pair[1].(string)
-		h, err := ReadHolder(rec, r.now)
+		h, err := readHolder(rec, r.now)
 		if err != nil {
 			continue
 		}
@@ -59,7 +59,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	}
 	for _, e := range r.waiters {
 		rec, _ := e.(string)
-		w, err := ReadWaiter(rec, r.now)
+		w, err := readWaiter(rec, r.now)
 		if err != nil {
 			continue
 		}
