@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -77,5 +78,32 @@ func TestCommandStartsOnTheCPUsSemrunStartedWith(t *testing.T) {
 	}
 	if got := cpusOf(t, out); got != want {
 		t.Errorf("the command may run on CPUs %s, want %s, semrun's at its start", got, want)
+	}
+}
+
+// BenchmarkCatchSignals is why onOneCPU exists. Asking for a signal is a
+// round trip between the caller's thread and the runtime's signal thread:
+// on one CPU a switch of threads, across two the wake-up of an idle CPU.
+// Compare the two with
+//
+//	go test -run '^$' -bench CatchSignals -count 10 ./internal/runner
+func BenchmarkCatchSignals(b *testing.B) {
+	sigs := caught()
+	for _, bc := range []struct {
+		name   string
+		around func(func())
+	}{
+		{"across-cpus", func(f func()) { f() }},
+		{"one-cpu", onOneCPU},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := make(chan os.Signal, 1)
+			for b.Loop() {
+				bc.around(func() { signal.Notify(c, sigs...) })
+				b.StopTimer()
+				signal.Reset(sigs...)
+				b.StartTimer()
+			}
+		})
 	}
 }
