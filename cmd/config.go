@@ -136,6 +136,9 @@ func readSettings(root *cobra.Command, args []string, f *Factory) *settings {
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd(args...)
 	s := &settings{getenv: f.getenv}
+	if c, _, err := root.Find(args); err == nil && !needsConfig(c) {
+		return s // version and the completions read no settings
+	}
 	config, logFormat, given := scanArgs(root, args)
 	configFlag := source{origin: fromFlag}
 	if !given["config"] {
