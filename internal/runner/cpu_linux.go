@@ -3,17 +3,20 @@ package runner
 import (
 	"os"
 	"strconv"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// startCPUs are the CPUs semrun's threads had before onOneCPU narrowed
-// them for a while: the command gets those, whichever thread starts it.
-var startCPUs struct {
-	set   unix.CPUSet
-	known bool
-}
+// startCPUs are the CPUs semrun's threads had before onOneCPU first
+// narrowed them for a while: the command gets those, whichever thread
+// starts it. Read once: a second onOneCPU (tests run several semruns in
+// one process) must not take a set another one narrowed for the process's.
+var startCPUs = sync.OnceValues(func() (unix.CPUSet, bool) {
+	var set unix.CPUSet
+	return set, unix.SchedGetaffinity(0, &set) == nil
+})
 
 // onOneCPU runs f with every thread of semrun on the CPU the caller runs
 // on, then gives each thread the CPUs it had. Asking for a signal
@@ -27,11 +30,11 @@ var startCPUs struct {
 // narrower: the command starts with startCPUs (restoreCPUs), as cpus.txtar
 // checks on every CPU and inside a set taskset restricts.
 func onOneCPU(f func()) {
-	if unix.SchedGetaffinity(0, &startCPUs.set) != nil {
+	start, ok := startCPUs()
+	if !ok {
 		f()
 		return
 	}
-	startCPUs.known = true
 	var cpu int
 	if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); e != 0 {
 		f()
@@ -40,7 +43,7 @@ func onOneCPU(f func()) {
 	var one unix.CPUSet
 	one.Set(cpu)
 	setThreadsCPUs(&one)
-	defer setThreadsCPUs(&startCPUs.set)
+	defer setThreadsCPUs(&start)
 	f()
 }
 
@@ -60,7 +63,7 @@ func setThreadsCPUs(set *unix.CPUSet) {
 // restoreCPUs gives the calling thread the CPUs semrun started with, so
 // that the command, which inherits them from it, has them too.
 func restoreCPUs() {
-	if startCPUs.known {
-		_ = unix.SchedSetaffinity(0, &startCPUs.set)
+	if start, ok := startCPUs(); ok {
+		_ = unix.SchedSetaffinity(0, &start)
 	}
 }
