@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -165,7 +166,10 @@ func (s *Server) Socket() string {
 	return path
 }
 
-// ping sends a raw PING, so that this package needs no client library.
+// ping asks the server for its process id, with no client library, and
+// checks that it is the one this Server started: another test's server
+// may have bound the free port first (this one then fails to bind it, and
+// exits), and a test must never use, nor later stop, another's server.
 func (s *Server) ping() error {
 	c, err := s.dial()
 	if err != nil {
@@ -173,15 +177,24 @@ func (s *Server) ping() error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
-		return errors.New("unexpected reply " + strconv.Quote(line))
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if !strings.HasPrefix(head, "$") || err != nil || n < 0 || n > 1<<20 {
+		return errors.New("unexpected reply " + strconv.Quote(head))
+	}
+	info := make([]byte, n)
+	if _, err := io.ReadFull(r, info); err != nil {
+		return err
+	}
+	if !strings.Contains(string(info), fmt.Sprintf("process_id:%d\r\n", s.cmd.Process.Pid)) {
+		return fmt.Errorf("port %d is another redis-server's", s.port)
 	}
 	return nil
 }
