@@ -169,7 +169,7 @@ func (s *Server) Socket() string {
 // ping asks the server for its process id, with no client library, and
 // checks that it is the one this Server started: another test's server
 // may have bound the free port first (this one then fails to bind it, and
-// exits), and a test must never use, nor later stop, another's server.
+// exits), and a test must never run against another test's server.
 func (s *Server) ping() error {
 	c, err := s.dial()
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 )
 
 // A server that cannot bind its port, which another test's server has,
-// must fail to start: answered by the other server, a test would use it,
-// and its end would take the other test's server away.
+// must fail to start: answered by the other server, its test would use
+// that one, and lose it when the other test ends.
 func TestStartNeverTakesAnotherServersPort(t *testing.T) {
 	t.Parallel()
 	other := New(t)
