@@ -49,7 +49,7 @@ func newPermitID() string { return rand.Text() }
 // its wake list (a release, a lapsed lease or a vanished waiter gave it its
 // turn), the earliest lease can lapse, or its place needs renewing: that
 // renewal is also the safety net for a lost message. A caller that will
-// not wait (NoWait) still waits out a restart fence (once).
+// not wait (NoWait) still waits out a restart fence, then asks again.
 func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
