@@ -134,12 +134,12 @@ func TestScripts(t *testing.T) {
 
 // envDefaultRedis is where the semrun of the scripts looks for Redis when
 // none is named: a port nothing listens on.
-const envDefaultRedis = "SEMRUN_TEST_DEFAULT_REDIS"
+const envDefaultRedis = "SEMRUNTEST_DEFAULT_REDIS"
 
 // envSystemConfig is where the semrun of the scripts finds the system
 // config file (etc/semrun/config.yaml in the script's work directory),
 // instead of /etc/semrun/config.yaml.
-const envSystemConfig = "SEMRUN_TEST_SYSTEM_CONFIG"
+const envSystemConfig = "SEMRUNTEST_SYSTEM_CONFIG"
 
 type stateKey struct{}
 

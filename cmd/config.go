@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -145,6 +146,7 @@ func readSettings(root *cobra.Command, args []string, f *Factory) *settings {
 		config, configFlag = s.getenv(envNames["config"]), source{origin: fromEnv, variable: envNames["config"]}
 	}
 	s.files, s.err = readConfigFiles(config, configFlag, f)
+	s.unknown = unknownVariables(f.Environ)
 	for _, file := range s.files {
 		s.unknown = append(s.unknown, unknownSettings(root, file)...)
 	}
@@ -346,6 +348,31 @@ func unknownSettings(root *cobra.Command, f configFile) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// unknownVariables says of each SEMRUN_* variable of environ that semrun
+// does not read that it is ignored, and which one it may have meant: a
+// typo (SEMRUN_PERMIT) would otherwise change nothing, in silence. The
+// variables semrun gives its command are its own, not settings.
+func unknownVariables(environ []string) []string {
+	known := []string{envRedisPassword}
+	for _, name := range envNames {
+		known = append(known, name)
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "SEMRUN_") || slices.Contains(known, name) || childVariable(name) {
+			continue
+		}
+		msg := fmt.Sprintf("%s: unknown variable, ignored", name)
+		if near := nearestName(name, known); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		out = append(out, msg)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // maxConfigFile bounds a config file: a few settings take a few hundred

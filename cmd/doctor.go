@@ -92,7 +92,7 @@ func configChecks(common *commonOptions) []semaphore.Check {
 	var checks []semaphore.Check
 	for _, w := range common.settings.unknown {
 		checks = append(checks, semaphore.Check{Name: "config", Status: semaphore.CheckWarn, Detail: w,
-			Fix: "correct the key, or remove it; semrun --help lists the settings"})
+			Fix: "correct its name, or remove it; semrun --help lists the settings"})
 	}
 	return checks
 }

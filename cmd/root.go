@@ -92,8 +92,11 @@ func Run(ctx context.Context, args []string, f *Factory) int {
 		return exitFailure
 	}
 	common.settings = readSettings(root, args, f)
-	root.SetArgs(args)
-	_, err := root.ExecuteContextC(ctx)
+	err := oneDashLongFlag(root, args)
+	if err == nil {
+		root.SetArgs(args)
+		_, err = root.ExecuteContextC(ctx)
+	}
 	code, sig, msg := exitStatus(err)
 	if msg != "" {
 		common.logger(f.Streams.ErrOut).Final(code, msg)

@@ -17,6 +17,12 @@ const (
 	envHeldKeys = "SEMRUN_HELD_KEYS"
 )
 
+// childVariable tells the variables semrun gives its command, and a later
+// one a hold gives, which a semrun inside that command sees.
+func childVariable(name string) bool {
+	return strings.HasPrefix(name, "SEMRUN_HELD_") || name == envFencingToken || name == "SEMRUN_HANDLE"
+}
+
 // heldKeys are the keys the semruns this one runs under hold. Keys have no
 // control characters, so a newline separates them unambiguously.
 func (o *runOptions) heldKeys() []string {

@@ -3,6 +3,7 @@ package cmd
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -16,12 +17,40 @@ func flagError(c *cobra.Command, err error) error {
 	switch {
 	case errors.As(err, &invalid):
 		return fmt.Errorf("--%s %s: %w", invalid.GetFlag().Name, invalid.GetValue(), errors.Unwrap(invalid))
+	case errors.As(err, &unknown) && c.Parent() == nil && len(c.Flags().Args()) > 0:
+		// A flag after the command's name (semrun -k pdf ls -l) is the
+		// command's, which must follow --.
+		return fmt.Errorf("%w: put the command after -- (semrun [flags] -- %s ...)", err, c.Flags().Args()[0])
 	case errors.As(err, &unknown) && unknown.GetSpecifiedShortnames() == "":
 		if near := nearestFlag(c, unknown.GetSpecifiedName()); near != "" {
 			return fmt.Errorf("unknown flag --%s: did you mean --%s?", unknown.GetSpecifiedName(), near)
 		}
 	}
 	return err
+}
+
+// oneDashLongFlag refuses a long flag's name after one dash: pflag reads
+// -key pdf as -k ey, and the command would run under the key "ey". Only
+// what comes before -- is looked at: the rest is the command's.
+func oneDashLongFlag(root *cobra.Command, args []string) error {
+	long := map[string]*pflag.Flag{}
+	visitFlags(root, func(f *pflag.Flag) { long[f.Name] = f })
+	for _, arg := range args {
+		if arg == "--" {
+			return nil
+		}
+		if len(arg) < 3 || arg[0] != '-' || arg[1] == '-' {
+			continue
+		}
+		name, _, _ := strings.Cut(arg[1:], "=") // the value may be a secret: never said
+		if f, ok := long[name]; ok {
+			if f.Shorthand != "" {
+				return usageErrorf("-%s: did you mean --%s? (one dash is for one letter: -%s)", name, name, f.Shorthand)
+			}
+			return usageErrorf("-%s: did you mean --%s? (one dash is for one letter)", name, name)
+		}
+	}
+	return nil
 }
 
 // nearestFlag is the shown flag of c whose name is closest to name.
