@@ -119,6 +119,8 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return lost.code, 0, lost.Error()
 	case errors.As(err, &interrupted):
 		return 128 + int(interrupted.sig), 0, interrupted.Error()
+	case errors.As(err, &start) && start.Interpreter != "":
+		return exitNotFound, 0, fmt.Sprintf("%s: its interpreter %s (#!) not found", start.Command, start.Interpreter)
 	case errors.As(err, &start) && start.NotFound:
 		return exitNotFound, 0, fmt.Sprintf("%s: command not found", start.Command)
 	case errors.As(err, &start):

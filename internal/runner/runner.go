@@ -83,7 +83,10 @@ type StartError struct {
 	Command string
 	// NotFound distinguishes "no such command" from "cannot execute".
 	NotFound bool
-	Err      error
+	// Interpreter is the missing interpreter of a script (its #! line)
+	// that is found itself: it cannot start either.
+	Interpreter string
+	Err         error
 }
 
 func (e *StartError) Error() string {
@@ -149,6 +152,10 @@ func Find(command string) (string, error) {
 	path, err := exec.LookPath(command)
 	if err != nil {
 		return "", lookupError(command, err)
+	}
+	if interp := missingInterpreter(path); interp != "" {
+		return "", &StartError{Command: command, NotFound: true, Interpreter: interp,
+			Err: &fs.PathError{Op: "exec", Path: interp, Err: fs.ErrNotExist}}
 	}
 	return path, nil
 }
