@@ -232,3 +232,13 @@ func TestConfigFileKeysOfCobrasOwn(t *testing.T) {
 		t.Errorf("a config file with help, no-descriptions and a typo: got status %d, stderr %q; want 0 and only %q", code, errOut, want)
 	}
 }
+
+// TestJSONLinesEscapeWhatATerminalActsOn: --log-format json escapes the C1
+// and bidirectional controls encoding/json leaves raw, here in a key.
+func TestJSONLinesEscapeWhatATerminalActsOn(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := run(t, nil, "--log-format", "json", "--local", "--lock-dir", t.TempDir(), "-k", "rtl\u202ekey", "-n", "0", "--", "true")
+	if code != exitFailure || !strings.Contains(errOut, `rtl\u202ekey`) || strings.ContainsRune(errOut, '\u202e') {
+		t.Errorf("a JSON line about the key rtl\\u202ekey: got status %d, stderr %q; want 125 and the control escaped", code, errOut)
+	}
+}

@@ -49,7 +49,7 @@ would, and 125 for bad flags or values.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc := json.NewEncoder(printable.JSON(cmd.OutOrStdout()))
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(checks); err != nil {
 					return err

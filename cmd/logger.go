@@ -27,7 +27,7 @@ func (c *commonOptions) logger(w io.Writer) *logger {
 	}
 	var h slog.Handler = &textHandler{w: w, level: level}
 	if c.settings != nil && c.settings.jsonLines {
-		h = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
+		h = slog.NewJSONHandler(printable.JSON(w), &slog.HandlerOptions{Level: level})
 	}
 	return &logger{sl: slog.New(h).With(c.logAttrs...)}
 }

@@ -42,7 +42,7 @@ every key the store knows (with --local: every key in the lock directory).`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc := json.NewEncoder(printable.JSON(cmd.OutOrStdout()))
 				enc.SetIndent("", "  ")
 				err = enc.Encode(st)
 			} else {

@@ -5,7 +5,9 @@
 package printable
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -48,3 +50,38 @@ func escaped(r rune) bool {
 	}
 	return false
 }
+
+// JSON is w for JSON that encoding/json (or log/slog) writes: it escapes
+// what they leave raw in strings and a terminal acts on, DEL, C1 controls
+// and bidirectional controls, as \u escapes, which mean the same to
+// whatever reads the JSON. What they write needs no other care: they
+// escape C0 controls and the line separators, and make bytes that are not
+// UTF-8 U+FFFD. Each Write must hold whole runes, as theirs do.
+func JSON(w io.Writer) io.Writer { return jsonWriter{w} }
+
+type jsonWriter struct{ w io.Writer }
+
+func (j jsonWriter) Write(p []byte) (int, error) {
+	if !bytes.ContainsFunc(p, jsonEscaped) {
+		return j.w.Write(p)
+	}
+	b := make([]byte, 0, len(p)+16)
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRune(p[i:])
+		if jsonEscaped(r) {
+			b = fmt.Appendf(b, `\u%04x`, r)
+		} else {
+			b = append(b, p[i:i+size]...)
+		}
+		i += size
+	}
+	if _, err := j.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// jsonEscaped tells the runes JSON escapes: those escaped prints too, but
+// for C0 controls, which encoding/json never leaves raw in a string, and
+// which outside one are its own newlines and indentation.
+func jsonEscaped(r rune) bool { return r >= 0x7f && r != utf8.RuneError && escaped(r) }
