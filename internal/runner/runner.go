@@ -220,7 +220,10 @@ type supervisor struct {
 	// its group, to report them if they are still there (not a setsid on
 	// its way out); nil otherwise.
 	lingered <-chan time.Time
-	res      Result
+	// exited: the child has exited, by itself or not; what is left is
+	// what it left in its group.
+	exited bool
+	res    Result
 }
 
 // startRenewing starts keepAlive and the giveUp alarm, for a lease that lapses.
@@ -319,6 +322,14 @@ func (s *supervisor) onLost(err error) {
 		s.spec.Warnf("permit lost: %s; the command runs on without it", LostWhy(err))
 		return
 	}
+	if s.exited || s.g.exited() {
+		// The command ended by itself before the loss was seen (semrun
+		// was stopped past the loss point, say): its status is its own.
+		// What it left in its group must not outlive the lease.
+		s.spec.Warnf("permit lost: %s; the command had already exited, and its status is kept", LostWhy(err))
+		s.g.kill()
+		return
+	}
 	s.res.Terminated = true
 	// The grace period never runs past the lease: a loss noticed late
 	// (semrun was stopped, a timer fired late) leaves less of it.
@@ -357,13 +368,19 @@ func (s *supervisor) childChanged(ev waitEvent) (done bool) {
 	if ev.groupGone {
 		return true
 	}
-	if s.res.Terminated {
+	if s.res.Lost != nil && s.spec.OnLost == Terminate {
 		// What the child left in its group must not outlive the lease either.
 		s.g.kill()
 	}
+	s.exited = true
 	s.res.ExitCode, s.res.Signal = ev.status.ExitStatus(), 0
 	if ev.status.Signaled() {
 		s.res.ExitCode, s.res.Signal = -1, ev.status.Signal()
+	}
+	if s.lost != nil && s.lapses && s.spec.Clock.Now().After(lossAt(s.spec, s.lease)) {
+		// Its exit came first, but the loss point had passed (semrun was
+		// stopped, say): said all the same, the status kept.
+		s.onLost(presumedLost(s.spec))
 	}
 	// A lingering child left processes in its group (work it put in the
 	// background): the permit stays held, and renewed, until they are gone

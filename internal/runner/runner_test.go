@@ -855,3 +855,42 @@ func readPid(t *testing.T, path string) int {
 	}
 	return pid
 }
+
+// A command that ended by itself keeps its status when the permit is found
+// lost only later (semrun was stopped past the loss point, say): what it
+// left in its group is killed, as the lease ends, but the command was not
+// terminated, and its status is its own.
+func TestLossAfterTheChildExitedKeepsItsStatus(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux adopts orphans")
+	}
+	dir := t.TempDir()
+	childPid, bgPid := filepath.Join(dir, "child"), filepath.Join(dir, "bg")
+	h := newHarness(t, "sh", "-c", `
+		sleep 300 &
+		echo $! > "$1.tmp" && mv "$1.tmp" "$1"
+		echo $$ > "$0.tmp" && mv "$0.tmp" "$0"
+		exit 3`, childPid, bgPid)
+	h.lease.script = []renewal{renewHang}
+	h.run()
+	h.alarmAt(10 * time.Second)
+	child, bg := readPid(t, childPid), readPid(t, bgPid)
+	killGroupOnFailure(t, bg)
+	for deadline := time.Now().Add(slow); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, slow)
+		}
+	}
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	lossAt := ttl - killAfter - runner.Margin(ttl)
+	h.alarmAt(lossAt)
+	h.advanceTo(lossAt)
+	res, err := h.wait()
+	if err != nil || res.ExitCode != 3 || res.Terminated || !errors.Is(res.Lost, runner.ErrPresumedLost) {
+		t.Fatalf("got %+v, %v; want exit 3, not terminated, the permit lost", res, err)
+	}
+	if err := syscall.Kill(bg, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("what the child left (pid %d) after the loss: kill -0 gave %v, want ESRCH (killed)", bg, err)
+	}
+}
