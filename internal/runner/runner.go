@@ -488,6 +488,9 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 	// was tried: a lease handed over with little left is renewed at once.
 	onTime := func() time.Duration { return min(every, until(clk, lossAt(spec, lease))/2) }
 	next := onTime()
+	// failed counts the renewals that failed in a row: the first is said,
+	// and the one that works again, not each retry between.
+	failed := 0
 	for {
 		due := clk.NewAlarm(clk.Now().Add(max(next, 0)))
 		select {
@@ -502,6 +505,10 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 		cancel()
 		switch {
 		case err == nil:
+			if failed > 0 {
+				spec.Warnf("renewal succeeded again, after %s", semaphore.Count(failed, "failed attempt"))
+				failed = 0
+			}
 			next = onTime()
 			select {
 			case renewed <- struct{}{}:
@@ -513,7 +520,10 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 		case ctx.Err() != nil:
 			return
 		default:
-			spec.Warnf("renewal failed, retrying: %v", err)
+			if failed == 0 {
+				spec.Warnf("renewal failed, retrying until the permit counts as lost: %v", err)
+			}
+			failed++
 			// At least three more tries fit before the child must stop.
 			next = max(min(spec.TTL/12, until(clk, lossAt(spec, lease))/3), 50*time.Millisecond)
 		}

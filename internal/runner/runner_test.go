@@ -674,6 +674,7 @@ func TestFailedRenewalRetriedSooner(t *testing.T) {
 			h.alarmAt(tc.retry)
 			h.advanceTo(tc.retry)
 			h.expectRenewal(tc.retry)
+			h.expectWarning("renewal succeeded again, after 1 failed attempt")
 			// The child is no longer to stop at lossAt: the permit is
 			// kept, and renewed on time (past lossAt, but at 50ms).
 			h.alarmAt(tc.next)
@@ -893,4 +894,29 @@ func TestLossAfterTheChildExitedKeepsItsStatus(t *testing.T) {
 	if err := syscall.Kill(bg, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("what the child left (pid %d) after the loss: kill -0 gave %v, want ESRCH (killed)", bg, err)
 	}
+}
+
+// Renewals failing in a row are said twice in all: when they start
+// failing, and when one works again; not at each retry between.
+func TestFailingRenewalsSaidOnceAndOnRecovery(t *testing.T) {
+	h := newHarness(t, "cat")
+	h.lease.script = []renewal{renewFail, renewFail, renewOK}
+	h.run()
+	h.alarmAt(10 * time.Second)
+	h.advanceTo(10 * time.Second)
+	h.expectRenewal(10 * time.Second)
+	h.expectWarning("renewal failed, retrying")
+	h.alarmAt(12500 * time.Millisecond) // TTL/12 later
+	h.advanceTo(12500 * time.Millisecond)
+	h.expectRenewal(12500 * time.Millisecond)
+	h.alarmAt(15 * time.Second)
+	h.expectNoWarning()
+	h.advanceTo(15 * time.Second)
+	h.expectRenewal(15 * time.Second)
+	h.expectWarning("renewal succeeded again, after 2 failed attempts")
+	h.stdin.Close()
+	if res, err := h.wait(); err != nil || res != (runner.Result{}) {
+		t.Fatalf("got %+v, %v; want the job to keep its permit", res, err)
+	}
+	h.expectNoWarning()
 }
