@@ -2,7 +2,19 @@
 
 package cmd
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // openNonblock opens a FIFO without waiting for a writer.
 const openNonblock = syscall.O_NONBLOCK
+
+// fileOwner is the uid that owns the file st describes.
+func fileOwner(st os.FileInfo) (int, bool) {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(sys.Uid), true
+}
