@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/semrun/semrun/internal/settingfile"
 )
 
 // envNames maps each flag that the environment may set to its variable.
@@ -308,7 +310,7 @@ func userConfigFile(f *Factory) string {
 // readConfigFile reads one YAML config file; nil when it does not exist and
 // need not. The error names no file: the caller says which it was.
 func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
-	b, _, err := readSmallFile(path, maxConfigFile)
+	b, _, err := settingfile.Read(path, maxConfigFile)
 	if err != nil {
 		if !mustExist && errors.Is(err, os.ErrNotExist) {
 			return nil, nil

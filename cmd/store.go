@@ -3,7 +3,6 @@ package cmd
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/localstore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore"
+	"github.com/semrun/semrun/internal/settingfile"
 )
 
 // settingFlags are the flags that set the settings of requests and stores.
@@ -188,20 +188,9 @@ const (
 func (c *commonOptions) password() (string, error) {
 	if c.passwordFile != "" {
 		name := c.src.name("redis-password-file")
-		b, st, err := readSmallFile(c.passwordFile, maxPasswordFile)
+		b, err := settingfile.Secret(c.passwordFile, maxPasswordFile)
 		if err != nil {
-			return "", usageErrorf("%s %s: %v", name, c.passwordFile, bare(err))
-		}
-		if perm := st.Mode().Perm(); perm&0o077 != 0 {
-			return "", usageErrorf("%s %s: readable by others (mode %04o); chmod 600 it", name, c.passwordFile, perm)
-		}
-		if uid, ok := fileOwner(st); ok && uid != 0 && uid != os.Geteuid() {
-			return "", usageErrorf("%s %s: owned by uid %d, not by you (uid %d) nor root: anyone who owns it chooses the password", name, c.passwordFile, uid, os.Geteuid())
-		}
-		if st.Size() == 0 && len(b) > 0 {
-			// What the system makes as it is read (/proc/self/environ)
-			// would send semrun's own secrets to the server.
-			return "", usageErrorf("%s %s: a file the system writes as it is read (as in /proc), not a password file", name, c.passwordFile)
+			return "", usageErrorf("%s %s: %v", name, c.passwordFile, err)
 		}
 		c.secrets.held = true
 		return strings.TrimRight(string(b), "\r\n"), nil

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/settingfile"
 )
 
 // TLSOptions configure TLS to Redis, as redis-cli's --cacert, --cert,
@@ -29,6 +29,10 @@ type TLSOptions struct {
 	// Insecure skips verifying the server's certificate.
 	Insecure bool
 }
+
+// maxTLSFile bounds a CA, certificate or key file: a bundle of a few
+// hundred CAs takes a few hundred KiB.
+const maxTLSFile = 4 << 20
 
 // apply checks o and sets it on base, go-redis's TLS configuration for the
 // URL (nil when it is not rediss://), reading the files it names.
@@ -53,9 +57,9 @@ func (o *Options) applyTLS(base *tls.Config, shown string) error {
 		return nil
 	}
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		pem, _, err := settingfile.Read(t.CAFile, maxTLSFile)
 		if err != nil {
-			return &semaphore.SettingError{Setting: TLSCASetting, Err: err} // err names the file
+			return &semaphore.SettingError{Setting: TLSCASetting, Value: t.CAFile, Err: err}
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
@@ -64,7 +68,15 @@ func (o *Options) applyTLS(base *tls.Config, shown string) error {
 		base.RootCAs = pool
 	}
 	if t.CertFile != "" {
-		pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		cert, _, err := settingfile.Read(t.CertFile, maxTLSFile)
+		if err != nil {
+			return &semaphore.SettingError{Setting: TLSCertSetting, Value: t.CertFile, Err: err}
+		}
+		key, err := settingfile.Secret(t.KeyFile, maxTLSFile)
+		if err != nil {
+			return &semaphore.SettingError{Setting: TLSKeySetting, Value: t.KeyFile, Err: err}
+		}
+		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
 			return &semaphore.SettingError{Setting: TLSCertSetting, Value: t.CertFile,
 				Err: fmt.Errorf("with the key %s: %w", t.KeyFile, err)}

@@ -206,6 +206,11 @@ func TestRedisTLSOptionsRefused(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatalf("write %s: got error %v, want nil", notPEM, err)
 	}
+	// A key others can read is no secret.
+	sharedKey := filepath.Join(t.TempDir(), "shared.key")
+	if b, err := os.ReadFile(p.ClientKey); err != nil || os.WriteFile(sharedKey, b, 0o644) != nil {
+		t.Fatalf("copy the client key: %v", err)
+	}
 	// No server is needed: NewRedis checks the options without connecting.
 	const tlsURL = "rediss://127.0.0.1:1/0"
 	for _, tc := range []struct {
@@ -222,6 +227,10 @@ func TestRedisTLSOptionsRefused(t *testing.T) {
 		{"CA file not PEM", tlsURL, TLSOptions{CAFile: notPEM}, []string{notPEM}},
 		{"CA file missing", tlsURL, TLSOptions{CAFile: notPEM + ".missing"}, []string{notPEM + ".missing"}},
 		{"key not matching certificate", tlsURL, TLSOptions{CertFile: p.ClientCert, KeyFile: p.ServerKey}, []string{p.ClientCert}},
+		{"key readable by others", tlsURL, TLSOptions{CertFile: p.ClientCert, KeyFile: sharedKey}, []string{sharedKey, "readable by others"}},
+		// Read like any file a setting names: a device can neither hang
+		// semrun nor feed it without end.
+		{"CA file a device", tlsURL, TLSOptions{CAFile: os.DevNull}, []string{os.DevNull, "not a regular file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tlsOpts := tc.tls

@@ -1,6 +1,6 @@
 //go:build unix
 
-package cmd
+package settingfile
 
 import (
 	"os"
@@ -10,8 +10,8 @@ import (
 // openNonblock opens a FIFO without waiting for a writer.
 const openNonblock = syscall.O_NONBLOCK
 
-// fileOwner is the uid that owns the file st describes.
-func fileOwner(st os.FileInfo) (int, bool) {
+// owner is the uid that owns the file st describes.
+func owner(st os.FileInfo) (int, bool) {
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
 		return 0, false
