@@ -111,7 +111,13 @@ func (o *runOptions) acquired(ctx context.Context, lease semaphore.Lease, err er
 	case err == nil:
 		return lease, nil
 	case errors.As(err, &fence):
-		return nil, o.busy(log, fmt.Sprintf("key %q: %s: no grant for %v more (--restart-fence; --no-wait)", o.key, fenceWhy(fence.Left, o.restartFence), max(fence.Left.Round(time.Second), time.Second)))
+		why := fmt.Sprintf("key %q: %s: no grant for %v more (--restart-fence; --no-wait)", o.key, fenceWhy(fence.Left, o.restartFence), max(fence.Left.Round(time.Second), time.Second))
+		if o.busyExitCode == 0 {
+			// A restart must not skip a cron job in silence.
+			log.Warnf("%s; skipped", why)
+			return nil, &busyError{code: 0}
+		}
+		return nil, o.busy(log, why)
 	case errors.As(err, &full):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %d callers wait already, the most one key takes; not joining the line", o.key, full.Waiting))
 	case errors.Is(err, semaphore.ErrBusy):

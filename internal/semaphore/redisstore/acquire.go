@@ -117,18 +117,28 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 const (
 	maxFenceWaits = 3
 	fenceSlack    = 250 * time.Millisecond
+	// NoWaitFence is the longest fence a caller that will not wait waits
+	// out when ctx has no deadline (no --timeout): a restart must neither
+	// skip a cron job in silence nor hold it for hours. With a deadline,
+	// a fence that ends before it is waited out.
+	NoWaitFence = 30 * time.Second
 )
 
 // once asks for a permit without waiting in line. Until a restart fence
-// ends nobody can tell whether the key is busy, and it does end: the
-// caller waits it out, saying so first through OnWait (Fenced is what is
-// left of it), then asks again; after maxFenceWaits it gets the
-// *semaphore.FenceError.
+// ends nobody can tell whether the key is busy: a fence that ends within
+// NoWaitFence, or before ctx's deadline when it has one, the caller waits
+// out, saying so first through OnWait (Fenced is what is left of it), then
+// asks again; a longer one, or one still there after maxFenceWaits, is
+// the *semaphore.FenceError at once.
 func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
+	limit := NoWaitFence
+	if deadline, ok := ctx.Deadline(); ok {
+		limit = time.Until(deadline)
+	}
 	for waits := 0; ; waits++ {
 		l, _, err := a.ask(ctx)
 		var fenced *semaphore.FenceError
-		if !errors.As(err, &fenced) || waits == maxFenceWaits {
+		if !errors.As(err, &fenced) || waits == maxFenceWaits || fenced.Left > limit {
 			return l, err
 		}
 		if a.req.OnWait != nil {
