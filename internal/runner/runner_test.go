@@ -804,14 +804,8 @@ func TestRunWaitsForWhatTheChildLeftInItsGroup(t *testing.T) {
 		exit 3`, childPid, bgPid, release)
 	h.run()
 	h.alarmAt(10 * time.Second)
-	child, bg := readPid(t, childPid), readPid(t, bgPid)
-	killGroupOnFailure(t, bg)
 	// The child itself exits at once, and is reaped.
-	for deadline := time.Now().Add(slow); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, slow)
-		}
-	}
+	bg := lingering(t, childPid, bgPid)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
 	h.running()
@@ -875,13 +869,7 @@ func TestLossAfterTheChildExitedKeepsItsStatus(t *testing.T) {
 	h.lease.script = []renewal{renewHang}
 	h.run()
 	h.alarmAt(10 * time.Second)
-	child, bg := readPid(t, childPid), readPid(t, bgPid)
-	killGroupOnFailure(t, bg)
-	for deadline := time.Now().Add(slow); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, slow)
-		}
-	}
+	bg := lingering(t, childPid, bgPid)
 	h.advanceTo(10 * time.Second)
 	h.expectRenewal(10 * time.Second)
 	lossAt := ttl - killAfter - runner.Margin(ttl)
@@ -919,4 +907,19 @@ func TestFailingRenewalsSaidOnceAndOnRecovery(t *testing.T) {
 		t.Fatalf("got %+v, %v; want the job to keep its permit", res, err)
 	}
 	h.expectNoWarning()
+}
+
+// lingering waits until a child that wrote its pid to childPid, and that of
+// what it left in its group to bgPid, has exited and been reaped, and
+// returns what it left, which is killed if the test fails.
+func lingering(t *testing.T, childPid, bgPid string) int {
+	t.Helper()
+	child, bg := readPid(t, childPid), readPid(t, bgPid)
+	killGroupOnFailure(t, bg)
+	for deadline := time.Now().Add(slow); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, slow)
+		}
+	}
+	return bg
 }
