@@ -92,7 +92,7 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 		case t.Look > 0:
 			// A permit handed to the waiter before this one may lapse
 			// unclaimed then: whoever asks first takes it back.
-			if at := a.inLine.recv.Add(time.Duration(t.Look-a.inLine.now+1) * time.Millisecond); at.Before(deadline) {
+			if at := a.inLine.recv.Add(protocol.Span(t.Look-a.inLine.now+1)); at.Before(deadline) {
 				deadline = at
 			}
 		default:
@@ -226,7 +226,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		l, err := s.replicated(ctx, req, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left))))
 		return l, 0, err
 	}
-	fenced := time.Duration(r.Fenced) * time.Millisecond
+	fenced := protocol.Span(r.Fenced)
 	if req.NoWait {
 		if fenced > 0 {
 			return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.FenceError{Left: fenced})
@@ -245,14 +245,14 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	}
 	// Jittered, so that waiters that came together do not renew together.
 	// The lease is the script's, bounded: Redis's word.
-	wlease := min(max(time.Duration(r.Wait)*time.Millisecond, a.args.Wait), MaxWaiterLease)
+	wlease := min(max(protocol.Span(r.Wait), a.args.Wait), MaxWaiterLease)
 	delay := wlease/3*9/10 + mrand.N(wlease/15+1)
 	// Healthy holders renew long before their lease could lapse, and a
 	// waiter asks again before that; only a crashed holder's lapse, or a
 	// permit handed over and never claimed, comes first, and then the
 	// waiters at the head look.
 	if r.Lapse > 0 && (r.Position <= watchers || r.Fenced > 0) {
-		delay = min(delay, time.Duration(r.Lapse)*time.Millisecond+time.Millisecond)
+		delay = min(delay, protocol.Span(r.Lapse)+time.Millisecond)
 	}
 	return nil, delay, nil
 }
@@ -264,7 +264,7 @@ func (a *asker) warn(r protocol.AcquireReply) {
 		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), r.Previous)
 	}
 	a.told = true
-	switch moved := time.Duration(r.Moved) * time.Millisecond; {
+	switch moved := protocol.Span(r.Moved); {
 	case moved > 0:
 		a.s.warnf("key %q: no call reached Redis for longer than its holders renew: Redis's clock stepped forward, or every holder stopped renewing; their leases were pushed back %v", a.req.Key, moved)
 	case moved < 0:
@@ -328,7 +328,7 @@ func (s *Store) replicated(ctx context.Context, req semaphore.Request, l *lease)
 // serverSpan is a span of ms between two readings of the server's clock,
 // as a local duration never longer than the true one: each reading is
 // rounded down to the millisecond, which can add up to 1ms to the span.
-func serverSpan(ms int64) time.Duration { return time.Duration(ms-1) * time.Millisecond }
+func serverSpan(ms int64) time.Duration { return protocol.Span(ms - 1) }
 
 // dropped says, with --verbose, which records of key a script dropped
 // because they were not records.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -179,3 +180,51 @@ func TestPoisonedSeatCountIsCountedAnew(t *testing.T) {
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+// TestPoisonedLeaseFarAheadCostsNoStorm: a holder's lease written to end
+// centuries from now (anyone who can write the keys may) must not make a
+// waiter ask again at once, over and over: the time until the earliest
+// lease lapses is bounded before it becomes a wait.
+func TestPoisonedLeaseFarAheadCostsNoStorm(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, Options{})
+	ctx := context.Background()
+	key := uniqueKey(t)
+	k := protocol.NewKeys(testPrefix, key)
+	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+	defer release(t, l)
+	holders, err := raw.ZRange(ctx, k.Holders, 0, -1).Result()
+	if err != nil || len(holders) != 1 {
+		t.Fatalf("holders: got (%v, %v), want one", holders, err)
+	}
+	centuries := float64(time.Now().UnixMilli()) + 1000*365*24*3600*1000 // past what a time.Duration holds
+	if err := raw.ZAdd(ctx, k.Holders, redisZ(centuries, holders[0])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := evalCalls(t, raw)
+	_, err = st.Acquire(ctxTimeout(t, time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a waiter for a second: got %v, want its deadline", err)
+	}
+	if calls := evalCalls(t, raw) - before; calls > 20 {
+		t.Errorf("a waiter for a second behind a lease centuries ahead: %d scripts run, want a few", calls)
+	}
+}
+
+// evalCalls is how many EVALSHA and EVAL the server has run.
+func evalCalls(t *testing.T, raw *redis.Client) int {
+	t.Helper()
+	info, err := raw.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:calls=") || strings.HasPrefix(line, "cmdstat_eval:calls=") {
+			v, _, _ := strings.Cut(strings.SplitN(line, "=", 2)[1], ",")
+			c, _ := strconv.Atoi(v)
+			n += c
+		}
+	}
+	return n
+}

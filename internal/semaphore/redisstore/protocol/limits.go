@@ -84,3 +84,13 @@ func limitsLua() string {
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") + " -- limits.go\n"
 }
+
+// Span is a span of time a script answered, in milliseconds, bounded by
+// MaxTTL either way: no lease, fence or wait is longer, and a record that
+// anyone who can write the keys may have written must not overflow a
+// time.Duration (a lease ending in 1,000 years made the waiters ask again
+// at once, thousands of times a second).
+func Span(ms int64) time.Duration {
+	bound := MaxTTL.Milliseconds()
+	return time.Duration(min(max(ms, -bound), bound)) * time.Millisecond
+}
