@@ -92,7 +92,7 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 		case t.Look > 0:
 			// A permit handed to the waiter before this one may lapse
 			// unclaimed then: whoever asks first takes it back.
-			if at := a.inLine.recv.Add(protocol.Span(t.Look-a.inLine.now+1)); at.Before(deadline) {
+			if at := a.inLine.recv.Add(protocol.Span(t.Look - a.inLine.now + 1)); at.Before(deadline) {
 				deadline = at
 			}
 		default:
