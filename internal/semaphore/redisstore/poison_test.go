@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,30 +200,12 @@ func TestPoisonedLeaseFarAheadCostsNoStorm(t *testing.T) {
 	if err := raw.ZAdd(ctx, k.Holders, redisZ(centuries, holders[0])).Err(); err != nil {
 		t.Fatal(err)
 	}
-	before := evalCalls(t, raw)
+	before := commandCalls(t, raw, "evalsha", "eval")
 	_, err = st.Acquire(ctxTimeout(t, time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a waiter for a second: got %v, want its deadline", err)
 	}
-	if calls := evalCalls(t, raw) - before; calls > 20 {
+	if calls := commandCalls(t, raw, "evalsha", "eval") - before; calls > 20 {
 		t.Errorf("a waiter for a second behind a lease centuries ahead: %d scripts run, want a few", calls)
 	}
-}
-
-// evalCalls is how many EVALSHA and EVAL the server has run.
-func evalCalls(t *testing.T, raw *redis.Client) int {
-	t.Helper()
-	info, err := raw.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:calls=") || strings.HasPrefix(line, "cmdstat_eval:calls=") {
-			v, _, _ := strings.Cut(strings.SplitN(line, "=", 2)[1], ",")
-			c, _ := strconv.Atoi(v)
-			n += c
-		}
-	}
-	return n
 }
