@@ -325,12 +325,11 @@ func (s *supervisor) onLost(err error) {
 	if s.exited || s.g.exited() {
 		// The command ended by itself before the loss was seen (semrun
 		// was stopped past the loss point, say): its status is its own.
-		// What it left in its group must not outlive the lease.
+		// What it left in its group is stopped all the same.
 		s.spec.Warnf("permit lost: %s; the command had already exited, and its status is kept", LostWhy(err))
-		s.g.kill()
-		return
+	} else {
+		s.res.Terminated = true
 	}
-	s.res.Terminated = true
 	// The grace period never runs past the lease: a loss noticed late
 	// (semrun was stopped, a timer fired late) leaves less of it.
 	grace := s.spec.KillAfter
