@@ -12,6 +12,7 @@ import (
 
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore"
 )
 
 const (
@@ -110,7 +111,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newInt(&o.weight, 1), "weight", "take K of the N permits at once, for a command that counts K times")
 	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its permit after this")
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
-	f.BoolVar(&o.noWait, "no-wait", false, "try once, don't wait (but for a restart fence that ends within 30s, or --timeout; a longer one is busy at once)")
+	f.BoolVar(&o.noWait, "no-wait", false, fmt.Sprintf("try once, don't wait (but for a restart fence that ends within %v, or --timeout; a longer one is busy at once)", redisstore.NoWaitFence))
 	f.Var(newInt(&o.busyExitCode, 75), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
 	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
