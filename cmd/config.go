@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -315,12 +314,12 @@ func readConfigFile(path string, mustExist bool) (*viper.Viper, error) {
 		if !mustExist && errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, bare(err)
+		return nil, err // settingfile's errors name no file
 	}
 	v := viper.New()
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
-		return nil, oneLine(bare(err))
+		return nil, oneLine(parseError(err))
 	}
 	return v, nil
 }
@@ -381,15 +380,11 @@ func unknownVariables(environ []string) []string {
 // bytes.
 const maxConfigFile = 1 << 20
 
-// bare drops what would repeat the file's name around an error: the
-// operation and path of an *fs.PathError, viper's "While parsing config".
-func bare(err error) error {
-	var pathErr *fs.PathError
+// parseError drops viper's "While parsing config" around a YAML error:
+// the caller names the file.
+func parseError(err error) error {
 	var parseErr viper.ConfigParseError
-	switch {
-	case errors.As(err, &pathErr):
-		return pathErr.Err
-	case errors.As(err, &parseErr) && errors.Unwrap(parseErr) != nil:
+	if errors.As(err, &parseErr) && errors.Unwrap(parseErr) != nil {
 		return errors.Unwrap(parseErr)
 	}
 	return err
