@@ -124,6 +124,7 @@ func TestScripts(t *testing.T) {
 					"pty":        cmdPty,
 					"waitout":    cmdWaitout,
 					"pidstate":   cmdPidstate,
+					"ignoring":   cmdIgnoring,
 					"jsonlog":    cmdJSONLog,
 					"brokenpipe": cmdBrokenpipe,
 				},
@@ -614,6 +615,23 @@ func cmdPidstate(ts *testscript.TestScript, neg bool, args []string) {
 	waitFor(ts, 10*time.Second, fmt.Sprintf("pidstate: process %d in state %s", pid, args[1]), func() (bool, string) {
 		state := procStatus(pid, "State")
 		return strings.HasPrefix(state, args[1]), fmt.Sprintf("its state is %q", state)
+	})
+}
+
+// ignoring NAME SIG: wait (at most 10s) until the process start started as
+// NAME ignores signal number SIG (SigIgn of /proc/PID/status).
+func cmdIgnoring(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: ignoring NAME SIG")
+	}
+	pid := started(ts, "ignoring", args[0]).cmd.Process.Pid
+	sig, err := strconv.Atoi(args[1])
+	if err != nil || sig < 1 || sig > 64 {
+		ts.Fatalf("ignoring: bad signal number %q", args[1])
+	}
+	waitFor(ts, 10*time.Second, fmt.Sprintf("ignoring: process %d ignores signal %d", pid, sig), func() (bool, string) {
+		mask, err := strconv.ParseUint(procStatus(pid, "SigIgn"), 16, 64)
+		return err == nil && mask&(1<<(sig-1)) != 0, fmt.Sprintf("its ignored set is %#x", mask)
 	})
 }
 
