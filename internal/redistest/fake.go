@@ -32,14 +32,24 @@ type Fake struct {
 // so that clients fall back to RESP2; CLIENT is answered +OK).
 func NewFake(t testing.TB, reply func(cmd string, args []string) string) *Fake {
 	t.Helper()
+	f, err := StartFake(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// StartFake starts a Fake as NewFake does, for callers that stop it
+// themselves with Close.
+func StartFake(reply func(cmd string, args []string) string) (*Fake, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("listen: %v", err)
+		return nil, fmt.Errorf("listen: %w", err)
 	}
 	f := &Fake{Addr: ln.Addr().String(), ln: ln, reply: reply, conns: map[net.Conn]bool{}}
 	f.wg.Go(f.serve)
-	t.Cleanup(f.Close)
-	return f
+	return f, nil
 }
 
 // URL is the redis:// URL of the Fake.

@@ -22,6 +22,9 @@ func TestAbsurdRepliesAreErrors(t *testing.T) {
 	for _, tc := range []struct{ name, reply string }{
 		{"a huge bulk length", "$9223372036854775807\r\n"},
 		{"a huge array length", "*4611686018427387904\r\n"},
+		{"an array length of three billion", "*3000000000\r\n"},
+		{"a bulk length of three billion", "$3000000000\r\n"},
+		{"deeply nested arrays", strings.Repeat("*1\r\n", 100000) + ":1\r\n"},
 		{"a status-shaped reply with a huge count", "*3\r\n:1\r\n:2\r\n:4611686018427387904\r\n"},
 		{"names without values", "*3\r\n$7\r\ngranted\r\n:1\r\n$5\r\ntoken\r\n"},
 		{"a negative bulk length", "$-7\r\n"},

@@ -202,6 +202,7 @@ func (o *Options) settle(opt *redis.UniversalOptions) {
 	if opt.TLSConfig != nil && opt.Dialer == nil {
 		opt.Dialer = tlsDialer(opt.TLSConfig, opt.DialTimeout)
 	}
+	opt.Dialer = guardDialer(opt.Dialer, opt.DialTimeout)
 }
 
 // NewWithClient returns a store over c; addr names it in messages and must
