@@ -114,6 +114,7 @@ func TestScripts(t *testing.T) {
 				Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 					"store":      cmdStore,
 					"redis":      cmdRedis,
+					"proxy":      cmdProxy,
 					"exits":      cmdExits,
 					"start":      cmdStart,
 					"signal":     cmdSignal,
@@ -149,6 +150,7 @@ type scriptState struct {
 	store string   // "redis" or "local"
 	vars  []string // the script's environment at setup
 	redis *redistest.Server
+	proxy *redistest.Proxy
 	// sentinels watch redis as the master "semrun", after redis sentinel.
 	sentinels []string
 	procs     map[string]*proc
@@ -215,6 +217,61 @@ func cmdStore(ts *testscript.TestScript, neg bool, args []string) {
 // redis promoted: wait until the sentinels have promoted the replica.
 // redis tls: start a TLS server instead, with certificates (see startTLS).
 // redis COMMAND ARGS...: send one command and print its reply.
+// proxy start|delay D|heal: start a proxy to the script's redis-server and
+// point SEMRUN_REDIS_URL at it (REDIS_DIRECT_URL keeps the server's own);
+// deliver each reply D late from now on; end the delay.
+func cmdProxy(ts *testscript.TestScript, neg bool, args []string) {
+	st := state(ts)
+	switch {
+	case neg || len(args) == 0:
+		ts.Fatalf("usage: proxy start|delay D|heal")
+	case args[0] == "start":
+		if st.redis == nil {
+			ts.Fatalf("proxy start: no server started")
+		}
+		p, err := redistest.StartProxy(st.redis.Addr, 1)
+		ts.Check(err)
+		ts.Defer(p.Close)
+		st.proxy = p
+		ts.Setenv("REDIS_DIRECT_URL", st.redis.URL())
+		ts.Setenv("SEMRUN_REDIS_URL", p.URL())
+	case st.proxy == nil:
+		ts.Fatalf("proxy %s: no proxy started", args[0])
+	case args[0] == "delay" && len(args) == 2:
+		d, err := time.ParseDuration(args[1])
+		ts.Check(err)
+		st.proxy.Delay(d)
+	case args[0] == "heal":
+		st.proxy.Heal()
+	default:
+		ts.Fatalf("usage: proxy start|delay D|heal")
+	}
+}
+
+// startFake starts a server that answers every script call with REPLY, a
+// Go-quoted string of raw RESP, and PING with PONG: a hostile Redis.
+func startFake(ts *testscript.TestScript, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: redis fake REPLY")
+	}
+	reply, err := strconv.Unquote(args[0])
+	if err != nil {
+		ts.Fatalf("redis fake: REPLY must be Go-quoted: %v", err)
+	}
+	f, err := redistest.StartFake(func(cmd string, _ []string) string {
+		switch cmd {
+		case "EVALSHA", "EVAL":
+			return reply
+		case "PING":
+			return "+PONG\r\n"
+		}
+		return "-ERR fake\r\n"
+	})
+	ts.Check(err)
+	ts.Defer(f.Close)
+	ts.Setenv("SEMRUN_REDIS_URL", f.URL())
+}
+
 func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 {
 		ts.Fatalf("usage: redis start|stop|kill|restart|pause|resume|COMMAND ARGS...")
@@ -242,6 +299,9 @@ func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 		return
 	case "tls":
 		startTLS(ts)
+		return
+	case "fake":
+		startFake(ts, args[1:])
 		return
 	}
 	if st.redis == nil {

@@ -221,16 +221,15 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	c.check(&fig, n)
 	if p := c.proxy; p != nil {
-		p.mu.Lock()
+		pc := p.Counts()
 		switch n.name {
 		case "proxy-cut":
-			fig.faultNote = fmt.Sprintf("%d connections cut", p.cut)
+			fig.faultNote = fmt.Sprintf("%d connections cut", pc.Cut)
 		case "proxy-blackhole":
-			fig.faultNote = fmt.Sprintf("%s, %d connections held: %d closed, %d delivered late", fig.faultNote, p.held, p.closedAtHeal, p.deliveredLate)
+			fig.faultNote = fmt.Sprintf("%s, %d connections held: %d closed, %d delivered late", fig.faultNote, pc.Held, pc.ClosedAtHeal, pc.DeliveredLate)
 		case "drop-replies":
-			fig.faultNote = fmt.Sprintf("%d replies dropped, %s", p.dropped, fig.faultNote)
+			fig.faultNote = fmt.Sprintf("%d replies dropped, %s", pc.Dropped, fig.faultNote)
 		}
-		p.mu.Unlock()
 	}
 	fig.wall = time.Since(began)
 	t.Logf("%s: %d semruns, %d grants, %d faults (%s), %d overlaps, %d by token order, %d tokens reused, %d started after a larger token ended (at most %v after), "+

@@ -223,7 +223,7 @@ type run struct {
 type cluster struct {
 	t       *testing.T
 	srv     *redistest.Server
-	proxy   *proxy
+	proxy   *redistest.Proxy
 	keys    []string
 	permits int
 	rec     *recorder
@@ -269,7 +269,12 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	}
 	url := srv.URL() // what semrun is given
 	if n.proxied {
-		c.proxy = newProxy(t, srv.Addr, seed)
+		p, err := redistest.StartProxy(srv.Addr, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		c.proxy = p
 		url = c.proxy.URL()
 	}
 	for i := range keys {

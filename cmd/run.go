@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -179,24 +180,42 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	signals := runner.CatchSignals()
 
 	began := time.Now()
-	lease, err := o.acquire(ctx, store, signals, log)
-	if err != nil {
-		return err
+	var waitUntil time.Time
+	if o.timeout > 0 {
+		waitUntil = began.Add(o.timeout)
 	}
-	log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), lease.Token())
-
 	onLost := runner.Terminate
 	if o.onLost == "continue" {
 		onLost = runner.Continue
 	}
-	started := time.Now()
-	res, runErr := runner.Run(ctx, runner.Spec{
-		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
-		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
-		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
-		Signals: signals, Warnf: log.Warnf,
-		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
-	}, lease)
+	for {
+		lease, err := o.acquire(ctx, store, signals, log, waitUntil)
+		if err != nil {
+			return err
+		}
+		log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), lease.Token())
+		started := time.Now()
+		res, runErr := runner.Run(ctx, runner.Spec{
+			Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
+			Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
+			TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
+			Signals: signals, Warnf: log.Warnf,
+			Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
+		}, lease)
+		if errors.Is(runErr, runner.ErrStale) {
+			// Nothing ran: semrun was held up between the grant and the
+			// start. The permit goes back and the wait goes on.
+			log.Warnf("key %q: %v; waiting again", o.key, runErr)
+			o.release(ctx, lease, log)
+			continue
+		}
+		return o.ran(ctx, lease, res, runErr, started, log)
+	}
+}
+
+// ran says how the command ended, gives the permit back, and returns the
+// status semrun exits with.
+func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.Result, runErr error, started time.Time, log *logger) error {
 	if runErr == nil {
 		ended := fmt.Sprintf("exited with status %d", res.ExitCode)
 		if res.Signal != 0 {

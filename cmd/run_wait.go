@@ -13,9 +13,9 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-// acquire waits for a permit until one is held, --timeout passes, or a
-// signal arrives.
-func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger) (semaphore.Lease, error) {
+// acquire waits for a permit until one is held, until passes (--timeout;
+// zero for no bound), or a signal arrives.
+func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := o.req
 	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0])}
@@ -47,9 +47,9 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 		}
 	}
 	waitCtx := ctx
-	if o.timeout > 0 {
+	if !until.IsZero() {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(ctx, o.timeout)
+		waitCtx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
 	}
 	lease, err := signals.Wait(waitCtx, runner.Waiting{

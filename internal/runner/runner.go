@@ -107,6 +107,11 @@ func (e *StartError) Unwrap() error { return e.Err }
 // about to give the permit away, so the permit counts as lost.
 var ErrPresumedLost = errors.New("no renewal succeeded in time")
 
+// ErrStale means Run started nothing: the lease had aged too far to start
+// the child on, and could not be renewed in time. The permit was not used;
+// the caller may give it back and wait again.
+var ErrStale = errors.New("the permit aged before the command could start")
+
 // waitEvent is a change of the child's state.
 type waitEvent struct {
 	status  waitStatus
@@ -174,6 +179,9 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 			return Result{}, err
 		}
 	}
+	if err := ready(ctx, spec, lease); err != nil {
+		return Result{}, err
+	}
 	term := newTerminal(spec.Stdin)
 
 	events := make(chan waitEvent, 1)
@@ -189,6 +197,30 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	s.startRenewing(ctx)
 	defer s.stop()
 	return s.run(events), nil
+}
+
+// ready makes sure the child starts on a lease it would not at once
+// presume lost: a store hands over a fresh one, but it ages if semrun is
+// stopped or starved on its way here. An aged lease is renewed once; if
+// that fails or comes back late, Run returns ErrStale and starts nothing.
+func ready(ctx context.Context, spec Spec, lease Lease) error {
+	fresh := func() bool {
+		d := lease.Deadline()
+		return d.IsZero() || until(spec.Clock, d) > spec.TTL/2
+	}
+	if fresh() {
+		return nil
+	}
+	call, cancel := spec.Clock.WithDeadline(ctx, spec.Clock.Now().Add(spec.TTL/6))
+	err := lease.Renew(call)
+	cancel()
+	if err == nil && fresh() {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("its renewal came back late")
+	}
+	return fmt.Errorf("%w: %w", ErrStale, err)
 }
 
 // supervisor is Run's state while the child runs: the channels and alarms

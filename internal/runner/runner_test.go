@@ -420,6 +420,30 @@ func TestRunStartsThePathFound(t *testing.T) {
 	}
 }
 
+// A lease that aged to half its TTL before Run (semrun was stopped after
+// the grant) is renewed before the child starts; if that fails, Run
+// returns ErrStale and starts nothing.
+func TestRunStartsNothingOnAnAgedLease(t *testing.T) {
+	for _, tc := range []struct {
+		how     renewal
+		started bool
+	}{{renewOK, true}, {renewFail, false}, {renewLost, false}} {
+		marker := filepath.Join(t.TempDir(), "started")
+		h := newHarness(t, "sh", "-c", "touch "+marker)
+		h.lease.deadline = h.start.Add(ttl / 2)
+		h.lease.script = []renewal{tc.how}
+		h.run()
+		res, err := h.wait()
+		_, statErr := os.Stat(marker)
+		switch {
+		case tc.started && (err != nil || statErr != nil):
+			t.Errorf("renewal %d: got %+v, %v (started: %v); want the child run after the renewal", tc.how, res, err, statErr == nil)
+		case !tc.started && (!errors.Is(err, runner.ErrStale) || statErr == nil):
+			t.Errorf("renewal %d: got %+v, %v (started: %v); want ErrStale and no child", tc.how, res, err, statErr == nil)
+		}
+	}
+}
+
 // The lease is renewed every TTL/3 of the clock's time, and outlives its
 // TTL while the child runs.
 func TestRenewsEveryThirdOfTTL(t *testing.T) {

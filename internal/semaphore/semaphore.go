@@ -103,7 +103,9 @@ type HolderInfo struct {
 type Store interface {
 	// Acquire returns a held permit. It waits until one is free, ctx is done
 	// (returning ctx's error) or, with NoWait, returns ErrBusy without
-	// joining the line.
+	// joining the line. The lease it returns is Fresh: a grant whose answer
+	// came back late is renewed first, and one that stays late is given
+	// back and the wait goes on.
 	Acquire(ctx context.Context, req Request) (Lease, error)
 	// Status reports on each key; with no keys, on every key the store
 	// knows.
@@ -139,6 +141,15 @@ type Lease interface {
 	// inherits them keeps the permit held until the last process of its
 	// job has exited, even when its parent is killed.
 	Files() []*os.File
+}
+
+// Fresh reports whether a command may start on a lease of ttl that lapses
+// at deadline (a Lease's Deadline): it never lapses, or more than half its
+// TTL is left on this host's clock. A runner that gives renewals TTL/2
+// (the next one, its retries, the grace and a margin) then never presumes
+// it lost the moment it starts.
+func Fresh(deadline clock.Instant, ttl time.Duration) bool {
+	return deadline.IsZero() || clock.Until(deadline) > ttl/2
 }
 
 // KeyStatus describes one semaphore.

@@ -129,7 +129,8 @@ const (
 // NoWaitFence, or before ctx's deadline when it has one, the caller waits
 // out, saying so first through OnWait (Fenced is what is left of it), then
 // asks again; a longer one, or one still there after maxFenceWaits, is
-// the *semaphore.FenceError at once.
+// the *semaphore.FenceError at once. A grant too late to start on is given
+// back and asked again as often.
 func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
 	limit := NoWaitFence
 	if deadline, ok := ctx.Deadline(); ok {
@@ -137,6 +138,13 @@ func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
 	}
 	for waits := 0; ; waits++ {
 		l, _, err := a.ask(ctx)
+		if l == nil && err == nil {
+			// Granted, but too late to start on, and given back.
+			if waits == maxFenceWaits {
+				return nil, fmt.Errorf("key %q: Redis answers later than half the lease (%v): %w", a.req.Key, a.req.TTL, semaphore.ErrUnreachable)
+			}
+			continue
+		}
 		var fenced *semaphore.FenceError
 		if !errors.As(err, &fenced) || waits == maxFenceWaits || fenced.Left > limit {
 			return l, err
@@ -162,6 +170,8 @@ type asker struct {
 	garbage backoff
 	// told: the capacity the previous caller asked was looked at.
 	told bool
+	// stale: a grant too late to start on was said.
+	stale bool
 	// held is how many seats the last ask found taken.
 	held int
 	last semaphore.WaitState
@@ -223,7 +233,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	// A turn of its own, handed by its own script, it has just taken.
 	s.watch(ctx, a.keys, slices.DeleteFunc(r.Handed, func(l string) bool { return l == a.wake.key }))
 	if r.Granted {
-		l, err := s.replicated(ctx, req, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left))))
+		l, err := a.fresh(ctx, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left))))
 		return l, 0, err
 	}
 	fenced := protocol.Span(r.Fenced)
@@ -274,25 +284,36 @@ func (a *asker) warn(r protocol.AcquireReply) {
 
 // take returns the permit a script handed over, or nil to ask again.
 func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, error) {
+	return a.fresh(ctx, a.s.newLease(a.req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now))))
+}
+
+// fresh returns l, just granted, once it is semaphore.Fresh, with its
+// replicas: a grant whose answer came back late (Redis or the network
+// stalled, or the waiter was stopped) is renewed first. It returns nil to
+// ask again when the lease lapsed unused or its renewal came back late
+// too; the permit is then given back, so that nobody waits for a seat
+// this caller cannot start on.
+func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	s, req := a.s, a.req
-	l := s.newLease(req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)))
-	// A waiter that read its turn late (it was stopped) renews first, so
-	// that its command does not start with its lease about to lapse.
-	if clock.Until(l.deadline) < req.TTL/2 {
+	// With replicas to wait for, replicated renews anyway.
+	if req.MinReplicas <= 0 && !semaphore.Fresh(l.Deadline(), req.TTL) {
 		call, cancel := context.WithTimeout(ctx, s.connectTimeout)
-		err := l.Renew(call)
+		_ = l.Renew(call) // lapsed or in doubt: not fresh
 		cancel()
-		switch {
-		case err != nil && ctx.Err() != nil:
-			s.abandon(ctx, a.keys, a.id)
-			return nil, fmt.Errorf("wait for key %q: %w", req.Key, context.Cause(ctx))
-		case err != nil:
-			// Lapsed unused (ErrLost: ask again, at the back of the line),
-			// or in doubt: asking again tells which.
-			return nil, nil
-		}
 	}
-	return s.replicated(ctx, req, l)
+	got, err := s.replicated(ctx, req, l)
+	switch {
+	case err != nil:
+		return nil, err
+	case !semaphore.Fresh(got.Deadline(), req.TTL):
+		s.abandon(ctx, a.keys, a.id)
+		if !a.stale {
+			a.stale = true
+			s.warnf("key %q: Redis answered too late to start the command on the permit (%v left of its %v lease); gave it back, asking again", req.Key, max(clock.Until(l.Deadline()), 0).Round(time.Millisecond), req.TTL)
+		}
+		return nil, nil
+	}
+	return got, nil
 }
 
 // replicated returns l once req.MinReplicas replicas have its grant,
