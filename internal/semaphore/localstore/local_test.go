@@ -245,7 +245,7 @@ func TestLocalNeverFollowsPlantedSymlinks(t *testing.T) {
 		name        string
 		acquireFail bool
 	}{
-		{"", true}, {"seat.0", true}, {"grant", true}, {"queue", true}, {"token", true}, {"capacity", false},
+		{"", true}, {localstore.FirstSeat, true}, {"grant", true}, {"queue", true}, {"token", true}, {"capacity", false},
 	} {
 		for targetName, target := range targets {
 			what := planted.name
@@ -381,7 +381,7 @@ func TestLocalModesIgnoreUmask(t *testing.T) {
 						}
 						kinds[strings.TrimRight(filepath.Base(path), "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")] = true
 					}
-					for _, kind := range []string{"seat.", "wait.", "grant", "queue", "token", "capacity"} {
+					for _, kind := range []string{strings.TrimRight(localstore.FirstSeat, "0"), "held.", "wait.", "grant", "queue", "token", "capacity"} {
 						if !kinds[kind] {
 							t.Errorf("files in %s: got %v, want a %q file among them", dir, modes, kind)
 						}
@@ -751,7 +751,7 @@ func TestLocalPlantedFIFOHangsNothing(t *testing.T) {
 	type outcome struct {
 		name, first string // the file, what the first Acquire returned
 	}
-	names := []string{"seat.0", "wait.AAAAAAAAAAAAAAAA", "grant", "queue", "token", "capacity"}
+	names := []string{localstore.FirstSeat, "wait.AAAAAAAAAAAAAAAA", "grant", "queue", "token", "capacity"}
 	steps := make([]atomic.Value, len(names))
 	done := make(chan outcome, len(names))
 	var fifos []string
@@ -819,7 +819,7 @@ func TestLocalPlantedFIFOHangsNothing(t *testing.T) {
 		select {
 		case o := <-done:
 			finished++
-			if o.name == "seat.0" && (!strings.Contains(o.first, "not a regular file") || !strings.Contains(o.first, o.name)) {
+			if o.name == localstore.FirstSeat && (!strings.Contains(o.first, "not a regular file") || !strings.Contains(o.first, o.name)) {
 				t.Errorf("no-wait Acquire with a FIFO for a seat: got %q, want an error naming %s as not a regular file", o.first, o.name)
 			}
 		case <-bound:
