@@ -590,8 +590,9 @@ func TestLocalStatusShowsWaiters(t *testing.T) {
 // The helper process of TestLocalKilledHolderFreesSeat takes a seat and
 // keeps it until it is killed (or its stdin closes, should the test die).
 const (
-	helperDirEnv = "SEMRUN_TEST_HOLDER_DIR"
-	helperKeyEnv = "SEMRUN_TEST_HOLDER_KEY"
+	helperDirEnv     = "SEMRUN_TEST_HOLDER_DIR"
+	helperKeyEnv     = "SEMRUN_TEST_HOLDER_KEY"
+	helperPermitsEnv = "SEMRUN_TEST_HOLDER_PERMITS" // 1 when unset
 )
 
 func TestHelperHolder(t *testing.T) {
@@ -604,8 +605,12 @@ func TestHelperHolder(t *testing.T) {
 		fmt.Printf("error %v\n", err)
 		return
 	}
+	permits := 1
+	if n := os.Getenv(helperPermitsEnv); n != "" {
+		permits, _ = strconv.Atoi(n)
+	}
 	l, err := st.Acquire(context.Background(), semaphore.Request{
-		Key: os.Getenv(helperKeyEnv), Permits: 1, TTL: time.Second, NoWait: true,
+		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true,
 		Holder: semaphore.HolderInfo{Host: "helper", PID: os.Getpid(), Command: "TestHelperHolder"},
 	})
 	if err != nil {

@@ -98,8 +98,14 @@ func helperIn(t *testing.T, dir string) string {
 // t ends) or "error ...".
 func holdAs(t *testing.T, bin string, uid int, dir, key string) string {
 	t.Helper()
+	return holdAsOf(t, bin, uid, dir, key, 1)
+}
+
+// holdAsOf is holdAs, taking a seat of key with N permits.
+func holdAsOf(t *testing.T, bin string, uid int, dir, key string, permits int) string {
+	t.Helper()
 	cmd := exec.Command(bin, "-test.run=^TestHelperHolder$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key)
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key, helperPermitsEnv+"="+strconv.Itoa(permits))
 	cmd.SysProcAttr = asMember(uid)
 	line, _ := startHelper(t, cmd)
 	return line
