@@ -128,7 +128,7 @@ func TestStatusAndDoctorWriteToTheirStreams(t *testing.T) {
 	if code != exitFailure || out != "" || errOut != "semrun: --lock-dir: must not be empty\n" {
 		t.Errorf("doctor with an empty lock directory: got status %d, stdout %q, stderr %q; want 125, bad input", code, out, errOut)
 	}
-	code, out, errOut = run(t, nil, "doctor", "--local", "--lock-dir", filepath.Join(dir, "busy", "seat.0"))
+	code, out, errOut = run(t, nil, "doctor", "--local", "--lock-dir", filepath.Join(dir, "busy", "grant"))
 	if code != exitDoctorFailed || !strings.HasPrefix(out, "FAIL  lock-dir: ") || errOut != "semrun: doctor: lock-dir failed\n" {
 		t.Errorf("doctor of a file as the lock directory: got status %d, stdout %q, stderr %q; want 1, lock-dir failing", code, out, errOut)
 	}

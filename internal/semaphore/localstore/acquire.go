@@ -4,7 +4,6 @@ package localstore
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -54,9 +53,12 @@ func (s *Store) acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 
 // acquireIn is acquire in the key's directory k.
 func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request) (semaphore.Lease, error) {
-	a := &attempt{s: s, k: k, req: req, seats: map[int]*os.File{}}
+	a := &attempt{s: s, k: k, req: req}
 	defer a.close()
 	var err error
+	if a.seats, err = k.openSeats(); err != nil {
+		return nil, err
+	}
 	if a.queue, err = k.open(queueFile, os.O_RDWR|os.O_CREATE); err != nil {
 		return nil, err
 	}
@@ -83,8 +85,8 @@ type attempt struct {
 	// unregister removes the caller's wait file (see register); nil
 	// while it has none.
 	unregister func()
-	seats      map[int]*os.File // seat files looked at, kept open while waiting
-	told       bool             // the capacity was checked
+	seats      *seats // kept open while waiting
+	told       bool   // the capacity was checked
 }
 
 // joinLine takes the queue lock, without waiting for it, and tells whether
@@ -176,7 +178,7 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 			return nil, a.req.Permits, err
 		}
 	}
-	taken, held, err := a.takeSeats()
+	taken, held, err := a.seats.take(a.req.Permits, a.req.Takes())
 	if err != nil {
 		return nil, held, err
 	}
@@ -248,60 +250,26 @@ func (a *attempt) tryGrant(ctx context.Context) error {
 	}
 }
 
-// takeSeats locks the seats a permit takes: a weight of K takes K seats at
-// once, or none. It returns them, or nil and how many seats are held.
-func (a *attempt) takeSeats() ([]int, int, error) {
-	held, weight := 0, a.req.Takes()
-	var taken []int
-	for i := 0; i < a.req.Permits && len(taken) < weight; i++ {
-		f := a.seats[i]
-		if f == nil {
-			var err error
-			if f, err = a.k.open(seatPrefix+strconv.Itoa(i), os.O_RDWR|os.O_CREATE); err != nil {
-				a.unlockSeats(taken)
-				return nil, held, err
-			}
-			a.seats[i] = f
-		}
-		ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
-		if err != nil {
-			a.unlockSeats(taken)
-			return nil, held, err
-		}
-		if !ok {
-			held++
-			continue
-		}
-		taken = append(taken, i)
-	}
-	if len(taken) < weight {
-		a.unlockSeats(taken)
-		return nil, held, nil
-	}
-	return taken, held, nil
-}
-
-func (a *attempt) unlockSeats(taken []int) {
-	for _, i := range taken {
-		_, _ = flock(a.seats[i], unix.LOCK_UN)
-	}
-}
-
-// lease makes the seats taken a permit with the key's next token; the
-// grant lock is held.
-func (a *attempt) lease(taken []int) (*lease, error) {
+// lease makes the seats taken a permit with the key's next token, and
+// leaves a file saying who holds it; the grant lock is held.
+func (a *attempt) lease(taken *heldSeats) (*lease, error) {
 	token, err := a.nextToken()
 	if err != nil {
-		a.unlockSeats(taken)
+		_ = taken.release()
 		return nil, err
 	}
-	l := &lease{token: token}
+	l := &lease{seats: taken, token: token}
+	// The record is for status only: a seat is held by its lock. Files of
+	// holders that are gone go first.
+	a.k.removeStale(heldPrefix)
 	rec := record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Takes(), Token: token, SinceMS: time.Now().UnixMilli()}
-	for _, i := range taken {
-		// The record is for status only: a seat is held by its lock.
-		_ = rec.write(a.seats[i])
-		l.seats = append(l.seats, a.seats[i])
-		delete(a.seats, i)
+	if f, name, err := a.k.makeRecord(heldPrefix, rec); err == nil {
+		if dir, err := reopenDir(a.k.dir); err == nil {
+			l.record, l.dir, l.name = f, dir, name
+		} else {
+			_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
+			f.Close()
+		}
 	}
 	return l, nil
 }
@@ -370,57 +338,15 @@ func (a *attempt) checkCapacity() {
 // waits, so that status can count and show waiters. It also removes the
 // files of waiters that are gone.
 func (a *attempt) register() (func(), error) {
-	a.removeStaleWaiters()
-	var name string
-	var f *os.File
-	for try := 0; f == nil; try++ {
-		if try == maxRegister {
-			return nil, fmt.Errorf("key %q: no wait file of its own in %s after %d tries", a.req.Key, a.k.path, try)
-		}
-		name = waitPrefix + rand.Text()[:16]
-		var err error
-		if f, err = createFile(int(a.k.dir.Fd()), name, a.k.path, a.k.fileMode()); err != nil {
-			return nil, err
-		}
-		// Never waiting: someone else holding the caller's new file locked
-		// sends it to another name.
-		ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		// Between the create and the lock, another waiter may have taken
-		// the file for a dead waiter's and removed it: start again.
-		var st unix.Stat_t
-		if !ok || unix.Fstat(int(f.Fd()), &st) != nil || st.Nlink == 0 {
-			f.Close()
-			f = nil
-		}
+	a.k.removeStale(waitPrefix)
+	f, name, err := a.k.makeRecord(waitPrefix, record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Takes(), SinceMS: time.Now().UnixMilli()})
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", a.req.Key, err)
 	}
-	_ = record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Takes(), SinceMS: time.Now().UnixMilli()}.write(f)
 	return func() {
 		_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
 		f.Close()
 	}, nil
-}
-
-// maxRegister bounds the names a waiter tries for its file.
-const maxRegister = 8
-
-// removeStaleWaiters removes the files of waiters that are gone.
-func (a *attempt) removeStaleWaiters() {
-	for _, name := range a.k.names(waitPrefix) {
-		f, err := a.k.open(name, os.O_RDONLY)
-		if err != nil {
-			continue
-		}
-		// Removed only under its lock: a waiter locks its file before it
-		// checks that the file is still there.
-		if free, _ := flock(f, unix.LOCK_EX|unix.LOCK_NB); free {
-			_ = unix.Unlinkat(int(a.k.dir.Fd()), name, 0)
-		}
-		f.Close()
-	}
 }
 
 // close gives back what the attempt holds and has open, but the seats of
@@ -435,8 +361,8 @@ func (a *attempt) close() {
 	if a.queue != nil {
 		a.queue.Close()
 	}
-	for _, f := range a.seats {
-		f.Close()
+	if a.seats != nil {
+		a.seats.close()
 	}
 	if a.grant != nil {
 		a.grant.Close()

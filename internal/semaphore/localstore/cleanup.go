@@ -48,8 +48,12 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	if !lock(grantFile, os.O_RDWR|os.O_CREATE) || k.current() != nil || !lock(queueFile, os.O_RDWR|os.O_CREATE) {
 		return false
 	}
+	// No seat can be taken without the grant lock.
+	if k.countHeld(nil) > 0 {
+		return false
+	}
 	for _, name := range k.names("") {
-		if strings.HasPrefix(name, seatPrefix) || strings.HasPrefix(name, waitPrefix) {
+		if strings.HasPrefix(name, heldPrefix) || strings.HasPrefix(name, waitPrefix) {
 			if !lock(name, os.O_RDONLY) {
 				return false
 			}

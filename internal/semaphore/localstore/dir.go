@@ -121,11 +121,6 @@ type keyDir struct {
 // removing (status removes a key's directory unused for long).
 const maxPublish = 8
 
-// precreated bounds the seats made with a key's directory. A seat made
-// later belongs to whoever needed it first, and only that user takes it
-// (fileFault): others are refused.
-const precreated = 4096
-
 // openKey opens key's directory, making it, with its files, when missing.
 func (s *Store) openKey(key string, permits int) (*keyDir, error) {
 	name := keyDirName(key)
@@ -208,10 +203,7 @@ func (s *Store) publishKey(name, key string, permits int) error {
 	if strings.HasPrefix(name, "#") {
 		files = append(files, keyFile) // a hashed name does not say its key
 	}
-	for i := range min(permits, precreated) {
-		files = append(files, seatPrefix+strconv.Itoa(i))
-	}
-	for _, file := range files {
+	for _, file := range append(files, seatFiles(permits)...) {
 		f, err := createFile(fd, file, dir.Name(), fileMode)
 		if err != nil {
 			return err
@@ -346,6 +338,45 @@ func (k *keyDir) open(name string, flag int) (*os.File, error) {
 		return nil, fmt.Errorf("lock file %s: %w", shown, err)
 	}
 	return os.NewFile(uintptr(fd), shown), nil
+}
+
+// openLock opens one of the key's files read-only, to be locked: the
+// lock is what matters, and a child given the descriptor gets no way to
+// write the file. A missing file is made when create is set. Like open,
+// it uses only a regular file with one link, and, since whoever owns a
+// file can rename it from under the locks on it, only one that is the
+// caller's or the directory owner's.
+func (k *keyDir) openLock(name string, create bool) (*os.File, error) {
+	shown := filepath.Join(k.path, name)
+	fd, err := unix.Openat(int(k.dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) && create {
+		f, cerr := createFile(int(k.dir.Fd()), name, k.path, k.fileMode())
+		if cerr != nil && !errors.Is(cerr, unix.EEXIST) {
+			return nil, cerr
+		}
+		if f != nil {
+			f.Close()
+		}
+		fd, err = unix.Openat(int(k.dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	}
+	if err != nil {
+		return nil, fileError(shown, err)
+	}
+	f := os.NewFile(uintptr(fd), shown)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock file %s: %w", shown, err)
+	}
+	if err := fileFault(&st, shown, k.owner, true); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock file %s: %w", shown, err)
+	}
+	return f, nil
 }
 
 // names lists the key's files whose names start with prefix.

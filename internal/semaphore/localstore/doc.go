@@ -1,7 +1,14 @@
-// Package localstore keeps semaphores on this host, as flock(2) locks on
-// files in a lock directory: the kernel frees a seat the moment its holder
-// is gone, and a child that inherits the lock keeps the seat held (as with
-// flock(1)). A key is a directory (dir.go) whose seats are files; the first
+// Package localstore keeps semaphores on this host, as locks on files in
+// a lock directory: the kernel frees a seat the moment its holder is gone,
+// and a child that inherits the lock keeps the seat held (as with
+// flock(1)). A key is a directory (dir.go) made whole, with all its files,
+// by its first caller. On Linux its seats are the bytes of one file of it,
+// "seats", seat i an open file description lock on byte i (seats_linux.go):
+// no caller ever makes a seat's file, so in a directory a group shares no
+// member can plant one that others must refuse, or rename one it holds to
+// free its number, and the key's owner is the only user who could move
+// the file. Elsewhere a seat is a flock(2) on a file of its own
+// (seats_other.go). The child inherits its lock files read-only. The first
 // waiter in line is woken by inotify (watch_linux.go). Unix only: on
 // Windows a lock belongs to the process that took it, so a child could not
 // inherit a seat.

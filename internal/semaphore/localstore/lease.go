@@ -4,7 +4,6 @@ package localstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -15,10 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lease is a held permit: exclusive flocks on its seats' files.
+// lease is a held permit: locks on its seats, and a locked file that
+// says who holds it.
 type lease struct {
-	seats []*os.File
+	seats *heldSeats
 	token int64
+	// record is the holder's file (see makeRecord), name in the key's
+	// directory dir; nil when it could not be made.
+	record *os.File
+	dir    *os.File
+	name   string
 
 	once     sync.Once
 	released atomic.Bool
@@ -38,25 +43,29 @@ func (l *lease) Renew(context.Context) error {
 	return nil
 }
 
-// Files are the seats' files: with them, a child keeps the seats held until
-// the last process of its job has exited, even when semrun is killed.
-func (l *lease) Files() []*os.File { return l.seats }
+// Files are the seats' file or files, and the holder's: with them, a
+// child keeps the seats held, and shown by status, until the last process
+// of its job has exited, even when semrun is killed. All are read-only.
+func (l *lease) Files() []*os.File {
+	files := l.seats.files()
+	if l.record != nil {
+		files = append(files, l.record)
+	}
+	return files
+}
 
 func (l *lease) Release(context.Context) error {
 	l.once.Do(func() {
 		l.released.Store(true)
-		var errs []error
-		for _, seat := range l.seats {
-			// The record is cleared before the lock is dropped, never
-			// after, when it could be the next holder's.
-			_ = seat.Truncate(0)
-			_, err := flock(seat, unix.LOCK_UN)
-			// The close alone may not wake the first waiter in line:
-			// processes the child left may still have the file open.
-			ring(seat)
-			errs = append(errs, err, seat.Close())
+		if l.record != nil {
+			// Removed before the seats are given back, never after, when
+			// the next holder's could be there.
+			_ = unix.Unlinkat(int(l.dir.Fd()), l.name, 0)
+			_, _ = flock(l.record, unix.LOCK_UN)
+			l.record.Close()
+			l.dir.Close()
 		}
-		l.err = errors.Join(errs...)
+		l.err = l.seats.release()
 	})
 	return l.err
 }

@@ -245,7 +245,7 @@ func TestLocalNeverFollowsPlantedSymlinks(t *testing.T) {
 		name        string
 		acquireFail bool
 	}{
-		{"", true}, {"seat.0", true}, {"grant", true}, {"queue", true}, {"token", true}, {"capacity", false},
+		{"", true}, {localstore.FirstSeat, true}, {"grant", true}, {"queue", true}, {"token", true}, {"capacity", false},
 	} {
 		for targetName, target := range targets {
 			what := planted.name
@@ -381,7 +381,7 @@ func TestLocalModesIgnoreUmask(t *testing.T) {
 						}
 						kinds[strings.TrimRight(filepath.Base(path), "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")] = true
 					}
-					for _, kind := range []string{"seat.", "wait.", "grant", "queue", "token", "capacity"} {
+					for _, kind := range []string{strings.TrimRight(localstore.FirstSeat, "0"), "held.", "wait.", "grant", "queue", "token", "capacity"} {
 						if !kinds[kind] {
 							t.Errorf("files in %s: got %v, want a %q file among them", dir, modes, kind)
 						}
@@ -590,8 +590,9 @@ func TestLocalStatusShowsWaiters(t *testing.T) {
 // The helper process of TestLocalKilledHolderFreesSeat takes a seat and
 // keeps it until it is killed (or its stdin closes, should the test die).
 const (
-	helperDirEnv = "SEMRUN_TEST_HOLDER_DIR"
-	helperKeyEnv = "SEMRUN_TEST_HOLDER_KEY"
+	helperDirEnv     = "SEMRUN_TEST_HOLDER_DIR"
+	helperKeyEnv     = "SEMRUN_TEST_HOLDER_KEY"
+	helperPermitsEnv = "SEMRUN_TEST_HOLDER_PERMITS" // 1 when unset
 )
 
 func TestHelperHolder(t *testing.T) {
@@ -604,8 +605,12 @@ func TestHelperHolder(t *testing.T) {
 		fmt.Printf("error %v\n", err)
 		return
 	}
+	permits := 1
+	if n := os.Getenv(helperPermitsEnv); n != "" {
+		permits, _ = strconv.Atoi(n)
+	}
 	l, err := st.Acquire(context.Background(), semaphore.Request{
-		Key: os.Getenv(helperKeyEnv), Permits: 1, TTL: time.Second, NoWait: true,
+		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true,
 		Holder: semaphore.HolderInfo{Host: "helper", PID: os.Getpid(), Command: "TestHelperHolder"},
 	})
 	if err != nil {
@@ -751,7 +756,7 @@ func TestLocalPlantedFIFOHangsNothing(t *testing.T) {
 	type outcome struct {
 		name, first string // the file, what the first Acquire returned
 	}
-	names := []string{"seat.0", "wait.AAAAAAAAAAAAAAAA", "grant", "queue", "token", "capacity"}
+	names := []string{localstore.FirstSeat, "wait.AAAAAAAAAAAAAAAA", "grant", "queue", "token", "capacity"}
 	steps := make([]atomic.Value, len(names))
 	done := make(chan outcome, len(names))
 	var fifos []string
@@ -819,7 +824,7 @@ func TestLocalPlantedFIFOHangsNothing(t *testing.T) {
 		select {
 		case o := <-done:
 			finished++
-			if o.name == "seat.0" && (!strings.Contains(o.first, "not a regular file") || !strings.Contains(o.first, o.name)) {
+			if o.name == localstore.FirstSeat && (!strings.Contains(o.first, "not a regular file") || !strings.Contains(o.first, o.name)) {
 				t.Errorf("no-wait Acquire with a FIFO for a seat: got %q, want an error naming %s as not a regular file", o.first, o.name)
 			}
 		case <-bound:

@@ -98,8 +98,14 @@ func helperIn(t *testing.T, dir string) string {
 // t ends) or "error ...".
 func holdAs(t *testing.T, bin string, uid int, dir, key string) string {
 	t.Helper()
+	return holdAsOf(t, bin, uid, dir, key, 1)
+}
+
+// holdAsOf is holdAs, taking a seat of key with N permits.
+func holdAsOf(t *testing.T, bin string, uid int, dir, key string, permits int) string {
+	t.Helper()
 	cmd := exec.Command(bin, "-test.run=^TestHelperHolder$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key)
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key, helperPermitsEnv+"="+strconv.Itoa(permits))
 	cmd.SysProcAttr = asMember(uid)
 	line, _ := startHelper(t, cmd)
 	return line
@@ -172,7 +178,7 @@ func TestLocalHardLinkedLockFilesAreRefused(t *testing.T) {
 		t.Fatalf("write %s: %v", victim, err)
 	}
 	before := stateOf(t, victim)
-	for _, name := range []string{"capacity", "token", "grant", "queue", "seat.0"} {
+	for _, name := range []string{"capacity", "token", "grant", "queue", localstore.FirstSeat} {
 		path := filepath.Join(dir, key, name)
 		saved := path + ".saved"
 		if err := os.Rename(path, saved); err != nil {
@@ -229,8 +235,8 @@ func TestLocalGroupMembersCannotMoveKeysAside(t *testing.T) {
 		t.Helper()
 		for _, mv := range [][]string{
 			{"mv", filepath.Join(dir, key), filepath.Join(dir, key+".aside")},
-			{"mv", filepath.Join(dir, key, "seat.0"), filepath.Join(dir, key, "aside")},
-			{"rm", "-f", filepath.Join(dir, key, "seat.0")},
+			{"mv", filepath.Join(dir, key, localstore.FirstSeat), filepath.Join(dir, key, "aside")},
+			{"rm", "-f", filepath.Join(dir, key, localstore.FirstSeat)},
 			{"rm", "-f", filepath.Join(dir, key, "grant")},
 		} {
 			if out, err := as(t, uid, mv[0], mv[1:]...); err == nil {
@@ -340,14 +346,14 @@ func TestLocalStatusSkipsWhatIsNotAFile(t *testing.T) {
 	hold(t, st, semaphore.Request{Key: longKey, Permits: 1, TTL: time.Second})
 	hashed := dirNames(t, dir)[0]
 	mkfifo(filepath.Join(dir, hashed, "key"))
-	// A waiter's file and a seat, which status reads while someone has
+	// A waiter's file and a holder's, which status reads while someone has
 	// them locked.
 	hold(t, st, semaphore.Request{Key: "k", Permits: 2, TTL: time.Second})
 	wait := filepath.Join(dir, "k", "wait.AAAAAAAAAAAAAAAA")
-	seat := filepath.Join(dir, "k", "seat.1")
+	held := filepath.Join(dir, "k", "held.AAAAAAAAAAAAAAAA")
 	mkfifo(wait)
-	mkfifo(seat)
-	for _, fifo := range []string{wait, seat} {
+	mkfifo(held)
+	for _, fifo := range []string{wait, held} {
 		f, err := os.OpenFile(fifo, os.O_RDWR, 0) // O_RDWR: no wait for a writer
 		if err != nil {
 			t.Fatalf("open %s: %v", fifo, err)
@@ -380,7 +386,7 @@ func TestLocalStatusSkipsWhatIsNotAFile(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, fifo := range []string{wait, seat} {
+	for _, fifo := range []string{wait, held} {
 		want := "skipped lock file " + fifo + ": is a FIFO, not a regular file"
 		if !slices.Contains(lines, want) {
 			t.Errorf("lines from Status with a FIFO as %s: got %q, want %q", filepath.Base(fifo), lines, want)

@@ -127,8 +127,7 @@ const statusGrantWait = 50 * time.Millisecond
 
 func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.KeyStatus, error) {
 	st := emptyStatus(key)
-	// Looking at the seats under the grant lock keeps a probe of a free
-	// seat from making someone taking it think it held.
+	// Under the grant lock, the seats held and the holders' files agree.
 	grant, err := k.open(grantFile, os.O_RDONLY)
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return st, err
@@ -152,14 +151,8 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		st.Capacity, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	now := time.Now()
-	// A holder of weight K has a record in each of its K seats.
-	seen := map[int64]bool{}
-	for _, r := range k.lockedRecords(seatPrefix, s.warnf) {
-		st.Held++
-		if seen[r.Token] {
-			continue
-		}
-		seen[r.Token] = true
+	st.Held = k.countHeld(s.warnf)
+	for _, r := range k.lockedRecords(heldPrefix, s.warnf) {
 		st.Holders = append(st.Holders, semaphore.Holder{
 			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight, Token: r.Token,
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),

@@ -14,14 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A key's directory holds one file a role. Seats are "seat.0" to
-// "seat.N-1"; waiters each have a "wait.*" file while they wait.
+// A key's directory holds one file a role. The seats are locks in
+// "seats" on Linux, files "seat.0" to "seat.N-1" elsewhere (seats_*.go);
+// holders and waiters each have a file of their own, "held.*" and
+// "wait.*", locked while they hold or wait, that says who they are.
 const (
 	grantFile    = "grant"    // held while seats are counted or taken: microseconds
 	queueFile    = "queue"    // held by the first waiter in line while it waits for a seat
 	tokenFile    = "token"    // the last fencing token handed out
 	capacityFile = "capacity" // the N the last caller asked for
-	seatPrefix   = "seat."
+	heldPrefix   = "held."
 	waitPrefix   = "wait."
 )
 

@@ -170,20 +170,24 @@ func (s *Store) keyDirFault(st *unix.Stat_t, shown string) error {
 // directory's owner.
 func fileFault(st *unix.Stat_t, shown string, dirOwner uint32, writing bool) error {
 	if kind := fileKind(modeOf(st)); kind != "" {
-		return &badFileError{fmt.Sprintf("lock file %s: is %s, not a regular file", shown, kind)}
+		return &badFileError{msg: fmt.Sprintf("lock file %s: is %s, not a regular file", shown, kind)}
 	}
 	if st.Nlink != 1 {
-		return &badFileError{fmt.Sprintf("lock file %s: has %d links, and semrun uses a lock file only with one (a hard link could be to any file)", shown, st.Nlink)}
+		return &badFileError{msg: fmt.Sprintf("lock file %s: has %d links, and semrun uses a lock file only with one (a hard link could be to any file)", shown, st.Nlink)}
 	}
 	if writing && st.Uid != me() && st.Uid != dirOwner {
-		return &badFileError{fmt.Sprintf("lock file %s: owned by %s, not by you or the key directory's owner, %s (remove it when no one holds the key)", shown, userName(st.Uid), userName(dirOwner))}
+		return &badFileError{foreign: true, msg: fmt.Sprintf("lock file %s: owned by %s, not by you or the key directory's owner, %s (remove it when no one holds the key)", shown, userName(st.Uid), userName(dirOwner))}
 	}
 	return nil
 }
 
 // badFileError is a lock file semrun will not use; status skips it, with
 // a line naming it.
-type badFileError struct{ msg string }
+type badFileError struct {
+	msg string
+	// foreign: the file is fine but another user's, who could rename it.
+	foreign bool
+}
 
 func (e *badFileError) Error() string { return e.msg }
 

@@ -14,8 +14,8 @@ import (
 )
 
 // seatWatch tells the first waiter in line that a seat may have been freed:
-// inotify reports a seat file's last close (its holder gone, the kernel
-// dropping its lock) and the change of times a release makes. Without
+// inotify reports a close of the seats file (the last one of a holder gone,
+// the kernel dropping its locks) and the change of times a release makes. Without
 // inotify (no instance left), it looks at the seats every pollEvery.
 type seatWatch struct{ f *os.File }
 
@@ -28,7 +28,9 @@ func watchSeats(k *keyDir) *seatWatch {
 	}
 	// Through the descriptor, so the watch is on the directory checked.
 	dir := fmt.Sprintf("/proc/self/fd/%d", k.dir.Fd())
-	mask := uint32(unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
+	// The seats file is open read-only: its holder's last close is
+	// IN_CLOSE_NOWRITE.
+	mask := uint32(unix.IN_CLOSE_NOWRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
 	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
 		unix.Close(fd)
 		return &seatWatch{}
@@ -70,7 +72,7 @@ func (w *seatWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
 			size := int(binary.NativeEndian.Uint32(buf[off+12:]))
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+size]), "\x00")
 			off += unix.SizeofInotifyEvent + size
-			if mask&unix.IN_Q_OVERFLOW != 0 || strings.HasPrefix(name, seatPrefix) {
+			if mask&unix.IN_Q_OVERFLOW != 0 || name == seatsFile {
 				return true, nil
 			}
 		}
@@ -78,8 +80,7 @@ func (w *seatWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
 }
 
 // ring wakes the first waiter in line after a seat was unlocked: touching
-// the seat file's times is an event the watch reports. Through the
-// descriptor, so it touches the seat's file whatever its name is now.
+// the seats file's times is an event the watch reports.
 func ring(seat *os.File) {
 	_ = unix.Futimes(int(seat.Fd()), nil)
 }

@@ -1,0 +1,125 @@
+//go:build unix
+
+package localstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// fourthUID is one more member of the shared group.
+const fourthUID = 54323
+
+// groupLockDir makes the lock directory the README has root share with a
+// group: install -d -m 3770 -g GROUP DIR, in run.
+func groupLockDir(t *testing.T, run string) string {
+	t.Helper()
+	dir := filepath.Join(run, "semrun")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatalf("mkdir %s: %v", dir, err)
+	}
+	if err := os.Chown(dir, 0, sharedGID); err != nil {
+		t.Fatalf("chgrp %s: %v", dir, err)
+	}
+	if err := os.Chmod(dir, 0o770|os.ModeSetgid|os.ModeSticky); err != nil {
+		t.Fatalf("chmod %s: %v", dir, err)
+	}
+	return dir
+}
+
+// In a group-shared lock directory, no member is refused a key because
+// another member made one of its files, and no member can make more than
+// N hold it: not by planting the files of seats the key's first caller
+// did not need, nor by renaming, while it holds a seat, every file it
+// owns in the key's directory.
+func TestLocalGroupMembersNeitherBlockNorOverfillKeys(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	run := runLock(t)
+	bin := helperIn(t, run)
+	dir := groupLockDir(t, run)
+	st := newLocal(t, dir, nil)
+	const n = 3
+
+	holding := func(who string, got string) {
+		t.Helper()
+		if !strings.HasPrefix(got, "holding ") {
+			t.Errorf("%s: got %q, want it holding", who, got)
+		}
+	}
+	busy := func(who string, got string) {
+		t.Helper()
+		if !strings.Contains(got, "no permit available") {
+			t.Errorf("%s: got %q, want it busy (no permit available): never more than %d hold", who, got, n)
+		}
+	}
+	rootTakes := func(key string) (semaphore.Lease, error) {
+		t.Helper()
+		return acquireFor(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: n, TTL: time.Second, NoWait: true})
+	}
+	// plant makes, as uid, the files the seats past the first would have
+	// had, one a seat of its own.
+	plant := func(uid int, key string) {
+		t.Helper()
+		for _, name := range []string{"seat.1", "seat.2", "seat.3", "seats.1"} {
+			mustAs(t, uid, "touch", filepath.Join(dir, key, name))
+		}
+	}
+	// renameOwn renames, as uid, every file of the key that uid owns, and
+	// tries the others' too (refused: sticky).
+	renameOwn := func(uid int, key string) {
+		t.Helper()
+		_, _ = as(t, uid, "sh", "-c", `for f in "$1"/*; do mv "$f" "$f.aside"; done 2>/dev/null; true`, "sh", filepath.Join(dir, key))
+	}
+
+	t.Run("a member's key, with files another member planted", func(t *testing.T) {
+		const key = "planted"
+		holding("the first caller, with N=1", holdAsOf(t, bin, otherUID, dir, key, 1))
+		plant(thirdUID, key)
+		holding("the key's owner, with N=3, past the planted files", holdAsOf(t, bin, otherUID, dir, key, n))
+		holding("the member who planted them", holdAsOf(t, bin, thirdUID, dir, key, n))
+		busy("a third member, all 3 held", holdAsOf(t, bin, fourthUID, dir, key, n))
+	})
+
+	t.Run("a member's key, a holder renaming its files", func(t *testing.T) {
+		const key = "renamed"
+		holding("the first caller, with N=1", holdAsOf(t, bin, otherUID, dir, key, 1))
+		holding("a member, with N=3", holdAsOf(t, bin, thirdUID, dir, key, n))
+		renameOwn(thirdUID, key)
+		holding("a third member, one seat left", holdAsOf(t, bin, fourthUID, dir, key, n))
+		for _, uid := range []int{otherUID, thirdUID, fourthUID} {
+			busy(fmt.Sprintf("uid %d once the holder renamed its files", uid), holdAsOf(t, bin, uid, dir, key, n))
+		}
+	})
+
+	t.Run("root's key", func(t *testing.T) {
+		const key = "roots"
+		hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
+		plant(otherUID, key)
+		holding("a member, with N=3, past the files it planted", holdAsOf(t, bin, otherUID, dir, key, n))
+		renameOwn(otherUID, key)
+		l, err := rootTakes(key)
+		if err != nil {
+			t.Fatalf("root's Acquire of its own key, N=3, with files a member planted and renamed: got %v, want a permit", err)
+		}
+		t.Cleanup(func() { _ = l.Release(context.Background()) })
+		busy("a member, all 3 held", holdAsOf(t, bin, thirdUID, dir, key, n))
+		if l, err := rootTakes(key); !errors.Is(err, semaphore.ErrBusy) {
+			if l != nil {
+				release(t, l)
+			}
+			t.Errorf("root's Acquire, all 3 held: got %v, want ErrBusy", err)
+		}
+		if s := statusOf(t, st, key); s.Held != n {
+			t.Errorf("root's Status of its key: got %d held, want %d", s.Held, n)
+		}
+	})
+}
