@@ -93,7 +93,7 @@ back when it exits, and exits with COMMAND's status.`,
 			}
 			// The store checks its own settings as it opens, before the
 			// command is looked for, as a bad flag is.
-			store, err := o.openStore(log, 0)
+			store, err := o.openStore(log, runAsks{})
 			if err != nil {
 				return err
 			}
