@@ -19,7 +19,6 @@ const (
 	// defaultRestartFence is the fence of a run with the default --ttl.
 	defaultRestartFence = 30 * time.Second
 	defaultKillAfter    = 10 * time.Second
-	defaultLostExitCode = 112
 	releaseTimeout      = 2 * time.Second
 )
 
@@ -112,7 +111,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its permit after this")
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, fmt.Sprintf("try once, don't wait (but for a restart fence that ends within %v, or --timeout; a longer one is busy at once)", redisstore.NoWaitFence))
-	f.Var(newInt(&o.busyExitCode, 75), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
+	f.Var(newInt(&o.busyExitCode, defaultBusyExitCode), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
 	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.Var(newDuration(&o.restartFence, 0), "restart-fence", "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")
