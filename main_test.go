@@ -213,6 +213,7 @@ func cmdStore(ts *testscript.TestScript, neg bool, args []string) {
 // redis start: start a redis-server for this script and point
 // SEMRUN_REDIS_URL at it; redis cluster and redis sentinel start a Redis
 // Cluster or a master watched by sentinels instead.
+// redis replicas N: start N replicas of the server, online.
 // redis stop|kill|restart|pause|resume: control the server (the master).
 // redis promoted: wait until the sentinels have promoted the replica.
 // redis tls: start a TLS server instead, with certificates (see startTLS).
@@ -308,6 +309,12 @@ func cmdRedis(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("redis %s: no server started", args[0])
 	}
 	switch args[0] {
+	case "replicas":
+		n, err := strconv.Atoi(args[len(args)-1])
+		if len(args) != 2 || err != nil || n < 1 {
+			ts.Fatalf("usage: redis replicas N")
+		}
+		startReplicas(ts, st.redis, n)
 	case "stop":
 		st.redis.Stop()
 	case "kill":
@@ -350,6 +357,28 @@ func startCluster(ts *testscript.TestScript) {
 	}
 	ts.Setenv("SEMRUN_REDIS_URL", "redis://"+nodes[0].Addr+"/0?addr="+nodes[1].Addr)
 	ts.Setenv("SEMRUN_CLUSTER", "true")
+}
+
+// startReplicas starts n replicas of master and waits (at most 30s) until
+// the master counts them all online.
+func startReplicas(ts *testscript.TestScript, master *redistest.Server, n int) {
+	ctx := context.Background()
+	host, port, _ := strings.Cut(master.Addr, ":")
+	for range n {
+		replica, err := redistest.Start(ts.MkAbs("."))
+		ts.Check(err)
+		ts.Defer(replica.Stop)
+		c := redis.NewClient(&redis.Options{Addr: replica.Addr, Protocol: 2, DisableIdentity: true})
+		err = c.Do(ctx, "REPLICAOF", host, port).Err()
+		c.Close()
+		ts.Check(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: master.Addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	waitFor(ts, 30*time.Second, fmt.Sprintf("redis replicas: %d replicas online", n), func() (bool, string) {
+		info, err := c.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, fmt.Sprintf("connected_slaves:%d\r", n)) && strings.Count(info, "state=online") == n, fmt.Sprint(err, info)
+	})
 }
 
 // startSentinel starts a master, its replica and three sentinels that

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +19,7 @@ import (
 func newCmdDoctor(common *commonOptions) *cobra.Command {
 	var (
 		asJSON bool
-		fence  time.Duration
+		asks   runAsks
 	)
 	cmd := &cobra.Command{
 		Use:   "doctor [flags]",
@@ -29,8 +28,9 @@ func newCmdDoctor(common *commonOptions) *cobra.Command {
 config file), one line per check, each problem with its fix. With Redis: the
 round trip, the server's version, that the user may send every command semrun
 sends, that semrun's scripts run (on a throw-away key under the prefix, removed
-afterwards), persistence, maxmemory-policy and replication. With --local: the
-lock directory, and a lock taken and freed in it.
+afterwards), persistence, maxmemory-policy and replication (with --min-replicas,
+that it is more than half of the master's replicas). With --local: the lock
+directory, and a lock taken and freed in it.
 
 It exits 0 when nothing would break semrun (warnings allowed), 1 when something
 would, and 125 for bad flags or values.`,
@@ -44,7 +44,7 @@ would, and 125 for bad flags or values.`,
 			if err := common.validate(cmd); err != nil {
 				return err
 			}
-			checks, err := doctor(cmd.Context(), common, fence, common.logger(cmd.ErrOrStderr()))
+			checks, err := doctor(cmd.Context(), common, asks, common.logger(cmd.ErrOrStderr()))
 			if err != nil {
 				return err
 			}
@@ -61,15 +61,16 @@ would, and 125 for bad flags or values.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of {check, status, detail, fix}")
-	cmd.Flags().Var(newDuration(&fence, defaultRestartFence), "restart-fence", "warn while Redis has been up for less than this: a run's restart fence (its --ttl, unless set)")
+	cmd.Flags().Var(newDuration(&asks.fence, defaultRestartFence), "restart-fence", "warn while Redis has been up for less than this: a run's restart fence (its --ttl, unless set)")
+	cmd.Flags().Var(newInt(&asks.minReplicas, 0), "min-replicas", "a run's --min-replicas: warn unless it is more than half of the master's replicas, fail when the master has fewer")
 	return cmd
 }
 
 // doctor runs the checks of the store the settings chose. A lock directory
 // that cannot be used is a finding, not bad input: it is the first check.
 // On Windows, --local itself is refused, as for a run.
-func doctor(ctx context.Context, common *commonOptions, fence time.Duration, log *logger) ([]semaphore.Check, error) {
-	store, err := common.openStore(log, fence)
+func doctor(ctx context.Context, common *commonOptions, asks runAsks, log *logger) ([]semaphore.Check, error) {
+	store, err := common.openStore(log, asks)
 	if err != nil {
 		// A lock directory that exists but cannot be used is a finding; a
 		// setting refused is bad input, as for a run.

@@ -3,6 +3,7 @@ package cmd
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -12,12 +13,42 @@ import (
 
 // Exit statuses semrun decides itself; the child's own pass through.
 const (
-	exitDoctorFailed  = 1   // doctor found something that would break semrun
-	exitUnreadable    = 1   // status could not read some key
-	exitFailure       = 125 // semrun's own failure before the child started
-	exitNotExecutable = 126
-	exitNotFound      = 127
+	exitDoctorFailed    = 1   // doctor found something that would break semrun
+	exitUnreadable      = 1   // status could not read some key
+	defaultBusyExitCode = 75  // --busy-exit-code: sysexits' EX_TEMPFAIL, try again later
+	defaultLostExitCode = 112 // --lost-exit-code: outside 124-165, which timeout(1) and signals use
+	exitFailure         = 125 // semrun's own failure before the child started
+	exitNotExecutable   = 126
+	exitNotFound        = 127
+	exitSignalBase      = 128 // 128+N: signal N, as shells report it
 )
+
+// exitStatusDoc says what one status means, for --help's line (brief, when
+// it has one) and the man page's EXIT STATUS (text).
+type exitStatusDoc struct {
+	status, brief, text string
+}
+
+// exitStatusDocs are the statuses above, in the order users meet them: the
+// one list --help and the man page read, so that neither can drift from
+// the codes.
+var exitStatusDocs = []exitStatusDoc{
+	{"S", "the command's own", "the command exited with status S: semrun exits with it"},
+	{"signal N", "", fmt.Sprintf("the command was killed by signal N: semrun releases the permit, then dies of the same signal (a shell shows %d+N); "+
+		"where that is not possible (systems other than Linux), semrun exits %d+N; no core file is written", exitSignalBase, exitSignalBase)},
+	{strconv.Itoa(defaultBusyExitCode), strconv.Itoa(defaultBusyExitCode) + " no permit (--busy-exit-code)",
+		"no permit: all held with --no-wait, or none within --timeout; --busy-exit-code changes it (0 makes a busy run a quiet skip)"},
+	{strconv.Itoa(defaultLostExitCode), strconv.Itoa(defaultLostExitCode) + " permit lost, command terminated (--lost-exit-code)",
+		"the permit was lost while the command ran, and semrun terminated it; --lost-exit-code changes it"},
+	{strconv.Itoa(exitFailure), strconv.Itoa(exitFailure) + " semrun's own failure before the command started",
+		"semrun's own failure before the command started: bad flags or values, a bad config file, no command or an empty one, " +
+			"Redis unreachable within --connect-timeout, an authentication or TLS error, a nested semrun on the key it runs under"},
+	{strconv.Itoa(exitNotExecutable), strconv.Itoa(exitNotExecutable) + " cannot execute", "the command was found but cannot be executed"},
+	{strconv.Itoa(exitNotFound), strconv.Itoa(exitNotFound) + " not found", "the command was not found, or the interpreter its #! line names"},
+	{strconv.Itoa(exitSignalBase) + "+N", strconv.Itoa(exitSignalBase) + "+N signal N ended the wait",
+		"signal N arrived while waiting for a permit: no command ran, nothing is held"},
+	{strconv.Itoa(exitDoctorFailed), "", "semrun doctor found something that would break semrun; semrun status could not read some key (the other keys are shown)"},
+}
 
 // usageError is bad input: a flag, a value, a missing command.
 type usageError struct{ err error }
@@ -110,7 +141,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return 0, 0, ""
 	case errors.As(err, &child):
 		if child.sig != 0 {
-			return 128 + int(child.sig), child.sig, ""
+			return exitSignalBase + int(child.sig), child.sig, ""
 		}
 		return child.code, 0, ""
 	case errors.As(err, &busy):
@@ -118,7 +149,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 	case errors.As(err, &lost):
 		return lost.code, 0, lost.Error()
 	case errors.As(err, &interrupted):
-		return 128 + int(interrupted.sig), 0, interrupted.Error()
+		return exitSignalBase + int(interrupted.sig), 0, interrupted.Error()
 	case errors.As(err, &start) && start.Interpreter != "":
 		return exitNotFound, 0, fmt.Sprintf("%s: its interpreter %s (#!) not found", start.Command, start.Interpreter)
 	case errors.As(err, &start) && start.NotFound:

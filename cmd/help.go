@@ -93,7 +93,7 @@ func usage(c *cobra.Command) error {
 		printFlags(w, g.title, set)
 	}
 	if root {
-		fmt.Fprint(w, runEpilogue)
+		fmt.Fprint(w, runEpilogue())
 	} else if len(subs) > 0 {
 		fmt.Fprintf(w, "\nUse \"%s COMMAND --help\" for more about a command.\n", c.CommandPath())
 	}
@@ -118,19 +118,45 @@ func printFlags(w io.Writer, title string, set *pflag.FlagSet) {
 }
 
 // runEpilogue tells what --help's flag lists do not: where else settings
-// come from, and what the exit statuses mean.
-var runEpilogue = `
+// come from, and what the exit statuses mean (from exitStatusDocs).
+func runEpilogue() string {
+	var briefs []string
+	for _, d := range exitStatusDocs {
+		if d.brief != "" {
+			briefs = append(briefs, d.brief)
+		}
+	}
+	statuses := wrap("Exit status: "+strings.Join(briefs, "; ")+". A command killed by a signal makes semrun die of it too.", 79)
+	return `
 Settings also come from variables, SEMRUN_ and the flag's name in capitals
 (SEMRUN_PERMITS, SEMRUN_TTL; --redis is SEMRUN_REDIS_URL), but for --no-wait,
 --verbose and --quiet; and from ~/.config/semrun/config.yaml, then
 /etc/semrun/config.yaml, weaker in that order after flags. The Redis password:
 the URL's, --redis-password-file, SEMRUN_REDIS_PASSWORD or REDISCLI_AUTH.
 
-Exit status: the command's own; 75 no permit (--busy-exit-code); 112 permit
-lost, command terminated (--lost-exit-code); 125 semrun's own failure before
-the command started; 126 cannot execute; 127 not found; 128+N signal N ended
-the wait. A command killed by a signal makes semrun die of it too.
+` + statuses + `
 
 Use "semrun COMMAND --help" for more about a command; docs/ in semrun's
 repository for the rest.
 `
+}
+
+// wrap breaks text into lines of at most width columns, between words.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	line := 0
+	for _, word := range strings.Fields(text) {
+		switch {
+		case line == 0:
+		case line+1+len(word) > width:
+			b.WriteByte('\n')
+			line = 0
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
+}

@@ -20,7 +20,6 @@ const (
 	// defaultRestartFence is the fence of a run with the default --ttl.
 	defaultRestartFence = 30 * time.Second
 	defaultKillAfter    = 10 * time.Second
-	defaultLostExitCode = 112
 	releaseTimeout      = 2 * time.Second
 )
 
@@ -94,7 +93,7 @@ back when it exits, and exits with COMMAND's status.`,
 			}
 			// The store checks its own settings as it opens, before the
 			// command is looked for, as a bad flag is.
-			store, err := o.openStore(log, 0)
+			store, err := o.openStore(log, runAsks{})
 			if err != nil {
 				return err
 			}
@@ -113,7 +112,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its permit after this")
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, fmt.Sprintf("try once, don't wait (but for a restart fence that ends within %v, or --timeout; a longer one is busy at once)", redisstore.NoWaitFence))
-	f.Var(newInt(&o.busyExitCode, 75), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
+	f.Var(newInt(&o.busyExitCode, defaultBusyExitCode), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
 	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.Var(newDuration(&o.restartFence, 0), "restart-fence", "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")

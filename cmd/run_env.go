@@ -17,6 +17,15 @@ const (
 	envHeldKeys = "SEMRUN_HELD_KEYS"
 )
 
+// childVariables are the variables semrun gives its command, and what
+// each holds, as the man page lists them.
+var childVariables = []struct{ name, meaning string }{
+	{envHeldKey, "the key held"},
+	{envHeldPermits, "the capacity N this call asked for"},
+	{envFencingToken, "an integer that strictly increases with every grant of this key, even after its keys expired or Redis lost its data: pass it to a downstream system so that it can reject a stale holder"},
+	{envHeldKeys, "the keys of every semrun the command runs under, one a line: a semrun asked for any of them refuses with status 125 instead of waiting for itself"},
+}
+
 // childVariable tells the variables semrun gives its command, and a later
 // one a hold gives, which a semrun inside that command sees.
 func childVariable(name string) bool {

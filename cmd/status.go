@@ -32,7 +32,7 @@ every key the store knows (with --local: every key in the lock directory).`,
 			if err := common.validate(cmd); err != nil {
 				return err
 			}
-			store, err := common.openStore(common.logger(cmd.ErrOrStderr()), 0)
+			store, err := common.openStore(common.logger(cmd.ErrOrStderr()), runAsks{})
 			if err != nil {
 				return err
 			}

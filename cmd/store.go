@@ -121,11 +121,19 @@ type shownSetting struct {
 func (e *shownSetting) Error() string { return e.msg }
 func (e *shownSetting) Unwrap() error { return e.se }
 
+// runAsks are what a run would ask of the store, which doctor checks it
+// can give: the restart fence it warns of, and the min replicas that must
+// be a majority of the master's replicas. Zero for a run and status: a
+// run's own requests ask.
+type runAsks struct {
+	fence       time.Duration
+	minReplicas int
+}
+
 // openStore opens the store the settings chose: the host's lock directory
 // with --local, else Redis. It is the one place that names a store; the
-// store checks the settings it owns. doctorFence is the restart fence
-// doctor warns of (0 for a run, whose fence is its request's).
-func (c *commonOptions) openStore(log *logger, doctorFence time.Duration) (semaphore.Store, error) {
+// store checks the settings it owns. doctor is what doctor checks for.
+func (c *commonOptions) openStore(log *logger, doctor runAsks) (semaphore.Store, error) {
 	n := names{src: c.src, flags: c.flags}
 	if c.local {
 		return c.openLocal(log.Warnf, n)
@@ -133,7 +141,9 @@ func (c *commonOptions) openStore(log *logger, doctorFence time.Duration) (semap
 	o := redisstore.Options{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: log.Warnf, Infof: log.Infof,
 		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
-		Unnamed: c.src.origin("redis") == fromDefault, RestartFence: doctorFence,
+		Unnamed: c.src.origin("redis") == fromDefault, RestartFence: doctor.fence, MinReplicas: doctor.minReplicas,
+		// -q silences what -v would say.
+		Verbose: c.verbose && !c.quiet,
 	}
 	if c.f.Streams.ErrTerminal != nil && !c.quiet {
 		// Someone watches: a named Redis that does not answer is retried

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,6 +77,9 @@ func genMan(root *cobra.Command, date time.Time, dir string) error {
 	if err := doc.GenManTree(root, header, dir); err != nil {
 		return err
 	}
+	if err := addSections(filepath.Join(dir, root.Name()+".1"), cmd.ManSections(root)); err != nil {
+		return err
+	}
 	pages, err := filepath.Glob(filepath.Join(dir, "*.1"))
 	if err != nil {
 		return err
@@ -86,6 +90,55 @@ func genMan(root *cobra.Command, date time.Time, dir string) error {
 		}
 	}
 	return nil
+}
+
+// addSections writes sections into the man page at path, where man pages
+// have them: before EXAMPLE (or SEE ALSO), else at the end. cobra's
+// generator has no hook for sections of its own.
+func addSections(path string, sections []cmd.ManSection) error {
+	page, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, sec := range sections {
+		macro := ".SH"
+		if sec.Sub {
+			macro = ".SS"
+		}
+		fmt.Fprintf(&b, "%s %s\n", macro, roffQuote(sec.Title))
+		if sec.Intro != "" {
+			fmt.Fprintf(&b, ".PP\n%s\n", roffText(sec.Intro))
+		}
+		for _, e := range sec.Entries {
+			fmt.Fprintf(&b, ".TP\n\\fB%s\\fP\n%s\n", roffText(e.Term), roffText(e.Text))
+		}
+		b.WriteString("\n")
+	}
+	text := string(page)
+	at := len(text)
+	for _, next := range []string{"\n.SH EXAMPLE\n", "\n.SH SEE ALSO\n"} {
+		if i := strings.Index(text, next); i >= 0 {
+			at = i + 1
+			break
+		}
+	}
+	return os.WriteFile(path, []byte(text[:at]+b.String()+text[at:]), 0o644)
+}
+
+// roffText is text as roff prints it: a backslash escaped, and a line that
+// would start with a control character (. or ') made plain.
+func roffText(text string) string {
+	text = strings.ReplaceAll(text, `\`, `\e`)
+	if strings.HasPrefix(text, ".") || strings.HasPrefix(text, "'") {
+		text = `\&` + text
+	}
+	return text
+}
+
+// roffQuote is a macro's argument: quoted, as a title may hold spaces.
+func roffQuote(text string) string {
+	return `"` + strings.ReplaceAll(roffText(text), `"`, `\(dq`) + `"`
 }
 
 // gzipFile replaces path with path.gz. The gzip header carries no name

@@ -47,6 +47,32 @@ func TestGenerate(t *testing.T) {
 	}
 }
 
+// TestManPageHasStatusesAndVariables: semrun(1) carries every exit status
+// and variable cmd lists (which cmd's tests hold to the code), in sections
+// of their own, where man puts them: before EXAMPLE.
+func TestManPageHasStatusesAndVariables(t *testing.T) {
+	dir := t.TempDir()
+	if err := generate(dir); err != nil {
+		t.Fatalf("generate: %v", err)
+	}
+	page := gunzip(t, filepath.Join(dir, "man", "semrun.1.gz"))
+	status, env, example := strings.Index(page, "\n.SH \"EXIT STATUS\"\n"), strings.Index(page, "\n.SH \"ENVIRONMENT\"\n"), strings.Index(page, "\n.SH EXAMPLE\n")
+	if status < 0 || env < status || example < env {
+		t.Fatalf("semrun.1: got EXIT STATUS at %d, ENVIRONMENT at %d, EXAMPLE at %d; want them in that order", status, env, example)
+	}
+	terms := []string{"75", "112", "125", "126", "127", "128+N", "SEMRUN_KEY", "SEMRUN_REDIS_PASSWORD", "SEMRUN_HELD_KEY", "SEMRUN_FENCING_TOKEN"}
+	for _, sec := range cmd.ManSections(cmd.NewCmdRoot(cmd.System())) {
+		for _, e := range sec.Entries {
+			terms = append(terms, e.Term)
+		}
+	}
+	for _, term := range terms {
+		if !strings.Contains(page[status:example], ".TP\n\\fB"+term+"\\fP\n") {
+			t.Errorf("semrun.1: %s is missing from EXIT STATUS and ENVIRONMENT", term)
+		}
+	}
+}
+
 // TestGenerateReplaces checks that a page of a command that is gone does not
 // survive a new run.
 func TestGenerateReplaces(t *testing.T) {

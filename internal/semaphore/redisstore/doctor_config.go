@@ -95,8 +95,9 @@ func (s *Store) maxmemory(ctx context.Context, n *doctorNode) semaphore.Check {
 }
 
 // replication refuses a replica (it refuses semrun's writes, or keeps
-// grants its master never sees) and points a master with replicas at
-// the min replicas setting.
+// grants its master never sees), points a master with replicas at the min
+// replicas setting, and checks the one a run would ask: more than half of
+// the master's replicas (see majority), and no more than it has.
 func (s *Store) replication(n *doctorNode) semaphore.Check {
 	switch role := n.info["role"]; role {
 	case "":
@@ -111,12 +112,26 @@ func (s *Store) replication(n *doctorNode) semaphore.Check {
 		return n.check("replication", semaphore.CheckFail, fmt.Sprintf("a replica of %s: it refuses semrun's writes (READONLY), or, writable, keeps grants its master never sees", master),
 			fmt.Sprintf("point %s at the master (%s), or use %s to follow it through failovers", s.names.Name(URLSetting), master, s.names.Name(SentinelMasterSetting)))
 	}
-	switch replicas, _ := strconv.Atoi(n.info["connected_slaves"]); replicas {
-	case 0:
-		return n.check("replication", semaphore.CheckOK, "master, no replicas", "")
-	case 1:
-		return n.check("replication", semaphore.CheckOK, fmt.Sprintf("master with 1 replica: a failover can lose the grants it had not received yet; %s 1 makes each grant wait until it has it", s.names.Name(semaphore.MinReplicasSetting)), "")
-	default:
-		return n.check("replication", semaphore.CheckOK, fmt.Sprintf("master with %d replicas: a failover can lose the grants they had not received yet; %s %d makes each grant wait until they have it", replicas, s.names.Name(semaphore.MinReplicasSetting), replicas), "")
+	replicas, _ := strconv.Atoi(n.info["connected_slaves"])
+	setting := s.names.Name(semaphore.MinReplicasSetting)
+	have := fmt.Sprintf("master with %d replicas", replicas)
+	if replicas == 1 {
+		have = "master with 1 replica"
 	}
+	if why, fix := s.noMajority(s.minReplicas, replicas); why != "" {
+		return n.check("replication", semaphore.CheckWarn, have+"; "+why, fix+": more than half of the master's replicas")
+	}
+	switch {
+	case s.minReplicas > replicas:
+		// WAIT is never answered: every grant fails after the connect timeout.
+		return n.check("replication", semaphore.CheckFail, fmt.Sprintf("%s, fewer than %s %d: no grant counts until that many replicas have it, so every run fails", have, setting, s.minReplicas),
+			fmt.Sprintf("connect more replicas (INFO replication, connected_slaves), or lower %s", setting))
+	case s.minReplicas > 0:
+		return n.check("replication", semaphore.CheckOK, fmt.Sprintf("%s; %s %d, more than half of them: a grant counts once they have it, so a failover keeps it and no partition lets two sides grant it", have, setting, s.minReplicas), "")
+	case replicas == 0:
+		return n.check("replication", semaphore.CheckOK, "master, no replicas", "")
+	case replicas == 1:
+		return n.check("replication", semaphore.CheckOK, fmt.Sprintf("%s: a failover can lose the grants it had not received yet; %s 1 makes each grant wait until it has it", have, setting), "")
+	}
+	return n.check("replication", semaphore.CheckOK, fmt.Sprintf("%s: a failover can lose the grants they had not received yet; %s %d, more than half of them, makes each grant wait until that many have it", have, setting, majority(replicas)), "")
 }

@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,13 +30,19 @@ type lease struct {
 	// the lease lasts.
 	fence time.Duration
 	token int64
+	// countReplicas: the next replicated renewal also reads how many
+	// replicas the master has, to warn once of min replicas that is no
+	// majority of them (with --verbose only).
+	countReplicas atomic.Bool
 
 	mu       sync.Mutex
 	deadline clock.Instant
 }
 
 func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, deadline clock.Instant) *lease {
-	return &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token, deadline: deadline}
+	l := &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token, deadline: deadline}
+	l.countReplicas.Store(s.verbose && req.MinReplicas > 0)
+	return l
 }
 
 func (l *lease) Token() int64 { return l.token }
@@ -82,19 +91,30 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("find the node that serves key %q: %w", l.key, err)
 	}
-	var renew, wait *redis.Cmd
+	var renew, wait, info *redis.Cmd
 	timeout := replicaWait(l.ttl)
 	if d, ok := ctx.Deadline(); ok {
 		// WAIT must answer before the call's deadline cuts the connection.
 		timeout = max(min(timeout, time.Until(d)/2), time.Millisecond)
 	}
-	if _, err := node.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	_, err = node.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		// The whole script: a NOSCRIPT reply to EVALSHA could not be
 		// answered with a load in time, in a pipeline.
 		renew = protocol.Eval(ctx, pipe, l.keys, l.renewArgs())
 		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
+		if l.countReplicas.Load() {
+			// In the same round trip: --verbose costs no wait of its own.
+			info = pipe.Do(ctx, "INFO", "replication")
+		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil && info != nil && renew.Err() == nil && wait.Err() == nil {
+		err = nil // INFO refused (an ACL user without +info): the count only informs
+	}
+	if info != nil {
+		l.sayMajority(info)
+	}
+	if err != nil {
 		if redis.HasErrorPrefix(err, "MOVED ") || redis.HasErrorPrefix(err, "ASK ") {
 			// The slot moved: the next try asks the node that serves it now.
 			l.s.client.Moved(ctx)
@@ -116,6 +136,45 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("%d of %d replicas had it within %v (%s)", acked, l.minReplicas, timeout, l.s.names.Name(semaphore.MinReplicasSetting))
 	}
 	return true, nil
+}
+
+// sayMajority warns, once, when the lease's min replicas is no majority of
+// the replicas the master's INFO replication counts.
+func (l *lease) sayMajority(info *redis.Cmd) {
+	text, err := info.Text()
+	var refused redis.Error
+	if err != nil && !errors.As(err, &refused) {
+		return // no answer: asked again with the next renewal
+	}
+	if !l.countReplicas.CompareAndSwap(true, false) || err != nil {
+		return // said already, or refused (an ACL user without +info)
+	}
+	replicas, err := strconv.Atoi(parseInfo(text)["connected_slaves"])
+	if err != nil {
+		return
+	}
+	if why, fix := l.s.noMajority(l.minReplicas, replicas); why != "" {
+		l.s.warnf("key %q: %s; use %s", l.key, why, fix)
+	}
+}
+
+// majority is the least min replicas that survives a partition which
+// leaves the master with some of its replicas: more than half of them.
+// Two sides can then never both have their WAITs answered, the old master
+// by the replicas it kept and a promoted one by the others, and so never
+// both grant the same permit.
+func majority(replicas int) int { return replicas/2 + 1 }
+
+// noMajority says why minReplicas does not survive such a partition of a
+// master with replicas, and the setting that does; empty when it does, or
+// when it asks for none.
+func (s *Store) noMajority(minReplicas, replicas int) (why, fix string) {
+	if minReplicas <= 0 || minReplicas >= majority(replicas) {
+		return "", ""
+	}
+	return fmt.Sprintf("%s %d is not more than half of the master's %d replicas: a partition can leave the old master and a promoted replica with %d each, and both grant the same permit",
+			s.names.Name(semaphore.MinReplicasSetting), minReplicas, replicas, minReplicas),
+		s.names.Ways(semaphore.MinReplicasSetting, strconv.Itoa(majority(replicas)))
 }
 
 // renewArgs are the lease's renewal, as renew.lua takes it.

@@ -8,6 +8,7 @@ package redisstore
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,15 @@ type Options struct {
 	// RestartFence is the restart fence a run would ask: doctor warns
 	// while the server has been up for less. 0: no warning.
 	RestartFence time.Duration
+	// MinReplicas is the min replicas a run would ask: doctor warns when
+	// it is no majority of a master's replicas (see majority), and fails
+	// when the master has fewer.
+	MinReplicas int
+	// Verbose: the caller says what happens (--verbose). The first grant
+	// with min replicas then also reads how many replicas the master has,
+	// in the same round trip as its WAIT, to warn when min replicas is no
+	// majority of them.
+	Verbose bool
 	// Retrying, when set, hears of the first failure of a call that is
 	// retried for the connect timeout, once a call, with the store's
 	// address as messages show it (no password).
@@ -101,10 +111,12 @@ type Store struct {
 	maxLine int
 	// reached: a call got the server's answer, so the store was reachable.
 	reached atomic.Bool
-	// unnamed, retrying and restartFence are Options'.
+	// unnamed, retrying, restartFence, minReplicas and verbose are Options'.
 	unnamed      bool
 	retrying     func(addr string, err error)
 	restartFence time.Duration
+	minReplicas  int
+	verbose      bool
 }
 
 var _ semaphore.Store = (*Store)(nil)
@@ -170,6 +182,9 @@ func (o *Options) check() error {
 	if o.Prefix == "" {
 		return &semaphore.SettingError{Setting: PrefixSetting, Err: errors.New("must not be empty")}
 	}
+	if o.MinReplicas < 0 || o.MinReplicas > semaphore.MaxReplicas {
+		return &semaphore.SettingError{Setting: semaphore.MinReplicasSetting, Value: o.MinReplicas, Err: fmt.Errorf("must be from 0 to %d", semaphore.MaxReplicas)}
+	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -206,8 +221,8 @@ func (o *Options) settle(opt *redis.UniversalOptions) {
 }
 
 // NewWithClient returns a store over c; addr names it in messages and must
-// hold no secret. Of o, only Prefix, ConnectTimeout, Warnf, Infof, Cluster
-// and Names are used: c is connected as it is. Tests use it to wrap a client.
+// hold no secret. Of o, only Prefix, ConnectTimeout, Warnf, Infof, Cluster,
+// Names, MinReplicas and Verbose are used: c is connected as it is. Tests use it to wrap a client.
 func NewWithClient(c Client, addr string, o Options) *Store {
 	warnf, infof := o.Warnf, o.Infof
 	if warnf == nil {
@@ -220,7 +235,8 @@ func NewWithClient(c Client, addr string, o Options) *Store {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
 	return &Store{client: c, prefix: o.Prefix, addr: addr, connectTimeout: o.ConnectTimeout,
-		cluster: o.Cluster, warnf: warnf, infof: infof, names: o.names(), maxLine: MaxLine}
+		cluster: o.Cluster, warnf: warnf, infof: infof, names: o.names(), maxLine: MaxLine,
+		minReplicas: o.MinReplicas, verbose: o.Verbose}
 }
 
 // Addr is the store's address with any password redacted.
