@@ -164,10 +164,23 @@ func TestRedisScriptWorkIsFlat(t *testing.T) {
 			ids[i] = fmt.Sprintf("WAITER%05d", i)
 			runAcquireArgs(t, raw, k, protocol.AcquireArgs{ID: ids[i], Permits: 1, TTL: 30 * time.Second, Wait: time.Minute})
 		}
+		// The head is alive, blocked on its wake list, as in a healthy
+		// line: its turn is taken at once, and no roll call follows.
+		head := redis.NewClient(&redis.Options{Addr: raw.Options().Addr, Protocol: 2, DisableIdentity: true, ClientName: "head-" + key})
+		defer head.Close()
+		popped := make(chan error, 1)
+		go func() { popped <- head.BLPop(ctx, 10*time.Second, k.WakeList(ids[0])).Err() }()
+		waitFor(t, 10*time.Second, "the head blocked on its wake list", func() bool {
+			list, err := raw.ClientList(ctx).Result()
+			return err == nil && strings.Contains(list, "name=head-"+key+" ") && strings.Contains(list, "cmd=blpop")
+		})
 		if err := raw.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatalf("CONFIG RESETSTAT: %v", err)
 		}
 		release(t, h)
+		if err := <-popped; err != nil {
+			t.Fatalf("the head's BLPOP: %v, want its turn", err)
+		}
 		runScript(t, raw, k, protocol.RenewArgs{ID: ids[0], TTL: 30 * time.Second})
 		runAcquireArgs(t, raw, k, protocol.AcquireArgs{ID: ids[waiters-1], Permits: 1, TTL: 30 * time.Second, Wait: time.Minute})
 		runScript(t, raw, k, protocol.StatusArgs{List: 10})
@@ -283,5 +296,52 @@ func TestWaiterLeaseGrowsWithTheLine(t *testing.T) {
 	}
 	if z, err := raw.ZScore(context.Background(), k.Leases, "NEW").Result(); err != nil || int64(z)-serverMicros(t, raw)/1000 < 23000 {
 		t.Errorf("the newcomer's lease in the leases set: got (%v, %v), want ~24s from now", z, err)
+	}
+}
+
+// TestRedisCrowdOfDeadWaitersCostsSeconds: half of a line of 200, killed
+// at once (their connections gone, their places left behind), delays the
+// rest by seconds in all, not a claim each: the first turn not taken
+// calls the roll, and the dead leave the line together.
+func TestRedisCrowdOfDeadWaitersCostsSeconds(t *testing.T) {
+	t.Parallel()
+	srv, st, _ := setup(t, Options{})
+	const n, line = 5, 200
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: n, TTL: 30 * time.Second}
+	var holders []semaphore.Lease
+	for range n {
+		holders = append(holders, acquire(t, st, req))
+	}
+	var live []<-chan semaphoretest.Acquired
+	var dead []func()
+	for i := range line {
+		w := newStore(t, srv.URL(), Options{})
+		ch, stop := startAcquire(t, w, req, time.Minute)
+		waitersOf(t, st, key, i+1)
+		if i%2 == 0 {
+			live = append(live, ch)
+		} else {
+			dead = append(dead, func() { _ = w.Close(); stop() })
+		}
+	}
+	for _, kill := range dead {
+		kill()
+	}
+	start := time.Now()
+	for _, h := range holders {
+		release(t, h)
+	}
+	for i, ch := range live {
+		r := receive(t, ch, 50*time.Second, fmt.Sprintf("live waiter %d of %d", i+1, len(live)))
+		if r.Err != nil {
+			t.Fatalf("live waiter %d: got %v, want a permit", i+1, r.Err)
+		}
+		release(t, r.L)
+	}
+	took := time.Since(start)
+	t.Logf("%d live waiters served in %v behind %d dead", len(live), took.Round(time.Millisecond), len(dead))
+	if took > 10*time.Second {
+		t.Errorf("the crowd of %d dead waiters held the line up %v, want at most 10s in all", len(dead), took.Round(time.Millisecond))
 	}
 }

@@ -37,6 +37,13 @@ const (
 	// its turn: a waiter that died in line costs those behind it this
 	// long, whatever its lease.
 	Claim = 2 * time.Second
+	// RollCall is how long a waiter has to answer a roll call (watch.lua)
+	// before it leaves the line, and how long a turn not taken at once
+	// stays claimed: a crowd of waiters killed together costs about this,
+	// not a claim each.
+	RollCall = 2 * time.Second
+	// RollCallMax is how many waiters, from the head, one roll call reaches.
+	RollCallMax = 1000
 	// WakeListLife is how long a wake list lives after its last push: a
 	// list whose waiter is gone vanishes on its own.
 	WakeListLife = time.Minute
@@ -68,6 +75,8 @@ var limits = []limit{
 	{"MAXWAIT", MaxWaiterLease.Milliseconds()},
 	{"MAXLINE", MaxLineArg},
 	{"CLAIM", Claim.Milliseconds()},
+	{"ROLLCALL", RollCall.Milliseconds()},
+	{"ROLLMAX", RollCallMax},
 	{"WAKELIFE", WakeListLife.Milliseconds()},
 	{"MAXLIST", MaxStatusList},
 	{"SWEEP", Sweep},

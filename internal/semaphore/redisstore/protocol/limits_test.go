@@ -24,7 +24,7 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 	want := map[string]int64{
 		"MAXTTL": MaxTTL.Milliseconds(), "MINTTL": MinTTL.Milliseconds(), "MAXPERMITS": MaxPermits,
 		"PERWAITER": PerWaiter.Milliseconds(), "MAXWAIT": MaxWaiterLease.Milliseconds(), "MAXLINE": MaxLineArg,
-		"CLAIM": Claim.Milliseconds(), "WAKELIFE": WakeListLife.Milliseconds(), "MAXLIST": MaxStatusList,
+		"CLAIM": Claim.Milliseconds(), "ROLLCALL": RollCall.Milliseconds(), "ROLLMAX": RollCallMax, "WAKELIFE": WakeListLife.Milliseconds(), "MAXLIST": MaxStatusList,
 		"SWEEP": Sweep, "MAXINT": 9007199254740991,
 	}
 	if len(limits) != len(want) {

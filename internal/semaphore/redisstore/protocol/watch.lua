@@ -1,16 +1,50 @@
--- watch.lua: ask the first waiter in line to look again when the earliest
--- lease can lapse. A caller whose script handed seats over runs it when a
--- turn was not taken at once: its waiter may be dead, and its claim then
--- lapses with nobody else awake to take the seat back (see handoff).
+-- watch.lua: a turn handed over was not taken at once: its waiter was not
+-- blocked on its wake list, so it may be dead, and so may many behind it
+-- (a crowd killed together). Three things, so that a crowd costs seconds
+-- in all rather than a claim each:
+-- * the first waiter in line is asked to look again when the earliest
+--   lease can lapse, since nobody else may be awake to take the seat back;
+-- * turns still not taken are claimed for ROLLCALL at most;
+-- * a roll call, at most once per ROLLCALL: the first ROLLMAX waiters get
+--   a place that lapses within ROLLCALL and are asked to renew it now
+--   ("c <now>"). A live waiter, blocked on its wake list, asks at once and
+--   keeps its place; a dead one leaves the line within ROLLCALL, and the
+--   waiters at the head (who look when the shortened claims lapse) skip it.
 -- KEYS: see lib.lua. ARGV: wake, the prefix of the key's wake lists.
--- Reply: watched, 1 when a waiter was asked.
+-- Reply: watched, 1 when a waiter was asked to look; called, how many
+-- waiters the roll call reached.
 local a = args()
 if not a.wake then return redis.error_reply('ERR semrun: watch.lua: bad arguments') end
+
+local called = 0
+local roll = field('#roll', 0, MAXINT)
+if not roll or roll <= now then
+  redis.call('HSET', infoKey, '#roll', now + ROLLCALL)
+  local by = now + ROLLCALL
+  -- Claims pending lapse within CLAIM; a few suffice: one script hands over few.
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', by), now + CLAIM, 'LIMIT', 0, SWEEP)) do
+    if redis.call('HGET', infoKey, '#claim ' .. id) and redis.call('EXISTS', wakekey(a.wake, id)) == 1 then
+      redis.call('ZADD', holdersKey, 'XX', by, id)
+    end
+  end
+  for _, id in ipairs(redis.call('ZRANGE', queueKey, 0, ROLLMAX - 1)) do
+    local lease = num(redis.call('ZSCORE', leasesKey, id), 0, MAXINT)
+    if lease and lease > by then
+      redis.call('ZADD', leasesKey, 'XX', by, id)
+      local k = wakekey(a.wake, id)
+      redis.call('RPUSH', k, string.format('c %d', now))
+      redis.call('PEXPIRE', k, WAKELIFE)
+      called = called + 1
+    end
+  end
+  keepalive(0)
+end
+
 local head = redis.call('ZRANGE', queueKey, 0, 0)[1]
 local first = redis.call('ZRANGE', holdersKey, 0, 0, 'WITHSCORES')
 local at = first[2] and num(first[2], 0, MAXINT)
-if not head or not at then return reply{watched = 0} end
+if not head or not at then return reply{watched = 0, called = called} end
 local k = wakekey(a.wake, head)
 redis.call('RPUSH', k, string.format('c %d', at))
 redis.call('PEXPIRE', k, WAKELIFE)
-return reply{watched = 1}
+return reply{watched = 1, called = called}
