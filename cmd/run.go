@@ -194,7 +194,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
 		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
 		TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
-		Signals: signals, Warnf: log.Warnf,
+		Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
 		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
 	}, lease)
 	if runErr == nil {

@@ -64,6 +64,12 @@ type Spec struct {
 	// Clock times the renewals, the loss of the permit and the grace
 	// period; nil is clock.System. The lease's Deadline is read on it.
 	Clock clock.Clock
+	// ReapOrphans says that the command is the only child this process
+	// starts: every other child it has is one the command left behind
+	// (Linux adopts them), and is reaped as it ends, so that none stays a
+	// zombie under a long job. Leave it false in a process with children
+	// of its own, whose end their own waits must see.
+	ReapOrphans bool
 }
 
 // Result is how the child ended.
@@ -177,7 +183,11 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	term := newTerminal(spec.Stdin)
 
 	events := make(chan waitEvent, 1)
-	g, err := start(path, spec, term, events)
+	// abandoned tells the child's waiter that Run no longer listens: it
+	// returned with the child, or what it left, not stopped.
+	abandoned := make(chan struct{})
+	defer close(abandoned)
+	g, err := start(path, spec, term, events, abandoned)
 	if err != nil {
 		return Result{}, startError(spec.Args[0], err)
 	}

@@ -176,6 +176,9 @@ func newHarness(t *testing.T, args ...string) *harness {
 			}
 		},
 		Clock: clk,
+		// As semrun runs: the test process starts no other children
+		// while Run runs.
+		ReapOrphans: true,
 	}
 	return h
 }
