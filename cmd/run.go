@@ -199,7 +199,10 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	}, lease)
 	if runErr == nil {
 		ended := fmt.Sprintf("exited with status %d", res.ExitCode)
-		if res.Signal != 0 {
+		switch {
+		case res.StillRuns:
+			ended = "could not be stopped"
+		case res.Signal != 0:
 			ended = "was killed by " + runner.SignalName(res.Signal)
 		}
 		log.Infof("key %q: the command %s after %v", o.key, ended, time.Since(started).Round(time.Millisecond))
@@ -210,7 +213,12 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		return runErr
 	}
 	if res.Terminated {
-		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost}
+		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost, unstopped: res.Unstopped}
+	}
+	if len(res.Unstopped) > 0 {
+		// The command had ended by itself, and keeps its status; what it
+		// left did not stop.
+		log.Warnf("key %q: %s", o.key, couldNotStop(res.Unstopped))
 	}
 	return &childExit{code: res.ExitCode, sig: res.Signal}
 }

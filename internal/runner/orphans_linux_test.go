@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,7 +38,7 @@ func TestOrphansAreReapedWhileTheCommandRuns(t *testing.T) {
 	}
 	h.running()
 	h.stdin.Close()
-	if res, err := h.wait(); err != nil || res != (runner.Result{ExitCode: 5}) {
+	if res, err := h.wait(); err != nil || !reflect.DeepEqual(res, runner.Result{ExitCode: 5}) {
 		t.Fatalf("got %+v, %v; want exit 5", res, err)
 	}
 }

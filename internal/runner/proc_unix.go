@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -221,6 +222,26 @@ func (w waiter) reapGroup() {
 		}
 		pause = min(pause*2, groupLastLook)
 	}
+}
+
+// unstopped lists (at most maxLeftShown of) the processes still in g after
+// SIGKILL, each sent SIGKILL once more to learn why it lives on. childAlive
+// says that the child has not exited: it is named even where the group
+// cannot be listed.
+func (g group) unstopped(childAlive bool) []Unstopped {
+	var left []Unstopped
+	for _, p := range leftInGroup(int(g), maxLeftShown) {
+		if err := unix.Kill(p.PID, unix.SIGKILL); err != unix.ESRCH {
+			left = append(left, Unstopped{Process: p, Err: err})
+		}
+	}
+	listed := slices.ContainsFunc(left, func(u Unstopped) bool { return u.PID == int(g) })
+	if childAlive && !listed {
+		if err := unix.Kill(int(g), unix.SIGKILL); err != unix.ESRCH {
+			left = append(left, Unstopped{Process: Process{PID: int(g)}, Err: err})
+		}
+	}
+	return left
 }
 
 // How often reapGroup looks at a lingering group: soon after the child

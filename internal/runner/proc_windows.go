@@ -35,6 +35,10 @@ func (group) deliver(os.Signal) (stopped bool) { return false }
 func (g group) terminate() { g.kill() }
 func (g group) kill()      { _ = windows.TerminateJobObject(g.job, 1) }
 
+// unstopped is empty: ending the job ends every process in it, whatever
+// its user.
+func (group) unstopped(bool) []Unstopped { return nil }
+
 // close closes the job, ending whatever is still in it.
 func (g group) close() { _ = windows.CloseHandle(g.job) }
 

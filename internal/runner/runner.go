@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -80,8 +81,25 @@ type Result struct {
 	Signal syscall.Signal
 	// Lost is why the permit was lost while the child ran; nil if it was not.
 	Lost error
-	// Terminated is true when the child was stopped because of Lost.
+	// Terminated is true when the child was stopped because of Lost, or
+	// told to stop, when StillRuns.
 	Terminated bool
+	// Unstopped is what a stop for Lost could not end: the child itself,
+	// or what it left in its group. Run gives up waiting for them, and
+	// they may run on.
+	Unstopped []Unstopped
+	// StillRuns says that the child itself is among them: it has no
+	// status, and ExitCode and Signal say nothing.
+	StillRuns bool
+}
+
+// Unstopped is a process that SIGKILL did not end.
+type Unstopped struct {
+	Process
+	// Err is why: the kill's error (EPERM: the process changed its user,
+	// as sudo or a set-uid program does), or nil when it was signalled
+	// but lives on (stuck in the kernel, say).
+	Err error
 }
 
 // StartError means the child could not be started.
@@ -230,6 +248,11 @@ type supervisor struct {
 	// its group, to report them if they are still there (not a setsid on
 	// its way out); nil otherwise.
 	lingered <-chan time.Time
+	// stopCheck fires a moment after the group was killed for a lost
+	// permit, to name what is still there, which SIGKILL could not end;
+	// killedAt is when the first SIGKILL was sent.
+	stopCheck <-chan time.Time
+	killedAt  time.Time
 	// exited: the child has exited, by itself or not; what is left is
 	// what it left in its group.
 	exited bool
@@ -283,7 +306,7 @@ func (s *supervisor) run(events <-chan waitEvent) Result {
 			s.givingUp()
 		case <-alarmC(s.kill):
 			s.kill = nil
-			s.g.kill()
+			s.killGroup()
 		case ev := <-events:
 			if s.childChanged(ev) {
 				return s.res
@@ -293,9 +316,57 @@ func (s *supervisor) run(events <-chan waitEvent) Result {
 			if left, ok := stillInGroup(s.g); ok {
 				s.spec.Lingering(s.res.ExitCode, s.res.Signal, left)
 			}
+		case <-s.stopCheck:
+			s.stopCheck = nil
+			if s.gaveUpStopping() {
+				return s.res
+			}
 		}
 	}
 }
+
+// killGroup kills the child's group for a lost permit, and looks a moment
+// later at what is still there.
+func (s *supervisor) killGroup() {
+	s.g.kill()
+	if s.killedAt.IsZero() {
+		s.killedAt = time.Now()
+		s.stopCheck = time.After(stopLook)
+	}
+}
+
+// gaveUpStopping tells whether Run must give up the processes SIGKILL did
+// not end, and return: it must not wait for them to run out, nor say the
+// command was terminated while it runs on. A process that refused the
+// signal (it changed its user) is given up at once; one that took it but
+// lives on (stuck in the kernel) once stuckFor has passed. Until then, and
+// when nothing is left, the wait goes on.
+func (s *supervisor) gaveUpStopping() bool {
+	if !s.exited && s.g.exited() {
+		// The child's end is on its way: its status first.
+		s.stopCheck = time.After(stopLook)
+		return false
+	}
+	left := s.g.unstopped(!s.exited)
+	if len(left) == 0 {
+		return false
+	}
+	refused := slices.ContainsFunc(left, func(u Unstopped) bool { return u.Err != nil })
+	if !refused && time.Since(s.killedAt) < stuckFor {
+		s.stopCheck = time.After(stopLook)
+		return false
+	}
+	s.res.Unstopped, s.res.StillRuns = left, !s.exited
+	return true
+}
+
+// SIGKILL ends a process semrun may signal within milliseconds: the group
+// is looked at stopLook after it was sent, and every stopLook after that
+// while what is left took the signal; stuckFor after, it is given up.
+const (
+	stopLook = time.Second
+	stuckFor = 5 * time.Second
+)
 
 // forward passes sig on to the child's group. SIGTSTP sent to semrun
 // itself (not from the terminal, which stops the child's group) must not
@@ -347,7 +418,7 @@ func (s *supervisor) onLost(err error) {
 		grace = min(grace, until(s.spec.Clock, s.lease.Deadline().Add(-Margin(s.spec.TTL))))
 	}
 	if grace <= 0 {
-		s.g.kill()
+		s.killGroup()
 		return
 	}
 	s.g.terminate()
@@ -379,7 +450,7 @@ func (s *supervisor) childChanged(ev waitEvent) (done bool) {
 	}
 	if s.res.Lost != nil && s.spec.OnLost == Terminate {
 		// What the child left in its group must not outlive the lease either.
-		s.g.kill()
+		s.killGroup()
 	}
 	s.exited = true
 	s.res.ExitCode, s.res.Signal = ev.status.ExitStatus(), 0
