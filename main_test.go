@@ -128,6 +128,7 @@ func TestScripts(t *testing.T) {
 					"ignoring":   cmdIgnoring,
 					"jsonlog":    cmdJSONLog,
 					"brokenpipe": cmdBrokenpipe,
+					"zombies":    cmdZombies,
 				},
 			})
 		})
@@ -705,6 +706,39 @@ func cmdPidstate(ts *testscript.TestScript, neg bool, args []string) {
 		state := procStatus(pid, "State")
 		return strings.HasPrefix(state, args[1]), fmt.Sprintf("its state is %q", state)
 	})
+}
+
+// zombies NAME N: wait (at most 10s) until the process start started as
+// NAME has at most N children that have exited and not been reaped.
+func cmdZombies(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: zombies NAME N")
+	}
+	pid := started(ts, "zombies", args[0]).cmd.Process.Pid
+	most, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	waitFor(ts, 10*time.Second, fmt.Sprintf("zombies: process %d has at most %d zombie children", pid, most), func() (bool, string) {
+		z := zombieChildren(ts, pid)
+		return len(z) <= most, fmt.Sprintf("it has %d: %v", len(z), z)
+	})
+}
+
+// zombieChildren lists the children of pid that have exited and not been
+// reaped, from /proc.
+func zombieChildren(ts *testscript.TestScript, pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	ts.Check(err)
+	var zombies []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if procStatus(child, "PPid") == strconv.Itoa(pid) && strings.HasPrefix(procStatus(child, "State"), "Z") {
+			zombies = append(zombies, child)
+		}
+	}
+	return zombies
 }
 
 // ignoring NAME SIG: wait (at most 10s) until the process start started as

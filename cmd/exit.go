@@ -69,16 +69,46 @@ type busyError struct {
 
 func (e *busyError) Error() string { return e.why }
 
-// lostError means the permit was lost and the child terminated; code is
-// --lost-exit-code.
+// lostError means the permit was lost and the child was told to stop;
+// code is --lost-exit-code. unstopped is what did not stop.
 type lostError struct {
-	key   string
-	code  int
-	cause error
+	key       string
+	code      int
+	cause     error
+	unstopped []runner.Unstopped
 }
 
 func (e *lostError) Error() string {
+	if len(e.unstopped) > 0 {
+		return fmt.Sprintf("key %q: permit lost: %s; %s", e.key, runner.LostWhy(e.cause), couldNotStop(e.unstopped))
+	}
 	return fmt.Sprintf("key %q: permit lost: %s; command terminated", e.key, runner.LostWhy(e.cause))
+}
+
+// couldNotStop names the processes a stop for a lost permit did not end,
+// and why, without a claim that they ended.
+func couldNotStop(left []runner.Unstopped) string {
+	var procs []string
+	for _, u := range left {
+		p := fmt.Sprintf("pid %d", u.PID)
+		if u.Name != "" {
+			p += " (" + u.Name + ")"
+		}
+		switch {
+		case errors.Is(u.Err, syscall.EPERM):
+			p += ": operation not permitted, it changed its user"
+		case u.Err != nil:
+			p += ": " + u.Err.Error()
+		default:
+			p += ": still there after SIGKILL"
+		}
+		procs = append(procs, p)
+	}
+	runs := "it may still run"
+	if len(left) > 1 {
+		runs = "they may still run"
+	}
+	return "could not stop " + strings.Join(procs, "; ") + "; " + runs
 }
 
 // interruptedError means a signal ended the wait for a permit.

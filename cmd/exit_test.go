@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -39,6 +40,30 @@ func TestExitStatus(t *testing.T) {
 			code, sig, msg := exitStatus(tt.err)
 			if code != tt.code || sig != tt.sig || (msg != "") != tt.printed {
 				t.Errorf("exitStatus(%v) = %d, %v, %q; want %d, %v, printed %v", tt.err, code, sig, msg, tt.code, tt.sig, tt.printed)
+			}
+		})
+	}
+}
+
+// A stop for a lost permit that did not end the command names what runs
+// on, and never says the command was terminated; the status is still the
+// lost one.
+func TestLostLineNamesWhatDidNotStop(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		unstopped []runner.Unstopped
+		want      string
+	}{
+		{"changed its user", []runner.Unstopped{{Process: runner.Process{PID: 1234, Name: "sleep"}, Err: syscall.EPERM}},
+			"could not stop pid 1234 (sleep): operation not permitted, it changed its user; it may still run"},
+		{"stuck, and unnamed", []runner.Unstopped{{Process: runner.Process{PID: 1234, Name: "sleep"}}, {Process: runner.Process{PID: 1240}}},
+			"could not stop pid 1234 (sleep): still there after SIGKILL; pid 1240: still there after SIGKILL; they may still run"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, msg := exitStatus(&lostError{key: "k", code: 112, cause: semaphore.ErrLost, unstopped: tt.unstopped})
+			if code != 112 || !strings.HasPrefix(msg, `key "k": permit lost: `) || !strings.HasSuffix(msg, "; "+tt.want) || strings.Contains(msg, "terminated") {
+				t.Errorf("got %d, %q; want 112 and a line ending %q", code, msg, tt.want)
 			}
 		})
 	}

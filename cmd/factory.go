@@ -20,6 +20,11 @@ type Factory struct {
 	SystemConfigFile string
 	// DefaultRedisURL is where semrun looks for Redis when nothing names one.
 	DefaultRedisURL string
+	// ReapOrphans says that the process starts no child but the command:
+	// every other child it has is one the command left behind, reaped as
+	// it ends (runner.Spec.ReapOrphans). Tests that run semrun beside
+	// children of their own (redis-server) leave it false.
+	ReapOrphans bool
 }
 
 // System is the process's streams and environment, and the host's
@@ -30,6 +35,7 @@ func System() *Factory {
 		Environ:          os.Environ(),
 		SystemConfigFile: "/etc/semrun/config.yaml",
 		DefaultRedisURL:  "redis://127.0.0.1:6379/0",
+		ReapOrphans:      true,
 	}
 }
 

@@ -198,7 +198,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 			Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
 			Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
 			TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
-			Signals: signals, Warnf: log.Warnf,
+			Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
 			Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
 		}, lease)
 		if errors.Is(runErr, runner.ErrStale) {
@@ -217,7 +217,10 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.Result, runErr error, started time.Time, log *logger) error {
 	if runErr == nil {
 		ended := fmt.Sprintf("exited with status %d", res.ExitCode)
-		if res.Signal != 0 {
+		switch {
+		case res.StillRuns:
+			ended = "could not be stopped"
+		case res.Signal != 0:
 			ended = "was killed by " + runner.SignalName(res.Signal)
 		}
 		log.Infof("key %q: the command %s after %v", o.key, ended, time.Since(started).Round(time.Millisecond))
@@ -228,7 +231,12 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 		return runErr
 	}
 	if res.Terminated {
-		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost}
+		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost, unstopped: res.Unstopped}
+	}
+	if len(res.Unstopped) > 0 {
+		// The command had ended by itself, and keeps its status; what it
+		// left did not stop.
+		log.Warnf("key %q: %s", o.key, couldNotStop(res.Unstopped))
 	}
 	return &childExit{code: res.ExitCode, sig: res.Signal}
 }

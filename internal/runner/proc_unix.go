@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -55,11 +56,12 @@ func stillInGroup(g group) ([]Process, bool) {
 func (group) close() {}
 
 // start starts the command at path in a process group of its own, and
-// reports its changes of state on events. With a terminal, a stop of the
-// child is reported too, and waiting resumes once the event's resumed
-// channel is signalled. syscall.ForkExec, not os/exec: the child is reaped
-// here, and os/exec's first start forks once more to probe for pidfd.
-func start(path string, spec Spec, term *terminal, events chan<- waitEvent) (group, error) {
+// reports its changes of state on events until abandoned is closed. With a
+// terminal, a stop of the child is reported too, and waiting resumes once
+// the event's resumed channel is signalled. syscall.ForkExec, not os/exec:
+// the child is reaped here, and os/exec's first start forks once more to
+// probe for pidfd.
+func start(path string, spec Spec, term *terminal, events chan<- waitEvent, abandoned <-chan struct{}) (group, error) {
 	adoptOrphans()
 	attr, jobControl := procAttr(term), term != nil
 	var files []uintptr
@@ -100,67 +102,109 @@ func start(path string, spec Spec, term *terminal, events chan<- waitEvent) (gro
 		if err != nil {
 			return
 		}
-		reap(pid, jobControl, events)
+		w := waiter{pid: pid, orphans: spec.ReapOrphans, events: events, abandoned: abandoned}
+		w.reap(jobControl)
 	}()
 	s := <-ready
 	runtime.KeepAlive(spec) // its files stay open until the child has them
 	return group(s.pid), s.err
 }
 
-// reap waits for the child's changes of state and reports them on events,
-// until it ends.
-func reap(pid int, jobControl bool, events chan<- waitEvent) {
+// waiter waits for the child pid, and for its orphans too when orphans is
+// set, and reports the child's changes of state on events until abandoned
+// is closed.
+type waiter struct {
+	pid       int
+	orphans   bool
+	events    chan<- waitEvent
+	abandoned <-chan struct{}
+}
+
+// waitFor is what a wait names: the child's pid, or any child when the
+// orphans are reaped too. Every child but the command is then one it left
+// behind: reaped as it ends, without a report, so that no zombie piles up
+// under semrun while the command runs. The command itself is reaped here
+// and nowhere else, so its status is never lost to another wait.
+func (w waiter) waitFor(pid int) int {
+	if w.orphans {
+		return -1
+	}
+	return pid
+}
+
+// send reports ev, unless Run no longer listens.
+func (w waiter) send(ev waitEvent) bool {
+	select {
+	case w.events <- ev:
+		return true
+	case <-w.abandoned:
+		return false
+	}
+}
+
+// reap waits for the child's changes of state and reports them, until it
+// ends.
+func (w waiter) reap(jobControl bool) {
 	flags := 0
 	if jobControl {
 		flags = unix.WUNTRACED
 	}
 	for {
 		var ws unix.WaitStatus
-		_, err := unix.Wait4(pid, &ws, flags, nil)
+		pid, err := unix.Wait4(w.waitFor(w.pid), &ws, flags, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			// Cannot happen for our own child; report it as killed.
-			events <- waitEvent{status: unix.WaitStatus(syscall.SIGKILL)}
+			w.send(waitEvent{status: unix.WaitStatus(syscall.SIGKILL)})
 			return
+		}
+		if pid != w.pid {
+			continue // an orphan, reaped; or stopped, which is its own business
 		}
 		if ws.Stopped() {
 			resumed := make(chan struct{})
-			events <- waitEvent{stopped: true, resumed: resumed}
+			if !w.send(waitEvent{stopped: true, resumed: resumed}) {
+				return
+			}
 			<-resumed
 			continue
 		}
 		// Only ESRCH says the group is empty: EPERM is a member semrun
 		// may not signal (a command run with sudo), which still counts.
-		if unix.Kill(-pid, 0) == unix.ESRCH {
-			events <- waitEvent{status: ws}
+		if unix.Kill(-w.pid, 0) == unix.ESRCH {
+			w.send(waitEvent{status: ws})
 			return
 		}
-		events <- waitEvent{status: ws, lingering: true}
-		reapGroup(pid)
-		events <- waitEvent{groupGone: true}
+		if !w.send(waitEvent{status: ws, lingering: true}) {
+			return
+		}
+		w.reapGroup()
+		w.send(waitEvent{groupGone: true})
 		return
 	}
 }
 
-// reapGroup waits until no process is left in the group pgid. Where semrun
-// adopts orphans (Linux), what the child left behind becomes semrun's
-// child as the child exits, and is reaped here; elsewhere it returns at
-// once. A process may also leave the group without exiting (setsid), which
-// no wait reports: so the group is looked at again, ever less often, until
-// it is empty. Only the group's are reaped: semrun may be a library's
-// process with children of its own. What left the group and ends is reaped
-// by whoever outlives semrun.
-func reapGroup(pgid int) {
+// reapGroup waits until no process is left in the child's group, or Run
+// no longer listens. Where semrun adopts orphans (Linux), what the child
+// left behind becomes semrun's child as the child exits, and is reaped
+// here; elsewhere it returns at once. A process may also leave the group
+// without exiting (setsid), which no wait reports: so the group is looked
+// at again, ever less often, until it is empty. Unless every orphan is
+// reaped, only the group's are: semrun may be a library's process with
+// children of its own. What left the group and ends is then reaped by
+// whoever outlives semrun.
+func (w waiter) reapGroup() {
 	if !waitsForGroup {
 		return
 	}
+	pgid := w.pid
 	pause := groupFirstLook
 	for {
 		for {
 			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-pgid, &ws, unix.WNOHANG, nil)
+			pid, err := unix.Wait4(w.waitFor(-pgid), &ws, unix.WNOHANG, nil)
 			if err == unix.EINTR {
 				continue
 			}
@@ -171,9 +215,33 @@ func reapGroup(pgid int) {
 		if unix.Kill(-pgid, 0) == unix.ESRCH {
 			return
 		}
-		time.Sleep(pause)
+		select {
+		case <-time.After(pause):
+		case <-w.abandoned:
+			return
+		}
 		pause = min(pause*2, groupLastLook)
 	}
+}
+
+// unstopped lists (at most maxLeftShown of) the processes still in g after
+// SIGKILL, each sent SIGKILL once more to learn why it lives on. childAlive
+// says that the child has not exited: it is named even where the group
+// cannot be listed.
+func (g group) unstopped(childAlive bool) []Unstopped {
+	var left []Unstopped
+	for _, p := range leftInGroup(int(g), maxLeftShown) {
+		if err := unix.Kill(p.PID, unix.SIGKILL); err != unix.ESRCH {
+			left = append(left, Unstopped{Process: p, Err: err})
+		}
+	}
+	listed := slices.ContainsFunc(left, func(u Unstopped) bool { return u.PID == int(g) })
+	if childAlive && !listed {
+		if err := unix.Kill(int(g), unix.SIGKILL); err != unix.ESRCH {
+			left = append(left, Unstopped{Process: Process{PID: int(g)}, Err: err})
+		}
+	}
+	return left
 }
 
 // How often reapGroup looks at a lingering group: soon after the child

@@ -35,6 +35,10 @@ func (group) deliver(os.Signal) (stopped bool) { return false }
 func (g group) terminate() { g.kill() }
 func (g group) kill()      { _ = windows.TerminateJobObject(g.job, 1) }
 
+// unstopped is empty: ending the job ends every process in it, whatever
+// its user.
+func (group) unstopped(bool) []Unstopped { return nil }
+
 // close closes the job, ending whatever is still in it.
 func (g group) close() { _ = windows.CloseHandle(g.job) }
 
@@ -42,8 +46,9 @@ func (g group) close() { _ = windows.CloseHandle(g.job) }
 // reports its end on events. The child starts suspended and runs only once
 // it is in the job, so that no process it starts can escape the job.
 // spec.Inherit is not passed on: only the local store has files to pass,
-// and Windows has no local store.
-func start(path string, spec Spec, _ *terminal, events chan<- waitEvent) (group, error) {
+// and Windows has no local store. Run never abandons the child here (the
+// job ends whatever is in it), and no orphan is semrun's to reap.
+func start(path string, spec Spec, _ *terminal, events chan<- waitEvent, _ <-chan struct{}) (group, error) {
 	var files []uintptr
 	for _, f := range []*os.File{spec.Stdin, spec.Stdout, spec.Stderr} {
 		if f == nil { // as with os/exec: the null device

@@ -7,7 +7,8 @@ import (
 )
 
 // procAttr puts the child in a process group of its own, in the terminal's
-// foreground when semrun has it, and kills it if semrun dies, even by SIGKILL.
+// foreground when semrun has it, and kills it if semrun dies, even by SIGKILL
+// (unless it changes its credentials, which clears the parent-death signal).
 func procAttr(t *terminal) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if t != nil {

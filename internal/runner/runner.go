@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -64,6 +65,12 @@ type Spec struct {
 	// Clock times the renewals, the loss of the permit and the grace
 	// period; nil is clock.System. The lease's Deadline is read on it.
 	Clock clock.Clock
+	// ReapOrphans says that the command is the only child this process
+	// starts: every other child it has is one the command left behind
+	// (Linux adopts them), and is reaped as it ends, so that none stays a
+	// zombie under a long job. Leave it false in a process with children
+	// of its own, whose end their own waits must see.
+	ReapOrphans bool
 }
 
 // Result is how the child ended.
@@ -74,8 +81,25 @@ type Result struct {
 	Signal syscall.Signal
 	// Lost is why the permit was lost while the child ran; nil if it was not.
 	Lost error
-	// Terminated is true when the child was stopped because of Lost.
+	// Terminated is true when the child was stopped because of Lost, or
+	// told to stop, when StillRuns.
 	Terminated bool
+	// Unstopped is what a stop for Lost could not end: the child itself,
+	// or what it left in its group. Run gives up waiting for them, and
+	// they may run on.
+	Unstopped []Unstopped
+	// StillRuns says that the child itself is among them: it has no
+	// status, and ExitCode and Signal say nothing.
+	StillRuns bool
+}
+
+// Unstopped is a process that SIGKILL did not end.
+type Unstopped struct {
+	Process
+	// Err is why: the kill's error (EPERM: the process changed its user,
+	// as sudo or a set-uid program does), or nil when it was signalled
+	// but lives on (stuck in the kernel, say).
+	Err error
 }
 
 // StartError means the child could not be started.
@@ -185,7 +209,11 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 	term := newTerminal(spec.Stdin)
 
 	events := make(chan waitEvent, 1)
-	g, err := start(path, spec, term, events)
+	// abandoned tells the child's waiter that Run no longer listens: it
+	// returned with the child, or what it left, not stopped.
+	abandoned := make(chan struct{})
+	defer close(abandoned)
+	g, err := start(path, spec, term, events, abandoned)
 	if err != nil {
 		return Result{}, startError(spec.Args[0], err)
 	}
@@ -252,6 +280,11 @@ type supervisor struct {
 	// its group, to report them if they are still there (not a setsid on
 	// its way out); nil otherwise.
 	lingered <-chan time.Time
+	// stopCheck fires a moment after the group was killed for a lost
+	// permit, to name what is still there, which SIGKILL could not end;
+	// killedAt is when the first SIGKILL was sent.
+	stopCheck <-chan time.Time
+	killedAt  time.Time
 	// exited: the child has exited, by itself or not; what is left is
 	// what it left in its group.
 	exited bool
@@ -305,7 +338,7 @@ func (s *supervisor) run(events <-chan waitEvent) Result {
 			s.givingUp()
 		case <-alarmC(s.kill):
 			s.kill = nil
-			s.g.kill()
+			s.killGroup()
 		case ev := <-events:
 			if s.childChanged(ev) {
 				return s.res
@@ -315,9 +348,57 @@ func (s *supervisor) run(events <-chan waitEvent) Result {
 			if left, ok := stillInGroup(s.g); ok {
 				s.spec.Lingering(s.res.ExitCode, s.res.Signal, left)
 			}
+		case <-s.stopCheck:
+			s.stopCheck = nil
+			if s.gaveUpStopping() {
+				return s.res
+			}
 		}
 	}
 }
+
+// killGroup kills the child's group for a lost permit, and looks a moment
+// later at what is still there.
+func (s *supervisor) killGroup() {
+	s.g.kill()
+	if s.killedAt.IsZero() {
+		s.killedAt = time.Now()
+		s.stopCheck = time.After(stopLook)
+	}
+}
+
+// gaveUpStopping tells whether Run must give up the processes SIGKILL did
+// not end, and return: it must not wait for them to run out, nor say the
+// command was terminated while it runs on. A process that refused the
+// signal (it changed its user) is given up at once; one that took it but
+// lives on (stuck in the kernel) once stuckFor has passed. Until then, and
+// when nothing is left, the wait goes on.
+func (s *supervisor) gaveUpStopping() bool {
+	if !s.exited && s.g.exited() {
+		// The child's end is on its way: its status first.
+		s.stopCheck = time.After(stopLook)
+		return false
+	}
+	left := s.g.unstopped(!s.exited)
+	if len(left) == 0 {
+		return false
+	}
+	refused := slices.ContainsFunc(left, func(u Unstopped) bool { return u.Err != nil })
+	if !refused && time.Since(s.killedAt) < stuckFor {
+		s.stopCheck = time.After(stopLook)
+		return false
+	}
+	s.res.Unstopped, s.res.StillRuns = left, !s.exited
+	return true
+}
+
+// SIGKILL ends a process semrun may signal within milliseconds: the group
+// is looked at stopLook after it was sent, and every stopLook after that
+// while what is left took the signal; stuckFor after, it is given up.
+const (
+	stopLook = time.Second
+	stuckFor = 5 * time.Second
+)
 
 // forward passes sig on to the child's group. SIGTSTP sent to semrun
 // itself (not from the terminal, which stops the child's group) must not
@@ -369,7 +450,7 @@ func (s *supervisor) onLost(err error) {
 		grace = min(grace, until(s.spec.Clock, s.lease.Deadline().Add(-Margin(s.spec.TTL))))
 	}
 	if grace <= 0 {
-		s.g.kill()
+		s.killGroup()
 		return
 	}
 	s.g.terminate()
@@ -401,7 +482,7 @@ func (s *supervisor) childChanged(ev waitEvent) (done bool) {
 	}
 	if s.res.Lost != nil && s.spec.OnLost == Terminate {
 		// What the child left in its group must not outlive the lease either.
-		s.g.kill()
+		s.killGroup()
 	}
 	s.exited = true
 	s.res.ExitCode, s.res.Signal = ev.status.ExitStatus(), 0

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -176,6 +177,9 @@ func newHarness(t *testing.T, args ...string) *harness {
 			}
 		},
 		Clock: clk,
+		// As semrun runs: the test process starts no other children
+		// while Run runs.
+		ReapOrphans: true,
 	}
 	return h
 }
@@ -339,7 +343,7 @@ func TestExitStatusPassesThrough(t *testing.T) {
 	h := newHarness(t, "sh", "-c", "exit 7")
 	h.run()
 	res, err := h.wait()
-	if err != nil || res != (runner.Result{ExitCode: 7}) {
+	if err != nil || !reflect.DeepEqual(res, runner.Result{ExitCode: 7}) {
 		t.Fatalf("got %+v, %v; want exit 7, no signal, nothing lost", res, err)
 	}
 	h.noAlarmsLeft()
@@ -349,7 +353,7 @@ func TestDeathBySignalIsReported(t *testing.T) {
 	h := newHarness(t, "sh", "-c", "kill -USR2 $$")
 	h.run()
 	res, err := h.wait()
-	if err != nil || res != (runner.Result{ExitCode: -1, Signal: syscall.SIGUSR2}) {
+	if err != nil || !reflect.DeepEqual(res, runner.Result{ExitCode: -1, Signal: syscall.SIGUSR2}) {
 		t.Fatalf("got %+v, %v; want death by SIGUSR2", res, err)
 	}
 }
@@ -415,7 +419,7 @@ func TestRunStartsThePathFound(t *testing.T) {
 	h := newHarness(t, "no-such-command-here", "-c", "exit 9")
 	h.spec.Path = path
 	h.run()
-	if res, err := h.wait(); err != nil || res != (runner.Result{ExitCode: 9}) {
+	if res, err := h.wait(); err != nil || !reflect.DeepEqual(res, runner.Result{ExitCode: 9}) {
 		t.Fatalf("got %+v, %v; want the shell found before, exiting 9", res, err)
 	}
 }
@@ -461,7 +465,7 @@ func TestRenewsEveryThirdOfTTL(t *testing.T) {
 	}
 	h.stdin.Close()
 	res, err := h.wait()
-	if err != nil || res != (runner.Result{}) {
+	if err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 		t.Fatalf("got %+v, %v; want a clean exit with the permit kept", res, err)
 	}
 	h.expectNoMoreRenewals()
@@ -476,7 +480,7 @@ func TestLeaseThatNeverLapsesIsNotRenewed(t *testing.T) {
 	h.run()
 	h.advanceTo(10 * ttl)
 	h.stdin.Close()
-	if res, err := h.wait(); err != nil || res != (runner.Result{}) {
+	if res, err := h.wait(); err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 		t.Fatalf("got %+v, %v; want a clean exit", res, err)
 	}
 	h.expectNoMoreRenewals()
@@ -706,7 +710,7 @@ func TestFailedRenewalRetriedSooner(t *testing.T) {
 			h.expectRenewal(tc.next)
 			h.stdin.Close()
 			res, err := h.wait()
-			if err != nil || res != (runner.Result{}) {
+			if err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 				t.Fatalf("got %+v, %v; want the job to keep its permit through the stall", res, err)
 			}
 			h.expectNoWarning()
@@ -725,7 +729,7 @@ func TestRenewalUnderWayEndsWithRun(t *testing.T) {
 	h.expectRenewal(10 * time.Second)
 	h.stdin.Close()
 	res, err := h.wait()
-	if err != nil || res != (runner.Result{}) {
+	if err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 		t.Fatalf("got %+v, %v; want a clean exit", res, err)
 	}
 	if n := h.lease.inFlight.Load(); n != 0 {
@@ -753,7 +757,7 @@ func TestRenewalAsTheChildIsDueToStop(t *testing.T) {
 	h.expectRenewal(26 * time.Second)
 	h.stdin.Close()
 	res, err := h.wait()
-	if err != nil || res != (runner.Result{}) {
+	if err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 		t.Fatalf("got %+v, %v; want the job to keep its permit", res, err)
 	}
 }
@@ -807,7 +811,7 @@ func TestShortLeaseRenewedBeforeItCountsAsLost(t *testing.T) {
 	h.expectRenewal(12 * time.Second)
 	h.stdin.Close()
 	res, err := h.wait()
-	if err != nil || res != (runner.Result{}) {
+	if err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 		t.Fatalf("got %+v, %v; want the child to run on a renewed lease", res, err)
 	}
 }
@@ -838,7 +842,7 @@ func TestRunWaitsForWhatTheChildLeftInItsGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := h.wait()
-	if err != nil || res != (runner.Result{ExitCode: 3}) {
+	if err != nil || !reflect.DeepEqual(res, runner.Result{ExitCode: 3}) {
 		t.Fatalf("got %+v, %v; want exit 3", res, err)
 	}
 	if err := syscall.Kill(bg, 0); !errors.Is(err, syscall.ESRCH) {
@@ -927,7 +931,7 @@ func TestFailingRenewalsSaidOnceAndOnRecovery(t *testing.T) {
 	h.expectRenewal(15 * time.Second)
 	h.expectWarning("renewal succeeded again, after 2 failed attempts")
 	h.stdin.Close()
-	if res, err := h.wait(); err != nil || res != (runner.Result{}) {
+	if res, err := h.wait(); err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 		t.Fatalf("got %+v, %v; want the job to keep its permit", res, err)
 	}
 	h.expectNoWarning()
