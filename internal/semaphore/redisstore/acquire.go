@@ -67,6 +67,9 @@ func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 	}
 	for {
 		l, delay, err := a.ask(ctx)
+		if a.outage(ctx, err) {
+			continue
+		}
 		if l != nil || err != nil {
 			return l, err
 		}
@@ -107,6 +110,28 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 			return nil, nil
 		}
 	}
+}
+
+// outage tells whether to ask again after err: once the store has
+// answered, a waiter rides out an outage for as long as it waits (until
+// ctx ends: --timeout), saying once when the store stops answering and
+// once when it answers again. A store never reached is the caller's
+// error, as is anything but ErrUnreachable.
+func (a *asker) outage(ctx context.Context, err error) bool {
+	s := a.s
+	switch {
+	case err == nil && a.down:
+		a.down = false
+		s.warnf("key %q: Redis at %s answers again; still waiting", a.req.Key, s.addr)
+		return false
+	case err == nil || !errors.Is(err, semaphore.ErrUnreachable) || !s.reached.Load() || ctx.Err() != nil:
+		return false
+	}
+	if !a.down {
+		a.down = true
+		s.warnf("key %q: %v; still waiting, until --timeout if one is set", a.req.Key, err)
+	}
+	return true // the ask itself retried for the connect timeout
 }
 
 // How often a caller that will not wait waits out a restart fence before
@@ -172,6 +197,9 @@ type asker struct {
 	told bool
 	// stale: a grant too late to start on was said.
 	stale bool
+	// down: the store stopped answering while the caller waited, and
+	// that was said.
+	down bool
 	// held is how many seats the last ask found taken.
 	held int
 	last semaphore.WaitState

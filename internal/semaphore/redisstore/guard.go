@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -46,6 +47,9 @@ type guardedConn struct {
 	net.Conn
 	guard replyGuard
 	err   error
+	// timedOut: a read or write ran out of time, so requests may still sit
+	// unsent or unacknowledged in the kernel.
+	timedOut atomic.Bool
 }
 
 func (c *guardedConn) Read(p []byte) (int, error) {
@@ -53,6 +57,7 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		return 0, c.err
 	}
 	n, err := c.Conn.Read(p)
+	c.saw(err)
 	if n > 0 {
 		if gerr := c.guard.scan(p[:n]); gerr != nil {
 			c.err = fmt.Errorf("%w: %w", errAbsurdReply, gerr)
@@ -61,6 +66,36 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+func (c *guardedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.saw(err)
+	return n, err
+}
+
+func (c *guardedConn) saw(err error) {
+	var nerr net.Error
+	if errors.As(err, &nerr) && nerr.Timeout() {
+		c.timedOut.Store(true)
+	}
+}
+
+// Close resets a connection that timed out instead of closing it politely:
+// the kernel would otherwise go on sending what it holds, and a request
+// (a waiter's ask, which keeps its place in line) could reach Redis long
+// after semrun gave up on it.
+func (c *guardedConn) Close() error {
+	if c.timedOut.Load() {
+		conn := c.Conn
+		if tc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+			conn = tc.NetConn()
+		}
+		if tcp, ok := conn.(*net.TCPConn); ok {
+			_ = tcp.SetLinger(0)
+		}
+	}
+	return c.Conn.Close()
 }
 
 // SyscallConn lets go-redis's pool peek at an idle connection, as it does
