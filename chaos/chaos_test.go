@@ -86,6 +86,15 @@ var nemeses = []nemesis{
 		f.heal = mono()
 		return f
 	}},
+	{name: "late-replies", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
+		d, late := faultTime(rng), ttl/2+upTo(rng, ttl)
+		f := fault{what: fmt.Sprintf("every reply %v late for %v", late.Round(time.Millisecond), d.Round(time.Millisecond)), start: mono()}
+		c.proxy.Delay(late)
+		time.Sleep(d)
+		c.proxy.Heal()
+		f.heal = mono()
+		return f
+	}},
 	{name: "drop-replies", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
 		d := faultTime(rng)
 		f := fault{what: fmt.Sprintf("drop 1/4 of replies for %v", d.Round(time.Millisecond)), start: mono()}
@@ -227,6 +236,8 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 			fig.faultNote = fmt.Sprintf("%d connections cut", pc.Cut)
 		case "proxy-blackhole":
 			fig.faultNote = fmt.Sprintf("%s, %d connections held: %d closed, %d delivered late", fig.faultNote, pc.Held, pc.ClosedAtHeal, pc.DeliveredLate)
+		case "late-replies":
+			fig.faultNote = fmt.Sprintf("%d replies delivered late, %s", pc.Delayed, fig.faultNote)
 		case "drop-replies":
 			fig.faultNote = fmt.Sprintf("%d replies dropped, %s", pc.Dropped, fig.faultNote)
 		}

@@ -57,6 +57,8 @@
 //	proxy-blackhole       for 0.5 to 3 TTLs nothing is forwarded; then each held connection is
 //	                      either closed or delivered late, by the toss of a coin
 //	script-flush          SCRIPT FLUSH: every semrun must load its scripts again
+//	late-replies          for 0.5 to 3 TTLs every reply reaches semrun 0.5 to 1.5 TTLs after
+//	                      Redis sent it: grants come back late and must not start a command
 //	drop-replies          for 0.5 to 3 TTLs a quarter of Redis's replies are dropped, closing
 //	                      their connection, after Redis ran the command: semrun's retries run
 //
