@@ -112,11 +112,12 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 	}
 }
 
-// outage tells whether to ask again after err: once the store has
-// answered, a waiter rides out an outage for as long as it waits (until
-// ctx ends: --timeout), saying once when the store stops answering and
-// once when it answers again. A store never reached is the caller's
-// error, as is anything but ErrUnreachable.
+// outage tells whether to ask again after the last ask, which returned
+// err: once this caller's ask has been answered, it rides out an outage
+// of the store for as long as it waits (until ctx ends: --timeout),
+// saying once when the store stops answering and once when it answers
+// again. A store this caller never reached is its error, as is anything
+// but the store's own silence.
 func (a *asker) outage(ctx context.Context, err error) bool {
 	s := a.s
 	switch {
@@ -124,7 +125,7 @@ func (a *asker) outage(ctx context.Context, err error) bool {
 		a.down = false
 		s.warnf("key %q: Redis at %s answers again; still waiting", a.req.Key, s.addr)
 		return false
-	case err == nil || !errors.Is(err, semaphore.ErrUnreachable) || !s.reached.Load() || ctx.Err() != nil:
+	case err == nil || !a.unreachable || !a.reached || ctx.Err() != nil:
 		return false
 	}
 	if !a.down {
@@ -197,9 +198,10 @@ type asker struct {
 	told bool
 	// stale: a grant too late to start on was said.
 	stale bool
-	// down: the store stopped answering while the caller waited, and
-	// that was said.
-	down bool
+	// reached: an ask of this caller was answered. unreachable: the
+	// last ask was not, for the connect timeout. down: the store stopped
+	// answering while the caller waited, and that was said.
+	reached, unreachable, down bool
 	// held is how many seats the last ask found taken.
 	held int
 	last semaphore.WaitState
@@ -242,6 +244,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	if limit := protocol.AtLimit(err, a.keys); limit != nil {
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, limit)
 	}
+	a.unreachable = err != nil && errors.Is(err, semaphore.ErrUnreachable)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The script may have run before ctx ended: give back what
@@ -250,6 +253,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		}
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
+	a.reached = true
 	r, err := protocol.DecodeAcquire(res)
 	if err != nil {
 		s.abandon(ctx, a.keys, a.id)
