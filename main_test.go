@@ -451,7 +451,7 @@ func awaitPromotion(ts *testscript.TestScript) {
 	}
 	c := redis.NewSentinelClient(&redis.Options{Addr: st.sentinels[0], Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	waitFor(ts, 30*time.Second, "redis promoted: the sentinels name another master", func() (bool, string) {
+	waitFor(ts, 60*time.Second, "redis promoted: the sentinels name another master", func() (bool, string) {
 		addr, err := c.GetMasterAddrByName(context.Background(), "semrun").Result()
 		return err == nil && len(addr) == 2 && addr[0]+":"+addr[1] != st.redis.Addr, fmt.Sprint("they name ", addr, err)
 	})
