@@ -23,6 +23,9 @@ import (
 type nemesis struct {
 	name    string
 	proxied bool // semrun reaches Redis through the proxy
+	// replicated: the redis-server has three replicas, and semrun asks
+	// for two of them (--min-replicas 2).
+	replicated bool
 	// excuses: its faults may cost a semrun its permit (112) or its
 	// connection to Redis for longer than --connect-timeout (125).
 	excuses bool
@@ -104,6 +107,7 @@ var nemeses = []nemesis{
 		f.heal = mono()
 		return f
 	}},
+	{name: "partition", replicated: true, excuses: true, inject: partition},
 }
 
 // Targets, and what the harness fails on.
@@ -312,13 +316,15 @@ func (c *cluster) victim(rng *rand.Rand) (*kid, *run) {
 	return nil, nil
 }
 
-// client is a client of the redis-server itself, not through the proxy.
+// client is a client of the redis-server itself, not through the proxy:
+// the master, after a partition healed.
 func (c *cluster) client() *redis.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.direct == nil {
-		c.direct = redis.NewClient(&redis.Options{Addr: c.srv.Addr, Protocol: 2, DisableIdentity: true})
-		c.t.Cleanup(func() { _ = c.direct.Close() })
+	if c.direct == nil || c.direct.Options().Addr != c.srv.Addr {
+		rc := redis.NewClient(&redis.Options{Addr: c.srv.Addr, Protocol: 2, DisableIdentity: true})
+		c.t.Cleanup(func() { _ = rc.Close() })
+		c.direct = rc
 	}
 	return c.direct
 }

@@ -61,6 +61,19 @@
 //	                      Redis sent it: grants come back late and must not start a command
 //	drop-replies          for 0.5 to 3 TTLs a quarter of Redis's replies are dropped, closing
 //	                      their connection, after Redis ran the command: semrun's retries run
+//	partition             a master with three replicas, and --min-replicas 2: for 0.5 to 3 TTLs
+//	                      the master keeps one replica, the fresher of the other two is
+//	                      promoted and the last follows it; half the workers ask the new
+//	                      master, half the old; then all follow the new master
+//
+// In the partition nemesis each replica replicates through a proxy of its
+// own, which the partition blackholes, and semrun reaches the master
+// through one of two endpoints (proxies), one per side, which a failover
+// moves to the new master as it would a service address, resetting their
+// connections. Neither side can grant during the partition (each master
+// has one replica to answer WAIT 2), and the old side's holders are
+// presumed lost. With SEMRUN_MIN_REPLICAS=1 instead, both sides grant and
+// the overlaps check fails.
 //
 // After a fault heals, the harness waits for the next child to start (that
 // wait is the heal time), then about one TTL more. When the time is up, the
@@ -88,8 +101,8 @@
 //   - Every semrun exited with its child's own status. The exceptions are
 //     112 (permit lost) and 125 (Redis unreachable), and only under the
 //     nemeses that can cause them (pause, restart, blackhole, dropped
-//     replies) and while a fault was under way or up to one TTL after it
-//     healed. kill9, proxy-cut and script-flush must cause neither.
+//     replies, partition) and while a fault was under way or up to one TTL
+//     after it healed. kill9, proxy-cut and script-flush must cause neither.
 //   - After each fault heals, the next child starts within 2 TTLs. The
 //     target is TTL + TTL/3, reported as a figure and not failed on, since
 //     machines are noisy.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -238,6 +239,7 @@ type cluster struct {
 	nextID int
 	faults []fault
 	direct *redis.Client // to the redis-server itself, made on first use
+	repl   *replicaSet   // the partition nemesis's replicas and endpoints
 
 	stop    context.CancelFunc
 	workers sync.WaitGroup
@@ -268,6 +270,9 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, self: self, runs: map[int]*run{},
 	}
 	url := srv.URL() // what semrun is given
+	if n.replicated {
+		c.repl = startReplicas(t, srv, seed)
+	}
 	if n.proxied {
 		p, err := redistest.StartProxy(srv.Addr, seed)
 		if err != nil {
@@ -284,6 +289,10 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 		if !strings.HasPrefix(kv, "SEMRUN_") && !strings.HasPrefix(kv, "CHAOS_") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
 			c.env = append(c.env, kv)
 		}
+	}
+	if n.replicated {
+		// A majority of the three replicas (see the partition nemesis).
+		c.env = append(c.env, "SEMRUN_MIN_REPLICAS=2")
 	}
 	c.env = append(c.env,
 		"SEMRUN_REDIS_URL="+url,
@@ -310,7 +319,7 @@ func (c *cluster) start(perKey int) {
 			go func() {
 				defer c.workers.Done()
 				for ctx.Err() == nil {
-					c.runOnce(key, rng)
+					c.runOnce(key, j%2, rng)
 				}
 			}()
 		}
@@ -338,9 +347,15 @@ func (c *cluster) killUntilDone() int {
 	}
 }
 
-// runOnce runs one semrun and records how it ended.
-func (c *cluster) runOnce(key string, rng *rand.Rand) {
+// runOnce runs one semrun, of the given side of a partition, and records
+// how it ended.
+func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
 	c.mu.Lock()
+	env := c.env
+	if c.repl != nil {
+		// The side's endpoint; exec.Cmd uses the last value of a variable.
+		env = append(slices.Clip(env), "SEMRUN_REDIS_URL="+c.repl.endpoints[side].URL())
+	}
 	c.nextID++
 	lo, hi := holdMin.Milliseconds(), max(holdMax.Milliseconds(), holdMin.Milliseconds())
 	r := &run{id: c.nextID, key: key, hold: int(lo + rng.Int64N(hi-lo+1)), code: rng.IntN(101)}
@@ -349,7 +364,7 @@ func (c *cluster) runOnce(key string, rng *rand.Rand) {
 	cmd := exec.Command(c.bin, "-k", key, "-n", strconv.Itoa(c.permits),
 		"--ttl", ttl.String(), "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(),
 		"--", c.self, childArg, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code))
-	cmd.Env = c.env
+	cmd.Env = env
 	var stderr tail
 	cmd.Stderr = &stderr
 	// Should the harness die, its semruns die with it, and their children

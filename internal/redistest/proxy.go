@@ -14,17 +14,17 @@ import (
 // replies after Redis ran the command, or delivers replies late.
 type Proxy struct {
 	// Addr is where it listens, 127.0.0.1:port.
-	Addr   string
-	ln     net.Listener
-	target string
+	Addr string
+	ln   net.Listener
 
-	mu    sync.Mutex
-	conns map[*link]struct{}
-	hold  bool          // new connections start held: the blackhole
-	drop  float64       // probability that a reply is dropped, its connection closed
-	delay time.Duration // how late each reply is delivered
-	rng   *rand.Rand
-	count ProxyCounts
+	mu     sync.Mutex
+	target string // the server's host:port
+	conns  map[*link]struct{}
+	hold   bool          // new connections start held: the blackhole
+	drop   float64       // probability that a reply is dropped, its connection closed
+	delay  time.Duration // how late each reply is delivered
+	rng    *rand.Rand
+	count  ProxyCounts
 	// closed: Close began; no connection is accepted after it.
 	closed bool
 	wg     sync.WaitGroup
@@ -84,7 +84,10 @@ func (p *Proxy) accept() {
 			}
 			continue
 		}
-		s, err := net.DialTimeout("tcp", p.target, time.Second)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.DialTimeout("tcp", target, time.Second)
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -216,6 +219,15 @@ func (p *Proxy) Cut() int {
 	p.count.Cut += len(ls)
 	p.mu.Unlock()
 	return len(ls)
+}
+
+// Retarget forwards the connections accepted from now on to target, as a
+// failover moves a service address to the new master; open ones go on to
+// the old target until Cut.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
 
 // Blackhole holds every connection, open or new: nothing is forwarded
