@@ -13,10 +13,10 @@
 //	go test -count=1 -v ./chaos                             # with the figures
 //	go test -count=1 -v ./chaos -run TestChaos/redis-pause  # one nemesis
 //
-// The long run gives each nemesis at least ten minutes, makes 1000 SIGKILL
-// trials, and goes on until the nemeses have made 100,000 grants in all
-// (about 20 minutes on 2 CPUs). Build it without -race, so that the
-// children start fast:
+// The long run gives each nemesis at least ten minutes (the crowd lines up
+// once, as in the short run), makes 1000 SIGKILL trials, and goes on until
+// the nemeses have made 100,000 grants in all (about 20 minutes on 2
+// CPUs). Build it without -race, so that the children start fast:
 //
 //	go test ./chaos -run TestChaos -timeout 0 -v -args -chaos.long
 //
@@ -27,7 +27,7 @@
 // runs the other packages' tests at the same time. The nemeses run at once
 // unless -parallel is given: with -parallel 1 they run one after another,
 // each with the whole machine. -chaos.keys=K gives each nemesis K keys
-// (kill9 4K). -chaos.seed=S repeats a run's random choices (the seed is
+// (kill9 4K); -chaos.crowd=L makes the crowd's line L waiters long (200). -chaos.seed=S repeats a run's random choices (the seed is
 // logged), though not the processes' timing. Like the other tests, it
 // skips when redis-server is not installed, and fails instead when CI=true.
 //
@@ -65,6 +65,8 @@
 //	                      the master keeps one replica, the fresher of the other two is
 //	                      promoted and the last follows it; half the workers ask the new
 //	                      master, half the old; then all follow the new master
+//	crowd                 every other waiter of a line of 200 SIGKILLed at once, then the
+//	                      holders go: the dead must cost the live seconds in all
 //
 // In the partition nemesis each replica replicates through a proxy of its
 // own, which the partition blackholes, and semrun reaches the master
@@ -79,6 +81,29 @@
 // wait is the heal time), then about one TTL more. When the time is up, the
 // workers stop starting semruns, those under way end by themselves, and
 // the checks run.
+//
+// The crowd has no workers: it checks the line's promise, "a crowd of dead
+// waiters costs seconds in all, not a claim each". On one key, five
+// semruns hold the N=5 seats, their children waiting for a file; then 200
+// semruns join the line one at a time (the harness waits until each is in
+// Redis's line before it starts the next), each
+//
+//	semrun -k KEY -n 5 --ttl 30s --kill-after 500ms --connect-timeout 2s -- CHILD RUN 0 0
+//
+// Every other one, the 2nd, 4th and so on, is SIGKILLed at once, keeping
+// its place (a waiter lease of 10s and more), and the file lets the
+// holders go. The stall is the time from then until the last live
+// waiter's child ended. The baseline is the same with 100 waiters alone in
+// line, on another key: both lines form first, and the baseline is let
+// through just before the crowd, so that a busy machine slows both alike.
+// With --ttl 30s only the roll call of watch.lua (docs/how-it-works.md,
+// "Waiting") takes the dead out of line in time; without it each dead
+// waiter at the head costs a 2s claim until the places lapse. Its semruns
+// have no restart fence (its redis-server never restarts), and its
+// children GORACE=atexit_sleep_ms=0, since a child built with -race
+// otherwise sleeps 1s on exit, holding its seat. Its 310 semruns start in
+// about 7s on 2 CPUs, and the crowd takes 10 to 15s in all, in parallel
+// with the other nemeses.
 //
 // # What it checks
 //
@@ -109,9 +134,15 @@
 //   - A SIGKILLed semrun's child is gone within 1s, in every trial. The
 //     target is 100ms, reported as p50, p99 and max, and not failed on,
 //     since machines are noisy.
+//   - Crowd: the live waiters behind the dead ones run their children at
+//     most 10s later in all than the baseline (for a line shorter than 200,
+//     10s scaled to its length, at least 3s), every live semrun exits 0,
+//     and no child of a killed waiter ever runs. The checks above run on
+//     its children too.
 //
 // The figures are logged per nemesis: semruns, grants, faults, overlaps,
 // token faults, reordered starts, leaked seats, when the seats were all
 // free, the longest heal time, how many semruns ended 112 and 125, and the
-// kill trials' latencies (p50, p99, max).
+// kill trials' latencies (p50, p99, max); for the crowd, the live and dead
+// waiters, the stall, the baseline and the live semruns' statuses.
 package chaos

@@ -155,6 +155,17 @@ func (r *recorder) lastStart(key string) int64 {
 	return r.last[key]
 }
 
+// get returns the child of run, once it said S.
+func (r *recorder) get(run int) (kid, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k, ok := r.kids[run]
+	if !ok {
+		return kid{}, false
+	}
+	return *k, true
+}
+
 // running returns the children that said S and have neither ended nor gone.
 func (r *recorder) running() []*kid {
 	r.mu.Lock()
@@ -350,46 +361,65 @@ func (c *cluster) killUntilDone() int {
 // runOnce runs one semrun, of the given side of a partition, and records
 // how it ended.
 func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
-	c.mu.Lock()
-	env := c.env
+	var env []string
 	if c.repl != nil {
 		// The side's endpoint; exec.Cmd uses the last value of a variable.
-		env = append(slices.Clip(env), "SEMRUN_REDIS_URL="+c.repl.endpoints[side].URL())
+		env = append(env, "SEMRUN_REDIS_URL="+c.repl.endpoints[side].URL())
 	}
-	c.nextID++
 	lo, hi := holdMin.Milliseconds(), max(holdMax.Milliseconds(), holdMin.Milliseconds())
-	r := &run{id: c.nextID, key: key, hold: int(lo + rng.Int64N(hi-lo+1)), code: rng.IntN(101)}
+	r := c.newRun(key, int(lo+rng.Int64N(hi-lo+1)), rng.IntN(101))
+	wait, err := c.launch(r, ttl, env...)
+	if err != nil {
+		c.t.Errorf("start semrun: %v", err)
+		time.Sleep(100 * time.Millisecond)
+		return
+	}
+	wait()
+}
+
+// newRun records a semrun to be started on key, whose child holds for
+// hold ms and exits with code.
+func (c *cluster) newRun(key string, hold, code int) *run {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextID++
+	r := &run{id: c.nextID, key: key, hold: hold, code: code}
 	c.runs[r.id] = r
-	c.mu.Unlock()
-	cmd := exec.Command(c.bin, "-k", key, "-n", strconv.Itoa(c.permits),
-		"--ttl", ttl.String(), "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(),
+	return r
+}
+
+// launch starts r's semrun, with a lease of lease and env added to the
+// cluster's. wait waits for it to end and records how.
+func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(), err error) {
+	cmd := exec.Command(c.bin, "-k", r.key, "-n", strconv.Itoa(c.permits),
+		"--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(),
 		"--", c.self, childArg, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code))
-	cmd.Env = env
+	cmd.Env = append(slices.Clone(c.env), env...)
 	var stderr tail
 	cmd.Stderr = &stderr
 	// Should the harness die, its semruns die with it, and their children
 	// with them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	launched := mono()
-	err := cmd.Start()
+	err = cmd.Start()
 	c.mu.Lock()
 	r.launched, r.proc = launched, cmd.Process
 	c.mu.Unlock()
 	if err != nil {
-		c.t.Errorf("start semrun: %v", err)
-		time.Sleep(100 * time.Millisecond)
-		return
+		return nil, err
 	}
-	_ = cmd.Wait()
-	exited := mono()
-	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r.exited, r.stderr = exited, stderr.String()
-	r.status = ws.ExitStatus()
-	if ws.Signaled() {
-		r.signal = ws.Signal()
-	}
+	return func() {
+		_ = cmd.Wait()
+		exited := mono()
+		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		r.exited, r.stderr = exited, stderr.String()
+		r.status = ws.ExitStatus()
+		if ws.Signaled() {
+			r.signal = ws.Signal()
+		}
+	}, nil
 }
 
 // runningRun returns run id if its semrun is under way and not killed.

@@ -47,6 +47,7 @@ var longRun = map[string]string{
 const (
 	childEnv  = "CHAOS_CHILD"  // "1" in a child
 	socketEnv = "CHAOS_SOCKET" // the harness's unix socket
+	untilEnv  = "CHAOS_UNTIL"  // a file: the child ends as soon as it exists
 	childArg  = "chaos-child"  // the child's first argument
 )
 
@@ -87,9 +88,10 @@ func mono() int64 {
 
 // child is what semrun runs: chaos-child RUN HOLD_MS CODE. It tells the
 // harness "S pid ppid start token key run" when it starts and "E end how"
-// when it ends, how being done (it held for HOLD_MS and exits with CODE)
-// or term (SIGTERM: it exits 143 at once). Its start is the first thing
-// the process did, its end the last thing before exit.
+// when it ends, how being done (it held for HOLD_MS, or until the file
+// $CHAOS_UNTIL appeared if sooner, and exits with CODE) or term (SIGTERM:
+// it exits 143 at once). Its start is the first thing the process did, its
+// end the last thing before exit.
 func child(began int64, args []string) int {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
@@ -119,13 +121,30 @@ func child(began int64, args []string) int {
 	}
 	how := "done"
 	select {
-	case <-time.After(time.Duration(hold) * time.Millisecond):
+	case <-held(time.Duration(hold)*time.Millisecond, os.Getenv(untilEnv)):
 	case <-term:
 		how, code = "term", 128+int(syscall.SIGTERM)
 	}
 	fmt.Fprintf(w, "E %d %s\n", mono(), how)
 	_ = w.Flush()
 	return code
+}
+
+// held is closed after d, or once the file until exists if sooner.
+func held(d time.Duration, until string) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		deadline := time.Now().Add(d)
+		for until != "" && time.Now().Before(deadline) {
+			if _, err := os.Stat(until); err == nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(time.Until(deadline))
+	}()
+	return ch
 }
 
 var (
