@@ -409,7 +409,13 @@ func (s *Store) watch(ctx context.Context, k protocol.Keys, handed []string) {
 	if len(lists) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.connectTimeout)
+	// Best effort, within the caller's own bound when it has one (a
+	// release's, an abandon's), and never longer than the connect timeout.
+	limit := time.Now().Add(s.connectTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(limit) {
+		limit = d
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	if n, err := s.client.Do(ctx, append([]any{"EXISTS"}, lists...)...).Int64(); err == nil && n > 0 {
 		_, _ = protocol.Run(ctx, s.client, k, protocol.WatchArgs{})

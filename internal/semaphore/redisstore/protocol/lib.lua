@@ -379,8 +379,9 @@ end
 -- was taken at once, and if not has the first waiter left in line look
 -- again when the claim lapses (watch.lua). The element stays until read,
 -- so none is lost while the waiter is busy; a list whose waiter is gone
--- vanishes within a minute. It returns the longest lease it granted, the
--- seats it gave, and an error for a token it cannot raise.
+-- vanishes once the lease it carries could have lapsed. It returns the
+-- longest lease it granted, the seats it gave, and an error for a token it
+-- cannot raise.
 local handed = {}
 local function handoff(wake, busy)
   local longest, given, skipped = 0, 0, 0
@@ -405,7 +406,9 @@ local function handoff(wake, busy)
       redis.call('HSET', infoKey, '#claim ' .. head, now + w.ttl)
       dropWaiter(head)
       redis.call('RPUSH', k, turnRecord(token, now + w.ttl))
-      redis.call('PEXPIRE', k, WAKELIFE)
+      -- The list outlives the lease it carries: a sweep takes a missing
+      -- list for a turn taken, and must not after an idle minute.
+      redis.call('PEXPIRE', k, math.max(WAKELIFE, w.ttl + CLAIM))
       handed[#handed + 1] = k
       longest = math.max(longest, w.ttl)
       given = given + w.weight

@@ -1116,6 +1116,28 @@ func TestScriptsVanishedWaiterStallsForItsLeases(t *testing.T) {
 	}
 }
 
+// TestScriptsDeadWaitersTurnLapsesAfterAnIdleMinute: a turn handed to a
+// waiter that died stays a claim, even when nobody touches the key for
+// longer than a wake list lives without a turn in it: its list outlives
+// the lease it carries, so a missing list still means the turn was taken.
+// On miniredis only: its clock is the test's.
+func TestScriptsDeadWaitersTurnLapsesAfterAnIdleMinute(t *testing.T) {
+	t.Parallel()
+	b := backends(t)[0]
+	const key, ttl = "idle", 10 * time.Minute
+	runAcquire(t, b.c, key, "H", 1, ttl, "")
+	wait := call{n: 1, ttl: ttl, wait: ttl}
+	runCall(t, b.c, key, "DEAD", wait)
+	runCall(t, b.c, key, "NEXT", wait)
+	if n := runRelease(t, b.c, key, "H"); n != 1 {
+		t.Fatalf("release: got %d, want 1", n)
+	}
+	b.advance(WakeListLife + Claim) // DEAD never read its turn; nobody called
+	if g := runCall(t, b.c, key, "NEXT", wait); !g.Granted {
+		t.Errorf("the waiter behind a dead one, asking %v after the hand-over: got %+v, want granted (the dead one's claim lapsed)", WakeListLife+Claim, g)
+	}
+}
+
 // TestParseTurn: only "g <token> <expiry ms>" is a permit handed over;
 // anything else tells the waiter to ask again.
 func TestParseTurn(t *testing.T) {

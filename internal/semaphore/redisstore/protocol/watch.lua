@@ -1,15 +1,15 @@
 -- watch.lua: a turn handed over was not taken at once: its waiter was not
 -- blocked on its wake list, so it may be dead, and so may many behind it
--- (a crowd killed together). Three things, so that a crowd costs seconds
--- in all rather than a claim each:
+-- (a crowd killed together). Two things, so that a crowd costs seconds
+-- in all rather than a claim each (a turn not taken is claimed for CLAIM
+-- only, see handoff):
 -- * the first waiter in line is asked to look again when the earliest
 --   lease can lapse, since nobody else may be awake to take the seat back;
--- * turns still not taken are claimed for ROLLCALL at most;
 -- * a roll call, at most once per ROLLCALL: the first ROLLMAX waiters get
 --   a place that lapses within ROLLCALL and are asked to renew it now
 --   ("c <now>"). A live waiter, blocked on its wake list, asks at once and
 --   keeps its place; a dead one leaves the line within ROLLCALL, and the
---   waiters at the head (who look when the shortened claims lapse) skip it.
+--   waiters at the head (who look when the claims lapse) skip it.
 -- KEYS: see lib.lua. ARGV: wake, the prefix of the key's wake lists.
 -- Reply: watched, 1 when a waiter was asked to look; called, how many
 -- waiters the roll call reached.
@@ -18,15 +18,10 @@ if not a.wake then return redis.error_reply('ERR semrun: watch.lua: bad argument
 
 local called = 0
 local roll = field('#roll', 0, MAXINT)
-if not roll or roll <= now then
+-- A roll time further ahead than ROLLCALL is a clock that went back.
+if not roll or roll <= now or roll > now + ROLLCALL then
   redis.call('HSET', infoKey, '#roll', now + ROLLCALL)
   local by = now + ROLLCALL
-  -- Claims pending lapse within CLAIM; a few suffice: one script hands over few.
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', by), now + CLAIM, 'LIMIT', 0, SWEEP)) do
-    if redis.call('HGET', infoKey, '#claim ' .. id) and redis.call('EXISTS', wakekey(a.wake, id)) == 1 then
-      redis.call('ZADD', holdersKey, 'XX', by, id)
-    end
-  end
   for _, id in ipairs(redis.call('ZRANGE', queueKey, 0, ROLLMAX - 1)) do
     local lease = num(redis.call('ZSCORE', leasesKey, id), 0, MAXINT)
     if lease and lease > by then
