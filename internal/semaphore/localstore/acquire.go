@@ -178,7 +178,7 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 			return nil, a.req.Permits, err
 		}
 	}
-	taken, held, err := a.seats.take(a.req.Permits, a.req.Takes())
+	taken, held, err := a.seats.take(a.req.Permits, a.req.Takes(), a.queue, a.inLine)
 	if err != nil {
 		return nil, held, err
 	}

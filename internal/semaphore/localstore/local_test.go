@@ -332,6 +332,9 @@ func modesUnder(t *testing.T, dir string) map[string]fs.FileMode {
 		if err != nil {
 			return err
 		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return nil // the fence against an older semrun: a link's mode is no one's choice
+		}
 		rel, _ := filepath.Rel(dir, path)
 		modes[rel] = fi.Mode()
 		return nil

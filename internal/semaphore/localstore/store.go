@@ -24,7 +24,10 @@ const (
 	tokenFile    = "token"    // the last fencing token handed out
 	capacityFile = "capacity" // the N the last caller asked for
 	heldPrefix   = "held."
-	waitPrefix   = "wait."
+	// seat.* are the seats here but on Linux, where, made by an older
+	// semrun, they are what the fence keeps it from (seats_linux.go).
+	seatFilePrefix = "seat."
+	waitPrefix     = "wait."
 )
 
 // How long a waiter at the head of the line sleeps without a wake-up from
@@ -35,6 +38,9 @@ const (
 	firstFollowup = 2 * time.Millisecond
 	slowRecheck   = 2 * time.Second
 )
+
+// errSeatsGone: a key's seats file is missing while someone holds it.
+var errSeatsGone = errors.New("its seats file is gone while the key is held (removed from under its holders?); no grant until they are gone, lest more than N hold it")
 
 // Options configure a local store.
 type Options struct {
