@@ -209,8 +209,9 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 
 // lockGrant takes the key's grant lock, and checks that the key's
 // directory is still the one open (see removeUnused). The lock is held
-// for microseconds, unless its holder was stopped there: the wait for it
-// can be given up, and a caller that will not wait gives up at once.
+// for a fraction of a millisecond, unless its holder was stopped there:
+// the wait for it can be given up, and a caller that will not wait gives
+// up after grantBudget.
 func (a *attempt) lockGrant(ctx context.Context) error {
 	if a.grant == nil {
 		f, err := a.k.open(grantFile, os.O_RDWR|os.O_CREATE)

@@ -985,7 +985,7 @@ func TestLocalStoppedGrantHolderBlocksNoOneForever(t *testing.T) {
 	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
 	release(t, l)
 
-	// A process stopped while it holds the grant lock (for microseconds,
+	// A process stopped while it holds the grant lock (for a fraction of a millisecond,
 	// normally) must not make waits that end or signals unanswerable.
 	grant, err := os.OpenFile(filepath.Join(dir, key, "grant"), os.O_RDWR, 0)
 	if err != nil {

@@ -26,6 +26,12 @@ import (
 
 const seatsFile = "seats"
 
+// The locks semrun needs, and takes for a seat, as doctor names them.
+const (
+	locksNeeded = "flock(2) and open file description byte locks (F_OFD_SETLK)"
+	locksTaken  = "flock, and an F_OFD_SETLK byte lock"
+)
+
 // firstSeat is the file a key's first seat is in.
 const firstSeat = seatsFile
 

@@ -18,6 +18,12 @@ import (
 // held, since its owner could rename it while holding it and so free its
 // number for another holder (see docs/shared-hosts.md).
 
+// The locks semrun needs, and takes for a seat, as doctor names them.
+const (
+	locksNeeded = "flock(2)"
+	locksTaken  = "flock"
+)
+
 // firstSeat is the file a key's first seat is in.
 const firstSeat = seatFilePrefix + "0"
 
