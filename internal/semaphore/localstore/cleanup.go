@@ -4,10 +4,13 @@ package localstore
 
 import (
 	"crypto/rand"
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/semrun/semrun/internal/semaphore"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,13 +51,31 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	if !lock(grantFile, os.O_RDWR|os.O_CREATE) || k.current() != nil || !lock(queueFile, os.O_RDWR|os.O_CREATE) {
 		return false
 	}
-	// No seat can be taken without the grant lock.
-	if k.countHeld(nil) > 0 {
+	// No seat can be taken without the grant lock, by this semrun or an
+	// older one. A count that fails keeps the directory: but for the
+	// seats file of a directory an older semrun made, whose seat.* files
+	// are locked below, no seat would be missed.
+	held, err := k.countHeld(nil, semaphore.MaxPermits)
+	switch {
+	case errors.Is(err, unix.ENOENT) && k.anyOldSeat():
+	case err != nil || held > 0:
 		return false
 	}
 	for _, name := range k.names("") {
-		if strings.HasPrefix(name, heldPrefix) || strings.HasPrefix(name, waitPrefix) {
+		switch {
+		case strings.HasPrefix(name, heldPrefix) || strings.HasPrefix(name, waitPrefix):
 			if !lock(name, os.O_RDONLY) {
+				return false
+			}
+		case strings.HasPrefix(name, seatFilePrefix):
+			// An older semrun's seat, held until the directory is aside;
+			// the fence, no file, is none.
+			f := k.openRegular(name)
+			if f == nil {
+				continue
+			}
+			locked = append(locked, f)
+			if ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB); !ok || err != nil {
 				return false
 			}
 		}
@@ -70,6 +91,32 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	return true
 }
 
+// openRegular opens k's file name read-only when it is a regular file,
+// never following a symbolic link nor blocking on a FIFO; nil otherwise.
+func (k *keyDir) openRegular(name string) *os.File {
+	fd, err := unix.Openat(int(k.dir.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(k.path, name))
+}
+
+// anyOldSeat tells whether k has a seat.* regular file.
+func (k *keyDir) anyOldSeat() bool {
+	for _, name := range k.names(seatFilePrefix) {
+		if f := k.openRegular(name); f != nil {
+			f.Close()
+			return true
+		}
+	}
+	return false
+}
+
 // lastUse is when something last happened in k: a file made or removed
 // (a waiter came or went), a grant (the token), a release (a seat).
 func (k *keyDir) lastUse() time.Time {
@@ -79,7 +126,9 @@ func (k *keyDir) lastUse() time.Time {
 	}
 	last := st.Mtim
 	for _, name := range k.names("") {
-		if unix.Fstatat(int(k.dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mtim.Nano() > last.Nano() {
+		// The fence (a symbolic link, seats_linux.go) was made with the
+		// directory, or once, and says nothing of use.
+		if unix.Fstatat(int(k.dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mtim.Nano() > last.Nano() {
 			last = st.Mtim
 		}
 	}

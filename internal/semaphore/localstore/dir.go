@@ -221,6 +221,9 @@ func (s *Store) publishKey(name, key string, permits int) error {
 			return fmt.Errorf("write %s: %w", f.Name(), err)
 		}
 	}
+	if err := makeFence(fd); err != nil {
+		return fmt.Errorf("lock directory %s: %w", s.path, err)
+	}
 	if err := unix.Fchmod(fd, dirMode); err != nil {
 		return fmt.Errorf("lock directory %s: %w", s.path, err)
 	}

@@ -7,11 +7,12 @@
 // no caller ever makes a seat's file, so in a directory a group shares no
 // member can plant one that others must refuse, or rename one it holds to
 // free its number, and the key's owner is the only user who could move
-// the file. Elsewhere a seat is a flock(2) on a file of its own
-// (seats_other.go). The child inherits its lock files read-only. The first
-// waiter in line is woken by inotify (watch_linux.go). Unix only: on
-// Windows a lock belongs to the process that took it, so a child could not
-// inherit a seat.
+// the file; its seat.0, a dangling symbolic link, fences off a semrun
+// from before, whose seats were flocks on seat.* files. Elsewhere a seat
+// is a flock(2) on a file of its own (seats_other.go). The child inherits
+// its lock files read-only. The first waiter in line is woken by inotify
+// (watch_linux.go). Unix only: on Windows a lock belongs to the process
+// that took it, so a child could not inherit a seat.
 package localstore
 
 import "github.com/semrun/semrun/internal/semaphore"

@@ -56,9 +56,9 @@ func (s *Store) tryLock(ctx context.Context) semaphore.Check {
 	}
 	if err != nil {
 		return semaphore.Check{Name: "lock", Status: semaphore.CheckFail, Detail: err.Error(),
-			Fix: fmt.Sprintf("choose a lock directory on a local file system that supports flock(2) (%s)", s.names.Name(DirSetting))}
+			Fix: fmt.Sprintf("choose a lock directory on a local file system that supports %s (%s)", locksNeeded, s.names.Name(DirSetting))}
 	}
-	return semaphore.Check{Name: "lock", Status: semaphore.CheckOK, Detail: "took and freed a lock (flock) on a throw-away key"}
+	return semaphore.Check{Name: "lock", Status: semaphore.CheckOK, Detail: "took and freed a lock (" + locksTaken + ") on a throw-away key"}
 }
 
 // removeKey removes the throw-away key's directory, as status removes a

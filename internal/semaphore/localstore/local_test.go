@@ -332,6 +332,9 @@ func modesUnder(t *testing.T, dir string) map[string]fs.FileMode {
 		if err != nil {
 			return err
 		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return nil // the fence against an older semrun: a link's mode is no one's choice
+		}
 		rel, _ := filepath.Rel(dir, path)
 		modes[rel] = fi.Mode()
 		return nil
@@ -982,7 +985,7 @@ func TestLocalStoppedGrantHolderBlocksNoOneForever(t *testing.T) {
 	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
 	release(t, l)
 
-	// A process stopped while it holds the grant lock (for microseconds,
+	// A process stopped while it holds the grant lock (for a fraction of a millisecond,
 	// normally) must not make waits that end or signals unanswerable.
 	grant, err := os.OpenFile(filepath.Join(dir, key, "grant"), os.O_RDWR, 0)
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mathrand "math/rand/v2"
 	"os"
+	"strings"
 
 	"github.com/semrun/semrun/internal/semaphore"
 	"golang.org/x/sys/unix"
@@ -53,29 +55,94 @@ func readRecord(f *os.File) (record, error) {
 // says r, locked for as long as the file returned is open. The file
 // returned is read-only: a holder's is the one its child inherits.
 func (k *keyDir) makeRecord(prefix string, r record) (*os.File, string, error) {
+	w, f, name, err := k.makeLocked(prefix)
+	if err != nil {
+		return nil, "", err
+	}
+	err = r.write(w)
+	w.Close()
+	if err != nil {
+		f.Close()
+		_ = unix.Unlinkat(int(k.dir.Fd()), name, 0)
+		return nil, "", err
+	}
+	return f, name, nil
+}
+
+// makeLocked makes a file named prefix and a random suffix in k, locked
+// through the read-only file f for as long as it is open; w writes it.
+func (k *keyDir) makeLocked(prefix string) (w, f *os.File, name string, err error) {
 	for range maxRecordNames {
-		name := prefix + rand.Text()[:16]
-		w, err := createFile(int(k.dir.Fd()), name, k.path, k.fileMode())
+		name = prefix + rand.Text()[:16]
+		w, err = createFile(int(k.dir.Fd()), name, k.path, k.fileMode())
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
-		f, err := lockRecord(k, name, w)
+		f, err = lockRecord(k, name, w)
 		if err == nil && f != nil {
-			err = r.write(w)
+			return w, f, name, nil
 		}
 		w.Close()
 		if err != nil {
-			if f != nil {
-				f.Close()
-			}
 			_ = unix.Unlinkat(int(k.dir.Fd()), name, 0)
-			return nil, "", err
-		}
-		if f != nil {
-			return f, name, nil
+			return nil, nil, "", err
 		}
 	}
-	return nil, "", fmt.Errorf("no file of its own in %s after %d tries", k.path, maxRecordNames)
+	return nil, nil, "", fmt.Errorf("no file of its own in %s after %d tries", k.path, maxRecordNames)
+}
+
+// A holder's record is made before the caller takes the grant lock, as a
+// draft that status and the sweeps of held.* files do not look at, and
+// only written and renamed held.* under the lock once seats are taken:
+// making and locking a file there would hold every other caller up.
+const draftPrefix = "taking."
+
+// draft is a holder's record to be.
+type draft struct {
+	k    *keyDir
+	w, f *os.File
+	dir  *os.File // the key's directory, for the lease to remove the record by
+	name string
+}
+
+func (k *keyDir) makeDraft() (*draft, error) {
+	dir, err := reopenDir(k.dir)
+	if err != nil {
+		return nil, err
+	}
+	w, f, name, err := k.makeLocked(draftPrefix)
+	if err != nil {
+		dir.Close()
+		return nil, err
+	}
+	return &draft{k: k, w: w, f: f, dir: dir, name: name}, nil
+}
+
+// publish writes r in the draft and names it a holder's, under the grant
+// lock. It returns the record's file, its directory and name, which are
+// the caller's then.
+func (d *draft) publish(r record) (*os.File, *os.File, string, error) {
+	if err := r.write(d.w); err != nil {
+		return nil, nil, "", fmt.Errorf("write %s: %w", d.w.Name(), err)
+	}
+	name := heldPrefix + d.name[len(draftPrefix):]
+	// The suffix is 80 random bits: no other holder's has it.
+	if err := renameNoReplace(int(d.k.dir.Fd()), d.name, name); err != nil {
+		return nil, nil, "", fmt.Errorf("rename %s: %w", d.w.Name(), err)
+	}
+	f, dir := d.f, d.dir
+	d.f, d.dir = nil, nil
+	return f, dir, name, nil
+}
+
+// close removes the draft unless it was published.
+func (d *draft) close() {
+	d.w.Close()
+	if d.f != nil {
+		_ = unix.Unlinkat(int(d.k.dir.Fd()), d.name, 0)
+		d.f.Close()
+		d.dir.Close()
+	}
 }
 
 // maxRecordNames bounds the names tried for a holder's or waiter's file.
@@ -115,7 +182,13 @@ func lockRecord(k *keyDir, name string, w *os.File) (*os.File, error) {
 // removeStale removes the files named prefix* whose holder or waiter is
 // gone: nobody holds them locked.
 func (k *keyDir) removeStale(prefix string) {
-	for _, name := range k.names(prefix) {
+	k.removeUnlocked(k.names(prefix))
+}
+
+// removeUnlocked removes those of k's files names that nobody holds
+// locked.
+func (k *keyDir) removeUnlocked(names []string) {
+	for _, name := range names {
 		f, err := k.open(name, os.O_RDONLY)
 		if err != nil {
 			continue
@@ -127,4 +200,32 @@ func (k *keyDir) removeStale(prefix string) {
 		}
 		f.Close()
 	}
+}
+
+// sweepFew bounds the files of holders to be looked at a grant sweeps
+// when there is no sign of one gone.
+const sweepFew = 2
+
+// sweepRecords removes the files of holders that are gone, and of callers
+// that died before they held, after a grant and outside the grant lock:
+// all of them when there are more holders' files than the limit seats
+// (no more holders can be), else a few of each, picked at random.
+func (k *keyDir) sweepRecords(limit int) {
+	var held, drafts []string
+	for _, name := range k.names("") {
+		switch {
+		case strings.HasPrefix(name, heldPrefix):
+			held = append(held, name)
+		case strings.HasPrefix(name, draftPrefix):
+			drafts = append(drafts, name)
+		}
+	}
+	few := func(names []string) []string {
+		mathrand.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+		return names[:min(len(names), sweepFew)]
+	}
+	if len(held) <= limit {
+		held = few(held)
+	}
+	k.removeUnlocked(append(held, few(drafts)...))
 }

@@ -26,28 +26,57 @@ import (
 
 const seatsFile = "seats"
 
+// The locks semrun needs, and takes for a seat, as doctor names them.
+const (
+	locksNeeded = "flock(2) and open file description byte locks (F_OFD_SETLK)"
+	locksTaken  = "flock, and an F_OFD_SETLK byte lock"
+)
+
 // firstSeat is the file a key's first seat is in.
 const firstSeat = seatsFile
 
 // seatFiles are the files a key's directory is made with for its seats.
 func seatFiles(int) []string { return []string{seatsFile} }
 
-// seats are a key's seats as one caller sees them: the seats file, open.
-type seats struct{ f *os.File }
+// A semrun from before this layout took seat i as a flock(2) on its own
+// file, "seat.i", which it made when missing, and sees nothing of the
+// seats file; this one sees nothing of its flocks unless it looks. So a
+// key's directory is made with a fence, "seat.0" a symbolic link to
+// nowhere: an older semrun refuses a key whose first seat file is one
+// (status 125, naming it), and its status keeps the directory. In a
+// directory an older semrun made, seats are taken only once its owner
+// has put the fence up, which it does under the grant lock when no
+// seat.* file is held and no one is first in line (an older waiter first
+// in line keeps its seat files open across tries); until then the
+// seat.* files held count as held.
+const (
+	fenceFile   = seatFilePrefix + "0"
+	fenceTarget = "seats (this key needs a newer semrun)"
+)
 
-// openSeats opens k's seats file. Only the directory's owner makes it
-// when missing (a directory an older semrun made): one another member
-// made could be renamed by that member.
-func (k *keyDir) openSeats() (*seats, error) {
-	f, err := k.openLock(seatsFile, k.owner == me())
-	if errors.Is(err, unix.ENOENT) {
-		return nil, fmt.Errorf("key directory %s: has no %s file (made by an older semrun?); when no one holds the key, its owner, %s, or root can remove it", k.path, seatsFile, userName(k.owner))
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &seats{f: f}, nil
+// makeFence puts the fence up in the directory dirfd.
+func makeFence(dirfd int) error {
+	return unix.Symlinkat(fenceTarget, dirfd, fenceFile)
 }
+
+// fenced tells whether k's fence is up: its seat.0 is a symbolic link
+// its owner made, which no one else can remove (the directory is sticky
+// when shared).
+func (k *keyDir) fenced() bool {
+	var st unix.Stat_t
+	return unix.Fstatat(int(k.dir.Fd()), fenceFile, &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFLNK && st.Uid == k.owner
+}
+
+// seats are a key's seats as one caller sees them: the seats file, open
+// under the grant lock, then kept while it is still the one named seats.
+type seats struct {
+	k        *keyDir
+	f        *os.File
+	dev, ino uint64
+}
+
+func (k *keyDir) openSeats() (*seats, error) { return &seats{k: k}, nil }
 
 func (s *seats) close() {
 	if s.f != nil {
@@ -55,13 +84,149 @@ func (s *seats) close() {
 	}
 }
 
+// open makes s.f the file named seats, under the grant lock. A missing
+// one is made only where no one holds the key: one removed from under
+// its holders, made anew, would seat others beside them.
+func (s *seats) open() error {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(s.k.dir.Fd()), seatsFile, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil && s.f != nil && uint64(st.Dev) == s.dev && uint64(st.Ino) == s.ino {
+		return nil
+	}
+	s.close()
+	s.f = nil
+	if errors.Is(err, unix.ENOENT) {
+		if err := s.k.makeSeats(); err != nil {
+			return err
+		}
+	}
+	f, err := s.k.openLock(seatsFile, false)
+	if err != nil {
+		return err
+	}
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return fmt.Errorf("lock file %s: %w", f.Name(), err)
+	}
+	s.f, s.dev, s.ino = f, uint64(st.Dev), uint64(st.Ino)
+	return nil
+}
+
+// makeSeats makes k's missing seats file, under the grant lock. Only the
+// directory's owner does: one another member made could be renamed by
+// that member.
+func (k *keyDir) makeSeats() error {
+	if k.anyLocked(heldPrefix) {
+		return fmt.Errorf("key directory %s: %w", k.path, errSeatsGone)
+	}
+	if k.owner != me() {
+		return fmt.Errorf("key directory %s: has no %s file (made by an older semrun?); its owner, %s, makes it on its next run, or, when no one holds the key, it or root can remove the directory", k.path, seatsFile, userName(k.owner))
+	}
+	f, err := createFile(int(k.dir.Fd()), seatsFile, k.path, k.fileMode())
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	if f != nil {
+		f.Close()
+	}
+	return nil
+}
+
+// fence puts the fence up in k, under the grant lock, when it is not. It
+// tells whether the fence is up, else how many seats an older semrun
+// holds (0: someone else is first in line); it is an error when the
+// caller never could put it up.
+func (k *keyDir) fence(queue *os.File, inLine bool) (bool, int, error) {
+	if k.fenced() {
+		return true, 0, nil
+	}
+	old := 0
+	k.eachOldSeat(func(f *os.File) {
+		if free, err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err != nil || !free {
+			old++
+		}
+	})
+	if old > 0 {
+		return false, old, nil
+	}
+	if k.owner != me() {
+		return false, 0, fmt.Errorf("key directory %s: has no %s fence against an older semrun (made by one, or by a semrun before the fence); its owner, %s, puts it up on its next run, or, when no one holds the key, it or root can remove the directory", k.path, fenceFile, userName(k.owner))
+	}
+	if !inLine {
+		// Someone first in line may be an older semrun, with seat files
+		// open that it would lock once unlinked: the fence waits for it.
+		if ok, err := flock(queue, unix.LOCK_EX|unix.LOCK_NB); err != nil || !ok {
+			return false, 0, err
+		}
+		defer func() { _, _ = flock(queue, unix.LOCK_UN) }()
+	}
+	for _, name := range k.names(seatFilePrefix) {
+		if err := unix.Unlinkat(int(k.dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return false, 0, fmt.Errorf("key directory %s: remove %s for the fence against an older semrun: %w", k.path, name, err)
+		}
+	}
+	if err := makeFence(int(k.dir.Fd())); err != nil {
+		return false, 0, fmt.Errorf("key directory %s: fence against an older semrun: %w", k.path, err)
+	}
+	return true, 0, nil
+}
+
+// eachOldSeat calls fn with each seat.* regular file of k, opened
+// read-only: an older semrun's seats. The fence and anything else that is
+// not a regular file are no seat.
+func (k *keyDir) eachOldSeat(fn func(*os.File)) {
+	for _, name := range k.names(seatFilePrefix) {
+		if f := k.openRegular(name); f != nil {
+			fn(f)
+			f.Close()
+		}
+	}
+}
+
+// olderHolders counts the seats an older semrun holds in k, and reads
+// what its holders wrote in them (the same record in each of its seats).
+func (k *keyDir) olderHolders() (int, []record) {
+	if k.fenced() {
+		return 0, nil
+	}
+	held := 0
+	var recs []record
+	seen := map[int64]bool{}
+	k.eachOldSeat(func(f *os.File) {
+		if free, err := flock(f, unix.LOCK_SH|unix.LOCK_NB); err != nil || free {
+			return
+		}
+		held++
+		if r, err := readRecord(f); err == nil && !seen[r.Token] {
+			seen[r.Token] = true
+			recs = append(recs, r)
+		}
+	})
+	return held, recs
+}
+
 // take locks weight free seats among the first permits, under the grant
-// lock. It returns them, or nil and how many of those seats are held.
-func (s *seats) take(permits, weight int) (*heldSeats, int, error) {
+// lock; queue is the key's queue file, whose lock the caller holds when
+// inLine. It returns them, or nil and how many of those seats are held.
+func (s *seats) take(permits, weight int, queue *os.File, inLine bool) (*heldSeats, int, error) {
+	up, old, err := s.k.fence(queue, inLine)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !up {
+		// Taken now, a seat would be one an older semrun cannot see.
+		if old == 0 {
+			old = permits // someone else is in line
+		}
+		return nil, min(old, permits), nil
+	}
+	if err := s.open(); err != nil {
+		return nil, 0, err
+	}
 	type span struct{ start, n int64 }
 	var free []span
 	found, want := int64(0), int64(weight)
-	_, err := scan(s.f, 0, int64(permits), func(start, n int64) bool {
+	_, _, err = scan(s.f, 0, int64(permits), func(start, n int64) bool {
 		n = min(n, want-found)
 		free = append(free, span{start, n})
 		found += n
@@ -111,33 +276,37 @@ func (h *heldSeats) release() error {
 }
 
 // countHeld counts the seats of k held, whatever the N their holders
-// asked for. A seats file semrun will not use is said to warnf.
-func (k *keyDir) countHeld(warnf func(string, ...any)) int {
+// asked for. Locks semrun does not take (write locks) count as no more
+// than the capacity seats, and are said to warnf. A missing seats file is
+// an error wrapping unix.ENOENT: never taken for a key no one holds.
+func (k *keyDir) countHeld(warnf func(string, ...any), capacity int) (int, error) {
 	f, err := k.openLock(seatsFile, false)
-	var bad *badFileError
-	if errors.As(err, &bad) && warnf != nil {
-		warnf("skipped %s", err)
-	}
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer f.Close()
 	// Seats are the bytes a caller may ask for: locks past them are not
 	// semrun's.
-	held, err := scan(f, 0, semaphore.MaxPermits, func(int64, int64) bool { return true })
+	held, foreign, err := scan(f, 0, semaphore.MaxPermits, func(int64, int64) bool { return true })
 	if err != nil {
-		return 0
+		return 0, err
 	}
-	return int(held)
+	if foreign > 0 {
+		if warnf != nil {
+			warnf("%s: a write lock, which semrun never takes, covers %d of its seats", f.Name(), foreign)
+		}
+		held = held - foreign + min(foreign, max(int64(capacity)-(held-foreign), 0))
+	}
+	return int(held), nil
 }
 
 // scan finds the bytes of [start, end) of f that no other open file holds
 // locked, and calls free with each run of them, lowest first, while it
-// returns true. It returns how many bytes it found held. A probe names one
+// returns true. It returns how many bytes it found held, and how many of
+// them by write locks, which semrun never takes. A probe names one
 // lock in its range, any of them, not the first: the bytes on either side
 // are probed again, so a scan costs a probe for each lock and run found.
-func scan(f *os.File, start, end int64, free func(start, n int64) bool) (int64, error) {
-	held := int64(0)
+func scan(f *os.File, start, end int64, free func(start, n int64) bool) (held, foreign int64, err error) {
 	todo := [][2]int64{{start, end}} // the lowest range last
 	for len(todo) > 0 {
 		r := todo[len(todo)-1]
@@ -147,7 +316,7 @@ func scan(f *os.File, start, end int64, free func(start, n int64) bool) (int64, 
 		}
 		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: r[0], Len: r[1] - r[0]}
 		if err := fcntlLock(f, unix.F_OFD_GETLK, &lk); err != nil {
-			return held, err
+			return held, foreign, err
 		}
 		if lk.Type == unix.F_UNLCK {
 			if !free(r[0], r[1]-r[0]) {
@@ -160,9 +329,12 @@ func scan(f *os.File, start, end int64, free func(start, n int64) bool) (int64, 
 			to = min(lk.Start+lk.Len, r[1])
 		}
 		held += to - from
+		if lk.Type == unix.F_WRLCK {
+			foreign += to - from
+		}
 		todo = append(todo, [2]int64{to, r[1]}, [2]int64{r[0], from})
 	}
-	return held, nil
+	return held, foreign, nil
 }
 
 // fcntlLock applies an OFD lock command to f.

@@ -18,10 +18,14 @@ import (
 // held, since its owner could rename it while holding it and so free its
 // number for another holder (see docs/shared-hosts.md).
 
-const seatPrefix = "seat."
+// The locks semrun needs, and takes for a seat, as doctor names them.
+const (
+	locksNeeded = "flock(2)"
+	locksTaken  = "flock"
+)
 
 // firstSeat is the file a key's first seat is in.
-const firstSeat = seatPrefix + "0"
+const firstSeat = seatFilePrefix + "0"
 
 // precreated bounds the seat files made with a key's directory.
 const precreated = 4096
@@ -30,7 +34,7 @@ const precreated = 4096
 func seatFiles(permits int) []string {
 	var files []string
 	for i := range min(permits, precreated) {
-		files = append(files, seatPrefix+strconv.Itoa(i))
+		files = append(files, seatFilePrefix+strconv.Itoa(i))
 	}
 	return files
 }
@@ -52,8 +56,8 @@ func (s *seats) close() {
 }
 
 // take locks weight free seats among the first permits, under the grant
-// lock. It returns them, or nil and how many of those seats are held.
-func (s *seats) take(permits, weight int) (*heldSeats, int, error) {
+// lock (the queue lock matters only on Linux). It returns them, or nil and how many of those seats are held.
+func (s *seats) take(permits, weight int, _ *os.File, _ bool) (*heldSeats, int, error) {
 	held := 0
 	var taken []int
 	unlock := func() {
@@ -65,7 +69,7 @@ func (s *seats) take(permits, weight int) (*heldSeats, int, error) {
 		f := s.files[i]
 		if f == nil {
 			var err error
-			f, err = s.k.openLock(seatPrefix+strconv.Itoa(i), true)
+			f, err = s.k.openLock(seatFilePrefix+strconv.Itoa(i), true)
 			var bad *badFileError
 			if errors.As(err, &bad) && bad.foreign {
 				held++ // another user's: not the caller's to trust
@@ -120,11 +124,18 @@ func (h *heldSeats) release() error {
 
 // countHeld counts the seat files of k someone holds locked. Files semrun
 // will not use are said to warnf.
-func (k *keyDir) countHeld(warnf func(string, ...any)) int {
+func (k *keyDir) countHeld(warnf func(string, ...any), _ int) (int, error) {
 	held := 0
-	k.eachLocked(seatPrefix, warnf, func(*os.File) bool {
+	k.eachLocked(seatFilePrefix, warnf, func(*os.File) bool {
 		held++
 		return true
 	})
-	return held
+	return held, nil
 }
+
+// makeFence does nothing: seats have always been files here, so there is
+// no older semrun to fence off.
+func makeFence(int) error { return nil }
+
+// olderHolders: there is no older layout here.
+func (k *keyDir) olderHolders() (int, []record) { return 0, nil }

@@ -151,8 +151,27 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		st.Capacity, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	now := time.Now()
-	st.Held = k.countHeld(s.warnf)
-	for _, r := range k.lockedRecords(heldPrefix, s.warnf) {
+	recs := k.lockedRecords(heldPrefix, s.warnf)
+	held, err := k.countHeld(s.warnf, st.Capacity)
+	old, oldRecs := k.olderHolders()
+	if err != nil && !(errors.Is(err, unix.ENOENT) && len(recs) == 0) {
+		// Never a silent 0: the holders' records say who holds.
+		var bad *badFileError
+		switch {
+		case errors.As(err, &bad):
+			s.warnf("skipped %s", err)
+		case errors.Is(err, unix.ENOENT):
+			s.warnf("key %q: key directory %s: %v", key, k.path, errSeatsGone)
+		default:
+			s.warnf("key %q: %v", key, err)
+		}
+		held = 0
+		for _, r := range recs {
+			held += max(r.Weight, 1)
+		}
+	}
+	st.Held = held + old
+	for _, r := range append(recs, oldRecs...) {
 		st.Holders = append(st.Holders, semaphore.Holder{
 			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight, Token: r.Token,
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),

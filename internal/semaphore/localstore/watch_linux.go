@@ -29,8 +29,9 @@ func watchSeats(k *keyDir) *seatWatch {
 	// Through the descriptor, so the watch is on the directory checked.
 	dir := fmt.Sprintf("/proc/self/fd/%d", k.dir.Fd())
 	// The seats file is open read-only: its holder's last close is
-	// IN_CLOSE_NOWRITE.
-	mask := uint32(unix.IN_CLOSE_NOWRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
+	// IN_CLOSE_NOWRITE. An older semrun's seat files (seats_linux.go) are
+	// open for writing.
+	mask := uint32(unix.IN_CLOSE_NOWRITE | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
 	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
 		unix.Close(fd)
 		return &seatWatch{}
@@ -72,7 +73,7 @@ func (w *seatWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
 			size := int(binary.NativeEndian.Uint32(buf[off+12:]))
 			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+size]), "\x00")
 			off += unix.SizeofInotifyEvent + size
-			if mask&unix.IN_Q_OVERFLOW != 0 || name == seatsFile {
+			if mask&unix.IN_Q_OVERFLOW != 0 || name == seatsFile || strings.HasPrefix(name, seatFilePrefix) {
 				return true, nil
 			}
 		}
