@@ -231,6 +231,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 		a.args.Wait = min(req.TTL, WaiterLease)
 	}
 	a.wake = wakeups{client: s.client, key: a.keys.WakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
+	_, a.reached = s.waitedOn.Load(req.Key)
 	return a, nil
 }
 
@@ -254,6 +255,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
 	a.reached = true
+	s.waitedOn.Store(req.Key, true)
 	r, err := protocol.DecodeAcquire(res)
 	if err != nil {
 		s.abandon(ctx, a.keys, a.id)

@@ -345,3 +345,29 @@ func TestRedisCrowdOfDeadWaitersCostsSeconds(t *testing.T) {
 		t.Errorf("the crowd of %d dead waiters held the line up %v, want at most 10s in all", len(dead), took.Round(time.Millisecond))
 	}
 }
+
+// TestRedisWaiterAgainRidesOutAnOutage: a caller that waits on a key
+// again, in the process whose waiter's asks were answered (a run whose
+// permit aged before its command started), rides out an outage until its
+// context ends, as the first wait did; a key never asked of fails at the
+// connect timeout.
+func TestRedisWaiterAgainRidesOutAnOutage(t *testing.T) {
+	t.Parallel()
+	srv, st, _ := setup(t, Options{ConnectTimeout: 300 * time.Millisecond})
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}
+	release(t, acquire(t, st, req))
+	if err := srv.Pause(); err != nil {
+		t.Fatalf("pause redis-server: %v", err)
+	}
+	defer func() { _ = srv.Resume() }()
+	_, err := st.Acquire(ctxTimeout(t, 2*time.Second), req)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire again on %q while Redis stalls: got %v, want its context's deadline (the outage ridden out)", key, err)
+	}
+	other := req
+	other.Key = uniqueKey(t)
+	if _, err := st.Acquire(ctxTimeout(t, 2*time.Second), other); !errors.Is(err, semaphore.ErrUnreachable) {
+		t.Errorf("Acquire on a key never asked of while Redis stalls: got %v, want ErrUnreachable", err)
+	}
+}

@@ -111,6 +111,10 @@ type Store struct {
 	maxLine int
 	// reached: a call got the server's answer, so the store was reachable.
 	reached atomic.Bool
+	// waitedOn are the keys (string) whose waiters' asks were answered: a
+	// caller that waits on one again (a run whose permit aged before its
+	// command could start) rides out an outage as before.
+	waitedOn sync.Map
 	// unnamed, retrying, restartFence, minReplicas and verbose are Options'.
 	unnamed      bool
 	retrying     func(addr string, err error)
