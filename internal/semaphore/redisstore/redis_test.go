@@ -713,8 +713,11 @@ func TestRedisHungStore(t *testing.T) {
 		srv, st, raw := setup(t, Options{ConnectTimeout: 300 * time.Millisecond})
 		key := uniqueKey(t)
 		k := protocol.NewKeys(testPrefix, key)
-		const ttl = 2 * time.Second                                                 // a waiter lease of WaiterLease
-		hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}) // connected; the seat is taken
+		const ttl = 2 * time.Second // a waiter lease of WaiterLease
+		// The seat is taken by another process's store: this one has not
+		// asked of the key (it would ride out the stall), but is connected.
+		hold(t, newStore(t, srv.URL(), Options{}), semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+		acquire(t, st, semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second})
 		if err := srv.Pause(); err != nil {
 			t.Fatalf("pause redis-server: %v", err)
 		}
