@@ -4,7 +4,6 @@ package localstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -74,14 +73,7 @@ func BenchmarkLocalNoWaitBusy(b *testing.B) {
 			for next.Add(1) <= int64(b.N) {
 				tries.Add(1)
 				l, err := st.Acquire(context.Background(), req)
-				switch {
-				case errors.Is(err, semaphore.ErrBusy):
-					busy.Add(1)
-				case err != nil:
-					failed.Add(1)
-				default:
-					_ = l.Release(context.Background())
-				}
+				tally(l, err, &busy, &failed)
 			}
 		}()
 	}

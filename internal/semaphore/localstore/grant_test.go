@@ -4,7 +4,6 @@ package localstore_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,14 +38,7 @@ func TestLocalNoWaitIsNotBusyWhileSeatsAreFree(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				l, err := st.Acquire(ctx, req)
 				cancel()
-				switch {
-				case errors.Is(err, semaphore.ErrBusy):
-					busy.Add(1)
-				case err != nil:
-					failed.Add(1)
-				default:
-					_ = l.Release(context.Background())
-				}
+				tally(l, err, &busy, &failed)
 			}
 		}()
 	}

@@ -181,13 +181,8 @@ func TestLocalNewKeysAreFencedFromOlderSemruns(t *testing.T) {
 func TestLocalSeatsRemovedUnderHoldersRefusesKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var mu sync.Mutex
-	var lines []string
-	st := newLocal(t, dir, func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, fmt.Sprintf(format, args...))
-	})
+	var warned warnings
+	st := newLocal(t, dir, warned.warnf)
 	key := uniqueKey(t)
 	startHolder(t, dir, key)
 	if err := os.Remove(filepath.Join(dir, key, "seats")); err != nil {
@@ -209,9 +204,7 @@ func TestLocalSeatsRemovedUnderHoldersRefusesKey(t *testing.T) {
 	if s.Held != 1 || len(s.Holders) != 1 {
 		t.Errorf("Status, the seats file removed under its holder: got %+v, want 1 held by its holder", s)
 	}
-	mu.Lock()
-	said := strings.Join(lines, "\n")
-	mu.Unlock()
+	said := strings.Join(warned.lines(), "\n")
 	if !strings.Contains(said, "seats file is gone") {
 		t.Errorf("Status warnings: got %q, want one saying the seats file is gone", said)
 	}
@@ -247,13 +240,8 @@ func TestLocalStatusKeepsKeysItCannotCount(t *testing.T) {
 func TestLocalForeignWriteLockCountsAtMostCapacity(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var mu sync.Mutex
-	var lines []string
-	st := newLocal(t, dir, func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, fmt.Sprintf(format, args...))
-	})
+	var warned warnings
+	st := newLocal(t, dir, warned.warnf)
 	const key = "written"
 	hold(t, st, semaphore.Request{Key: key, Permits: 3, TTL: time.Second})
 	f, err := os.Open(filepath.Join(dir, key, "seats"))
@@ -275,9 +263,7 @@ func TestLocalForeignWriteLockCountsAtMostCapacity(t *testing.T) {
 	if s := statusOf(t, st, key); s.Held != 3 {
 		t.Errorf("Status, one seat held and a write lock over the rest of the file: got %d held, want 3 (the capacity)", s.Held)
 	}
-	mu.Lock()
-	said := strings.Join(lines, "\n")
-	mu.Unlock()
+	said := strings.Join(warned.lines(), "\n")
 	if !strings.Contains(said, "write lock") {
 		t.Errorf("Status warnings: got %q, want one naming the write lock", said)
 	}

@@ -326,13 +326,8 @@ func TestLocalTokenNeverGoesBackwards(t *testing.T) {
 func TestLocalStatusSkipsWhatIsNotAFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var mu sync.Mutex
-	var lines []string
-	st := newLocal(t, dir, func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, fmt.Sprintf(format, args...))
-	})
+	var warned warnings
+	st := newLocal(t, dir, warned.warnf)
 	mkfifo := func(path string) {
 		t.Helper()
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -384,8 +379,7 @@ func TestLocalStatusSkipsWhatIsNotAFile(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("Status with FIFOs planted: still running after 10s, want it to return")
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	lines := warned.lines()
 	for _, fifo := range []string{wait, held} {
 		want := "skipped lock file " + fifo + ": is a FIFO, not a regular file"
 		if !slices.Contains(lines, want) {
