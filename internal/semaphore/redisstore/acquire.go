@@ -123,14 +123,14 @@ func (a *asker) outage(ctx context.Context, err error) bool {
 	switch {
 	case err == nil && a.down:
 		a.down = false
-		s.warnf("key %q: Redis at %s answers again; still waiting", a.req.Key, s.addr)
+		s.warnf("key %q: Redis at %s answers again", a.req.Key, s.addr)
 		return false
 	case err == nil || !a.unreachable || !a.reached || ctx.Err() != nil:
 		return false
 	}
 	if !a.down {
 		a.down = true
-		s.warnf("key %q: %v; still waiting, until --timeout if one is set", a.req.Key, err)
+		s.warnf("key %q: %v; waiting for it to answer again", a.req.Key, err)
 	}
 	return true // the ask itself retried for the connect timeout
 }
