@@ -475,9 +475,18 @@ func TestRenewsEveryThirdOfTTL(t *testing.T) {
 
 // A lease that never lapses (zero Deadline) is never renewed.
 func TestLeaseThatNeverLapsesIsNotRenewed(t *testing.T) {
-	h := newHarness(t, "cat")
+	ready := filepath.Join(t.TempDir(), "ready")
+	h := newHarness(t, "sh", "-c", `touch "$0"; exec cat`, ready)
 	h.lease.deadline = clock.Instant{}
 	h.run()
+	waitFile(t, ready)
+	// Run would set its renewal and give-up alarms right after the start:
+	// none may come. (A moment is all it takes; a longer wait proves no more.)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := h.clk.BlockUntilFunc(ctx, func(alarms []clock.Instant) bool { return len(alarms) > 0 }); err == nil {
+		t.Fatalf("alarms set for a lease that never lapses: %v", h.offsets(h.clk.Alarms()))
+	}
 	h.advanceTo(10 * ttl)
 	h.stdin.Close()
 	if res, err := h.wait(); err != nil || !reflect.DeepEqual(res, runner.Result{}) {
