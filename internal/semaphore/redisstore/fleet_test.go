@@ -302,9 +302,27 @@ func TestWaiterLeaseGrowsWithTheLine(t *testing.T) {
 // TestRedisCrowdOfDeadWaitersCostsSeconds: half of a line of 200, killed
 // at once (their connections gone, their places left behind), delays the
 // rest by seconds in all, not a claim each: the first turn not taken
-// calls the roll, and the dead leave the line together.
+// calls the roll, and the dead leave the line together. Whether the dead
+// alternate with the living or stand together at the head.
 func TestRedisCrowdOfDeadWaitersCostsSeconds(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		dead func(i, line int) bool
+	}{
+		{"every other one", func(i, _ int) bool { return i%2 == 1 }},
+		{"the first half", func(i, line int) bool { return i < line/2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			crowdStall(t, tc.dead)
+		})
+	}
+}
+
+// crowdStall makes a line of 200 behind 5 holders, kills the waiters dead
+// says, frees the seats, and checks how long the living took in all.
+func crowdStall(t *testing.T, dead func(i, line int) bool) {
 	srv, st, _ := setup(t, Options{})
 	const n, line = 5, 200
 	key := uniqueKey(t)
@@ -314,18 +332,18 @@ func TestRedisCrowdOfDeadWaitersCostsSeconds(t *testing.T) {
 		holders = append(holders, acquire(t, st, req))
 	}
 	var live []<-chan semaphoretest.Acquired
-	var dead []func()
+	var kills []func()
 	for i := range line {
 		w := newStore(t, srv.URL(), Options{})
 		ch, stop := startAcquire(t, w, req, time.Minute)
 		waitersOf(t, st, key, i+1)
-		if i%2 == 0 {
-			live = append(live, ch)
+		if dead(i, line) {
+			kills = append(kills, func() { _ = w.Close(); stop() })
 		} else {
-			dead = append(dead, func() { _ = w.Close(); stop() })
+			live = append(live, ch)
 		}
 	}
-	for _, kill := range dead {
+	for _, kill := range kills {
 		kill()
 	}
 	start := time.Now()
@@ -340,9 +358,9 @@ func TestRedisCrowdOfDeadWaitersCostsSeconds(t *testing.T) {
 		release(t, r.L)
 	}
 	took := time.Since(start)
-	t.Logf("%d live waiters served in %v behind %d dead", len(live), took.Round(time.Millisecond), len(dead))
+	t.Logf("%d live waiters served in %v behind %d dead", len(live), took.Round(time.Millisecond), len(kills))
 	if took > 10*time.Second {
-		t.Errorf("the crowd of %d dead waiters held the line up %v, want at most 10s in all", len(dead), took.Round(time.Millisecond))
+		t.Errorf("the crowd of %d dead waiters held the line up %v, want at most 10s in all", len(kills), took.Round(time.Millisecond))
 	}
 }
 

@@ -7,9 +7,11 @@
 --   lease can lapse, since nobody else may be awake to take the seat back;
 -- * a roll call, at most once per ROLLCALL: the first ROLLMAX waiters get
 --   a place that lapses within ROLLCALL and are asked to renew it now
---   ("c <now>"). A live waiter, blocked on its wake list, asks at once and
---   keeps its place; a dead one leaves the line within ROLLCALL, and the
---   waiters at the head (who look when the claims lapse) skip it.
+--   ("c <now>"), and to look again just after ROLLCALL. A live waiter,
+--   blocked on its wake list, asks at once and keeps its place; a dead
+--   one leaves the line within ROLLCALL, and the live, looking again then,
+--   sweep the dead and are handed their seats, even behind a head of dead
+--   waiters that would never look.
 -- KEYS: see lib.lua. ARGV: wake, the prefix of the key's wake lists.
 -- Reply: watched, 1 when a waiter was asked to look; called, how many
 -- waiters the roll call reached.
@@ -27,7 +29,9 @@ if not roll or roll <= now or roll > now + ROLLCALL then
     if lease and lease > by then
       redis.call('ZADD', leasesKey, 'XX', by, id)
       local k = wakekey(a.wake, id)
-      redis.call('RPUSH', k, string.format('c %d', now))
+      -- Now, to keep its place; and again once the dead have left, since
+      -- a dead head would not look then and the line would stand still.
+      redis.call('RPUSH', k, string.format('c %d', now), string.format('c %d', by + 1))
       redis.call('PEXPIRE', k, WAKELIFE)
       called = called + 1
     end
