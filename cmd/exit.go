@@ -39,10 +39,11 @@ var exitStatusDocs = []exitStatusDoc{
 	{strconv.Itoa(defaultBusyExitCode), strconv.Itoa(defaultBusyExitCode) + " no permit (--busy-exit-code)",
 		"no permit: all held with --no-wait, or none within --timeout; --busy-exit-code changes it (0 makes a busy run a quiet skip)"},
 	{strconv.Itoa(defaultLostExitCode), strconv.Itoa(defaultLostExitCode) + " permit lost, command terminated (--lost-exit-code)",
-		"the permit was lost while the command ran, and semrun terminated it; --lost-exit-code changes it"},
+		"the permit was lost while the command ran, and semrun terminated it (or, for a command that changed its user, could not: its line names the pid); --lost-exit-code changes it"},
 	{strconv.Itoa(exitFailure), strconv.Itoa(exitFailure) + " semrun's own failure before the command started",
 		"semrun's own failure before the command started: bad flags or values, a bad config file, no command or an empty one, " +
-			"Redis unreachable within --connect-timeout, an authentication or TLS error, a nested semrun on the key it runs under"},
+			"Redis not reached within --connect-timeout (once a waiter has reached it, an outage is ridden out until --timeout), " +
+			"an authentication or TLS error, a nested semrun on the key it runs under"},
 	{strconv.Itoa(exitNotExecutable), strconv.Itoa(exitNotExecutable) + " cannot execute", "the command was found but cannot be executed"},
 	{strconv.Itoa(exitNotFound), strconv.Itoa(exitNotFound) + " not found", "the command was not found, or the interpreter its #! line names"},
 	{strconv.Itoa(exitSignalBase) + "+N", strconv.Itoa(exitSignalBase) + "+N signal N ended the wait",
