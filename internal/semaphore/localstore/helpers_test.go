@@ -5,10 +5,7 @@ package localstore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -71,25 +68,6 @@ func dirNames(t testing.TB, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
-}
-
-// warnings records what a store says through its Warnf, for a test to read
-// once the store has said it.
-type warnings struct {
-	mu   sync.Mutex
-	said []string
-}
-
-func (w *warnings) warnf(format string, args ...any) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.said = append(w.said, fmt.Sprintf(format, args...))
-}
-
-func (w *warnings) lines() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.said)
 }
 
 // tally counts how a no-wait Acquire ended, busy or failed, and gives back

@@ -14,6 +14,7 @@ import (
 
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/localstore"
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 	"golang.org/x/sys/unix"
 )
 
@@ -181,8 +182,8 @@ func TestLocalNewKeysAreFencedFromOlderSemruns(t *testing.T) {
 func TestLocalSeatsRemovedUnderHoldersRefusesKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var warned warnings
-	st := newLocal(t, dir, warned.warnf)
+	var warned semaphoretest.Warnings
+	st := newLocal(t, dir, warned.Warnf)
 	key := uniqueKey(t)
 	startHolder(t, dir, key)
 	if err := os.Remove(filepath.Join(dir, key, "seats")); err != nil {
@@ -204,7 +205,7 @@ func TestLocalSeatsRemovedUnderHoldersRefusesKey(t *testing.T) {
 	if s.Held != 1 || len(s.Holders) != 1 {
 		t.Errorf("Status, the seats file removed under its holder: got %+v, want 1 held by its holder", s)
 	}
-	said := strings.Join(warned.lines(), "\n")
+	said := strings.Join(warned.Take(), "\n")
 	if !strings.Contains(said, "seats file is gone") {
 		t.Errorf("Status warnings: got %q, want one saying the seats file is gone", said)
 	}
@@ -240,8 +241,8 @@ func TestLocalStatusKeepsKeysItCannotCount(t *testing.T) {
 func TestLocalForeignWriteLockCountsAtMostCapacity(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var warned warnings
-	st := newLocal(t, dir, warned.warnf)
+	var warned semaphoretest.Warnings
+	st := newLocal(t, dir, warned.Warnf)
 	const key = "written"
 	hold(t, st, semaphore.Request{Key: key, Permits: 3, TTL: time.Second})
 	f, err := os.Open(filepath.Join(dir, key, "seats"))
@@ -263,7 +264,7 @@ func TestLocalForeignWriteLockCountsAtMostCapacity(t *testing.T) {
 	if s := statusOf(t, st, key); s.Held != 3 {
 		t.Errorf("Status, one seat held and a write lock over the rest of the file: got %d held, want 3 (the capacity)", s.Held)
 	}
-	said := strings.Join(warned.lines(), "\n")
+	said := strings.Join(warned.Take(), "\n")
 	if !strings.Contains(said, "write lock") {
 		t.Errorf("Status warnings: got %q, want one naming the write lock", said)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/localstore"
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
 // These tests play a second and a third user of a shared host, by ids with
@@ -210,17 +211,7 @@ func TestLocalGroupMembersCannotMoveKeysAside(t *testing.T) {
 	t.Parallel()
 	run := runLock(t)
 	bin := helperIn(t, run)
-	dir := filepath.Join(run, "semrun")
-	// The setup the README gives: install -d -m 3770 -g GROUP DIR.
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatalf("mkdir %s: %v", dir, err)
-	}
-	if err := os.Chown(dir, 0, sharedGID); err != nil {
-		t.Fatalf("chgrp %s: %v", dir, err)
-	}
-	if err := os.Chmod(dir, 0o770|os.ModeSetgid|os.ModeSticky); err != nil {
-		t.Fatalf("chmod %s: %v", dir, err)
-	}
+	dir := groupLockDir(t, run)
 	st := newLocal(t, dir, nil)
 	busy := func(who, key string) {
 		t.Helper()
@@ -326,8 +317,8 @@ func TestLocalTokenNeverGoesBackwards(t *testing.T) {
 func TestLocalStatusSkipsWhatIsNotAFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var warned warnings
-	st := newLocal(t, dir, warned.warnf)
+	var warned semaphoretest.Warnings
+	st := newLocal(t, dir, warned.Warnf)
 	mkfifo := func(path string) {
 		t.Helper()
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -379,7 +370,7 @@ func TestLocalStatusSkipsWhatIsNotAFile(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("Status with FIFOs planted: still running after 10s, want it to return")
 	}
-	lines := warned.lines()
+	lines := warned.Take()
 	for _, fifo := range []string{wait, held} {
 		want := "skipped lock file " + fifo + ": is a FIFO, not a regular file"
 		if !slices.Contains(lines, want) {
