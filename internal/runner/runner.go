@@ -232,10 +232,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 // stopped or starved on its way here. An aged lease is renewed once; if
 // that fails or comes back late, Run returns ErrStale and starts nothing.
 func ready(ctx context.Context, spec Spec, lease Lease) error {
-	fresh := func() bool {
-		d := lease.Deadline()
-		return d.IsZero() || until(spec.Clock, d) > spec.TTL/2
-	}
+	fresh := func() bool { return semaphore.Fresh(lease.Deadline(), spec.Clock.Now(), spec.TTL) }
 	if fresh() {
 		return nil
 	}

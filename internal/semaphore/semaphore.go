@@ -143,13 +143,13 @@ type Lease interface {
 	Files() []*os.File
 }
 
-// Fresh reports whether a command may start on a lease of ttl that lapses
-// at deadline (a Lease's Deadline): it never lapses, or more than half its
-// TTL is left on this host's clock. A runner that gives renewals TTL/2
-// (the next one, its retries, the grace and a margin) then never presumes
-// it lost the moment it starts.
-func Fresh(deadline clock.Instant, ttl time.Duration) bool {
-	return deadline.IsZero() || clock.Until(deadline) > ttl/2
+// Fresh reports whether a command may start, at now, on a lease of ttl
+// that lapses at deadline (a Lease's Deadline): it never lapses, or more
+// than half its TTL is left. A runner that gives renewals TTL/2 (the next
+// one, its retries, the grace and a margin) then never presumes it lost
+// the moment it starts.
+func Fresh(deadline, now clock.Instant, ttl time.Duration) bool {
+	return deadline.IsZero() || deadline.Sub(now) > ttl/2
 }
 
 // KeyStatus describes one semaphore.

@@ -113,11 +113,12 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 }
 
 // outage tells whether to ask again after the last ask, which returned
-// err: once this caller's ask has been answered, it rides out an outage
-// of the store for as long as it waits (until ctx ends: --timeout),
+// err: once an ask for this key was answered (this caller's, or an earlier
+// one's in this process: a run that waits again), a waiter rides out an
+// outage of the store for as long as it waits (until ctx ends: --timeout),
 // saying once when the store stops answering and once when it answers
-// again. A store this caller never reached is its error, as is anything
-// but the store's own silence.
+// again. A key never answered is the caller's error, as is anything but
+// the store's own silence.
 func (a *asker) outage(ctx context.Context, err error) bool {
 	s := a.s
 	switch {
@@ -125,7 +126,10 @@ func (a *asker) outage(ctx context.Context, err error) bool {
 		a.down = false
 		s.warnf("key %q: Redis at %s answers again", a.req.Key, s.addr)
 		return false
-	case err == nil || !a.unreachable || !a.reached || ctx.Err() != nil:
+	case err == nil || !a.unreachable || ctx.Err() != nil:
+		return false
+	}
+	if _, reached := s.waitedOn.Load(a.req.Key); !reached {
 		return false
 	}
 	if !a.down {
@@ -198,10 +202,10 @@ type asker struct {
 	told bool
 	// stale: a grant too late to start on was said.
 	stale bool
-	// reached: an ask of this caller was answered. unreachable: the
-	// last ask was not, for the connect timeout. down: the store stopped
-	// answering while the caller waited, and that was said.
-	reached, unreachable, down bool
+	// unreachable: the last ask was not answered, for the connect
+	// timeout. down: the store stopped answering while the caller waited,
+	// and that was said.
+	unreachable, down bool
 	// held is how many seats the last ask found taken.
 	held int
 	last semaphore.WaitState
@@ -231,7 +235,6 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 		a.args.Wait = min(req.TTL, WaiterLease)
 	}
 	a.wake = wakeups{client: s.client, key: a.keys.WakeList(a.id), poll: backoff{next: 10 * time.Millisecond, max: 500 * time.Millisecond}}
-	_, a.reached = s.waitedOn.Load(req.Key)
 	return a, nil
 }
 
@@ -254,7 +257,6 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		}
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
-	a.reached = true
 	s.waitedOn.Store(req.Key, true)
 	r, err := protocol.DecodeAcquire(res)
 	if err != nil {
@@ -330,7 +332,7 @@ func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, err
 func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	s, req := a.s, a.req
 	// With replicas to wait for, replicated renews anyway.
-	if req.MinReplicas <= 0 && !semaphore.Fresh(l.Deadline(), req.TTL) {
+	if req.MinReplicas <= 0 && !semaphore.Fresh(l.Deadline(), clock.Now(), req.TTL) {
 		call, cancel := context.WithTimeout(ctx, s.connectTimeout)
 		_ = l.Renew(call) // lapsed or in doubt: not fresh
 		cancel()
@@ -339,7 +341,7 @@ func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case !semaphore.Fresh(got.Deadline(), req.TTL):
+	case !semaphore.Fresh(got.Deadline(), clock.Now(), req.TTL):
 		s.abandon(ctx, a.keys, a.id)
 		if !a.stale {
 			a.stale = true
