@@ -134,19 +134,18 @@ func (g *replyGuard) scan(b []byte) error {
 			}
 			continue
 		}
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if len(g.line)+len(b) > maxReplyLine {
-				return fmt.Errorf("a line of more than %d bytes", maxReplyLine)
-			}
-			g.line = append(g.line, b...)
-			return nil
+		part := b // a line's start, or all of it, newline included
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			part = b[:i+1]
 		}
-		if len(g.line)+i+1 > maxReplyLine {
+		if len(g.line)+len(part) > maxReplyLine {
 			return fmt.Errorf("a line of more than %d bytes", maxReplyLine)
 		}
-		g.line = append(g.line, b[:i+1]...)
-		b = b[i+1:]
+		g.line = append(g.line, part...)
+		b = b[len(part):]
+		if part[len(part)-1] != '\n' {
+			return nil // the rest of the line comes with the next read
+		}
 		err := g.header(g.line)
 		g.line = g.line[:0]
 		if err != nil {

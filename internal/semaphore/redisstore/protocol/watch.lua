@@ -36,7 +36,6 @@ if not roll or roll <= now or roll > now + ROLLCALL then
       called = called + 1
     end
   end
-  keepalive(0)
 end
 
 local head = redis.call('ZRANGE', queueKey, 0, 0)[1]
