@@ -162,7 +162,7 @@ func state(ts *testscript.TestScript) *scriptState { return ts.Value(stateKey{})
 // environ is the script's current environment, for processes started
 // outside testscript's exec.
 func (s *scriptState) environ(ts *testscript.TestScript) []string {
-	names := []string{"SEMRUN_REDIS_URL", "REDIS_ADDR", "SEMRUN_CLUSTER", "SEMRUN_SENTINEL_MASTER"}
+	names := append([]string{"REDIS_ADDR"}, semrunVariables()...)
 	for _, kv := range s.vars {
 		name, _, _ := strings.Cut(kv, "=")
 		names = append(names, name)
@@ -175,6 +175,20 @@ func (s *scriptState) environ(ts *testscript.TestScript) []string {
 	}
 	return env
 }
+
+// semrunVariables are the variables semrun reads, as its man page lists
+// them: a script's env sets them for start as it does for exec.
+var semrunVariables = sync.OnceValue(func() []string {
+	var names []string
+	for _, s := range cmd.ManSections(cmd.NewCmdRoot(cmd.System())) {
+		if s.Title == "ENVIRONMENT" {
+			for _, e := range s.Entries {
+				names = append(names, e.Term)
+			}
+		}
+	}
+	return names
+})
 
 // jobrec LOG HOLD: a child that appends its start and end, on the
 // system-wide monotonic clock, and its fencing token, to LOG.
