@@ -96,6 +96,8 @@ type HolderInfo struct {
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
 	Command string `json:"command"`
+	// Hold marks a hold's keeper (see Holds), whose PID is the keeper's.
+	Hold bool `json:"hold,omitempty"`
 }
 
 // Store hands out permits. Every store obeys the same rules, so the runner
@@ -113,6 +115,8 @@ type Store interface {
 	// Doctor checks that the store can keep these rules where it is: one
 	// Check each, problems with their fix. It writes only what it removes.
 	Doctor(ctx context.Context) []Check
+	// Holds keeps permits across processes (semrun acquire).
+	Holds
 	// Close releases the store's connections.
 	Close() error
 	// String says where the store keeps its permits, in the user's words

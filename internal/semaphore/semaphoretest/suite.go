@@ -51,6 +51,11 @@ func Run(t *testing.T, kind Kind) {
 		{"NoCallerPassesTheLine", ruleNoCallerPassesTheLine},
 		{"WeightsTakeSeats", ruleWeightsTakeSeats},
 		{"WeightedHoldersNeverExceedN", ruleWeightedHoldersNeverExceedN},
+		{"HoldKeepsPermit", ruleHoldKeepsPermit},
+		{"HoldEnd", ruleHoldEnd},
+		{"HoldOutlivedByRuns", ruleHoldOutlivedByRuns},
+		{"HoldLapses", ruleHoldLapses},
+		{"UnknownHandle", ruleUnknownHandle},
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()

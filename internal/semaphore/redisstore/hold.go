@@ -1,0 +1,21 @@
+
+package redisstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+func (s *Store) Hold(context.Context, semaphore.Lease, semaphore.HolderInfo) (semaphore.Handle, error) {
+	return semaphore.Handle{}, errors.ErrUnsupported
+}
+
+func (s *Store) Attach(context.Context, semaphore.Handle) (semaphore.Lease, semaphore.HoldInfo, error) {
+	return nil, semaphore.HoldInfo{}, errors.ErrUnsupported
+}
+
+func (s *Store) EndHold(context.Context, semaphore.Handle, semaphore.HoldEnd) (semaphore.HoldEnd, bool, error) {
+	return semaphore.HoldEnd{}, false, errors.ErrUnsupported
+}
