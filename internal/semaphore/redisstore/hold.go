@@ -1,21 +1,132 @@
-
 package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"time"
 
+	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
-func (s *Store) Hold(context.Context, semaphore.Lease, semaphore.HolderInfo) (semaphore.Handle, error) {
-	return semaphore.Handle{}, errors.ErrUnsupported
+// Holds are hold.lua's: a hold's record lives beside its key's, under the
+// same hash tag, and its permit id is the handle's secret.
+
+func (s *Store) Hold(ctx context.Context, l semaphore.Lease, keeper semaphore.HolderInfo) (semaphore.Handle, error) {
+	held, ok := l.(*lease)
+	if !ok || held.s != s || held.share != "" {
+		return semaphore.Handle{}, errors.New("hold: not a lease this store granted")
+	}
+	keeper.Hold = true
+	meta, err := json.Marshal(keeper)
+	if err != nil {
+		return semaphore.Handle{}, fmt.Errorf("encode keeper info: %w", err)
+	}
+	res, err := s.call(ctx, held.keys, protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Meta: meta})
+	if err != nil {
+		return semaphore.Handle{}, fmt.Errorf("key %q: keep the permit: %w", held.key, err)
+	}
+	r, err := protocol.DecodeHold(res)
+	if err != nil {
+		return semaphore.Handle{}, fmt.Errorf("key %q: keep the permit: %w", held.key, err)
+	}
+	if r.State != string(semaphore.HoldHeld) {
+		return semaphore.Handle{}, holdEnded(held.key, r)
+	}
+	return semaphore.Handle{Store: semaphore.RedisStore, Key: held.key, Secret: held.id}, nil
 }
 
-func (s *Store) Attach(context.Context, semaphore.Handle) (semaphore.Lease, semaphore.HoldInfo, error) {
-	return nil, semaphore.HoldInfo{}, errors.ErrUnsupported
+func (s *Store) Attach(ctx context.Context, h semaphore.Handle) (semaphore.Lease, semaphore.HoldInfo, error) {
+	if err := s.ours(h); err != nil {
+		return nil, semaphore.HoldInfo{}, err
+	}
+	k := protocol.NewKeys(s.prefix, h.Key)
+	l := &lease{s: s, key: h.Key, keys: k, id: h.Secret, share: semaphore.NewSecret()}
+	sent := clock.Now()
+	res, err := s.call(ctx, k, l.renewArgs())
+	if err != nil {
+		return nil, semaphore.HoldInfo{}, fmt.Errorf("key %q: attach to the hold: %w", h.Key, err)
+	}
+	r, err := protocol.DecodeHold(res)
+	if err != nil {
+		return nil, semaphore.HoldInfo{}, fmt.Errorf("key %q: attach to the hold: %w", h.Key, err)
+	}
+	if r.State != string(semaphore.HoldHeld) {
+		return nil, semaphore.HoldInfo{}, holdEnded(h.Key, r)
+	}
+	info := semaphore.HoldInfo{Key: h.Key, Permits: int(r.Permits), Weight: int(r.Weight), Token: r.Token, TTL: protocol.Span(r.TTL)}
+	if len(r.Meta) <= maxMeta {
+		_ = json.Unmarshal([]byte(r.Meta), &info.Keeper) // what status shows only
+	}
+	if info.TTL < semaphore.MinTTL || info.Permits < 1 || info.Weight < 1 || info.Token < 1 {
+		return nil, semaphore.HoldInfo{}, fmt.Errorf("key %q: attach to the hold: %s: unexpected hold %+v", h.Key, s.addr, r)
+	}
+	l.ttl, l.token = info.TTL, info.Token
+	// As a renewal: the script's expiry is its clock's reading, rounded
+	// down, plus the hold's lease.
+	l.deadline = sent.Add(l.ttl - time.Millisecond)
+	return l, info, nil
 }
 
-func (s *Store) EndHold(context.Context, semaphore.Handle, semaphore.HoldEnd) (semaphore.HoldEnd, bool, error) {
-	return semaphore.HoldEnd{}, false, errors.ErrUnsupported
+func (s *Store) EndHold(ctx context.Context, h semaphore.Handle, end semaphore.HoldEnd) (semaphore.HoldEnd, bool, error) {
+	if err := s.ours(h); err != nil {
+		return semaphore.HoldEnd{}, false, err
+	}
+	if end.State == "" || end.State == semaphore.HoldHeld {
+		return semaphore.HoldEnd{}, false, fmt.Errorf("end a hold as %q: not an end", end.State)
+	}
+	why := end.Why
+	if len(why) > semaphore.MaxHoldWhy {
+		why = why[:semaphore.MaxHoldWhy]
+	}
+	r, err := s.endHold(ctx, h.Key, protocol.NewKeys(s.prefix, h.Key),
+		protocol.HoldArgs{Op: "end", ID: h.Secret, State: string(end.State), Why: why})
+	if err != nil {
+		return semaphore.HoldEnd{}, false, err
+	}
+	return holdEnd(r), r.Now, nil
+}
+
+// endHold runs hold.lua's end: a hold's end, or a share letting go.
+// Retried within ctx, as a release is: both are safe to repeat.
+func (s *Store) endHold(ctx context.Context, key string, k protocol.Keys, args protocol.HoldArgs) (protocol.HoldReply, error) {
+	res, err := s.call(ctx, k, args)
+	if err != nil {
+		return protocol.HoldReply{}, fmt.Errorf("key %q: end the hold: %w", key, err)
+	}
+	r, err := protocol.DecodeHold(res)
+	if err != nil {
+		return protocol.HoldReply{}, fmt.Errorf("key %q: end the hold: %w", key, err)
+	}
+	s.dropped(key, r.Bad)
+	s.watch(ctx, k, r.Handed)
+	return r, nil
+}
+
+// ours refuses a handle of another kind of store.
+func (s *Store) ours(h semaphore.Handle) error {
+	if h.Store != semaphore.RedisStore {
+		return fmt.Errorf("key %q: the handle is one of a hold in a lock directory (--local), not in Redis", h.Key)
+	}
+	return nil
+}
+
+// maxMeta bounds the keeper's record a hold's reply may carry.
+const maxMeta = 4096
+
+// holdEnd is the end hold.lua answered.
+func holdEnd(r protocol.HoldReply) semaphore.HoldEnd {
+	end := semaphore.HoldEnd{State: semaphore.HoldState(r.State), Why: r.Why}
+	if r.At > 0 {
+		end.At = time.UnixMilli(r.At)
+	}
+	return end
+}
+
+// holdEnded is the error of a hold that has ended.
+func holdEnded(key string, r protocol.HoldReply) error {
+	return &semaphore.HoldEndedError{Key: key, End: holdEnd(r)}
 }

@@ -30,6 +30,9 @@ type lease struct {
 	// the lease lasts.
 	fence time.Duration
 	token int64
+	// share names this process among those attached to a hold (see
+	// hold.go); empty for a lease that is not a hold's.
+	share string
 	// countReplicas: the next replicated renewal also reads how many
 	// replicas the master has, to warn once of min replicas that is no
 	// majority of them (with --verbose only).
@@ -62,10 +65,12 @@ func (l *lease) Renew(ctx context.Context) error {
 	} else {
 		var res any
 		if res, err = protocol.Run(ctx, l.s.client, l.keys, l.renewArgs()); err == nil {
-			var r protocol.RenewReply
-			r, err = protocol.DecodeRenew(res)
-			renewed = r.Renewed
+			renewed, err = l.renewed(res)
 		}
+	}
+	var ended *semaphore.HoldEndedError
+	if errors.As(err, &ended) {
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("renew key %q on %s: %w", l.key, l.s.addr, err)
@@ -125,7 +130,7 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, protocol.Wrap(l.renewArgs(), err)
 	}
-	if r, err := protocol.DecodeRenew(res); err != nil || !r.Renewed {
+	if renewed, err := l.renewed(res); err != nil || !renewed {
 		return false, err
 	}
 	acked, err := wait.Int64()
@@ -177,9 +182,30 @@ func (s *Store) noMajority(minReplicas, replicas int) (why, fix string) {
 		s.names.Ways(semaphore.MinReplicasSetting, strconv.Itoa(majority(replicas)))
 }
 
-// renewArgs are the lease's renewal, as renew.lua takes it.
-func (l *lease) renewArgs() protocol.RenewArgs {
+// renewArgs are the lease's renewal: renew.lua's, or hold.lua's for a
+// share of a hold, which renews with the hold's own lease and fence.
+func (l *lease) renewArgs() protocol.Args {
+	if l.share != "" {
+		return protocol.HoldArgs{Op: "renew", ID: l.id, Share: l.share}
+	}
 	return protocol.RenewArgs{ID: l.id, TTL: l.ttl, Fence: l.fence}
+}
+
+// renewed reads the reply to renewArgs: whether the lease was extended,
+// and for a hold's share, a *semaphore.HoldEndedError once it ended.
+func (l *lease) renewed(res any) (bool, error) {
+	if l.share == "" {
+		r, err := protocol.DecodeRenew(res)
+		return r.Renewed, err
+	}
+	r, err := protocol.DecodeHold(res)
+	if err != nil {
+		return false, err
+	}
+	if r.State != string(semaphore.HoldHeld) {
+		return false, holdEnded(l.key, r)
+	}
+	return true, nil
 }
 
 // replicaWait bounds a WAIT for replicas: a tenth of the lease, from 100ms
@@ -192,6 +218,12 @@ func replicaWait(ttl time.Duration) time.Duration {
 func (l *lease) Files() []*os.File { return nil }
 
 func (l *lease) Release(ctx context.Context) error {
+	if l.share != "" {
+		// A share lets go of its hold, which gives the permit back only
+		// once the hold ended and no one else is attached.
+		_, err := l.s.endHold(ctx, l.key, l.keys, protocol.HoldArgs{Op: "end", ID: l.id, Share: l.share})
+		return err
+	}
 	// Retried within ctx, as a release is safe to repeat: a failover or a
 	// dropped connection need not leave the seat held for a whole TTL.
 	res, err := l.s.call(ctx, l.keys, protocol.ReleaseArgs{ID: l.id})

@@ -132,8 +132,57 @@ func (WatchArgs) script() *Script { return watchScript }
 
 func (WatchArgs) argv(k Keys) []any { return []any{"wake", k.Wake} }
 
+// HoldArgs are hold.lua's arguments: Op is begin, renew or end.
+type HoldArgs struct {
+	Op, ID string
+	// Share names the attached process that renews or lets go.
+	Share string
+	// begin: the hold's lease and restart fence, and what status shows of
+	// its keeper (a semaphore.HolderInfo, as JSON).
+	TTL, Fence time.Duration
+	Meta       []byte
+	// end: how the hold ended; empty to leave it as it is.
+	State, Why string
+}
+
+func (HoldArgs) script() *Script { return holdScript }
+
+func (a HoldArgs) argv(k Keys) []any {
+	argv := []any{"op", a.Op, "id", a.ID, "hold", k.Hold, "wake", k.Wake, "share", a.Share}
+	switch a.Op {
+	case "begin":
+		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "meta", a.Meta)
+	case "end":
+		argv = append(argv, "state", a.State, "why", a.Why)
+	}
+	return argv
+}
+
+// HoldReply is hold.lua's reply. At is a reading of the server's clock,
+// ms; 0 when unknown.
+type HoldReply struct {
+	State, Why, Meta           string
+	At, Permits, Weight, Token int64
+	TTL                        int64
+	Now, Released              bool
+	Bad, Handed                []string
+}
+
+// DecodeHold reads hold.lua's reply.
+func DecodeHold(res any) (HoldReply, error) {
+	var r HoldReply
+	var now, released int64
+	err := decodeReply(holdScript.name, res, map[string]any{
+		"state": &r.State, "why": &r.Why, "meta": &r.Meta, "at": &r.At, "permits": &r.Permits, "weight": &r.Weight,
+		"token": &r.Token, "ttl": &r.TTL, "now": &now, "released": &released, "bad": &r.Bad, "handed": &r.Handed,
+	})
+	r.Now, r.Released = now == 1, released == 1
+	return r, err
+}
+
 // decodeReply reads a reply of names and values into fields, each an
-// *int64, a *[]any or a *[]string (of the strings of a list) by its name.
+// *int64, a *string, a *[]any or a *[]string (of the strings of a list) by
+// its name.
 // Every field must be there, once, with a value of its type, and nothing
 // else: a reply is the scripts' own, and any other is not to be trusted.
 func decodeReply(script string, res any, fields map[string]any) error {
@@ -156,6 +205,8 @@ func decodeReply(script string, res any, fields map[string]any) error {
 			*f, ok = v[i+1].([]any)
 		case *[]string:
 			*f, ok = stringsOf(v[i+1])
+		case *string:
+			*f, ok = v[i+1].(string)
 		}
 		if !ok {
 			return fmt.Errorf("%s: unexpected reply %s (field %.40q)", script, shortReply(res), name)

@@ -14,6 +14,8 @@ type Keys struct {
 	// Wake is the prefix of the waiters' wake lists: each waiter blocks on
 	// its own (WakeList), where the scripts push its turn.
 	Wake string
+	// Hold is the prefix of the holds' records (HoldRecord).
+	Hold string
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
@@ -26,7 +28,7 @@ func NewKeys(prefix, key string) Keys {
 	base := keyEscaper.Replace(prefix) + "{" + keyEscaper.Replace(key) + "}:"
 	return Keys{
 		Holders: base + "holders", Info: base + "info", Token: base + "token",
-		Queue: base + "queue", Waiters: base + "waiters", Leases: base + "leases", Wake: base + "wake",
+		Queue: base + "queue", Waiters: base + "waiters", Leases: base + "leases", Wake: base + "wake", Hold: base + "hold",
 	}
 }
 
@@ -41,6 +43,13 @@ func (k Keys) List() []string {
 func (k Keys) WakeList(id string) string {
 	sum := sha1.Sum([]byte(id))
 	return k.Wake + ":" + hex.EncodeToString(sum[:8])
+}
+
+// HoldRecord is the record of the hold whose permit id is id, named
+// after a hash of it as a wake list is (hold.lua's hk).
+func (k Keys) HoldRecord(id string) string {
+	sum := sha1.Sum([]byte(id))
+	return k.Hold + ":" + hex.EncodeToString(sum[:8])
 }
 
 // IsWakeList tells whether l could be one of the key's own wake lists:

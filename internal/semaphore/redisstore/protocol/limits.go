@@ -56,6 +56,13 @@ const (
 	// call removes at most: the rest go in the next calls, which the
 	// waiters at the head make as soon as the earliest lease lapses.
 	Sweep = 32
+	// HoldLife is how long a hold's record outlives its last change: a
+	// release a day after its hold ended still learns how it ended.
+	HoldLife = 24 * time.Hour
+	// MaxShares is how many processes may be attached to one hold at once.
+	MaxShares = 64
+	// MaxWhy bounds the words a hold's end is recorded with.
+	MaxWhy = semaphore.MaxHoldWhy
 	// MaxInt is the largest integer a Lua number (a double) holds exactly.
 	MaxInt = 1<<53 - 1
 )
@@ -80,6 +87,9 @@ var limits = []limit{
 	{"WAKELIFE", WakeListLife.Milliseconds()},
 	{"MAXLIST", MaxStatusList},
 	{"SWEEP", Sweep},
+	{"HOLDLIFE", HoldLife.Milliseconds()},
+	{"MAXSHARES", MaxShares},
+	{"MAXWHY", MaxWhy},
 	{"MAXINT", MaxInt},
 }
 

@@ -26,17 +26,20 @@ var (
 	statusLua string
 	//go:embed watch.lua
 	watchLua string
+	//go:embed hold.lua
+	holdLua string
 
 	acquireScript = newScript("acquire.lua", acquireLua)
 	renewScript   = newScript("renew.lua", renewLua)
 	releaseScript = newScript("release.lua", releaseLua)
 	statusScript  = newScript("status.lua", statusLua)
 	watchScript   = newScript("watch.lua", watchLua)
+	holdScript    = newScript("hold.lua", holdLua)
 )
 
 // Scripts are every script, for the tests that check them all.
 func Scripts() []*Script {
-	return []*Script{acquireScript, renewScript, releaseScript, statusScript, watchScript}
+	return []*Script{acquireScript, renewScript, releaseScript, statusScript, watchScript, holdScript}
 }
 
 // Script is one of the store's scripts. Its source and the hash Redis

@@ -1,0 +1,150 @@
+-- hold.lua: a permit kept across processes (semrun acquire). The hold's
+-- record is a hash of its own, named after a hash of the permit id (the
+-- hold prefix, ':' and the first 16 hex digits of its SHA-1, in the key's
+-- hash slot), that outlives the key's other records by HOLDLIFE so that a
+-- release a day later still learns how the hold ended:
+--   state held|released|lost|max-runtime|revoked; why, at: its end
+--   ttl, fence, permits, weight, token, meta: its grant
+--   '@<share>' -> the lease expiry of one attached process (its keeper, a
+--   run under its handle)
+-- The permit's own lease is never shortened: each renewal pushes it to at
+-- least now + ttl, so it lasts as long as the longest share. Once the
+-- hold has ended, the permit goes back when no live share is left: an end
+-- never makes two holders.
+-- KEYS: see lib.lua. ARGV (HoldArgs in args.go): op (begin, renew, end);
+-- id, the permit id; hold, the prefix of hold records; wake; share, the
+-- attached process (renew, end; may be empty for end); begin: ttl, fence,
+-- meta; end: state and why ('' leaves the state as it is).
+-- Reply: state, why, at (ms; 0 when unknown), now (1 when this call ended
+-- the hold), permits, weight, token, ttl, meta, released (1 when this call
+-- gave the permit back), bad, handed.
+local a = args()
+local op, id, prefix, wake = a.op, a.id, a.hold, a.wake
+if not (op and id and prefix and wake) then
+  return redis.error_reply('ERR semrun: hold.lua: bad arguments')
+end
+local hk = wakekey(prefix, id)
+local out = {state = 'lost', why = '', at = 0, now = 0, permits = 0, weight = 0, token = 0, ttl = 0, meta = '',
+  released = 0, bad = bad, handed = handed}
+
+-- alive is the permit's lease expiry while it has not lapsed, else nil.
+local function alive()
+  local score = claimed(id) or num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
+  if score and score > now then return score end
+  return nil
+end
+
+if op == 'begin' then
+  local ttl, fence = num(a.ttl, MINTTL, MAXTTL), num(a.fence or '0', 0, MAXTTL)
+  if not (ttl and fence and a.meta) then
+    return redis.error_reply('ERR semrun: hold.lua: bad arguments')
+  end
+  rebase()
+  local h = readHolder(redis.call('HGET', infoKey, id))
+  if not alive() or not h or redis.call('EXISTS', hk) == 1 then
+    out.why = 'its permit lapsed before it could be kept'
+    return reply(out)
+  end
+  h.meta = a.meta
+  redis.call('HSET', infoKey, id, holderRecord(h))
+  redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'permits', h.permits, 'weight', h.weight,
+    'token', h.token, 'meta', a.meta)
+  redis.call('PEXPIRE', hk, HOLDLIFE)
+  out.state, out.permits, out.weight, out.token, out.ttl, out.meta = 'held', h.permits, h.weight, h.token, ttl, a.meta
+  return reply(out)
+end
+
+local share = a.share or ''
+if (op ~= 'renew' and op ~= 'end') or (op == 'renew' and share == '') or #share > 40 then
+  return redis.error_reply('ERR semrun: hold.lua: bad arguments')
+end
+
+-- The record, checked: anyone who can write these keys may have written it.
+local flat = redis.call('HGETALL', hk)
+if #flat == 0 or #flat > 2 * (MAXSHARES + 16) then
+  out.why = 'the store has no such hold: it ended over a day ago, or the store lost its data'
+  return reply(out)
+end
+local rec, shares = {}, {}
+for i = 1, #flat, 2 do
+  local f = flat[i]
+  if string.sub(f, 1, 1) == '@' then
+    shares[string.sub(f, 2)] = num(flat[i + 1], 0, MAXINT) or 0
+  else
+    rec[f] = flat[i + 1]
+  end
+end
+local ttl, fence = num(rec.ttl, MINTTL, MAXTTL), num(rec.fence or '0', 0, MAXTTL)
+local permits, weight = num(rec.permits, 1, MAXPERMITS), num(rec.weight, 1, MAXPERMITS)
+local token = num(rec.token, 1, MAXINT)
+local states = {held = true, released = true, lost = true, ['max-runtime'] = true, revoked = true}
+if not (ttl and fence and permits and weight and token and states[rec.state]) or weight > permits then
+  dropped('hold', rec.state)
+  out.why = 'the store has no such hold: its record is not one'
+  return reply(out)
+end
+out.permits, out.weight, out.token, out.ttl, out.meta = permits, weight, token, ttl, rec.meta or ''
+local moved = rebase()
+
+-- ended records the hold's end, once: the first end counts.
+local function ended(state, why, at)
+  redis.call('HSET', hk, 'state', state, 'why', string.sub(why, 1, MAXWHY), 'at', at)
+  rec.state, rec.why, rec.at = state, why, at
+end
+
+local score = alive()
+if rec.state == 'held' and not score then
+  -- Nobody renewed it in time: its keeper died, or was cut off.
+  local lapsed = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
+  ended('lost', 'its lease lapsed: no keeper or run renewed it', lapsed or 0)
+end
+
+if op == 'renew' then
+  if rec.state == 'held' then
+    local n = 0
+    for s, exp in pairs(shares) do
+      if exp <= now then redis.call('HDEL', hk, '@' .. s) elseif s ~= share then n = n + 1 end
+    end
+    if n >= MAXSHARES then
+      return redis.error_reply('SHARELIMIT ' .. MAXSHARES .. ' processes are attached to this hold already')
+    end
+    redis.call('ZADD', holdersKey, 'XX', math.max(score, now + ttl), id)
+    redis.call('HSET', hk, '@' .. share, now + ttl)
+    remember(fence, ttl, ttl)
+    keepalive(ttl)
+  elseif moved > 0 then
+    keepalive(0)
+  end
+  redis.call('PEXPIRE', hk, HOLDLIFE)
+else
+  local state, why = a.state or '', a.why or ''
+  if state ~= '' and rec.state == 'held' then
+    if not states[state] or state == 'held' then
+      return redis.error_reply('ERR semrun: hold.lua: bad arguments')
+    end
+    ended(state, why, now)
+    out.now = 1
+  end
+  if share ~= '' then
+    redis.call('HDEL', hk, '@' .. share)
+    shares[share] = nil
+  end
+  if rec.state ~= 'held' then
+    local live = false
+    for _, exp in pairs(shares) do
+      if exp > now then live = true end
+    end
+    -- The last one out gives the permit back, as release.lua does.
+    if not live and redis.call('ZSCORE', holdersKey, id) then
+      removeHolder(id)
+      out.released = 1
+      sweep(wake)
+      local longest = handoff(wake, used())
+      if longest > 0 then keepalive(longest) end
+    end
+  end
+  if moved > 0 then keepalive(0) end
+  redis.call('PEXPIRE', hk, HOLDLIFE)
+end
+out.state, out.why, out.at = rec.state, string.sub(rec.why or '', 1, MAXWHY), num(rec.at or '0', 0, MAXINT) or 0
+return reply(out)
