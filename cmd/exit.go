@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore"
 )
 
@@ -17,6 +18,8 @@ const (
 	exitUnreadable      = 1   // status could not read some key
 	defaultBusyExitCode = 75  // --busy-exit-code: sysexits' EX_TEMPFAIL, try again later
 	defaultLostExitCode = 112 // --lost-exit-code: outside 124-165, which timeout(1) and signals use
+	exitRevoked         = 113 // an operator revoked the permit (a hold's)
+	exitMaxRuntime      = 124 // --max-runtime ran out, as timeout(1) says
 	exitFailure         = 125 // semrun's own failure before the child started
 	exitNotExecutable   = 126
 	exitNotFound        = 127
@@ -40,6 +43,8 @@ var exitStatusDocs = []exitStatusDoc{
 		"no permit: all held with --no-wait, or none within --timeout; --busy-exit-code changes it (0 makes a busy run a quiet skip)"},
 	{strconv.Itoa(defaultLostExitCode), strconv.Itoa(defaultLostExitCode) + " permit lost, command terminated (--lost-exit-code)",
 		"the permit was lost while the command ran, and semrun terminated it (or, for a command that changed its user, could not: its line names the pid); --lost-exit-code changes it"},
+	{strconv.Itoa(exitRevoked), "", "the hold was revoked: semrun release, or a run under its handle, after an operator revoked it"},
+	{strconv.Itoa(exitMaxRuntime), "", "the hold ran out of its --max-runtime: semrun release, or a run under its handle, after its keeper ended it"},
 	{strconv.Itoa(exitFailure), strconv.Itoa(exitFailure) + " semrun's own failure before the command started",
 		"semrun's own failure before the command started: bad flags or values, a bad config file, no command or an empty one, " +
 			"Redis not reached within --connect-timeout (once a waiter has reached it, an outage is ridden out until --timeout), " +
@@ -112,6 +117,30 @@ func couldNotStop(left []runner.Unstopped) string {
 	return "could not stop " + strings.Join(procs, "; ") + "; " + runs
 }
 
+// holdEndedError means a hold had ended when a release or a run under its
+// handle came: code says how (lost, max runtime, revoked), so that a
+// pipeline knows its steps may have run without the permit.
+type holdEndedError struct {
+	code int
+	msg  string
+}
+
+func (e *holdEndedError) Error() string { return e.msg }
+
+// holdEndCode is the status of a hold that ended as end says: 0 for one
+// given back on purpose; lost is --lost-exit-code.
+func holdEndCode(end semaphore.HoldEnd, lost int) int {
+	switch end.State {
+	case semaphore.HoldReleased:
+		return 0
+	case semaphore.HoldMaxRuntime:
+		return exitMaxRuntime
+	case semaphore.HoldRevoked:
+		return exitRevoked
+	}
+	return lost
+}
+
 // interruptedError means a signal ended the wait for a permit.
 type interruptedError struct {
 	key string
@@ -166,6 +195,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		doctor      *doctorError
 		unreadable  *unreadableError
 		noServer    *redisstore.NoServerError
+		holdEnded   *holdEndedError
 	)
 	switch {
 	case err == nil:
@@ -179,6 +209,8 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return busy.code, 0, busy.why
 	case errors.As(err, &lost):
 		return lost.code, 0, lost.Error()
+	case errors.As(err, &holdEnded):
+		return holdEnded.code, 0, holdEnded.msg
 	case errors.As(err, &interrupted):
 		return exitSignalBase + int(interrupted.sig), 0, interrupted.Error()
 	case errors.As(err, &start) && start.Interpreter != "":

@@ -58,6 +58,10 @@ type commonOptions struct {
 	logAttrs []any
 	// secrets is what opening the store learnt about secrets.
 	secrets secretUse
+	// args are semrun's arguments, which acquire hands its keeper.
+	args []string
+	// keeper is what acquire told this process, its keeper; nil elsewhere.
+	keeper *keeperMessage
 }
 
 // secretUse is where the secrets a store was opened with came from.
@@ -84,6 +88,15 @@ func Run(ctx context.Context, args []string, f *Factory) int {
 	runner.KeepWritesFromKilling()
 	protectSecretsInEnvironment(f)
 	common := &commonOptions{f: f, src: sources{}}
+	if len(args) == 1 && args[0] == keeperArg {
+		msg, err := readKeeperMessage()
+		if err != nil {
+			fmt.Fprintln(f.Streams.ErrOut, "semrun:", err)
+			return exitFailure
+		}
+		common.keeper, args = msg, msg.Args
+	}
+	common.args = args
 	root := newCmdRoot(common)
 	if len(args) == 0 {
 		// semrun alone: someone trying it out, who wants the usage, not
@@ -163,7 +176,7 @@ func newCmdRoot(common *commonOptions) *cobra.Command {
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.ErrOut)
-	root.AddCommand(newCmdStatus(common), newCmdDoctor(common), newCmdVersion())
+	root.AddCommand(newCmdAcquire(common), newCmdRelease(common), newCmdStatus(common), newCmdDoctor(common), newCmdVersion())
 	return root
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
@@ -37,6 +38,8 @@ type runFlags struct {
 	killAfter    time.Duration
 	restartFence time.Duration
 	minReplicas  int
+	// handle is --handle's: run under a hold instead of taking a permit.
+	handle string
 }
 
 // runOptions are a run's flag values and what they make once checked.
@@ -49,6 +52,8 @@ type runOptions struct {
 	path string
 	// req is what the flags ask of the store, once validated.
 	req semaphore.Request
+	// hold is --handle's, once read.
+	hold semaphore.Handle
 }
 
 func newCmdRun(common *commonOptions) *cobra.Command {
@@ -102,10 +107,24 @@ back when it exits, and exits with COMMAND's status.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
+			if o.handle != "" {
+				return o.runHandle(cmd.Context(), store, log)
+			}
 			return o.run(cmd.Context(), store, log)
 		},
 	}
 	f := cmd.Flags()
+	o.addWaitFlags(f)
+	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
+	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
+	f.Var(newDuration(&o.killAfter, defaultKillAfter), "kill-after", "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
+	f.StringVar(&o.handle, "handle", "", "run under a hold that semrun acquire took (its SEMRUN_HANDLE), at once, instead of taking a permit")
+	return cmd
+}
+
+// addWaitFlags adds the flags of what a caller asks for and how it
+// waits, which runs and semrun acquire share.
+func (o *runFlags) addWaitFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.key, "key", "k", "", "semaphore name (required)")
 	f.VarP(newInt(&o.permits, 1), "permits", "n", "at most N holders of this key fleet-wide")
 	f.Var(newInt(&o.weight, 1), "weight", "take K of the N permits at once, for a command that counts K times")
@@ -113,18 +132,26 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, fmt.Sprintf("try once, don't wait (but for a restart fence that ends within %v, or --timeout; a longer one is busy at once)", redisstore.NoWaitFence))
 	f.Var(newInt(&o.busyExitCode, defaultBusyExitCode), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
-	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
-	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.Var(newDuration(&o.restartFence, 0), "restart-fence", "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")
 	f.Var(newInt(&o.minReplicas, 0), "min-replicas", "a grant or renewal counts only once this many Redis replicas have it (WAIT)")
-	f.Var(newDuration(&o.killAfter, defaultKillAfter), "kill-after", "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
-	return cmd
 }
 
 // validate checks what the request does not: it fills the defaults that
 // depend on other settings, and builds the request, which checks itself.
 func (o *runOptions) validate() error {
-	show, set := o.src.show, func(flag string) bool { return o.src.origin(flag) != fromDefault }
+	if o.handle != "" {
+		return o.validateHandle()
+	}
+	if err := o.validateWait(); err != nil {
+		return err
+	}
+	return o.validateCommand()
+}
+
+// validateWait checks what a caller asks for and how it waits, and
+// builds the request.
+func (o *runOptions) validateWait() error {
+	show, set := o.src.show, o.set
 	if o.key == "" && !set("key") {
 		return usageErrorf("--key is required")
 	}
@@ -148,13 +175,25 @@ func (o *runOptions) validate() error {
 	if o.timeout < 0 {
 		return usageErrorf("%s: must not be negative", show("timeout", o.timeout))
 	}
-	for _, c := range []struct {
-		flag string
-		code int
-	}{{"busy-exit-code", o.busyExitCode}, {"lost-exit-code", o.lostExitCode}} {
-		if c.code < 0 || c.code > 255 {
-			return usageErrorf("%s: must be from 0 to 255", show(c.flag, c.code))
-		}
+	return o.checkExitCode("busy-exit-code", o.busyExitCode)
+}
+
+// checkExitCode refuses a status a process cannot exit with.
+func (o *runOptions) checkExitCode(flag string, code int) error {
+	if code < 0 || code > 255 {
+		return usageErrorf("%s: must be from 0 to 255", o.src.show(flag, code))
+	}
+	return nil
+}
+
+// set tells whether the user set flag, anywhere.
+func (o *runOptions) set(flag string) bool { return o.src.origin(flag) != fromDefault }
+
+// validateCommand checks what a run does with its command.
+func (o *runOptions) validateCommand() error {
+	show := o.src.show
+	if err := o.checkExitCode("lost-exit-code", o.lostExitCode); err != nil {
+		return err
 	}
 	if o.onLost != "terminate" && o.onLost != "continue" {
 		return usageErrorf("%s: must be terminate or continue", show("on-lost", fmt.Sprintf("%q", o.onLost)))
@@ -163,7 +202,14 @@ func (o *runOptions) validate() error {
 	if o.path, err = runner.Find(o.command[0]); err != nil {
 		return err
 	}
-	limit := runner.MaxKillAfter(o.ttl)
+	return o.checkKillAfter(o.ttl)
+}
+
+// checkKillAfter refuses a --kill-after a lease of ttl cannot give, and
+// lowers the default to what it can.
+func (o *runOptions) checkKillAfter(ttl time.Duration) error {
+	show, set := o.src.show, o.set
+	limit := runner.MaxKillAfter(ttl)
 	if !set("kill-after") {
 		o.killAfter = min(defaultKillAfter, limit)
 	} else if o.killAfter < 0 || o.killAfter > limit {
@@ -183,10 +229,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	if o.timeout > 0 {
 		waitUntil = began.Add(o.timeout)
 	}
-	onLost := runner.Terminate
-	if o.onLost == "continue" {
-		onLost = runner.Continue
-	}
+	onLost := o.lostPolicy()
 	for {
 		lease, err := o.acquire(ctx, store, signals, log, waitUntil)
 		if err != nil {
@@ -212,6 +255,14 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	}
 }
 
+// lostPolicy is --on-lost's.
+func (o *runOptions) lostPolicy() runner.OnLost {
+	if o.onLost == "continue" {
+		return runner.Continue
+	}
+	return runner.Terminate
+}
+
 // ran says how the command ended, gives the permit back, and returns the
 // status semrun exits with.
 func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.Result, runErr error, started time.Time, log *logger) error {
@@ -231,7 +282,12 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 		return runErr
 	}
 	if res.Terminated {
-		return &lostError{key: o.key, code: o.lostExitCode, cause: res.Lost, unstopped: res.Unstopped}
+		code := o.lostExitCode
+		var ended *semaphore.HoldEndedError
+		if errors.As(res.Lost, &ended) && holdEndCode(ended.End, 0) != 0 {
+			code = holdEndCode(ended.End, 0) // max runtime, revoked
+		}
+		return &lostError{key: o.key, code: code, cause: res.Lost, unstopped: res.Unstopped}
 	}
 	if len(res.Unstopped) > 0 {
 		// The command had ended by itself, and keeps its status; what it

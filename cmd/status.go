@@ -108,7 +108,11 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			if h.ExpiresIn > 0 {
 				expires = h.ExpiresIn.Round(time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", printable.String(h.Host), h.PID, printable.String(h.Command), h.Weight, h.Permits,
+			command := printable.String(h.Command)
+			if h.Hold {
+				command = "(hold: semrun acquire)" // the PID is its keeper's
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", printable.String(h.Host), h.PID, command, h.Weight, h.Permits,
 				h.Age.Round(time.Millisecond), expires, h.Token)
 		}
 		if len(k.Waiters) > 0 {

@@ -566,6 +566,10 @@ func lossAt(spec Spec, lease Lease) clock.Instant {
 // LostWhy says why a permit counts as lost, in the user's words: the
 // store's own word that it is gone, or no renewal in time.
 func LostWhy(err error) string {
+	var ended *semaphore.HoldEndedError
+	if errors.As(err, &ended) {
+		return "the " + ended.Error()
+	}
 	if errors.Is(err, semaphore.ErrLost) && !errors.Is(err, ErrPresumedLost) {
 		return "the store no longer has it (it lapsed, or the store lost its data)"
 	}

@@ -27,8 +27,9 @@ type Holds interface {
 	// fails with a *HoldEndedError once the hold ended, and its Release
 	// leaves the hold, giving the permit back when the hold has ended and
 	// no one else is attached. A hold that has ended, or lapsed because
-	// no one renewed it, is a *HoldEndedError.
-	Attach(ctx context.Context, h Handle) (Lease, HoldInfo, error)
+	// no one renewed it, is a *HoldEndedError. keeper attaches the hold's
+	// keeper, which runs no command: an end does not wait for it to let go.
+	Attach(ctx context.Context, h Handle, keeper bool) (Lease, HoldInfo, error)
 	// EndHold ends the hold h names with end, unless it had ended before:
 	// it returns the end that counts (this one, or the earlier one) and
 	// whether it was this one. The permit is given back at once when no

@@ -13,7 +13,7 @@ func (s *Store) Hold(context.Context, semaphore.Lease, semaphore.HolderInfo) (se
 	return semaphore.Handle{}, errors.ErrUnsupported
 }
 
-func (s *Store) Attach(context.Context, semaphore.Handle) (semaphore.Lease, semaphore.HoldInfo, error) {
+func (s *Store) Attach(context.Context, semaphore.Handle, bool) (semaphore.Lease, semaphore.HoldInfo, error) {
 	return nil, semaphore.HoldInfo{}, errors.ErrUnsupported
 }
 

@@ -39,12 +39,16 @@ func (s *Store) Hold(ctx context.Context, l semaphore.Lease, keeper semaphore.Ho
 	return semaphore.Handle{Store: semaphore.RedisStore, Key: held.key, Secret: held.id}, nil
 }
 
-func (s *Store) Attach(ctx context.Context, h semaphore.Handle) (semaphore.Lease, semaphore.HoldInfo, error) {
+func (s *Store) Attach(ctx context.Context, h semaphore.Handle, keeper bool) (semaphore.Lease, semaphore.HoldInfo, error) {
 	if err := s.ours(h); err != nil {
 		return nil, semaphore.HoldInfo{}, err
 	}
 	k := protocol.NewKeys(s.prefix, h.Key)
-	l := &lease{s: s, key: h.Key, keys: k, id: h.Secret, share: semaphore.NewSecret()}
+	share := "r." + semaphore.NewSecret()
+	if keeper {
+		share = "k." + semaphore.NewSecret() // hold.lua lets an ended hold go without it
+	}
+	l := &lease{s: s, key: h.Key, keys: k, id: h.Secret, share: share}
 	sent := clock.Now()
 	res, err := s.call(ctx, k, l.renewArgs())
 	if err != nil {

@@ -5,8 +5,8 @@
 -- release a day later still learns how the hold ended:
 --   state held|released|lost|max-runtime|revoked; why, at: its end
 --   ttl, fence, permits, weight, token, meta: its grant
---   '@<share>' -> the lease expiry of one attached process (its keeper, a
---   run under its handle)
+--   '@<share>' -> the lease expiry of one attached process: its keeper
+--   ('k.' and a name), a run under its handle
 -- The permit's own lease is never shortened: each renewal pushes it to at
 -- least now + ttl, so it lasts as long as the longest share. Once the
 -- hold has ended, the permit goes back when no live share is left: an end
@@ -130,9 +130,11 @@ else
     shares[share] = nil
   end
   if rec.state ~= 'held' then
+    -- A keeper ('k.' shares) runs no command: only runs hold the permit
+    -- of an ended hold until they let go.
     local live = false
-    for _, exp in pairs(shares) do
-      if exp > now then live = true end
+    for s, exp in pairs(shares) do
+      if exp > now and string.sub(s, 1, 2) ~= 'k.' then live = true end
     end
     -- The last one out gives the permit back, as release.lua does.
     if not live and redis.call('ZSCORE', holdersKey, id) then

@@ -1,0 +1,164 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// defaultMaxRuntime ends a forgotten hold.
+const defaultMaxRuntime = time.Hour
+
+// acquireOptions are semrun acquire's: a run's wait, and how long the hold
+// may last.
+type acquireOptions struct {
+	runOptions
+	maxRuntime time.Duration
+	ownerPID   int
+	json       bool
+	// owner watches --owner-pid's process, once found.
+	owner *owner
+}
+
+func newCmdAcquire(common *commonOptions) *cobra.Command {
+	o := &acquireOptions{runOptions: runOptions{commonOptions: common}}
+	cmd := &cobra.Command{
+		Use:   "acquire [flags]",
+		Short: "Take a permit and keep it after semrun exits; print its handle",
+		Long: `semrun acquire waits in the same line as runs and, once it holds a permit,
+prints SEMRUN_HANDLE, SEMRUN_HELD_KEY, SEMRUN_HELD_PERMITS and
+SEMRUN_FENCING_TOKEN, one a line (ready for eval and for $GITHUB_ENV), and
+exits 0. A keeper process it leaves behind renews the permit until
+semrun release, --max-runtime, the exit of --owner-pid, or SIGTERM, SIGINT or
+SIGHUP to the keeper. Whoever has the handle can run under the permit
+(semrun --handle) and release it.`,
+		Example: `  eval "$(semrun acquire -k staging --max-runtime 30m)"
+  trap 'semrun release' EXIT
+  semrun --handle "$SEMRUN_HANDLE" -- ./migrate.sh
+  semrun --handle "$SEMRUN_HANDLE" -- ./deploy.sh`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.command = []string{"semrun acquire"}
+			if err := o.commonOptions.validate(cmd); err != nil {
+				return err
+			}
+			o.logAttrs = append(o.logAttrs, "key", o.key)
+			log := o.logger(o.f.Streams.ErrOut)
+			if err := o.validate(); err != nil {
+				return err
+			}
+			store, err := o.openStore(log, runAsks{})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			if o.keeper != nil {
+				return o.keep(cmd.Context(), store, log)
+			}
+			return o.acquireHold(cmd.Context(), store, log)
+		},
+	}
+	f := cmd.Flags()
+	o.addWaitFlags(f)
+	f.Var(newDuration(&o.maxRuntime, defaultMaxRuntime), "max-runtime", "end the hold after this, so that a forgotten one ends (0: never)")
+	f.Var(newInt(&o.ownerPID, 0), "owner-pid", "end the hold when this process exits (a CI job's shell, say)")
+	f.BoolVar(&o.json, "json", false, "print one JSON object instead of variables")
+	return cmd
+}
+
+// validate checks acquire's flags and finds --owner-pid's process.
+func (o *acquireOptions) validate() error {
+	if err := o.validateWait(); err != nil {
+		return err
+	}
+	if o.maxRuntime < 0 {
+		return usageErrorf("%s: must not be negative", o.src.show("max-runtime", o.maxRuntime))
+	}
+	if o.keeper != nil {
+		return nil // the keeper is handed its owner
+	}
+	if o.set("owner-pid") {
+		var err error
+		if o.owner, err = findOwner(o.ownerPID); err != nil {
+			return usageErrorf("%s: %v", o.src.show("owner-pid", o.ownerPID), err)
+		}
+	}
+	return nil
+}
+
+// acquireHold waits for a permit, leaves a keeper that holds it, and
+// prints its handle.
+func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store, log *logger) error {
+	defer o.owner.close()
+	signals := runner.CatchSignals()
+	var waitUntil time.Time
+	if o.timeout > 0 {
+		waitUntil = time.Now().Add(o.timeout)
+	}
+	lease, err := o.acquire(ctx, store, signals, log, waitUntil)
+	if err != nil {
+		return err
+	}
+	granted := time.Now()
+	log.Infof("key %q: permit held, fencing token %d; starting its keeper", o.key, lease.Token())
+	h, keeper, err := o.startKeeper(ctx, store, lease, granted)
+	if err != nil {
+		o.release(ctx, lease, log)
+		return fmt.Errorf("key %q: %w; nothing held", o.key, err)
+	}
+	log.Infof("key %q: kept by pid %d", o.key, keeper)
+	// The lease is the keeper's now: this process lets go of it by exiting.
+	return o.printHold(o.f.Streams.Out, h, lease.Token(), keeper)
+}
+
+// Variables acquire prints, besides the child's own.
+const envHandle = "SEMRUN_HANDLE"
+
+// printHold prints what eval, $GITHUB_ENV or a JSON reader need of a hold.
+func (o *acquireOptions) printHold(w io.Writer, h semaphore.Handle, token int64, keeper int) error {
+	if o.json {
+		host, _ := os.Hostname()
+		return json.NewEncoder(w).Encode(struct {
+			Handle  string `json:"handle"`
+			Key     string `json:"key"`
+			Permits int    `json:"permits"`
+			Weight  int    `json:"weight"`
+			Token   int64  `json:"token"`
+			Host    string `json:"host"`
+			Keeper  int    `json:"keeper_pid"`
+		}{h.String(), h.Key, o.permits, o.req.Takes(), token, host, keeper})
+	}
+	_, err := fmt.Fprintf(w, "%s=%s\n%s=%s\n%s=%d\n%s=%d\n",
+		envHandle, h, envHeldKey, shellWord(h.Key), envHeldPermits, o.permits, envFencingToken, token)
+	return err
+}
+
+// plainWord is what a shell, and a CI variable file, take as it is.
+var plainWord = regexp.MustCompile(`^[A-Za-z0-9_./:@%+,=-]+$`)
+
+// shellWord is s as one shell word: as it is when a shell and a CI
+// variable file take it so, else in single quotes for eval.
+func shellWord(s string) string {
+	if plainWord.MatchString(s) {
+		return s
+	}
+	return "'" + regexp.MustCompile(`'`).ReplaceAllString(s, `'\''`) + "'"
+}
+
+// holdWhy says a hold's end in words for a reader of its record.
+func keeperWhy(state semaphore.HoldState, detail string) semaphore.HoldEnd {
+	return semaphore.HoldEnd{State: state, Why: detail}
+}
+
+// pidText is a pid in words.
+func pidText(pid int) string { return "pid " + strconv.Itoa(pid) }

@@ -1,0 +1,106 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// handleFixed are the flags of what a caller asks for and how it waits,
+// which a hold has decided already: refused with --handle on the command
+// line (from a variable or a config file they are meant for other runs).
+var handleFixed = []string{"permits", "weight", "ttl", "timeout", "no-wait", "busy-exit-code", "restart-fence", "min-replicas"}
+
+// validateHandle checks a run under a hold's handle (--handle): the handle,
+// which names its key, and the run's own flags.
+func (o *runOptions) validateHandle() error {
+	h, err := parseHandle("--handle", o.handle)
+	if err != nil {
+		return err
+	}
+	if o.set("key") && o.key != h.Key {
+		return usageErrorf("%s: the handle is one of key %q", o.src.show("key", fmt.Sprintf("%q", o.key)), h.Key)
+	}
+	for _, flag := range handleFixed {
+		if o.src.origin(flag) == fromFlag {
+			return usageErrorf("--%s: the hold decided it; not with --handle", flag)
+		}
+	}
+	if err := o.sameStore(h); err != nil {
+		return err
+	}
+	o.key, o.hold = h.Key, h
+	return o.validateCommand()
+}
+
+// parseHandle reads a handle given by flag, and says what is wrong with
+// one that is not: never the text itself, which may be most of a secret.
+func parseHandle(flag, s string) (semaphore.Handle, error) {
+	h, err := semaphore.ParseHandle(s)
+	if err != nil {
+		return h, usageErrorf("%s: %v", flag, err)
+	}
+	return h, nil
+}
+
+// sameStore refuses a handle of a hold kept in the other kind of store.
+func (o *runOptions) sameStore(h semaphore.Handle) error {
+	switch {
+	case h.Store == semaphore.LocalStore && !o.local:
+		return usageErrorf("the handle is one of a hold in a lock directory: add %s", o.src.name("local"))
+	case h.Store == semaphore.RedisStore && o.local:
+		return usageErrorf("the handle is one of a hold in Redis, not in a lock directory: drop %s", o.src.name("local"))
+	}
+	return nil
+}
+
+// runHandle runs the command under the hold, at once: the hold's permit,
+// token and capacity, renewed by this run too while the command runs.
+func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *logger) error {
+	signals := runner.CatchSignals()
+	lease, info, err := store.Attach(ctx, o.hold, false)
+	if err != nil {
+		return o.holdEnded(err, "the command was not started")
+	}
+	if err := o.checkKillAfter(info.TTL); err != nil {
+		o.release(ctx, lease, log)
+		return err
+	}
+	o.permits = info.Permits
+	log.Infof("key %q: running under its hold, fencing token %d", o.key, info.Token)
+	started := time.Now()
+	res, runErr := runner.Run(ctx, runner.Spec{
+		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, info.Token), Inherit: lease.Files(),
+		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
+		TTL: info.TTL, KillAfter: o.killAfter, OnLost: o.lostPolicy(),
+		Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
+		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
+	}, lease)
+	if errors.Is(runErr, runner.ErrStale) {
+		// Semrun was held up between its attach and the start: the hold
+		// may be gone by now, and nothing ran.
+		o.release(ctx, lease, log)
+		return &lostError{key: o.key, code: o.lostExitCode, cause: runErr}
+	}
+	return o.ran(ctx, lease, res, runErr, started, log)
+}
+
+// holdEnded is the outcome of a hold found ended: its status (lost, max
+// runtime, revoked; a hold released is lost to a run), with one line that
+// says how and when, and then.
+func (o *runOptions) holdEnded(err error, then string) error {
+	var ended *semaphore.HoldEndedError
+	if !errors.As(err, &ended) {
+		return err
+	}
+	code := holdEndCode(ended.End, o.lostExitCode)
+	if code == 0 {
+		code = o.lostExitCode
+	}
+	return &holdEndedError{code: code, msg: fmt.Sprintf("the %v; %s", ended, then)}
+}

@@ -1,0 +1,265 @@
+//go:build unix
+
+package cmd
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/semrun/semrun/internal/clock"
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// keeperArg is the one argument semrun acquire starts its keeper with:
+// the rest, the handle included, comes on a pipe, never in argv, where
+// other users see it.
+const keeperArg = "keeper"
+
+// The keeper's inherited descriptors: what to keep (keeperMessage), where
+// to say it keeps it, and --owner-pid's process, where there is a pidfd.
+const (
+	keeperInFD    = 3
+	keeperReadyFD = 4
+	keeperOwnerFD = 5
+)
+
+// keeperMessage is what semrun acquire tells its keeper.
+type keeperMessage struct {
+	// Args are acquire's own arguments: the keeper reads the same
+	// settings, from the same flags, variables and files.
+	Args   []string `json:"args"`
+	Handle string   `json:"handle"`
+	// MaxRuntime is what is left of --max-runtime; 0 for none.
+	MaxRuntime time.Duration `json:"max_runtime"`
+	// OwnerPID is --owner-pid; OwnerFD says that a pidfd of it comes as
+	// keeperOwnerFD.
+	OwnerPID int  `json:"owner_pid"`
+	OwnerFD  bool `json:"owner_fd"`
+}
+
+// maxKeeperMessage bounds what a keeper reads, and keeperStart how long
+// acquire waits for it to say it keeps the permit.
+const (
+	maxKeeperMessage = 64 << 10
+	keeperStart      = 10 * time.Second
+)
+
+// startKeeper makes the permit of lease a hold kept by a new keeper
+// process: its own session, no terminal, stdio on the null device, its
+// working directory the root, so that it holds nothing of the caller's.
+// It returns once the keeper renews the hold.
+func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store, lease semaphore.Lease, granted time.Time) (semaphore.Handle, int, error) {
+	in, toKeeper, err := os.Pipe()
+	if err != nil {
+		return semaphore.Handle{}, 0, fmt.Errorf("start its keeper: %w", err)
+	}
+	defer in.Close()
+	defer toKeeper.Close()
+	fromKeeper, ready, err := os.Pipe()
+	if err != nil {
+		return semaphore.Handle{}, 0, fmt.Errorf("start its keeper: %w", err)
+	}
+	defer fromKeeper.Close()
+	defer ready.Close()
+	files := []*os.File{in, ready}
+	if f := o.owner.file(); f != nil {
+		files = append(files, f)
+	}
+	c := exec.Command(self(), keeperArg)
+	c.Args[0] = os.Args[0] // the name it was started by, as a test's copy needs
+	c.Dir, c.Env, c.ExtraFiles = "/", o.f.Environ, files
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return semaphore.Handle{}, 0, fmt.Errorf("start its keeper: %w", err)
+	}
+	pid := c.Process.Pid
+	in.Close()
+	ready.Close()
+	_ = c.Process.Release() // it outlives us: its parent is init's
+
+	host, _ := os.Hostname()
+	h, err := store.Hold(ctx, lease, semaphore.HolderInfo{Host: host, PID: pid})
+	if err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		return semaphore.Handle{}, 0, err
+	}
+	msg := keeperMessage{Args: o.args, Handle: h.String(), OwnerPID: o.ownerPID, OwnerFD: o.owner.file() != nil}
+	if o.maxRuntime > 0 {
+		msg.MaxRuntime = max(o.maxRuntime-time.Since(granted), time.Millisecond)
+	}
+	err = json.NewEncoder(toKeeper).Encode(msg)
+	toKeeper.Close()
+	if err == nil {
+		err = awaitKeeper(fromKeeper, keeperStart+o.connectTimeout)
+	}
+	if err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		end := semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper did not start"}
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
+		defer cancel()
+		_, _, _ = store.EndHold(endCtx, h, end)
+		return semaphore.Handle{}, 0, fmt.Errorf("its keeper did not start: %w", err)
+	}
+	return h, pid, nil
+}
+
+// self is semrun's own executable: on Linux the very file this process
+// runs, even once an upgrade replaced it.
+func self() string {
+	if runtime.GOOS == "linux" {
+		return "/proc/self/exe"
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	return exe
+}
+
+// awaitKeeper waits, at most patience, for the keeper to say it keeps the
+// hold ("ok"), or why not.
+func awaitKeeper(r *os.File, patience time.Duration) error {
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(io.LimitReader(r, 1024)).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case s := <-line:
+		switch {
+		case s == "ok":
+			return nil
+		case s == "":
+			return errors.New("it exited")
+		}
+		return errors.New(s)
+	case <-time.After(patience):
+		return fmt.Errorf("it said nothing within %v", patience)
+	}
+}
+
+// readKeeperMessage is what acquire told this keeper: read within a
+// bound, as anything a process inherits is untrusted.
+func readKeeperMessage() (*keeperMessage, error) {
+	in := os.NewFile(keeperInFD, "keeper message")
+	if in == nil {
+		return nil, errors.New("semrun keeper: started by semrun acquire only")
+	}
+	defer in.Close()
+	got := make(chan error, 1)
+	var msg keeperMessage
+	go func() {
+		got <- json.NewDecoder(io.LimitReader(in, maxKeeperMessage)).Decode(&msg)
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			return nil, fmt.Errorf("semrun keeper: started by semrun acquire only: %w", err)
+		}
+	case <-time.After(keeperStart):
+		return nil, errors.New("semrun keeper: started by semrun acquire only: no message")
+	}
+	if len(msg.Args) == 0 || msg.Args[0] == keeperArg {
+		return nil, errors.New("semrun keeper: started by semrun acquire only: no arguments")
+	}
+	return &msg, nil
+}
+
+// keep is the keeper: it attaches to the hold, says so to acquire, and
+// renews it until the first of: the hold ended elsewhere (semrun
+// release), --max-runtime, --owner-pid's exit, SIGTERM, SIGINT or SIGHUP,
+// or its loss; then it ends the hold with why, and exits.
+func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *logger) error {
+	msg := o.keeper
+	ready := os.NewFile(keeperReadyFD, "keeper ready")
+	say := func(s string) {
+		if ready != nil {
+			fmt.Fprintln(ready, s)
+			ready.Close()
+			ready = nil
+		}
+	}
+	defer say("")
+	h, err := semaphore.ParseHandle(msg.Handle)
+	if err != nil {
+		say("semrun keeper: " + err.Error())
+		return err
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(signals)
+	lease, info, err := store.Attach(ctx, h, true)
+	if err != nil {
+		say(oneLine(err).Error())
+		return err
+	}
+	say("ok")
+
+	// ends says why the keeper stops renewing, first come.
+	ends := make(chan semaphore.HoldEnd, 3)
+	keepCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if msg.MaxRuntime > 0 {
+		at := clock.Now().Add(msg.MaxRuntime)
+		alarm := clock.NewAlarm(at)
+		defer alarm.Stop()
+		go func() {
+			select {
+			case <-alarm.C:
+				ends <- semaphore.HoldEnd{State: semaphore.HoldMaxRuntime, Why: fmt.Sprintf("its --max-runtime of %v ran out", o.maxRuntime)}
+				stop()
+			case <-keepCtx.Done():
+			}
+		}()
+	}
+	if msg.OwnerPID > 0 {
+		w := ownerOf(msg.OwnerPID, msg.OwnerFD)
+		defer w.close()
+		go func() {
+			if w.wait(keepCtx) {
+				ends <- semaphore.HoldEnd{State: semaphore.HoldReleased, Why: fmt.Sprintf("its owner, pid %d, exited", msg.OwnerPID)}
+				stop()
+			}
+		}()
+	}
+	go func() {
+		select {
+		case sig := <-signals:
+			ends <- semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper got " + runner.SignalName(sig.(syscall.Signal))}
+			stop()
+		case <-keepCtx.Done():
+		}
+	}()
+	lost := runner.Keep(keepCtx, runner.Spec{TTL: info.TTL, Warnf: log.Warnf}, lease)
+
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
+	defer cancel()
+	var ended *semaphore.HoldEndedError
+	switch {
+	case errors.As(lost, &ended):
+		// Ended elsewhere: semrun release, a revoke.
+	case lost != nil:
+		// Said, if the store can be told, for release and --handle runs.
+		_, _, _ = store.EndHold(endCtx, h, semaphore.HoldEnd{State: semaphore.HoldLost, Why: "its keeper lost it: " + runner.LostWhy(lost)})
+	default:
+		end := semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper stopped"}
+		select {
+		case end = <-ends:
+		default:
+		}
+		_, _, _ = store.EndHold(endCtx, h, end)
+	}
+	return lease.Release(endCtx)
+}

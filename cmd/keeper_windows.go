@@ -1,0 +1,29 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// keeperArg: there is no keeper on Windows, where semrun acquire is refused.
+const keeperArg = "keeper"
+
+type keeperMessage struct{ Args []string }
+
+var errNoHolds = errors.New("semrun acquire: not on Windows")
+
+func readKeeperMessage() (*keeperMessage, error) { return nil, errNoHolds }
+
+func (o *acquireOptions) startKeeper(context.Context, semaphore.Store, semaphore.Lease, time.Time) (semaphore.Handle, int, error) {
+	return semaphore.Handle{}, 0, errNoHolds
+}
+
+func (o *acquireOptions) keep(context.Context, semaphore.Store, *logger) error { return errNoHolds }
+
+type owner struct{}
+
+func findOwner(int) (*owner, error) { return nil, errNoHolds }
+func (o *owner) close()             {}

@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package cmd
+
+import "errors"
+
+// pidfdOpen: there are no pidfds here.
+func pidfdOpen(int) (int, error) { return -1, errors.ErrUnsupported }

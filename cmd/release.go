@@ -1,0 +1,74 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+func newCmdRelease(common *commonOptions) *cobra.Command {
+	o := &runOptions{commonOptions: common, runFlags: runFlags{lostExitCode: defaultLostExitCode}}
+	return &cobra.Command{
+		Use:   "release [HANDLE]",
+		Short: "Give back a permit that semrun acquire holds",
+		Long: `semrun release gives back the permit of a hold that semrun acquire took,
+named by its handle (default: $SEMRUN_HANDLE). It exits 0 once it gave it
+back, or if it was given back before (one line says when). When the hold had
+ended before it was released, it says when and why, and exits with the status
+of why, since the steps under it may have run without the permit: 112 lost,
+124 --max-runtime, 113 revoked. It never waits for the line.`,
+		Example: `  semrun release
+  semrun release "$HANDLE"`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			flag, text := "HANDLE", ""
+			if len(args) == 1 {
+				text = args[0]
+			} else if text = o.f.getenv(envHandle); text != "" {
+				flag = envHandle
+			} else {
+				return usageErrorf("no handle: give one, or set %s (semrun acquire prints it)", envHandle)
+			}
+			if err := o.commonOptions.validate(cmd); err != nil {
+				return err
+			}
+			h, err := parseHandle(flag, text)
+			if err != nil {
+				return err
+			}
+			if err := o.sameStore(h); err != nil {
+				return err
+			}
+			o.logAttrs = append(o.logAttrs, "key", h.Key)
+			log := o.logger(o.f.Streams.ErrOut)
+			store, err := o.openStore(log, runAsks{})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			return o.releaseHold(cmd.Context(), store, h, log)
+		},
+	}
+}
+
+// releaseHold ends the hold as released, or says how it had ended.
+func (o *runOptions) releaseHold(ctx context.Context, store semaphore.Store, h semaphore.Handle, log *logger) error {
+	end, now, err := store.EndHold(ctx, h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun release"})
+	if err != nil {
+		return err
+	}
+	if now {
+		log.Infof("key %q: hold released", h.Key)
+		return nil
+	}
+	ended := &semaphore.HoldEndedError{Key: h.Key, End: end}
+	code := holdEndCode(end, o.lostExitCode)
+	if code == 0 {
+		log.Warnf("the %v, before this release", ended)
+		return nil
+	}
+	return &holdEndedError{code: code, msg: fmt.Sprintf("the %v, before this release: what ran under it may have run without the permit", ended)}
+}
