@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,6 +95,9 @@ func TestScripts(t *testing.T) {
 						env.Setenv("SEMRUN_LOCK_DIR", filepath.Join(env.WorkDir, "locks"))
 					}
 					env.Values[stateKey{}] = &scriptState{store: store, vars: slices.Clone(env.Vars), procs: map[string]*proc{}}
+					// Keepers that semrun acquire left, detached from the
+					// script, end with it.
+					env.Defer(func() { killKeepers(env.WorkDir) })
 					return nil
 				},
 				Condition: func(cond string) (bool, error) {
@@ -133,6 +137,28 @@ func TestScripts(t *testing.T) {
 			})
 		})
 	}
+}
+
+// killKeepers kills the keepers semrun acquire started in the script whose
+// work directory is work: those whose environment names it. It tells how
+// many it found.
+func killKeepers(work string) int {
+	mark := []byte("\x00WORK=" + work + "\x00")
+	dirs, _ := os.ReadDir("/proc")
+	n := 0
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && bytes.Contains(append([]byte{0}, env...), mark) && bytes.Equal(cmdline, []byte("semrun\x00keeper\x00")) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			n++
+		}
+	}
+	return n
 }
 
 // envDefaultRedis is where the semrun of the scripts looks for Redis when

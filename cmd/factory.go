@@ -25,6 +25,9 @@ type Factory struct {
 	// it ends (runner.Spec.ReapOrphans). Tests that run semrun beside
 	// children of their own (redis-server) leave it false.
 	ReapOrphans bool
+	// Self is the executable semrun acquire starts its keeper from;
+	// empty: semrun's own (self).
+	Self string
 }
 
 // System is the process's streams and environment, and the host's

@@ -77,7 +77,11 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 	if f := o.owner.file(); f != nil {
 		files = append(files, f)
 	}
-	c := exec.Command(self(), keeperArg)
+	exe := o.f.Self
+	if exe == "" {
+		exe = self()
+	}
+	c := exec.Command(exe, keeperArg)
 	c.Args[0] = os.Args[0] // the name it was started by, as a test's copy needs
 	c.Dir, c.Env, c.ExtraFiles = "/", o.f.Environ, files
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -99,10 +103,12 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 	if o.maxRuntime > 0 {
 		msg.MaxRuntime = max(o.maxRuntime-time.Since(granted), time.Millisecond)
 	}
-	err = json.NewEncoder(toKeeper).Encode(msg)
+	sent := json.NewEncoder(toKeeper).Encode(msg)
 	toKeeper.Close()
-	if err == nil {
-		err = awaitKeeper(fromKeeper, keeperStart+o.connectTimeout)
+	// A keeper that is gone says so by closing its end: that says more
+	// than the broken pipe.
+	if err = awaitKeeper(fromKeeper, keeperStart+o.connectTimeout); err == nil && sent != nil {
+		err = sent
 	}
 	if err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
