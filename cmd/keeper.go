@@ -47,6 +47,19 @@ type keeperMessage struct {
 	// keeperOwnerFD.
 	OwnerPID int  `json:"owner_pid"`
 	OwnerFD  bool `json:"owner_fd"`
+	// ready is where the keeper says it keeps the hold ("ok"), or why
+	// not, once: nil after.
+	ready *os.File
+}
+
+// say tells acquire, once, that the keeper keeps the hold ("ok") or why
+// not; later calls say nothing.
+func (m *keeperMessage) say(s string) {
+	if m.ready != nil {
+		fmt.Fprintln(m.ready, s)
+		m.ready.Close()
+		m.ready = nil
+	}
 }
 
 // maxKeeperMessage bounds what a keeper reads, and keeperStart how long
@@ -57,9 +70,9 @@ const (
 )
 
 // startKeeper makes the permit of lease a hold kept by a new keeper
-// process: its own session, no terminal, stdio on the null device, its
-// working directory the root, so that it holds nothing of the caller's.
-// It returns once the keeper renews the hold.
+// process: its own session, no terminal, stdio on the null device, in
+// acquire's working directory, where the paths of its settings are
+// relative to. It returns once the keeper renews the hold.
 func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store, lease semaphore.Lease, granted time.Time) (semaphore.Handle, int, error) {
 	in, toKeeper, err := os.Pipe()
 	if err != nil {
@@ -83,7 +96,7 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 	}
 	c := exec.Command(exe, keeperArg)
 	c.Args[0] = os.Args[0] // the name it was started by, as a test's copy needs
-	c.Dir, c.Env, c.ExtraFiles = "/", o.f.Environ, files
+	c.Env, c.ExtraFiles = o.f.Environ, files
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := c.Start(); err != nil {
 		return semaphore.Handle{}, 0, fmt.Errorf("start its keeper: %w", err)
@@ -180,6 +193,7 @@ func readKeeperMessage() (*keeperMessage, error) {
 	if len(msg.Args) == 0 || msg.Args[0] == keeperArg {
 		return nil, errors.New("semrun keeper: started by semrun acquire only: no arguments")
 	}
+	msg.ready = os.NewFile(keeperReadyFD, "keeper ready")
 	return &msg, nil
 }
 
@@ -189,18 +203,8 @@ func readKeeperMessage() (*keeperMessage, error) {
 // or its loss; then it ends the hold with why, and exits.
 func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *logger) error {
 	msg := o.keeper
-	ready := os.NewFile(keeperReadyFD, "keeper ready")
-	say := func(s string) {
-		if ready != nil {
-			fmt.Fprintln(ready, s)
-			ready.Close()
-			ready = nil
-		}
-	}
-	defer say("")
 	h, err := semaphore.ParseHandle(msg.Handle)
 	if err != nil {
-		say("semrun keeper: " + err.Error())
 		return err
 	}
 	signals := make(chan os.Signal, 1)
@@ -208,10 +212,9 @@ func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *l
 	defer signal.Stop(signals)
 	lease, info, err := store.Attach(ctx, h, true)
 	if err != nil {
-		say(oneLine(err).Error())
 		return err
 	}
-	say("ok")
+	msg.say("ok")
 
 	// ends says why the keeper stops renewing, first come.
 	ends := make(chan semaphore.HoldEnd, 3)

@@ -114,6 +114,10 @@ func Run(ctx context.Context, args []string, f *Factory) int {
 	if msg != "" {
 		common.logger(f.Streams.ErrOut).Final(code, msg)
 	}
+	if common.keeper != nil {
+		// A keeper's stderr is the null device: acquire says why it failed.
+		common.keeper.say(msg)
+	}
 	if sig != 0 {
 		runner.DieOf(sig)
 	}
