@@ -1,0 +1,111 @@
+package redisstore
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
+)
+
+// TestHoldRecordBesideItsKey: a hold's record shares its key's hash slot,
+// is named after no secret, and outlives the key's other records by a day.
+func TestHoldRecordBesideItsKey(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	raw := rawClient(t, srv.Addr)
+	s := newStore(t, srv.URL(), Options{})
+	key := "a{b}c"
+	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second, NoWait: true})
+	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{Host: "h", PID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := protocol.NewKeys(testPrefix, key)
+	rec := k.HoldRecord(h.Secret)
+	if hashSlot(rec) != hashSlot(k.Holders) {
+		t.Errorf("hold record %q: slot %d, want its key's %d", rec, hashSlot(rec), hashSlot(k.Holders))
+	}
+	for _, name := range scanKeys(t, raw, "*") {
+		if strings.Contains(name, h.Secret) {
+			t.Errorf("key %q names the hold's secret", name)
+		}
+	}
+	ttl, err := raw.PTTL(ctxTimeout(t, 5*time.Second), rec).Result()
+	if err != nil || ttl < protocol.HoldLife-time.Minute || ttl > protocol.HoldLife {
+		t.Errorf("hold record's PTTL: got (%v, %v), want about %v", ttl, err, protocol.HoldLife)
+	}
+	if _, _, err := s.EndHold(ctxTimeout(t, 5*time.Second), h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	// The key's records expire with its last lease; the hold's stays.
+	if ttl, err := raw.PTTL(ctxTimeout(t, 5*time.Second), rec).Result(); err != nil || ttl < protocol.HoldLife-time.Minute {
+		t.Errorf("hold record's PTTL once ended: got (%v, %v), want about %v", ttl, err, protocol.HoldLife)
+	}
+}
+
+// TestHoldSharesNeverShortenTheLease: each share renews with the hold's
+// own lease, from when it renews: the permit lasts as long as the latest.
+func TestHoldSharesNeverShortenTheLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	raw := rawClient(t, srv.Addr)
+	s := newStore(t, srv.URL(), Options{})
+	key := uniqueKey(t)
+	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: 20 * time.Second, NoWait: true})
+	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := protocol.NewKeys(testPrefix, key)
+	score := func() float64 {
+		v, err := raw.ZScore(ctxTimeout(t, 5*time.Second), k.Holders, h.Secret).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	run, info, err := s.Attach(ctxTimeout(t, 5*time.Second), h, false)
+	if err != nil || info.TTL != 20*time.Second {
+		t.Fatalf("Attach: got (%+v, %v), want the hold's lease of 20s", info, err)
+	}
+	before := score()
+	// A lease pushed far out (a renewal with a longer lease, say) is not
+	// pulled in by a share's renewal.
+	if err := raw.ZAdd(ctxTimeout(t, 5*time.Second), k.Holders, redisZ(before+60_000, h.Secret)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := score(); got != before+60_000 {
+		t.Errorf("lease after a share renewed: got %v, want %v, unshortened", got, before+60_000)
+	}
+}
+
+// TestHoldSharesAreBounded: a hold takes at most MaxShares processes at
+// once; one more is refused, not let in to grow its record without end.
+func TestHoldSharesAreBounded(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	s := newStore(t, srv.URL(), Options{})
+	key := uniqueKey(t)
+	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: 20 * time.Second, NoWait: true})
+	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range protocol.MaxShares {
+		if _, _, err := s.Attach(ctxTimeout(t, 5*time.Second), h, false); err != nil {
+			t.Fatalf("Attach %d: %v", i+1, err)
+		}
+	}
+	_, _, err = s.Attach(ctxTimeout(t, 5*time.Second), h, false)
+	var ended *semaphore.HoldEndedError
+	if err == nil || errors.As(err, &ended) || !strings.Contains(err.Error(), "attached to this hold already") {
+		t.Fatalf("Attach %d: got %v, want refused: too many attached", protocol.MaxShares+1, err)
+	}
+}
