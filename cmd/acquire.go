@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,7 +42,7 @@ exits 0. A keeper process it leaves behind renews the permit until
 semrun release, --max-runtime, the exit of --owner-pid, or SIGTERM, SIGINT or
 SIGHUP to the keeper. Whoever has the handle can run under the permit
 (semrun --handle) and release it.`,
-		Example: `  eval "$(semrun acquire -k staging --max-runtime 30m)"
+		Example: `  set -a; eval "$(semrun acquire -k staging --max-runtime 30m)"; set +a
   trap 'semrun release' EXIT
   semrun --handle "$SEMRUN_HANDLE" -- ./migrate.sh
   semrun --handle "$SEMRUN_HANDLE" -- ./deploy.sh`,
@@ -152,13 +152,6 @@ func shellWord(s string) string {
 	if plainWord.MatchString(s) {
 		return s
 	}
-	return "'" + regexp.MustCompile(`'`).ReplaceAllString(s, `'\''`) + "'"
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// holdWhy says a hold's end in words for a reader of its record.
-func keeperWhy(state semaphore.HoldState, detail string) semaphore.HoldEnd {
-	return semaphore.HoldEnd{State: state, Why: detail}
-}
-
-// pidText is a pid in words.
-func pidText(pid int) string { return "pid " + strconv.Itoa(pid) }
