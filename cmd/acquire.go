@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -143,13 +142,13 @@ func (o *acquireOptions) printHold(w io.Writer, h semaphore.Handle, token int64,
 	return err
 }
 
-// plainWord is what a shell, and a CI variable file, take as it is.
-var plainWord = regexp.MustCompile(`^[A-Za-z0-9_./:@%+,=-]+$`)
-
 // shellWord is s as one shell word: as it is when a shell and a CI
 // variable file take it so, else in single quotes for eval.
 func shellWord(s string) string {
-	if plainWord.MatchString(s) {
+	plain := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:@%+,=-", r))
+	}) < 0
+	if plain {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
