@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,7 +20,7 @@ var handleFixed = []string{"permits", "weight", "ttl", "timeout", "no-wait", "bu
 // validateHandle checks a run under a hold's handle (--handle): the handle,
 // which names its key, and the run's own flags.
 func (o *runOptions) validateHandle() error {
-	h, err := parseHandle("--handle", o.handle)
+	h, err := o.parseHandle("--handle", o.handle)
 	if err != nil {
 		return err
 	}
@@ -38,9 +39,17 @@ func (o *runOptions) validateHandle() error {
 	return o.validateCommand()
 }
 
-// parseHandle reads a handle given by flag, and says what is wrong with
-// one that is not: never the text itself, which may be most of a secret.
-func parseHandle(flag, s string) (semaphore.Handle, error) {
+// parseHandle reads a handle given by flag, or by the variable @NAME
+// names (which ps does not show, as it shows argv), and says what is
+// wrong with one that is not: never the text itself, which may be most of
+// a secret.
+func (c *commonOptions) parseHandle(flag, s string) (semaphore.Handle, error) {
+	if name, ok := strings.CutPrefix(s, "@"); ok {
+		if s = c.f.getenv(name); s == "" {
+			return semaphore.Handle{}, usageErrorf("%s @%s: %s is not set", flag, name, name)
+		}
+		flag += " @" + name
+	}
 	h, err := semaphore.ParseHandle(s)
 	if err != nil {
 		return h, usageErrorf("%s: %v", flag, err)

@@ -12,10 +12,11 @@ import (
 func newCmdRelease(common *commonOptions) *cobra.Command {
 	o := &runOptions{commonOptions: common, runFlags: runFlags{lostExitCode: defaultLostExitCode}}
 	return &cobra.Command{
-		Use:   "release [HANDLE]",
+		Use:   "release [HANDLE|@VAR]",
 		Short: "Give back a permit that semrun acquire holds",
 		Long: `semrun release gives back the permit of a hold that semrun acquire took,
-named by its handle (default: $SEMRUN_HANDLE). It exits 0 once it gave it
+named by its handle, or by the variable @VAR names (default: $SEMRUN_HANDLE).
+It exits 0 once it gave it
 back, or if it was given back before (one line says when). When the hold had
 ended before it was released, it says when and why, and exits with the status
 of why, since the steps under it may have run without the permit: 112 lost,
@@ -35,7 +36,7 @@ of why, since the steps under it may have run without the permit: 112 lost,
 			if err := o.commonOptions.validate(cmd); err != nil {
 				return err
 			}
-			h, err := parseHandle(flag, text)
+			h, err := o.parseHandle(flag, text)
 			if err != nil {
 				return err
 			}

@@ -118,7 +118,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.Var(newDuration(&o.killAfter, defaultKillAfter), "kill-after", "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
-	f.StringVar(&o.handle, "handle", "", "run under a hold that semrun acquire took (its SEMRUN_HANDLE), at once, instead of taking a permit")
+	f.StringVar(&o.handle, "handle", "", "run under a hold that semrun acquire took, at once, instead of taking a permit: its handle, or @VAR to read it from variable VAR (ps shows arguments, not variables)")
 	return cmd
 }
 
