@@ -25,7 +25,7 @@ func (s *Store) Hold(ctx context.Context, l semaphore.Lease, keeper semaphore.Ho
 	if err != nil {
 		return semaphore.Handle{}, fmt.Errorf("encode keeper info: %w", err)
 	}
-	res, err := s.call(ctx, held.keys, protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Meta: meta})
+	res, err := s.call(ctx, held.keys, protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Replicas: held.minReplicas, Meta: meta})
 	if err != nil {
 		return semaphore.Handle{}, fmt.Errorf("key %q: keep the permit: %w", held.key, err)
 	}
@@ -72,6 +72,15 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, keeper bool) (se
 	// As a renewal: the script's expiry is its clock's reading, rounded
 	// down, plus the hold's lease.
 	l.deadline = sent.Add(l.ttl - time.Millisecond)
+	if r.Replicas > 0 {
+		// Renewals count once replicas have them, as the grant did: the
+		// attach too, so that a failover cannot bring back an older lease.
+		l.minReplicas = int(min(r.Replicas, semaphore.MaxReplicas))
+		l.deadline = clock.Instant{}.Add(1) // not before the renewal below
+		if err := l.Renew(ctx); err != nil {
+			return nil, semaphore.HoldInfo{}, err
+		}
+	}
 	return l, info, nil
 }
 

@@ -109,3 +109,39 @@ func TestHoldSharesAreBounded(t *testing.T) {
 		t.Fatalf("Attach %d: got %v, want refused: too many attached", protocol.MaxShares+1, err)
 	}
 }
+
+// TestHoldRenewalsWaitForReplicas: a hold granted with min replicas renews
+// as its grant did, for every process attached: a renewal no replica has
+// does not count, so a failover cannot bring back an older lease.
+func TestHoldRenewalsWaitForReplicas(t *testing.T) {
+	t.Parallel()
+	master, _, replica, _ := replicaPair(t, 0)
+	patient := newStore(t, master.URL(), Options{ConnectTimeout: 20 * time.Second})
+	key := uniqueKey(t)
+	l, err := patient.Acquire(ctxTimeout(t, 30*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinReplicas: 1})
+	if err != nil {
+		t.Fatalf("Acquire with a replica online: %v", err)
+	}
+	h, err := patient.Hold(ctxTimeout(t, 20*time.Second), l, semaphore.HolderInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := patient.Attach(ctxTimeout(t, 30*time.Second), h, false)
+	if err != nil {
+		t.Fatalf("Attach with a replica online: %v", err)
+	}
+	if err := replica.Pause(); err != nil {
+		t.Fatalf("pause the replica: %v", err)
+	}
+	defer replica.Resume()
+	before := run.Deadline()
+	if err := run.Renew(ctxTimeout(t, 5*time.Second)); err == nil || errors.Is(err, semaphore.ErrLost) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Errorf("a share's Renew with the replica stopped: got %v, want a failure naming the replicas", err)
+	}
+	if run.Deadline() != before {
+		t.Errorf("Deadline after a renewal no replica had: moved, want unchanged")
+	}
+	if _, _, err := patient.Attach(ctxTimeout(t, 5*time.Second), h, false); err == nil || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Errorf("Attach with the replica stopped: got %v, want a failure naming the replicas", err)
+	}
+}

@@ -137,9 +137,11 @@ type HoldArgs struct {
 	Op, ID string
 	// Share names the attached process that renews or lets go.
 	Share string
-	// begin: the hold's lease and restart fence, and what status shows of
-	// its keeper (a semaphore.HolderInfo, as JSON).
+	// begin: the hold's lease and restart fence, the replicas each of its
+	// renewals waits for, and what status shows of its keeper (a
+	// semaphore.HolderInfo, as JSON).
 	TTL, Fence time.Duration
+	Replicas   int
 	Meta       []byte
 	// end: how the hold ended; empty to leave it as it is.
 	State, Why string
@@ -151,7 +153,7 @@ func (a HoldArgs) argv(k Keys) []any {
 	argv := []any{"op", a.Op, "id", a.ID, "hold", k.Hold, "wake", k.Wake, "share", a.Share}
 	switch a.Op {
 	case "begin":
-		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "meta", a.Meta)
+		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "replicas", a.Replicas, "meta", a.Meta)
 	case "end":
 		argv = append(argv, "state", a.State, "why", a.Why)
 	}
@@ -163,7 +165,7 @@ func (a HoldArgs) argv(k Keys) []any {
 type HoldReply struct {
 	State, Why, Meta           string
 	At, Permits, Weight, Token int64
-	TTL                        int64
+	TTL, Replicas              int64
 	Now, Released              bool
 	Bad, Handed                []string
 }
@@ -174,7 +176,7 @@ func DecodeHold(res any) (HoldReply, error) {
 	var now, released int64
 	err := decodeReply(holdScript.name, res, map[string]any{
 		"state": &r.State, "why": &r.Why, "meta": &r.Meta, "at": &r.At, "permits": &r.Permits, "weight": &r.Weight,
-		"token": &r.Token, "ttl": &r.TTL, "now": &now, "released": &released, "bad": &r.Bad, "handed": &r.Handed,
+		"token": &r.Token, "ttl": &r.TTL, "replicas": &r.Replicas, "now": &now, "released": &released, "bad": &r.Bad, "handed": &r.Handed,
 	})
 	r.Now, r.Released = now == 1, released == 1
 	return r, err

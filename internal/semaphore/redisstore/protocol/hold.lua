@@ -4,7 +4,7 @@
 -- hash slot), that outlives the key's other records by HOLDLIFE so that a
 -- release a day later still learns how the hold ended:
 --   state held|released|lost|max-runtime|revoked; why, at: its end
---   ttl, fence, permits, weight, token, meta: its grant
+--   ttl, fence, replicas, permits, weight, token, meta: its grant
 --   '@<share>' -> the lease expiry of one attached process: its keeper
 --   ('k.' and a name), a run under its handle
 -- The permit's own lease is never shortened: each renewal pushes it to at
@@ -14,17 +14,18 @@
 -- KEYS: see lib.lua. ARGV (HoldArgs in args.go): op (begin, renew, end);
 -- id, the permit id; hold, the prefix of hold records; wake; share, the
 -- attached process (renew, end; may be empty for end); begin: ttl, fence,
--- meta; end: state and why ('' leaves the state as it is).
+-- replicas (the min replicas each renewal waits for), meta; end: state and
+-- why ('' leaves the state as it is).
 -- Reply: state, why, at (ms; 0 when unknown), now (1 when this call ended
--- the hold), permits, weight, token, ttl, meta, released (1 when this call
--- gave the permit back), bad, handed.
+-- the hold), permits, weight, token, ttl, replicas, meta, released (1 when
+-- this call gave the permit back), bad, handed.
 local a = args()
 local op, id, prefix, wake = a.op, a.id, a.hold, a.wake
 if not (op and id and prefix and wake) then
   return redis.error_reply('ERR semrun: hold.lua: bad arguments')
 end
 local hk = wakekey(prefix, id)
-local out = {state = 'lost', why = '', at = 0, now = 0, permits = 0, weight = 0, token = 0, ttl = 0, meta = '',
+local out = {state = 'lost', why = '', at = 0, now = 0, permits = 0, weight = 0, token = 0, ttl = 0, replicas = 0, meta = '',
   released = 0, bad = bad, handed = handed}
 
 -- alive is the permit's lease expiry while it has not lapsed, else nil.
@@ -35,8 +36,8 @@ local function alive()
 end
 
 if op == 'begin' then
-  local ttl, fence = num(a.ttl, MINTTL, MAXTTL), num(a.fence or '0', 0, MAXTTL)
-  if not (ttl and fence and a.meta) then
+  local ttl, fence, replicas = num(a.ttl, MINTTL, MAXTTL), num(a.fence or '0', 0, MAXTTL), num(a.replicas or '0', 0, MAXREPLICAS)
+  if not (ttl and fence and replicas and a.meta) then
     return redis.error_reply('ERR semrun: hold.lua: bad arguments')
   end
   rebase()
@@ -47,10 +48,11 @@ if op == 'begin' then
   end
   h.meta = a.meta
   redis.call('HSET', infoKey, id, holderRecord(h))
-  redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'permits', h.permits, 'weight', h.weight,
-    'token', h.token, 'meta', a.meta)
+  redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'replicas', replicas, 'permits', h.permits,
+    'weight', h.weight, 'token', h.token, 'meta', a.meta)
   redis.call('PEXPIRE', hk, HOLDLIFE)
-  out.state, out.permits, out.weight, out.token, out.ttl, out.meta = 'held', h.permits, h.weight, h.token, ttl, a.meta
+  out.state, out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = 'held', h.permits, h.weight, h.token, ttl,
+    replicas, a.meta
   return reply(out)
 end
 
@@ -74,16 +76,16 @@ for i = 1, #flat, 2 do
     rec[f] = flat[i + 1]
   end
 end
-local ttl, fence = num(rec.ttl, MINTTL, MAXTTL), num(rec.fence or '0', 0, MAXTTL)
+local ttl, fence, replicas = num(rec.ttl, MINTTL, MAXTTL), num(rec.fence or '0', 0, MAXTTL), num(rec.replicas or '0', 0, MAXREPLICAS)
 local permits, weight = num(rec.permits, 1, MAXPERMITS), num(rec.weight, 1, MAXPERMITS)
 local token = num(rec.token, 1, MAXINT)
 local states = {held = true, released = true, lost = true, ['max-runtime'] = true, revoked = true}
-if not (ttl and fence and permits and weight and token and states[rec.state]) or weight > permits then
+if not (ttl and fence and replicas and permits and weight and token and states[rec.state]) or weight > permits then
   dropped('hold', rec.state)
   out.why = 'the store has no such hold: its record is not one'
   return reply(out)
 end
-out.permits, out.weight, out.token, out.ttl, out.meta = permits, weight, token, ttl, rec.meta or ''
+out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = permits, weight, token, ttl, replicas, rec.meta or ''
 local moved = rebase()
 
 -- ended records the hold's end, once: the first end counts.

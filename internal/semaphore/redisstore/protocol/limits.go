@@ -61,6 +61,8 @@ const (
 	HoldLife = 24 * time.Hour
 	// MaxShares is how many processes may be attached to one hold at once.
 	MaxShares = 64
+	// MaxReplicas is the most replicas a caller may ask to wait for.
+	MaxReplicas = semaphore.MaxReplicas
 	// MaxWhy bounds the words a hold's end is recorded with.
 	MaxWhy = semaphore.MaxHoldWhy
 	// MaxInt is the largest integer a Lua number (a double) holds exactly.
@@ -90,6 +92,7 @@ var limits = []limit{
 	{"HOLDLIFE", HoldLife.Milliseconds()},
 	{"MAXSHARES", MaxShares},
 	{"MAXWHY", MaxWhy},
+	{"MAXREPLICAS", MaxReplicas},
 	{"MAXINT", MaxInt},
 }
 

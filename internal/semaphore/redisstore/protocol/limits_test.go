@@ -25,7 +25,7 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 		"MAXTTL": MaxTTL.Milliseconds(), "MINTTL": MinTTL.Milliseconds(), "MAXPERMITS": MaxPermits,
 		"PERWAITER": PerWaiter.Milliseconds(), "MAXWAIT": MaxWaiterLease.Milliseconds(), "MAXLINE": MaxLineArg,
 		"CLAIM": Claim.Milliseconds(), "ROLLCALL": RollCall.Milliseconds(), "ROLLMAX": RollCallMax, "WAKELIFE": WakeListLife.Milliseconds(), "MAXLIST": MaxStatusList,
-		"SWEEP": Sweep, "HOLDLIFE": 86400000, "MAXSHARES": 64, "MAXWHY": 200, "MAXINT": 9007199254740991,
+		"SWEEP": Sweep, "HOLDLIFE": 86400000, "MAXSHARES": 64, "MAXWHY": 200, "MAXREPLICAS": 1000, "MAXINT": 9007199254740991,
 	}
 	if len(limits) != len(want) {
 		t.Errorf("limits: got %d, want %d", len(limits), len(want))
