@@ -50,6 +50,7 @@ func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
 		{args: []any{"HSET", k.Info, "#doctor", 1}, writes: true},
 		{args: []any{"HGET", k.Info, "#doctor"}},
 		{args: []any{"HMGET", k.Info, "#doctor", "#cap"}},
+		{args: []any{"HGETALL", k.Hold + ":doctor"}},
 		{args: []any{"HDEL", k.Info, "#doctor"}},
 		{args: []any{"ZADD", k.Holders, 1, "doctor"}, writes: true},
 		{args: []any{"ZSCORE", k.Holders, "doctor"}},
