@@ -272,11 +272,11 @@ func (a *attempt) lease(taken *heldSeats) (*lease, error) {
 		_ = taken.release()
 		return nil, err
 	}
-	l := &lease{seats: taken, token: token}
+	l := &lease{seats: taken, token: token, key: a.req.Key, permits: a.req.Permits, weight: a.req.Takes(), sinceMS: time.Now().UnixMilli()}
 	a.granted = true
 	// The record is for status only: a seat is held by its lock.
 	if a.draft != nil {
-		rec := record{HolderInfo: a.req.Holder, Permits: a.req.Permits, Weight: a.req.Takes(), Token: token, SinceMS: time.Now().UnixMilli()}
+		rec := record{HolderInfo: a.req.Holder, Permits: l.permits, Weight: l.weight, Token: token, SinceMS: l.sinceMS}
 		if f, dir, name, err := a.draft.publish(rec); err == nil {
 			l.record, l.dir, l.name = f, dir, name
 		}

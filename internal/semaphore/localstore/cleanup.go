@@ -63,6 +63,12 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	}
 	for _, name := range k.names("") {
 		switch {
+		case strings.HasPrefix(name, holdPrefix) || strings.HasPrefix(name, holdDraftPrefix):
+			// A hold's end is kept for a day, for release to learn how
+			// it ended (hold.go).
+			if k.changedWithin(name, holdKept) {
+				return false
+			}
 		case strings.HasPrefix(name, heldPrefix) || strings.HasPrefix(name, waitPrefix):
 			if !lock(name, os.O_RDONLY) {
 				return false

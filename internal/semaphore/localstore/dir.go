@@ -306,6 +306,13 @@ func filesMode(shared bool) uint32 {
 // never blocks on a FIFO, and uses only a regular file with one link that,
 // to be written, is the caller's or the directory owner's (fileFault).
 func (k *keyDir) open(name string, flag int) (*os.File, error) {
+	return k.openFile(name, flag, false)
+}
+
+// openFile is open; with anyOwner, a file to be written may be anyone's
+// the kernel lets the caller write: a hold's record (hold.go), which
+// holds no lock, is written by whichever member ends the hold.
+func (k *keyDir) openFile(name string, flag int, anyOwner bool) (*os.File, error) {
 	shown := filepath.Join(k.path, name)
 	create := flag&os.O_CREATE != 0
 	flag &^= os.O_CREATE | os.O_EXCL | os.O_TRUNC
@@ -329,7 +336,7 @@ func (k *keyDir) open(name string, flag int) (*os.File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lock file %s: %w", shown, err)
 	}
-	if err := fileFault(&st, shown, k.owner, flag&(os.O_WRONLY|os.O_RDWR) != 0); err != nil {
+	if err := fileFault(&st, shown, k.owner, !anyOwner && flag&(os.O_WRONLY|os.O_RDWR) != 0); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}

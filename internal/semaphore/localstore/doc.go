@@ -10,9 +10,12 @@
 // the file; its seat.0, a dangling symbolic link, fences off a semrun
 // from before, whose seats were flocks on seat.* files. Elsewhere a seat
 // is a flock(2) on a file of its own (seats_other.go). The child inherits
-// its lock files read-only. The first waiter in line is woken by inotify
-// (watch_linux.go). Unix only: on Windows a lock belongs to the process
-// that took it, so a child could not inherit a seat.
+// its lock files read-only. A hold, a permit kept across processes
+// (semrun acquire), is held by the locks each process attached to it
+// takes on its seats, on Linux only (hold.go). The first waiter in line
+// is woken by inotify (watch_linux.go). Unix only: on Windows a lock
+// belongs to the process that took it, so a child could not inherit a
+// seat.
 package localstore
 
 import "github.com/semrun/semrun/internal/semaphore"

@@ -19,6 +19,10 @@ import (
 type lease struct {
 	seats *heldSeats
 	token int64
+	// What it was granted, for Hold to write in the hold's record.
+	key             string
+	permits, weight int
+	sinceMS         int64
 	// record is the holder's file (see makeRecord), name in the key's
 	// directory dir; nil when it could not be made.
 	record *os.File
@@ -28,6 +32,9 @@ type lease struct {
 	once     sync.Once
 	released atomic.Bool
 	err      error
+	// held: the permit was made a hold (Hold), once: two holds of one
+	// seat would each let their runs in.
+	held atomic.Bool
 }
 
 func (l *lease) Token() int64 { return l.token }
@@ -57,15 +64,23 @@ func (l *lease) Files() []*os.File {
 func (l *lease) Release(context.Context) error {
 	l.once.Do(func() {
 		l.released.Store(true)
-		if l.record != nil {
-			// Removed before the seats are given back, never after, when
-			// the next holder's could be there.
-			_ = unix.Unlinkat(int(l.dir.Fd()), l.name, 0)
-			_, _ = flock(l.record, unix.LOCK_UN)
-			l.record.Close()
-			l.dir.Close()
-		}
+		// Removed before the seats are given back, never after, when the
+		// next holder's could be there.
+		l.dropRecord()
 		l.err = l.seats.release()
 	})
 	return l.err
+}
+
+// dropRecord removes the holder's record, if any: at a release, or when
+// the permit becomes a hold, whose own record says who holds it then.
+func (l *lease) dropRecord() {
+	if l.record == nil {
+		return
+	}
+	_ = unix.Unlinkat(int(l.dir.Fd()), l.name, 0)
+	_, _ = flock(l.record, unix.LOCK_UN)
+	l.record.Close()
+	l.dir.Close()
+	l.record = nil
 }

@@ -211,21 +211,28 @@ const sweepFew = 2
 // all of them when there are more holders' files than the limit seats
 // (no more holders can be), else a few of each, picked at random.
 func (k *keyDir) sweepRecords(limit int) {
-	var held, drafts []string
+	held, drafts := k.namesOf(heldPrefix, draftPrefix)
+	if len(held) <= limit {
+		held = pick(held, sweepFew)
+	}
+	k.removeUnlocked(append(held, pick(drafts, sweepFew)...))
+}
+
+// namesOf lists k's files named a*, and those named b*.
+func (k *keyDir) namesOf(a, b string) (as, bs []string) {
 	for _, name := range k.names("") {
 		switch {
-		case strings.HasPrefix(name, heldPrefix):
-			held = append(held, name)
-		case strings.HasPrefix(name, draftPrefix):
-			drafts = append(drafts, name)
+		case strings.HasPrefix(name, a):
+			as = append(as, name)
+		case strings.HasPrefix(name, b):
+			bs = append(bs, name)
 		}
 	}
-	few := func(names []string) []string {
-		mathrand.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
-		return names[:min(len(names), sweepFew)]
-	}
-	if len(held) <= limit {
-		held = few(held)
-	}
-	k.removeUnlocked(append(held, few(drafts)...))
+	return as, bs
+}
+
+// pick picks at most n of names at random.
+func pick(names []string, n int) []string {
+	mathrand.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	return names[:min(len(names), n)]
 }

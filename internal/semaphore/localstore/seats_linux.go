@@ -223,7 +223,6 @@ func (s *seats) take(permits, weight int, queue *os.File, inLine bool) (*heldSea
 	if err := s.open(); err != nil {
 		return nil, 0, err
 	}
-	type span struct{ start, n int64 }
 	var free []span
 	found, want := int64(0), int64(weight)
 	_, _, err = scan(s.f, 0, int64(permits), func(start, n int64) bool {
@@ -250,7 +249,7 @@ func (s *seats) take(permits, weight int, queue *os.File, inLine bool) (*heldSea
 			return nil, 0, err
 		}
 	}
-	h := &heldSeats{f: s.f}
+	h := &heldSeats{f: s.f, spans: free}
 	s.f = nil // the lease's now
 	return h, 0, nil
 }
@@ -261,18 +260,28 @@ func (s *seats) unlock() error {
 	return fcntlLock(s.f, unix.F_OFD_SETLK, &lk)
 }
 
-// heldSeats are the seats a lease holds, in its open seats file.
-type heldSeats struct{ f *os.File }
+// heldSeats are the seats a lease holds, the bytes of spans, in its open
+// seats file; a hold's also lock its mark there (hold_linux.go).
+type heldSeats struct {
+	f     *os.File
+	spans []span
+}
 
 func (h *heldSeats) files() []*os.File { return []*os.File{h.f} }
 
 // release drops the seats, wakes the first waiter and closes the file.
+// A file the caller closed first, as a process that exits does, has
+// dropped them already: that is no error.
 func (h *heldSeats) release() error {
 	// Unlocked here, not by the close: processes the child left may still
 	// have the file open.
 	err := (&seats{f: h.f}).unlock()
 	ring(h.f)
-	return errors.Join(err, h.f.Close())
+	cerr := h.f.Close()
+	if errors.Is(cerr, os.ErrClosed) {
+		return nil
+	}
+	return errors.Join(err, cerr)
 }
 
 // countHeld counts the seats of k held, whatever the N their holders

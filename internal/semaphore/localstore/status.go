@@ -151,7 +151,8 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		st.Capacity, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	now := time.Now()
-	recs := k.lockedRecords(heldPrefix, s.warnf)
+	// A hold is one holder, its keeper, however many are attached to it.
+	recs := append(k.lockedRecords(heldPrefix, s.warnf), k.holdHolders(key, s.warnf)...)
 	held, err := k.countHeld(s.warnf, st.Capacity)
 	old, oldRecs := k.olderHolders()
 	if err != nil && !(errors.Is(err, unix.ENOENT) && len(recs) == 0) {
@@ -178,6 +179,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		})
 	}
 	if grant != nil {
+		k.sweepHolds(sweepFew)
 		_, _ = flock(grant, unix.LOCK_UN)
 	}
 	for _, r := range k.lockedRecords(waitPrefix, s.warnf) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -17,7 +18,8 @@ import (
 // A key's directory holds one file a role. The seats are locks in
 // "seats" on Linux, files "seat.0" to "seat.N-1" elsewhere (seats_*.go);
 // holders and waiters each have a file of their own, "held.*" and
-// "wait.*", locked while they hold or wait, that says who they are.
+// "wait.*", locked while they hold or wait, that says who they are; a
+// hold has a record, "hold.*", that outlives it by a day (hold.go).
 const (
 	grantFile    = "grant"    // held while seats are counted or taken: 0.1ms with 20 holders, 0.3ms with 200
 	queueFile    = "queue"    // held by the first waiter in line while it waits for a seat
@@ -69,6 +71,11 @@ type Store struct {
 	// each other's keys (see keyDirFault).
 	sharedByRoot bool
 	gid          uint32 // the lock directory's group
+
+	// attached counts this store's leases attached to each hold (see
+	// holdID), which EndHold need not wait for.
+	mu       sync.Mutex
+	attached map[string]int
 }
 
 var _ semaphore.Store = (*Store)(nil)
