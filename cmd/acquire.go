@@ -41,10 +41,11 @@ exits 0. A keeper process it leaves behind renews the permit until
 semrun release, --max-runtime, the exit of --owner-pid, or SIGTERM, SIGINT or
 SIGHUP to the keeper. Whoever has the handle can run under the permit
 (semrun --handle) and release it.`,
-		Example: `  set -a; eval "$(semrun acquire -k staging --max-runtime 30m)"; set +a
+		Example: `  hold=$(semrun acquire -k staging --max-runtime 30m) || exit
+  set -a; eval "$hold"; set +a
   trap 'semrun release' EXIT
-  semrun --handle "$SEMRUN_HANDLE" -- ./migrate.sh
-  semrun --handle "$SEMRUN_HANDLE" -- ./deploy.sh`,
+  semrun --handle @SEMRUN_HANDLE -- ./migrate.sh
+  semrun --handle @SEMRUN_HANDLE -- ./deploy.sh`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.command = []string{"semrun acquire"}

@@ -130,7 +130,7 @@ func runEpilogue() string {
 	return `
 Settings also come from variables, SEMRUN_ and the flag's name in capitals
 (SEMRUN_PERMITS, SEMRUN_TTL; --redis is SEMRUN_REDIS_URL), but for --no-wait,
---verbose and --quiet; and from ~/.config/semrun/config.yaml, then
+--verbose, --quiet and --handle; and from ~/.config/semrun/config.yaml, then
 /etc/semrun/config.yaml, weaker in that order after flags. The Redis password:
 the URL's, --redis-password-file, SEMRUN_REDIS_PASSWORD or REDISCLI_AUTH.
 
