@@ -88,6 +88,9 @@ func (o *acquireOptions) validate() error {
 		return nil // the keeper is handed its owner
 	}
 	if o.set("owner-pid") {
+		if err := o.commandLineOnly("owner-pid"); err != nil {
+			return err
+		}
 		var err error
 		if o.owner, err = findOwner(o.ownerPID); err != nil {
 			return usageErrorf("%s: %v", o.src.show("owner-pid", o.ownerPID), err)

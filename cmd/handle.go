@@ -20,6 +20,9 @@ var handleFixed = []string{"permits", "weight", "ttl", "timeout", "no-wait", "bu
 // validateHandle checks a run under a hold's handle (--handle): the handle,
 // which names its key, and the run's own flags.
 func (o *runOptions) validateHandle() error {
+	if err := o.commandLineOnly("handle"); err != nil {
+		return err
+	}
 	h, err := o.parseHandle("--handle", o.handle)
 	if err != nil {
 		return err
@@ -39,11 +42,23 @@ func (o *runOptions) validateHandle() error {
 	return o.validateCommand()
 }
 
+// commandLineOnly refuses flag from a variable or a config file: it names
+// one process (a handle, a pid), never a setting.
+func (c *commonOptions) commandLineOnly(flag string) error {
+	if o := c.src.origin(flag); o != fromFlag && o != fromDefault {
+		return usageErrorf("%s: give --%s on the command line only", c.src.name(flag), flag)
+	}
+	return nil
+}
+
 // parseHandle reads a handle given by flag, or by the variable @NAME
 // names (which ps does not show, as it shows argv), and says what is
 // wrong with one that is not: never the text itself, which may be most of
 // a secret.
 func (c *commonOptions) parseHandle(flag, s string) (semaphore.Handle, error) {
+	if s == "" {
+		return semaphore.Handle{}, usageErrorf("%s: empty: give the handle semrun acquire printed, or @VAR", flag)
+	}
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		if s = c.f.getenv(name); s == "" {
 			return semaphore.Handle{}, usageErrorf("%s @%s: %s is not set", flag, name, name)

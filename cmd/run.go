@@ -87,6 +87,11 @@ back when it exits, and exits with COMMAND's status.`,
 			if err := o.commonOptions.validate(cmd); err != nil {
 				return err
 			}
+			if o.set("handle") && o.key == "" {
+				if h, err := o.parseHandle("--handle", o.handle); err == nil {
+					o.key = h.Key // the key it names, for every line
+				}
+			}
 			o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too
 			log := o.logger(o.f.Streams.ErrOut)
 			if files := o.settings.files; len(files) > 0 {
@@ -107,7 +112,7 @@ back when it exits, and exits with COMMAND's status.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
-			if o.handle != "" {
+			if o.set("handle") {
 				return o.runHandle(cmd.Context(), store, log)
 			}
 			return o.run(cmd.Context(), store, log)
@@ -139,7 +144,7 @@ func (o *runFlags) addWaitFlags(f *pflag.FlagSet) {
 // validate checks what the request does not: it fills the defaults that
 // depend on other settings, and builds the request, which checks itself.
 func (o *runOptions) validate() error {
-	if o.handle != "" {
+	if o.set("handle") {
 		return o.validateHandle()
 	}
 	if err := o.validateWait(); err != nil {
@@ -329,6 +334,10 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {
 		log.Warnf("%v; the permit frees itself within %v", err, o.ttl)
+		return
+	}
+	if o.set("handle") {
+		log.Infof("key %q: left the hold, which keeps the permit", o.key)
 		return
 	}
 	log.Infof("key %q: permit released", o.key)
