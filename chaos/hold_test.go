@@ -169,18 +169,24 @@ func (c *cluster) step(h *hold, hold, code int) *run {
 
 // releaseHold runs semrun release for h, and returns it once it ended.
 func (c *cluster) releaseHold(h *hold) *run {
-	r := c.newRun(h.key, 0, 0)
-	c.mu.Lock()
-	r.of, r.role, h.release = h, "release", r
-	handle := h.handle
-	c.mu.Unlock()
-	wait, err := c.spawn(r, []string{"release", "--connect-timeout", connectTimeout.String(), handle})
+	r, wait, err := c.startRelease(h)
 	if err != nil {
 		c.t.Errorf("start semrun release: %v", err)
 		return r
 	}
 	wait()
 	return r
+}
+
+// startRelease starts semrun release for h.
+func (c *cluster) startRelease(h *hold) (*run, func(), error) {
+	r := c.newRun(h.key, 0, 0)
+	c.mu.Lock()
+	r.of, r.role, h.release = h, "release", r
+	handle := h.handle
+	c.mu.Unlock()
+	wait, err := c.spawn(r, []string{"release", "--connect-timeout", connectTimeout.String(), handle})
+	return r, wait, err
 }
 
 // stopKeepers SIGKILLs every keeper of the cluster's holds still running:

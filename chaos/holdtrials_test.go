@@ -258,9 +258,14 @@ func (l *lane) startStep(h *hold, hold, code int) (*run, <-chan struct{}) {
 	return r, l.c.bg(wait)
 }
 
-// release releases h and returns its semrun once it ended.
+// release releases h and returns its semrun once it ended: release
+// never waits for the line, so within 30s.
 func (l *lane) release(h *hold) *run {
-	r := l.c.releaseHold(h)
+	r, wait, err := l.c.startRelease(h)
+	if err != nil {
+		l.abort("start semrun release: %v", err)
+	}
+	l.ended(r, l.c.bg(wait), 30*time.Second)
 	l.count(fmt.Sprintf("release %d", r.status))
 	return r
 }
