@@ -29,6 +29,9 @@ type nemesis struct {
 	// excuses: its faults may cost a semrun its permit (112) or its
 	// connection to Redis for longer than --connect-timeout (125).
 	excuses bool
+	// holds: every other worker takes holds, with steps under them,
+	// instead of running its command on its own (hold_test.go).
+	holds bool
 	// inject injects one fault and returns when it has healed. Nil for
 	// kill9, which runs kill trials instead.
 	inject func(c *cluster, rng *rand.Rand) fault
@@ -47,27 +50,8 @@ func faultTime(rng *rand.Rand) time.Duration { return ttl/2 + upTo(rng, ttl*5/2)
 
 var nemeses = []nemesis{
 	{name: "kill9"},
-	{name: "redis-pause", excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
-		d := faultTime(rng)
-		f := fault{what: fmt.Sprintf("SIGSTOP %v", d.Round(time.Millisecond)), start: mono()}
-		if err := c.srv.Pause(); err != nil {
-			c.t.Errorf("pause redis-server: %v", err)
-		}
-		time.Sleep(d)
-		if err := c.srv.Resume(); err != nil {
-			c.t.Errorf("resume redis-server: %v", err)
-		}
-		f.heal = mono()
-		return f
-	}},
-	{name: "redis-restart-empty", excuses: true, inject: func(c *cluster, _ *rand.Rand) fault {
-		f := fault{what: "kill -9 and restart empty", start: mono()}
-		if err := c.srv.Restart(); err != nil {
-			c.t.Errorf("restart redis-server: %v", err)
-		}
-		f.heal = mono()
-		return f
-	}},
+	{name: "redis-pause", excuses: true, inject: pauseRedis},
+	{name: "redis-restart-empty", excuses: true, inject: restartRedis},
 	{name: "proxy-cut", proxied: true, inject: func(c *cluster, _ *rand.Rand) fault {
 		at := mono()
 		n := c.proxy.Cut()
@@ -112,6 +96,37 @@ var nemeses = []nemesis{
 	}},
 	{name: "partition", replicated: true, excuses: true, inject: partition},
 	{name: "crowd", own: runCrowd},
+	{name: "hold-kill9", holds: true, inject: killKeepers},
+	{name: "hold-redis", holds: true, excuses: true, inject: pauseOrRestart},
+	{name: "hold-keeper", own: trials(keeperTrial)},
+	{name: "hold-ends", own: trials(endTrial)},
+	{name: "hold-acquire-kill", own: trials(acquireKillTrial)},
+	{name: "hold-crowd", own: runHoldCrowd},
+}
+
+// pauseRedis stops redis-server with SIGSTOP for 0.5 to 3 TTLs.
+func pauseRedis(c *cluster, rng *rand.Rand) fault {
+	d := faultTime(rng)
+	f := fault{what: fmt.Sprintf("SIGSTOP %v", d.Round(time.Millisecond)), start: mono()}
+	if err := c.srv.Pause(); err != nil {
+		c.t.Errorf("pause redis-server: %v", err)
+	}
+	time.Sleep(d)
+	if err := c.srv.Resume(); err != nil {
+		c.t.Errorf("resume redis-server: %v", err)
+	}
+	f.heal = mono()
+	return f
+}
+
+// restartRedis kills redis-server and starts it again, empty.
+func restartRedis(c *cluster, _ *rand.Rand) fault {
+	f := fault{what: "kill -9 and restart empty", start: mono(), restart: true, wallStart: time.Now().UnixMicro()}
+	if err := c.srv.Restart(); err != nil {
+		c.t.Errorf("restart redis-server: %v", err)
+	}
+	f.heal, f.wallHeal = mono(), time.Now().UnixMicro()
+	return f
 }
 
 // Targets, and what the harness fails on.
@@ -137,9 +152,20 @@ type figures struct {
 	seatsFree    time.Duration // from the last semrun's end until no seat was held
 	heal         []time.Duration
 	lost, failed int // statuses 112 and 125
+	maxRuntime   int // statuses 124
 	bad          int // statuses not passed through, unexplained
 	kills        []time.Duration
 	wall         time.Duration
+
+	// Holds (hold_test.go, holdtrials_test.go).
+	holds             int                    // acquires that printed a handle
+	roles             map[string]map[int]int // statuses of acquire, step, "step ran" (its child started) and release
+	keeperKills       int
+	keeperKillsInStep int
+	free              []time.Duration // trials: from when nothing kept a hold's seat until the next child on it started
+	pushBack          []time.Duration // trials: how much later than the TTL a silent key let the seat go
+	overbooked        int             // samples of Redis that counted more than N holders of a key
+	keepersLeft       int             // keepers still running past their bound
 }
 
 // TestChaos runs every nemesis against semrun, at the same time, each on a
@@ -188,6 +214,10 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	c := newCluster(t, n, keys, permits, seed)
 	c.start(perKey)
+	var sampled func() (int, []string)
+	if n.holds {
+		sampled = c.watchSeats()
+	}
 	// A fresh server grants nothing for a TTL (the restart fence).
 	if c.startedAfter(c.t0, 5*ttl) < 0 {
 		t.Fatalf("no child started within %v of the start", 5*ttl)
@@ -229,6 +259,9 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 		if down > 0 {
 			fig.faultNote = fmt.Sprintf("%v under a fault in all", down.Round(time.Millisecond))
 		}
+		if restarts := len(slices.DeleteFunc(slices.Clone(c.faults), func(f fault) bool { return !f.restart })); restarts > 0 && restarts < len(c.faults) {
+			fig.faultNote = fmt.Sprintf("%d restarts, %d pauses, %s", restarts, len(c.faults)-restarts, fig.faultNote)
+		}
 	}
 	// Let the semruns under way end by themselves: waiters get their
 	// turn, and seats of killed holders lapse.
@@ -236,11 +269,22 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	if killed > 0 {
 		t.Errorf("%d semruns still ran %v after the workers stopped; killed", killed, 8*ttl)
 	}
+	if n.holds {
+		// Every hold was released or lost: its keeper sees it at its next
+		// renewal, a third of the TTL later, and exits.
+		fig.keepersLeft = c.keepersLeft(ttl, nil)
+	}
 	fig.leaked, fig.seatsFree = c.seats(last)
 	if open := c.rec.quiet(5 * time.Second); open > 0 {
 		t.Errorf("%d children still connected 5s after the last semrun ended", open)
 	}
+	if sampled != nil {
+		fig.overbookedCheck(t, sampled)
+	}
 	c.check(&fig, n)
+	if fig.keeperKills > 0 {
+		fig.faultNote = fmt.Sprintf("%d keepers SIGKILLed, %d during a step", fig.keeperKills, fig.keeperKillsInStep)
+	}
 	if p := c.proxy; p != nil {
 		pc := p.Counts()
 		switch n.name {
@@ -260,6 +304,9 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 		n.name, fig.runs, fig.grants, fig.faults, fig.faultNote, fig.overlaps, fig.tokenOrder, fig.reused, fig.reordered, fig.reorderedMax.Round(time.Millisecond),
 		fig.leaked, fig.seatsFree.Round(time.Millisecond), maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond),
 		fig.lost, fig.failed, fig.bad, fig.wall.Round(100*time.Millisecond))
+	if n.holds {
+		t.Logf("%s: %s", n.name, fig.holdNote())
+	}
 	return fig
 }
 
@@ -394,6 +441,21 @@ func (c *cluster) check(fig *figures, n nemesis) {
 	for i := range kids {
 		byRun[kids[i].run] = &kids[i]
 	}
+	c.mu.Lock()
+	holdOf := map[int]*hold{}
+	holds := make([]*hold, 0, len(c.holds))
+	for _, h := range c.holds {
+		cp := *h
+		holds = append(holds, &cp)
+		for _, r := range h.steps {
+			holdOf[r.id] = &cp
+		}
+	}
+	faults := slices.Clone(c.faults)
+	c.mu.Unlock()
+	// The holds' steps, and the holds themselves over the time they are
+	// known to have held, are holders like the runs' children.
+	kids = holders(kids, holds, holdOf)
 
 	// At most N children of a key at once.
 	ovs := overlaps(kids, c.permits)
@@ -441,18 +503,37 @@ func (c *cluster) check(fig *figures, n nemesis) {
 			len(o.running), o.key, c.rel(o.at), c.permits, strings.Join(who, ", "), c.faultsNear(o.at))
 	}
 
-	// Every semrun's status is its child's.
+	// A restart empties Redis: whoever held before it has stopped before
+	// anyone granted after it starts.
+	for _, p := range restarted(kids, faults) {
+		fig.tokenOrder++
+		t.Errorf("restart: %s, granted before Redis restarted empty, still held when %s, granted after, started: the restart fence must keep them apart; faults near: %s",
+			c.describe(p[0]), c.describe(p[1]), c.faultsNear(p[1].start))
+	}
+
+	// Every semrun's status is its child's; holds have their own rules.
+	c.checkHolds(fig, n, holds, byRun, faults)
 	c.mu.Lock()
 	runs := make([]run, 0, len(c.runs))
 	for _, r := range c.runs {
-		if r.proc != nil {
+		if r.proc == nil {
+			continue
+		}
+		fig.runs++
+		switch r.status {
+		case statusLost:
+			fig.lost++
+		case statusFailure:
+			fig.failed++
+		case statusMaxRuntime:
+			fig.maxRuntime++
+		}
+		if r.of == nil {
 			runs = append(runs, *r)
 		}
 	}
-	faults := slices.Clone(c.faults)
 	c.mu.Unlock()
 	slices.SortFunc(runs, func(a, b run) int { return a.id - b.id })
-	fig.runs = len(runs)
 	reported := 0
 	for _, r := range runs {
 		excused := false
@@ -463,12 +544,6 @@ func (c *cluster) check(fig *figures, n nemesis) {
 					break
 				}
 			}
-		}
-		switch r.status {
-		case statusLost:
-			fig.lost++
-		case statusFailure:
-			fig.failed++
 		}
 		why := judge(r, byRun[r.id], excused)
 		if why == "" {
@@ -525,23 +600,28 @@ func table(all []figures) string {
 	})
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked seats\tfree after\tmax heal\t112\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
+	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tholds\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked seats\tfree after\thold free max\tmax heal\t112\t124\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
 	var sum figures
 	for _, f := range all {
-		heal, p50, p99, top := "-", "-", "-", "-"
+		heal, holdFree, p50, p99, top := "-", "-", "-", "-", "-"
 		if len(f.heal) > 0 {
 			heal = maxDur(f.heal).Round(time.Millisecond).String()
+		}
+		if len(f.free) > 0 {
+			holdFree = maxDur(f.free).Round(time.Millisecond).String()
 		}
 		if len(f.kills) > 0 {
 			p50 = quantile(f.kills, 0.5).Round(10 * time.Microsecond).String()
 			p99 = quantile(f.kills, 0.99).Round(10 * time.Microsecond).String()
 			top = maxDur(f.kills).Round(10 * time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
-			f.name, f.runs, f.grants, f.faults, f.overlaps, f.tokenOrder+f.reused, f.reordered, f.reorderedMax.Round(time.Millisecond),
-			f.leaked, f.seatsFree.Round(time.Millisecond), heal, f.lost, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
+			f.name, f.runs, f.grants, f.holds, f.faults, f.overlaps, f.tokenOrder+f.reused, f.reordered, f.reorderedMax.Round(time.Millisecond),
+			f.leaked, f.seatsFree.Round(time.Millisecond), holdFree, heal, f.lost, f.maxRuntime, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
 		sum.runs += f.runs
 		sum.grants += f.grants
+		sum.holds += f.holds
+		sum.maxRuntime += f.maxRuntime
 		sum.faults += f.faults
 		sum.overlaps += f.overlaps
 		sum.tokenOrder += f.tokenOrder + f.reused
@@ -551,8 +631,8 @@ func table(all []figures) string {
 		sum.failed += f.failed
 		sum.bad += f.bad
 	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\t%d\t%d\t%d\t\t\t\t\t\n",
-		sum.runs, sum.grants, sum.faults, sum.overlaps, sum.tokenOrder, sum.reordered, sum.leaked, sum.lost, sum.failed, sum.bad)
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\t\t%d\t%d\t%d\t%d\t\t\t\t\t\n",
+		sum.runs, sum.grants, sum.holds, sum.faults, sum.overlaps, sum.tokenOrder, sum.reordered, sum.leaked, sum.lost, sum.maxRuntime, sum.failed, sum.bad)
 	_ = tw.Flush()
 	b.WriteString("faults: ")
 	for i, f := range all {

@@ -86,10 +86,53 @@ func reused(kids []kid) [][2]kid {
 			seen[k.key] = map[int64]kid{}
 		}
 		if first, ok := seen[k.key][k.token]; ok {
+			if first.hold != 0 && first.hold == k.hold {
+				continue // two steps of one hold
+			}
 			out = append(out, [2]kid{first, k})
 			continue
 		}
 		seen[k.key][k.token] = k
+	}
+	return out
+}
+
+// restarted returns, for each restart of Redis and each key, a child
+// granted before the restart (its token, on the wall clock, below the
+// restart's start) still running when a child granted after it (a token
+// above its heal) started, if there is one: the restart fence promises
+// that whoever held before a restart has stopped before anyone granted
+// after it starts. It names the one that ran longest and the first
+// newcomer.
+func restarted(kids []kid, faults []fault) [][2]kid {
+	var out [][2]kid
+	for _, f := range faults {
+		if !f.restart {
+			continue
+		}
+		old, young := map[string]kid{}, map[string]kid{}
+		for _, k := range kids {
+			end := k.end
+			if end == 0 {
+				end = 1<<63 - 1
+			}
+			switch {
+			case k.token < f.wallStart:
+				if o, ok := old[k.key]; !ok || end > o.end {
+					k.end = end
+					old[k.key] = k
+				}
+			case k.token > f.wallHeal:
+				if y, ok := young[k.key]; !ok || k.start < y.start {
+					young[k.key] = k
+				}
+			}
+		}
+		for _, key := range slices.Sorted(maps.Keys(old)) {
+			if y, ok := young[key]; ok && old[key].end > y.start {
+				out = append(out, [2]kid{old[key], y})
+			}
+		}
 	}
 	return out
 }
@@ -178,8 +221,9 @@ func eachToken(sorted []kid, f func(g []kid, newKey bool)) {
 
 // Exit statuses semrun decides itself.
 const (
-	statusLost    = 112
-	statusFailure = 125
+	statusLost       = 112
+	statusMaxRuntime = 124
+	statusFailure    = 125
 )
 
 // judge says what is wrong with how a semrun ended, "" when nothing: its
@@ -270,6 +314,51 @@ func TestChecks(t *testing.T) {
 		}
 		if n, d := reordered(kids); n != 3 || d != 320*time.Millisecond {
 			t.Errorf("reordered: got %d, %v; want 3 (a's 5, b's 11 and 5), 320ms", n, d)
+		}
+	})
+	t.Run("holds", func(t *testing.T) {
+		// Hold 1 gave its seat back at 500 (its span from 100), yet a step
+		// of it ran on until 600; hold 2, lost, ran steps at 0 and 200.
+		h1 := &hold{id: 1, key: "a", token: 40, handle: "h1", acquire: &run{exited: ms(100)}, until: ms(500)}
+		h2 := &hold{id: 2, key: "a", token: 30, handle: "h2", acquire: &run{exited: ms(0)}}
+		kids := []kid{
+			k("a", 40, 150, 250), k("a", 40, 300, 600), // hold 1's steps
+			k("a", 30, 0, 100), k("a", 30, 200, 300), // hold 2's
+			k("a", 50, 120, 130), // a run beside hold 1's span, between its steps
+			k("a", 60, 540, 560), // a run beside hold 1's step that outlived it
+		}
+		byRun := map[int]*hold{kids[0].run: h1, kids[1].run: h1, kids[2].run: h2, kids[3].run: h2}
+		got := holders(kids, []*hold{h1, h2}, byRun)
+		if len(got) != 5 {
+			t.Fatalf("holders: got %d, want 5 (hold 1's span and what ran after it, hold 2 as one, two runs): %+v", len(got), got)
+		}
+		if len(reused(got)) != 0 {
+			t.Errorf("reused: the steps of one hold share its token, got %+v", reused(got))
+		}
+		// One seat: at 120 hold 1's span, hold 2 (held from 0 to 300) and
+		// the run; at 540, hold 1's step beside the run.
+		ovs := overlaps(got, 1)
+		var at []int64
+		for _, o := range ovs {
+			at = append(at, o.at)
+		}
+		if !slices.Equal(at, []int64{ms(100), ms(120), ms(540)}) {
+			t.Errorf("overlaps with one seat at %v, want at 100ms, 120ms and 540ms", at)
+		}
+		if len(overlaps(kids, 1)) >= len(ovs) {
+			t.Errorf("the children alone must show fewer overlaps than the holds: the span and the time between steps hold the seat")
+		}
+	})
+	t.Run("restarted", func(t *testing.T) {
+		f := fault{restart: true, wallStart: 1000, wallHeal: 2000}
+		kids := []kid{
+			k("a", 500, 0, 300), k("a", 3000, 200, 400), // still ran when a newcomer started
+			k("b", 500, 0, 100), k("b", 3000, 200, 400), // stopped in time
+			k("c", 1500, 0, 900), k("c", 3000, 200, 400), // granted as the restart began: neither
+		}
+		got := restarted(kids, []fault{f, {start: 1, heal: 2}})
+		if len(got) != 1 || got[0][0].key != "a" || got[0][1].token != 3000 {
+			t.Errorf("restarted: got %+v, want key a's 500 before 3000", got)
 		}
 	})
 	t.Run("judge", func(t *testing.T) {

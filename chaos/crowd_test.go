@@ -18,7 +18,10 @@ import (
 // The crowd nemesis checks the promise that a crowd of dead waiters costs
 // seconds in all, not a claim each. See the package comment.
 
-var crowdSize = flag.Int("chaos.crowd", 200, "waiters in the crowd nemesis's line; every other one is SIGKILLed")
+var (
+	crowdSize     = flag.Int("chaos.crowd", 200, "waiters in the crowd nemesis's line; every other one is SIGKILLed")
+	holdCrowdSize = flag.Int("chaos.hold-crowd", 40, "acquires in the hold-crowd nemesis's line; every other one is SIGKILLed")
+)
 
 const (
 	crowdPermits = 5
@@ -43,11 +46,15 @@ func crowdBound(size int) time.Duration {
 	return max(3*time.Second, 10*time.Second*time.Duration(size)/200)
 }
 
+// holdCrowdBound is the least bound of the crowd of acquires.
+const holdCrowdBound = 5 * time.Second
+
 // crowdLine is one line of the crowd nemesis on a key of its own: N holders
 // whose children hold until a file appears, and waiters behind them.
 type crowdLine struct {
 	c       *cluster
 	key     string
+	holds   bool   // its waiters are semrun acquire, each released once it holds
 	release string // the file that lets the holders go
 	holders []*run
 	waiters []*run // in line order
@@ -59,13 +66,26 @@ type crowdLine struct {
 // the same with the crowd, whose every other waiter is SIGKILLed just
 // before its holders go.
 func runCrowd(t *testing.T, n nemesis, seed uint64) figures {
+	return crowd(t, n, seed, max(*crowdSize, 2), false)
+}
+
+// runHoldCrowd is the crowd of acquires: the same line, its waiters
+// semrun acquire, each hold released by the harness once printed.
+func runHoldCrowd(t *testing.T, n nemesis, seed uint64) figures {
+	return crowd(t, n, seed, max(*holdCrowdSize, 2), true)
+}
+
+// crowd runs a crowd of size waiters, runs or acquires.
+func crowd(t *testing.T, n nemesis, seed uint64, size int, holds bool) figures {
 	began := time.Now()
-	size := max(*crowdSize, 2)
 	c := newCluster(t, n, 2, crowdPermits, seed)
+	if holds {
+		c.env = append(c.env, "SEMRUN_RESTART_FENCE=0") // as start gives a run
+	}
 	t.Cleanup(func() { c.killUntilDone() })
 	dir := t.TempDir()
 	newLine := func(key string) *crowdLine {
-		return &crowdLine{c: c, key: key, release: filepath.Join(dir, key), ended: map[int]chan struct{}{}}
+		return &crowdLine{c: c, key: key, holds: holds, release: filepath.Join(dir, key), ended: map[int]chan struct{}{}}
 	}
 
 	// Both lines first, then the two measures back to back, so that the
@@ -93,6 +113,12 @@ func runCrowd(t *testing.T, n nemesis, seed uint64) figures {
 		t.Errorf("crowd: %d of %d live waiters had not run their children %v after the holders went, behind %d dead", late, len(live), crowdWait, len(dead))
 	}
 	extra, bound := stall-baseline, crowdBound(size)
+	if holds {
+		// The roll call costs about 2s however short the line: its
+		// shorter line leaves less room below crowdBound's 3s, and a claim
+		// each would still cost its 20 dead 40s.
+		bound = max(bound, holdCrowdBound)
+	}
 	if extra > bound {
 		t.Errorf("a crowd of %d dead waiters held up the %d live ones %v in all (%v, against %v with the live ones alone in line), want at most %v",
 			len(dead), len(live), extra.Round(time.Millisecond), stall.Round(time.Millisecond), baseline.Round(time.Millisecond), bound)
@@ -111,13 +137,35 @@ func runCrowd(t *testing.T, n nemesis, seed uint64) figures {
 			ran++
 			t.Errorf("semrun run %d was SIGKILLed in line, yet its child ran: %s", r.id, c.describe(k))
 		}
+		if r.of != nil && c.handle(r.of) != "" {
+			ran++
+			t.Errorf("semrun acquire run %d was SIGKILLed in line, yet printed a hold", r.id)
+		}
 	}
 	statuses := map[int]int{}
 	c.mu.Lock()
 	for _, r := range append(slices.Clone(base.waiters), live...) {
 		statuses[r.status]++
+		if rel := r.of; rel != nil && (rel.release == nil || rel.release.status != 0) {
+			fig.bad++
+			t.Errorf("the hold of semrun acquire run %d was not released: %+v", r.id, rel.release)
+		}
 	}
 	c.mu.Unlock()
+	if holds {
+		// A dead waiter never had a keeper. The live ones' keepers see
+		// their release at their next renewal, a third of the --ttl
+		// later, and exit.
+		for pid, tag := range keepers(c.dir + "/") {
+			for _, r := range dead {
+				if r.of.tag == tag {
+					ran++
+					t.Errorf("semrun acquire run %d was SIGKILLed in line, yet its keeper, pid %d, runs", r.id, pid)
+				}
+			}
+		}
+		fig.keepersLeft = c.keepersLeft(crowdTTL/3+3*time.Second, nil)
+	}
 	var st []string
 	for _, s := range slices.Sorted(maps.Keys(statuses)) {
 		st = append(st, fmt.Sprintf("%d × %d", statuses[s], s))
@@ -125,12 +173,16 @@ func runCrowd(t *testing.T, n nemesis, seed uint64) figures {
 	fig.faultNote = fmt.Sprintf("%d of a line of %d SIGKILLed: stall %v, baseline %v, extra %v (at most %v)",
 		len(dead), size, stall.Round(time.Millisecond), baseline.Round(time.Millisecond), extra.Round(time.Millisecond), bound)
 	fig.wall = time.Since(began)
-	t.Logf("%s: N=%d, --ttl %v; %d live waiters and %d SIGKILLed at once, alternating in a line of %d: the live ran their children within %v of the holders' release "+
-		"(baseline, the %d alone in line: %v), %v more (at most %v); statuses of the live waiters' semruns, baseline's and crowd's: %s; children of the killed that ran: %d; "+
-		"%d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %d leaked seats, %d bad statuses, wall %v",
-		n.name, crowdPermits, crowdTTL, len(live), len(dead), size, stall.Round(time.Millisecond),
+	did, held := "ran their children", ""
+	if holds {
+		did, held = "took and released their holds", "; "+fig.holdNote()
+	}
+	t.Logf("%s: N=%d, --ttl %v; %d live waiters and %d SIGKILLed at once, alternating in a line of %d: the live %s within %v of the holders' release "+
+		"(baseline, the %d alone in line: %v), %v more (at most %v); statuses of the live waiters' semruns, baseline's and crowd's: %s; children (or holds) of the killed: %d; "+
+		"%d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %d leaked seats, %d bad statuses%s, wall %v",
+		n.name, crowdPermits, crowdTTL, len(live), len(dead), size, did, stall.Round(time.Millisecond),
 		len(base.waiters), baseline.Round(time.Millisecond), extra.Round(time.Millisecond), bound, strings.Join(st, ", "), ran,
-		fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.bad, fig.wall.Round(100*time.Millisecond))
+		fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.bad, held, fig.wall.Round(100*time.Millisecond))
 	return fig
 }
 
@@ -159,6 +211,31 @@ func (l *crowdLine) start(hold time.Duration, env ...string) *run {
 	return r
 }
 
+// join puts a waiter at the back of the line: a semrun whose child exits
+// at once, or an acquire whose hold is released as soon as it is printed.
+func (l *crowdLine) join() *run {
+	if !l.holds {
+		return l.start(0)
+	}
+	c := l.c
+	h := c.newHold(l.key, crowdTTL)
+	wait, err := c.startAcquire(h, "--max-runtime", crowdHold.String())
+	if err != nil {
+		c.t.Fatalf("start semrun acquire: %v", err)
+	}
+	ended := make(chan struct{})
+	l.ended[h.acquire.id] = ended
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		defer close(ended)
+		if wait(); c.handle(h) != "" {
+			c.releaseHold(h)
+		}
+	}()
+	return h.acquire
+}
+
 // lineUp starts the holders, then size waiters one at a time, each in line
 // before the next starts, so that the line's order is the order of
 // l.waiters.
@@ -182,7 +259,7 @@ func (l *crowdLine) lineUp(size int) {
 	rc := c.client()
 	queue := "semrun:{" + l.key + "}:queue"
 	for i := range size {
-		r := l.start(0)
+		r := l.join()
 		l.waiters = append(l.waiters, r)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -283,6 +360,11 @@ func (l *crowdLine) serve(live []*run) (time.Duration, int) {
 		if k, ok := c.rec.get(r.id); ok {
 			last = max(last, k.end)
 		}
+		c.mu.Lock()
+		if r.of != nil && r.of.release != nil {
+			last = max(last, r.of.release.exited)
+		}
+		c.mu.Unlock()
 	}
 	return time.Duration(last - at), 0
 }

@@ -21,13 +21,16 @@
 //	go test ./chaos -run TestChaos -timeout 0 -v -args -chaos.long
 //
 // -chaos.long sets -chaos.duration=10m -chaos.kill-trials=1000
-// -chaos.hold-min=20ms -chaos.hold-max=200ms -chaos.grants=100000; a flag
-// given as well wins. The short run holds each child 100ms to 1s instead,
+// -chaos.hold-min=20ms -chaos.hold-max=200ms -chaos.grants=100000
+// -chaos.hold-crowd=200; a flag given as well wins. The short run holds
+// each child 100ms to 1s instead,
 // because under -race a child costs about 17ms of CPU to start, and CI
 // runs the other packages' tests at the same time. The nemeses run at once
 // unless -parallel is given: with -parallel 1 they run one after another,
 // each with the whole machine. -chaos.keys=K gives each nemesis K keys
-// (kill9 4K); -chaos.crowd=L makes the crowd's line L waiters long (200). -chaos.seed=S repeats a run's random choices (the seed is
+// (kill9 4K, the hold trials 2K); -chaos.crowd=L makes the crowd's line L
+// waiters long (200), -chaos.hold-crowd=L the hold crowd's (40).
+// -chaos.seed=S repeats a run's random choices (the seed is
 // logged), though not the processes' timing. Like the other tests, it
 // skips when redis-server is not installed, and fails instead when CI=true.
 //
@@ -67,6 +70,17 @@
 //	                      master, half the old; then all follow the new master
 //	crowd                 every other waiter of a line of 200 SIGKILLed at once, then the
 //	                      holders go: the dead must cost the live seconds in all
+//	hold-kill9            the hold workload (below); SIGKILL of the keeper of a hold under way
+//	                      (and of each other one, by the toss of a coin), during a step or
+//	                      between steps
+//	hold-redis            the hold workload; Redis SIGSTOPped for 0.5 to 3 TTLs or restarted
+//	                      empty, by the toss of a coin, once a step runs
+//	hold-keeper           trials: a keeper SIGKILLed during a step, between two steps, or idle
+//	hold-ends             trials: --owner-pid's process SIGKILLed, or --max-runtime (1 to 2s)
+//	                      running out, with a step running or not
+//	hold-acquire-kill     trials: semrun acquire SIGKILLed waiting in line, at its grant, as its
+//	                      keeper starts, or at random on a free key
+//	hold-crowd            the crowd, with semrun acquire for waiters (a line of 40)
 //
 // In the partition nemesis each replica replicates through a proxy of its
 // own, which the partition blackholes, and semrun reaches the master
@@ -76,6 +90,52 @@
 // has one replica to answer WAIT 2), and the old side's holders are
 // presumed lost. With SEMRUN_MIN_REPLICAS=1 instead, both sides grant and
 // the overlaps check fails.
+//
+// # Holds
+//
+// In the hold workload (hold-kill9, hold-redis) every other worker of a
+// key, instead of a run, takes a hold and does what a CI job does:
+//
+//	semrun acquire -k KEY -n N --ttl 2s --connect-timeout 2s --max-runtime 30s --json
+//	semrun --handle H --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE   (once or twice)
+//	semrun release --connect-timeout 2s H
+//
+// pausing up to 300ms after the grant, between the steps and before the
+// release, or, one time in four, 0.5 to 1.5 TTLs before the release, so that a
+// hold nothing renews lapses and its seat is taken first. Each acquire
+// gets CHAOS_HOLD, which its keeper inherits: that is how the harness
+// finds keepers whose pid nobody printed (a SIGKILLed acquire's), and
+// every keeper of a nemesis is SIGKILLed when it ends.
+//
+// The trial nemeses have no workers: on keys of one seat (two keys, each
+// its own lane, trials one after another for -chaos.duration), a trial
+// takes a hold, breaks something at a chosen moment, and measures what
+// follows with a plain run (a waiter) whose child starts once the seat is
+// free. Their redis-server never restarts: no restart fence; and their
+// children, GORACE=atexit_sleep_ms=0, as the crowd's.
+//
+//	hold-keeper        The keeper is SIGKILLed; a step under way must go on and pass its
+//	                   child's status through (it renews the permit itself), and a step
+//	                   after it may start only if the permit has not lapsed (else 112).
+//	                   The waiter either waits in line from the kill on, or comes after
+//	                   0.5 to 1.5 TTLs of silence: the seat must free within a TTL of the
+//	                   last renewal, or half a TTL after a silent key's first call (the
+//	                   store's push-back, measured), and release then says 112. One silent
+//	                   trial in three releases first: 0 (the push-back kept the hold; its
+//	                   span is checked with the holders) or 112, and the seat is free at once.
+//	hold-ends          --owner-pid: a step under way is stopped (112, its child TERMed),
+//	                   the seat frees within 1s and a renewal (target; the keeper watches
+//	                   its owner every second), the keeper exits, and release says 0 and
+//	                   names the owner's exit. --max-runtime: a step under way is stopped
+//	                   (124), the seat frees within a renewal, the keeper exits, release
+//	                   says 124; the hold holds its seat until then (its span is checked).
+//	hold-acquire-kill  Whatever a SIGKILLed acquire held frees within the TTL (from the
+//	                   kill, or the end of the holder it waited behind), unless its keeper
+//	                   had taken the hold: then nobody has the handle, and that keeper must
+//	                   be gone by its --max-runtime (3s).
+//
+// Every bound of a trial allows 1.5s more (machines are noisy); the
+// figures show how much was used.
 //
 // After a fault heals, the harness waits for the next child to start (that
 // wait is the heal time), then about one TTL more. When the time is up, the
@@ -138,11 +198,40 @@
 //     most 10s later in all than the baseline (for a line shorter than 200,
 //     10s scaled to its length, at least 3s), every live semrun exits 0,
 //     and no child of a killed waiter ever runs. The checks above run on
-//     its children too.
+//     its children too. Hold crowd: the same, at least 5s (the roll call
+//     costs about 2s however short the line); every live acquire and its
+//     release exit 0, no killed acquire printed a hold or left a keeper,
+//     and every keeper exits once it sees its release.
+//   - Restarts: a child granted before Redis restarted empty (its token,
+//     microseconds of Redis's clock, below the restart's start) has ended
+//     before any child granted after it (a token above the restart's end)
+//     starts. That is the restart fence's promise; with N > 1 the count of
+//     overlaps alone would not see a lost holder and a newcomer on one seat.
+//   - Holds count as holders. A hold's steps share its token, and its
+//     seat: the checks of overlaps and tokens see one holder from its first
+//     step's start to its last one's end, or, when its release said 0 (it
+//     gave the seat back), over its whole span, from acquire's exit to the
+//     release's start, since the seat was its throughout. A release that
+//     says 0 for a hold it had in fact lost breaks these.
+//   - Each step's child has its hold's token. A hold's semruns end as they
+//     may: acquire 0; a step its child's status (112 or 125 under a fault
+//     of Redis, as a run); a step that did not start 112 only once its
+//     hold may have been lost (its keeper SIGKILLed, or a fault of Redis
+//     near); release 0, or 112 only where the hold may have been lost, and
+//     never 0 for a hold held while Redis restarted empty.
+//   - Redis never counts more holders of a key than N: the hold nemeses
+//     sample it every 50ms, in one script with the clock (holds hold seats
+//     with no child running).
+//   - Every keeper has exited once its hold was released (a third of the
+//     TTL later, at its next renewal; the harness allows a TTL).
 //
 // The figures are logged per nemesis: semruns, grants, faults, overlaps,
 // token faults, reordered starts, leaked seats, when the seats were all
-// free, the longest heal time, how many semruns ended 112 and 125, and the
-// kill trials' latencies (p50, p99, max); for the crowd, the live and dead
-// waiters, the stall, the baseline and the live semruns' statuses.
+// free, the longest heal time, how many semruns ended 112, 124 and 125, and
+// the kill trials' latencies (p50, p99, max); for the crowd, the live and
+// dead waiters, the stall, the baseline and the live semruns' statuses;
+// for holds, the holds taken, the statuses of acquire, steps and release,
+// and, for the trials, their counts by kind and each measure's median and
+// maximum (the seat free after what, the push-back, the keepers' exits),
+// the table showing the longest wait for a hold's seat.
 package chaos

@@ -45,6 +45,7 @@ type kid struct {
 	how       string // done, term, or killed: it never said E
 	gone      int64  // when its connection ended: the process is gone
 	goneCh    chan struct{}
+	hold      int  // the hold it ran a step of, 0 for none (the checks set it)
 	announced bool // it said S
 }
 
@@ -227,7 +228,12 @@ type run struct {
 	status   int            // semrun's exit status, -1 when a signal ended it
 	signal   syscall.Signal // the signal that ended it
 	killed   bool           // by the kill9 nemesis
+	stdout   string         // what acquire printed
 	stderr   string
+	// of is the hold this semrun acquires, runs a step of or releases,
+	// as its role says; nil for a run of its own.
+	of   *hold
+	role string
 }
 
 // cluster is one nemesis's world: a redis-server, maybe a proxy, the
@@ -244,6 +250,10 @@ type cluster struct {
 	env     []string
 	seed    uint64
 	t0      int64
+	dir     string // the cluster's own directory: the children's socket, the keepers' tags
+	// withHolds: every other worker of a key takes holds (holdOnce)
+	// instead of running its command on its own.
+	withHolds bool
 
 	mu     sync.Mutex
 	runs   map[int]*run
@@ -251,6 +261,7 @@ type cluster struct {
 	faults []fault
 	direct *redis.Client // to the redis-server itself, made on first use
 	repl   *replicaSet   // the partition nemesis's replicas and endpoints
+	holds  []*hold
 
 	stop    context.CancelFunc
 	workers sync.WaitGroup
@@ -260,6 +271,10 @@ type cluster struct {
 type fault struct {
 	what        string
 	start, heal int64
+	// restart: Redis lost every key. wallStart and wallHeal are start and
+	// heal on the wall clock in microseconds, as fencing tokens count.
+	restart             bool
+	wallStart, wallHeal int64
 }
 
 func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluster {
@@ -277,7 +292,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	c := &cluster{
-		t: t, srv: srv, permits: permits, seed: seed,
+		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds,
 		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, self: self, runs: map[int]*run{},
 	}
 	url := srv.URL() // what semrun is given
@@ -309,6 +324,9 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 		"SEMRUN_REDIS_URL="+url,
 		"XDG_CONFIG_HOME="+dir, // no user's config file
 		childEnv+"=1", socketEnv+"="+filepath.Join(dir, "kids"))
+	// Keepers outlive the semruns that started them: whatever holds the
+	// test took, their keepers end with it.
+	t.Cleanup(c.stopKeepers)
 	c.t0 = mono()
 	return c
 }
@@ -330,6 +348,10 @@ func (c *cluster) start(perKey int) {
 			go func() {
 				defer c.workers.Done()
 				for ctx.Err() == nil {
+					if c.withHolds && j%2 == 1 {
+						c.holdOnce(key, rng)
+						continue
+					}
 					c.runOnce(key, j%2, rng)
 				}
 			}()
@@ -366,8 +388,7 @@ func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
 		// The side's endpoint; exec.Cmd uses the last value of a variable.
 		env = append(env, "SEMRUN_REDIS_URL="+c.repl.endpoints[side].URL())
 	}
-	lo, hi := holdMin.Milliseconds(), max(holdMax.Milliseconds(), holdMin.Milliseconds())
-	r := c.newRun(key, int(lo+rng.Int64N(hi-lo+1)), rng.IntN(101))
+	r := c.newRun(key, childHold(rng), rng.IntN(101))
 	wait, err := c.launch(r, ttl, env...)
 	if err != nil {
 		c.t.Errorf("start semrun: %v", err)
@@ -375,6 +396,13 @@ func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
 		return
 	}
 	wait()
+}
+
+// childHold is how long a worker's child holds: -chaos.hold-min to
+// -chaos.hold-max, in ms.
+func childHold(rng *rand.Rand) int {
+	lo, hi := holdMin.Milliseconds(), max(holdMax.Milliseconds(), holdMin.Milliseconds())
+	return int(lo + rng.Int64N(hi-lo+1))
 }
 
 // newRun records a semrun to be started on key, whose child holds for
@@ -391,12 +419,25 @@ func (c *cluster) newRun(key string, hold, code int) *run {
 // launch starts r's semrun, with a lease of lease and env added to the
 // cluster's. wait waits for it to end and records how.
 func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(), err error) {
-	cmd := exec.Command(c.bin, "-k", r.key, "-n", strconv.Itoa(c.permits),
+	args := append([]string{"-k", r.key, "-n", strconv.Itoa(c.permits),
 		"--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(),
-		"--", c.self, childArg, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code))
+		"--"}, c.childArgs(r)...)
+	return c.spawn(r, args, env...)
+}
+
+// childArgs is the command of r's semrun: the child, told r's id, hold
+// and exit status.
+func (c *cluster) childArgs(r *run) []string {
+	return []string{c.self, childArg, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code)}
+}
+
+// spawn starts semrun with args for r, with env added to the cluster's.
+// wait waits for it to end and records how.
+func (c *cluster) spawn(r *run, args []string, env ...string) (wait func(), err error) {
+	cmd := exec.Command(c.bin, args...)
 	cmd.Env = append(slices.Clone(c.env), env...)
-	var stderr tail
-	cmd.Stderr = &stderr
+	var stdout, stderr tail
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Should the harness die, its semruns die with it, and their children
 	// with them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -414,7 +455,7 @@ func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(
 		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		r.exited, r.stderr = exited, stderr.String()
+		r.exited, r.stdout, r.stderr = exited, stdout.String(), stderr.String()
 		r.status = ws.ExitStatus()
 		if ws.Signaled() {
 			r.signal = ws.Signal()

@@ -40,6 +40,7 @@ var longRun = map[string]string{
 	"chaos.hold-min":    "20ms",
 	"chaos.hold-max":    "200ms",
 	"chaos.grants":      "100000",
+	"chaos.hold-crowd":  "200",
 }
 
 // The child is this test binary, started again by semrun with these
@@ -62,7 +63,7 @@ func TestMain(m *testing.M) {
 	// The nemeses wait far more than they compute: they run at once unless
 	// -parallel says otherwise.
 	if !given["test.parallel"] {
-		_ = flag.Set("test.parallel", "16")
+		_ = flag.Set("test.parallel", strconv.Itoa(max(16, len(nemeses))))
 	}
 	if *long {
 		for name, value := range longRun {
