@@ -130,9 +130,9 @@
 //	                   (124), the seat frees within a renewal, the keeper exits, release
 //	                   says 124; the hold holds its seat until then (its span is checked).
 //	hold-acquire-kill  Whatever a SIGKILLed acquire held frees within the TTL (from the
-//	                   kill, or the end of the holder it waited behind), unless its keeper
-//	                   had taken the hold: then nobody has the handle, and that keeper must
-//	                   be gone by its --max-runtime (3s).
+//	                   kill, or the end of the holder it waited behind); a keeper that had
+//	                   taken the hold was never told the handle was printed, and must end
+//	                   it and be gone within 3s of the kill.
 //
 // Every bound of a trial allows 1.5s more (machines are noisy); the
 // figures show how much was used.

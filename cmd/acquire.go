@@ -114,14 +114,22 @@ func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store,
 	}
 	granted := time.Now()
 	log.Infof("key %q: permit held, fencing token %d; starting its keeper", o.key, lease.Token())
-	h, keeper, err := o.startKeeper(ctx, store, lease, granted)
+	h, keeper, toKeeper, err := o.startKeeper(ctx, store, lease, granted)
 	if err != nil {
 		o.release(ctx, lease, log)
 		return fmt.Errorf("key %q: %w; nothing held", o.key, err)
 	}
+	defer toKeeper.Close()
 	log.Infof("key %q: kept by pid %d", o.key, keeper)
 	// The lease is the keeper's now: this process lets go of it by exiting.
-	return o.printHold(o.f.Streams.Out, h, lease.Token(), keeper)
+	if err := o.printHold(o.f.Streams.Out, h, lease.Token(), keeper); err != nil {
+		// Nobody has the handle: the keeper, not told it was printed, ends the hold.
+		return fmt.Errorf("key %q: print the handle: %w; the hold is given back", o.key, err)
+	}
+	if _, err := fmt.Fprintln(toKeeper, printedLine); err != nil {
+		return fmt.Errorf("key %q: its keeper stopped: %w; nothing held", o.key, err)
+	}
+	return nil
 }
 
 // Variables acquire prints, besides the child's own.

@@ -4,6 +4,7 @@ package cmd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,9 @@ type keeperMessage struct {
 	// ready is where the keeper says it keeps the hold ("ok"), or why
 	// not, once: nil after.
 	ready *os.File
+	// in is the rest of what acquire says: that it printed the handle.
+	in     *bufio.Reader
+	inFile *os.File
 }
 
 // say tells acquire, once, that the keeper keeps the hold ("ok") or why
@@ -73,16 +77,21 @@ const (
 // process: its own session, no terminal, stdio on the null device, in
 // acquire's working directory, where the paths of its settings are
 // relative to. It returns once the keeper renews the hold.
-func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store, lease semaphore.Lease, granted time.Time) (semaphore.Handle, int, error) {
+func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store, lease semaphore.Lease, granted time.Time) (semaphore.Handle, int, *os.File, error) {
 	in, toKeeper, err := os.Pipe()
 	if err != nil {
-		return semaphore.Handle{}, 0, fmt.Errorf("start its keeper: %w", err)
+		return semaphore.Handle{}, 0, nil, fmt.Errorf("start its keeper: %w", err)
 	}
 	defer in.Close()
-	defer toKeeper.Close()
+	kept := false
+	defer func() {
+		if !kept {
+			toKeeper.Close()
+		}
+	}()
 	fromKeeper, ready, err := os.Pipe()
 	if err != nil {
-		return semaphore.Handle{}, 0, fmt.Errorf("start its keeper: %w", err)
+		return semaphore.Handle{}, 0, nil, fmt.Errorf("start its keeper: %w", err)
 	}
 	defer fromKeeper.Close()
 	defer ready.Close()
@@ -99,7 +108,7 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 	c.Env, c.ExtraFiles = o.f.Environ, files
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := c.Start(); err != nil {
-		return semaphore.Handle{}, 0, fmt.Errorf("start its keeper: %w", err)
+		return semaphore.Handle{}, 0, nil, fmt.Errorf("start its keeper: %w", err)
 	}
 	pid := c.Process.Pid
 	in.Close()
@@ -110,14 +119,13 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 	h, err := store.Hold(ctx, lease, semaphore.HolderInfo{Host: host, PID: pid})
 	if err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
-		return semaphore.Handle{}, 0, err
+		return semaphore.Handle{}, 0, nil, err
 	}
 	msg := keeperMessage{Args: o.args, Handle: h.String(), OwnerPID: o.ownerPID, OwnerFD: o.owner.file() != nil}
 	if o.maxRuntime > 0 {
 		msg.MaxRuntime = max(o.maxRuntime-time.Since(granted), time.Millisecond)
 	}
 	sent := json.NewEncoder(toKeeper).Encode(msg)
-	toKeeper.Close()
 	// A keeper that is gone says so by closing its end: that says more
 	// than the broken pipe.
 	if err = awaitKeeper(fromKeeper, keeperStart+o.connectTimeout); err == nil && sent != nil {
@@ -129,9 +137,10 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
 		defer cancel()
 		_, _, _ = store.EndHold(endCtx, h, end)
-		return semaphore.Handle{}, 0, fmt.Errorf("its keeper did not start: %w", err)
+		return semaphore.Handle{}, 0, nil, fmt.Errorf("its keeper did not start: %w", err)
 	}
-	return h, pid, nil
+	kept = true
+	return h, pid, toKeeper, nil
 }
 
 // self is semrun's own executable: on Linux the very file this process
@@ -176,25 +185,54 @@ func readKeeperMessage() (*keeperMessage, error) {
 	if in == nil {
 		return nil, errors.New("semrun keeper: started by semrun acquire only")
 	}
-	defer in.Close()
-	got := make(chan error, 1)
+	r := bufio.NewReaderSize(in, maxKeeperMessage)
 	var msg keeperMessage
-	go func() {
-		got <- json.NewDecoder(io.LimitReader(in, maxKeeperMessage)).Decode(&msg)
-	}()
-	select {
-	case err := <-got:
-		if err != nil {
-			return nil, fmt.Errorf("semrun keeper: started by semrun acquire only: %w", err)
-		}
-	case <-time.After(keeperStart):
-		return nil, errors.New("semrun keeper: started by semrun acquire only: no message")
+	line, err := readLine(r, keeperStart)
+	if err == nil {
+		err = json.Unmarshal(line, &msg)
+	}
+	if err != nil {
+		in.Close()
+		return nil, fmt.Errorf("semrun keeper: started by semrun acquire only: %w", err)
 	}
 	if len(msg.Args) == 0 || msg.Args[0] == keeperArg {
+		in.Close()
 		return nil, errors.New("semrun keeper: started by semrun acquire only: no arguments")
 	}
+	msg.in, msg.inFile = r, in
 	msg.ready = os.NewFile(keeperReadyFD, "keeper ready")
 	return &msg, nil
+}
+
+// readLine reads one line of r, at most its buffer long, within patience.
+func readLine(r *bufio.Reader, patience time.Duration) ([]byte, error) {
+	type result struct {
+		line []byte
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		line, err := r.ReadSlice('\n')
+		got <- result{bytes.Clone(line), err}
+	}()
+	select {
+	case res := <-got:
+		return res.line, res.err
+	case <-time.After(patience):
+		return nil, fmt.Errorf("nothing within %v", patience)
+	}
+}
+
+// printedLine is what acquire tells its keeper once it printed the
+// handle; a keeper that does not hear it ends the hold, which nobody
+// could name.
+const printedLine = "printed"
+
+// printed tells whether acquire printed the handle: its last line.
+func (m *keeperMessage) printed() bool {
+	defer m.inFile.Close()
+	line, err := readLine(m.in, keeperStart)
+	return err == nil && strings.TrimSpace(string(line)) == printedLine
 }
 
 // keep is the keeper: it attaches to the hold, says so to acquire, and
@@ -215,6 +253,13 @@ func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *l
 		return err
 	}
 	msg.say("ok")
+	if !msg.printed() {
+		// acquire was killed, or could not print: nobody has the handle.
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
+		defer cancel()
+		_, _, _ = store.EndHold(endCtx, h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun acquire ended before it printed the handle"})
+		return lease.Release(endCtx)
+	}
 
 	// ends says why the keeper stops renewing, first come.
 	ends := make(chan semaphore.HoldEnd, 3)

@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"errors"
+	"os"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -19,9 +20,11 @@ var errNoHolds = errors.New("semrun acquire: not on Windows")
 
 func readKeeperMessage() (*keeperMessage, error) { return nil, errNoHolds }
 
-func (o *acquireOptions) startKeeper(context.Context, semaphore.Store, semaphore.Lease, time.Time) (semaphore.Handle, int, error) {
-	return semaphore.Handle{}, 0, errNoHolds
+func (o *acquireOptions) startKeeper(context.Context, semaphore.Store, semaphore.Lease, time.Time) (semaphore.Handle, int, *os.File, error) {
+	return semaphore.Handle{}, 0, nil, errNoHolds
 }
+
+const printedLine = "printed"
 
 func (o *acquireOptions) keep(context.Context, semaphore.Store, *logger) error { return errNoHolds }
 
