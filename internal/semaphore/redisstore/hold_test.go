@@ -9,6 +9,7 @@ import (
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
 // TestHoldRecordBesideItsKey: a hold's record shares its key's hash slot,
@@ -144,4 +145,40 @@ func TestHoldRenewalsWaitForReplicas(t *testing.T) {
 	if _, _, err := patient.Attach(ctxTimeout(t, 5*time.Second), h, false); err == nil || !strings.Contains(err.Error(), "0 of 1 replicas") {
 		t.Errorf("Attach with the replica stopped: got %v, want a failure naming the replicas", err)
 	}
+}
+
+// TestHoldSharesPushedBackWithTheLease: after a silence the key cannot
+// tell from a clock step (Redis paused, the host's clock stepped), a run's
+// share is pushed back as the holders' leases are: an end then still
+// waits for the run, whose command may well be running.
+func TestHoldSharesPushedBackWithTheLease(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	s := newStore(t, srv.URL(), Options{})
+	key := uniqueKey(t)
+	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, NoWait: true})
+	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := s.Attach(ctxTimeout(t, 5*time.Second), h, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // longer than the share's lease, and than half of it
+	if _, _, err := s.EndHold(ctxTimeout(t, 5*time.Second), h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	busy := semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, NoWait: true}
+	if _, err := semaphoretest.AcquireWithin(t, s, 5*time.Second, busy); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("Acquire after an end that followed a silence, the run still attached: got %v, want ErrBusy", err)
+	}
+	var ended *semaphore.HoldEndedError
+	if err := run.Renew(ctxTimeout(t, 5*time.Second)); !errors.As(err, &ended) {
+		t.Fatalf("run's Renew: got %v, want the hold ended", err)
+	}
+	if err := run.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	hold(t, s, busy)
 }

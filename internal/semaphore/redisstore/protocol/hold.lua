@@ -86,7 +86,18 @@ if not (ttl and fence and replicas and permits and weight and token and states[r
   return reply(out)
 end
 out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = permits, weight, token, ttl, replicas, rec.meta or ''
-local moved = rebase()
+local moved, last = rebase()
+if moved > 0 then
+  -- The shares' leases are pushed back as the holders' are (see rebase):
+  -- a silence the key cannot tell from a clock step must not end a run's
+  -- share while its command may still run.
+  for s, exp in pairs(shares) do
+    if exp > last then
+      shares[s] = math.min(exp + moved, now + ttl)
+      redis.call('HSET', hk, '@' .. s, shares[s])
+    end
+  end
+end
 
 -- ended records the hold's end, once: the first end counts.
 local function ended(state, why, at)

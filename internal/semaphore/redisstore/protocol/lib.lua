@@ -230,7 +230,7 @@ end
 -- take that much longer to free. No lease is pushed past the longest
 -- lease from now. A step backwards only makes leases last longer. It
 -- returns the ms the holders were pushed back, or minus the ms the clock
--- went back, or 0.
+-- went back, or 0; and the reading it compared with (nil for none).
 local function rebase()
   local rec = redis.call('HMGET', infoKey, '#clock', '#ttl')
   local last, longest = num(rec[1], 0, MAXINT), num(rec[2], 0, MAXTTL)
@@ -247,7 +247,7 @@ local function rebase()
     if #held > 0 then moved = by end
   end
   redis.call('HSET', infoKey, '#clock', now)
-  return moved
+  return moved, last
 end
 
 -- The restart fence: while the server has been up for less than the
