@@ -55,12 +55,7 @@ func TestHoldSharesNeverShortenTheLease(t *testing.T) {
 	srv := redistest.New(t)
 	raw := rawClient(t, srv.Addr)
 	s := newStore(t, srv.URL(), Options{})
-	key := uniqueKey(t)
-	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: 20 * time.Second, NoWait: true})
-	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, h := newHold(t, s, 20*time.Second)
 	k := protocol.NewKeys(testPrefix, key)
 	score := func() float64 {
 		v, err := raw.ZScore(ctxTimeout(t, 5*time.Second), k.Holders, h.Secret).Result()
@@ -93,18 +88,13 @@ func TestHoldSharesAreBounded(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
 	s := newStore(t, srv.URL(), Options{})
-	key := uniqueKey(t)
-	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: 20 * time.Second, NoWait: true})
-	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, h := newHold(t, s, 20*time.Second)
 	for i := range protocol.MaxShares {
 		if _, _, err := s.Attach(ctxTimeout(t, 5*time.Second), h, false); err != nil {
 			t.Fatalf("Attach %d: %v", i+1, err)
 		}
 	}
-	_, _, err = s.Attach(ctxTimeout(t, 5*time.Second), h, false)
+	_, _, err := s.Attach(ctxTimeout(t, 5*time.Second), h, false)
 	var ended *semaphore.HoldEndedError
 	if err == nil || errors.As(err, &ended) || !strings.Contains(err.Error(), "attached to this hold already") {
 		t.Fatalf("Attach %d: got %v, want refused: too many attached", protocol.MaxShares+1, err)
@@ -155,12 +145,7 @@ func TestHoldSharesPushedBackWithTheLease(t *testing.T) {
 	t.Parallel()
 	srv := redistest.New(t)
 	s := newStore(t, srv.URL(), Options{})
-	key := uniqueKey(t)
-	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second, NoWait: true})
-	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, h := newHold(t, s, 2*time.Second)
 	run, _, err := s.Attach(ctxTimeout(t, 5*time.Second), h, false)
 	if err != nil {
 		t.Fatal(err)
@@ -181,4 +166,17 @@ func TestHoldSharesPushedBackWithTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	hold(t, s, busy)
+}
+
+// newHold takes a permit of a new key with a lease of ttl and makes it a
+// hold, as semrun acquire does; nobody is attached yet.
+func newHold(t *testing.T, s *Store, ttl time.Duration) (string, semaphore.Handle) {
+	t.Helper()
+	key := uniqueKey(t)
+	l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
+	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, h
 }
