@@ -76,7 +76,8 @@ const (
 // startKeeper makes the permit of lease a hold kept by a new keeper
 // process: its own session, no terminal, stdio on the null device, in
 // acquire's working directory, where the paths of its settings are
-// relative to. It returns once the keeper renews the hold.
+// relative to. It returns once the keeper renews the hold, with the pipe
+// on which acquire says it printed the handle (printedLine).
 func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store, lease semaphore.Lease, granted time.Time) (semaphore.Handle, int, *os.File, error) {
 	in, toKeeper, err := os.Pipe()
 	if err != nil {
