@@ -30,6 +30,8 @@ var envNames = map[string]string{
 	"lost-exit-code":      "SEMRUN_LOST_EXIT_CODE",
 	"on-lost":             "SEMRUN_ON_LOST",
 	"kill-after":          "SEMRUN_KILL_AFTER",
+	"max-runtime":         "SEMRUN_MAX_RUNTIME",
+	"warn-after":          "SEMRUN_WARN_AFTER",
 	"restart-fence":       "SEMRUN_RESTART_FENCE",
 	"min-replicas":        "SEMRUN_MIN_REPLICAS",
 	"local":               "SEMRUN_LOCAL",

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
@@ -44,7 +45,8 @@ var exitStatusDocs = []exitStatusDoc{
 	{strconv.Itoa(defaultLostExitCode), strconv.Itoa(defaultLostExitCode) + " permit lost, command terminated (--lost-exit-code)",
 		"the permit was lost while the command ran, and semrun terminated it (or, for a command that changed its user, could not: its line names the pid); --lost-exit-code changes it"},
 	{strconv.Itoa(exitRevoked), "", "the hold was revoked: semrun release, or a run under its handle, after an operator revoked it"},
-	{strconv.Itoa(exitMaxRuntime), "", "the hold ran out of its --max-runtime: semrun release, or a run under its handle, after its keeper ended it"},
+	{strconv.Itoa(exitMaxRuntime), strconv.Itoa(exitMaxRuntime) + " --max-runtime ran out",
+		"the command ran for --max-runtime and semrun stopped it (SIGTERM, SIGKILL after --kill-after), as timeout(1) says; or a hold's --max-runtime ended it: semrun release, or a run under its handle, says so"},
 	{strconv.Itoa(exitFailure), strconv.Itoa(exitFailure) + " semrun's own failure before the command started",
 		"semrun's own failure before the command started: bad flags or values, a bad config file, no command or an empty one, " +
 			"Redis not reached within --connect-timeout (once a waiter has reached it, an outage is ridden out until --timeout), " +
@@ -115,6 +117,21 @@ func couldNotStop(left []runner.Unstopped) string {
 		runs = "they may still run"
 	}
 	return "could not stop " + strings.Join(procs, "; ") + "; " + runs
+}
+
+// ranOutError means the command ran for --max-runtime and semrun stopped
+// it, as timeout(1) does: 124. unstopped is what did not stop.
+type ranOutError struct {
+	key        string
+	maxRuntime time.Duration
+	unstopped  []runner.Unstopped
+}
+
+func (e *ranOutError) Error() string {
+	if len(e.unstopped) > 0 {
+		return fmt.Sprintf("key %q: the command ran for %v (--max-runtime); %s", e.key, e.maxRuntime, couldNotStop(e.unstopped))
+	}
+	return fmt.Sprintf("key %q: the command ran for %v (--max-runtime); terminated", e.key, e.maxRuntime)
 }
 
 // holdEndedError means a hold had ended when a release or a run under its
@@ -196,6 +213,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		unreadable  *unreadableError
 		noServer    *redisstore.NoServerError
 		holdEnded   *holdEndedError
+		ranOut      *ranOutError
 	)
 	switch {
 	case err == nil:
@@ -209,6 +227,8 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return busy.code, 0, busy.why
 	case errors.As(err, &lost):
 		return lost.code, 0, lost.Error()
+	case errors.As(err, &ranOut):
+		return exitMaxRuntime, 0, ranOut.Error()
 	case errors.As(err, &holdEnded):
 		return holdEnded.code, 0, holdEnded.msg
 	case errors.As(err, &interrupted):

@@ -101,7 +101,7 @@ func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *
 	res, runErr := runner.Run(ctx, runner.Spec{
 		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, info.Token), Inherit: lease.Files(),
 		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
-		TTL: info.TTL, KillAfter: o.killAfter, OnLost: o.lostPolicy(),
+		TTL: info.TTL, KillAfter: o.killAfter, OnLost: o.lostPolicy(), MaxRuntime: o.maxRuntime, WarnAfter: o.warnAfter,
 		Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
 		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
 	}, lease)

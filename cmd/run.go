@@ -40,6 +40,9 @@ type runFlags struct {
 	minReplicas  int
 	// handle is --handle's: run under a hold instead of taking a permit.
 	handle string
+	// maxRuntime and warnAfter bound how long the command runs, and say
+	// when it runs long; 0: no bound.
+	maxRuntime, warnAfter time.Duration
 }
 
 // runOptions are a run's flag values and what they make once checked.
@@ -123,6 +126,8 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.Var(newDuration(&o.killAfter, defaultKillAfter), "kill-after", "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
+	f.Var(newDuration(&o.maxRuntime, 0), "max-runtime", "stop the command once it has run this long: SIGTERM to its group, SIGKILL after --kill-after, exit 124 (0: no bound)")
+	f.Var(newDuration(&o.warnAfter, 0), "warn-after", "say once on stderr that the command has run this long (0: never)")
 	f.StringVar(&o.handle, "handle", "", "run under a hold that semrun acquire took, at once, instead of taking a permit: its handle, or @VAR to read it from variable VAR (ps shows arguments, not variables)")
 	return cmd
 }
@@ -200,6 +205,14 @@ func (o *runOptions) validateCommand() error {
 	if err := o.checkExitCode("lost-exit-code", o.lostExitCode); err != nil {
 		return err
 	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"max-runtime", o.maxRuntime}, {"warn-after", o.warnAfter}} {
+		if d.v < 0 {
+			return usageErrorf("%s: must not be negative", show(d.flag, d.v))
+		}
+	}
 	if o.onLost != "terminate" && o.onLost != "continue" {
 		return usageErrorf("%s: must be terminate or continue", show("on-lost", fmt.Sprintf("%q", o.onLost)))
 	}
@@ -245,7 +258,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		res, runErr := runner.Run(ctx, runner.Spec{
 			Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
 			Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
-			TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost,
+			TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost, MaxRuntime: o.maxRuntime, WarnAfter: o.warnAfter,
 			Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
 			Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
 		}, lease)
@@ -293,6 +306,9 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 			code = holdEndCode(ended.End, 0) // max runtime, revoked
 		}
 		return &lostError{key: o.key, code: code, cause: res.Lost, unstopped: res.Unstopped}
+	}
+	if res.RanOut {
+		return &ranOutError{key: o.key, maxRuntime: o.maxRuntime, unstopped: res.Unstopped}
 	}
 	if len(res.Unstopped) > 0 {
 		// The command had ended by itself, and keeps its status; what it

@@ -65,6 +65,13 @@ type Spec struct {
 	// Clock times the renewals, the loss of the permit and the grace
 	// period; nil is clock.System. The lease's Deadline is read on it.
 	Clock clock.Clock
+	// MaxRuntime, when positive, stops the command once it has run this
+	// long, on the clock: SIGTERM to its group, SIGKILL after KillAfter.
+	// Renewals go on until the group is gone.
+	MaxRuntime time.Duration
+	// WarnAfter, when positive, makes Warnf say once that the command has
+	// run this long; nothing else changes.
+	WarnAfter time.Duration
 	// ReapOrphans says that the command is the only child this process
 	// starts: every other child it has is one the command left behind
 	// (Linux adopts them), and is reaped as it ends, so that none stays a
@@ -91,6 +98,9 @@ type Result struct {
 	// StillRuns says that the child itself is among them: it has no
 	// status, and ExitCode and Signal say nothing.
 	StillRuns bool
+	// RanOut says that the child was told to stop at MaxRuntime, before it
+	// exited by itself.
+	RanOut bool
 }
 
 // Unstopped is a process that SIGKILL did not end.
@@ -223,6 +233,7 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 
 	s := &supervisor{spec: spec, lease: lease, g: g, term: term, lapses: !lease.Deadline().IsZero()}
 	s.startRenewing(ctx)
+	s.startBounds()
 	defer s.stop()
 	return s.run(events), nil
 }
@@ -273,6 +284,9 @@ type supervisor struct {
 	giveUp *clock.Alarm
 	// kill fires once the grace period after SIGTERM is over.
 	kill *clock.Alarm
+	// ranOut fires at MaxRuntime, warn at WarnAfter; nil when not asked,
+	// and once fired.
+	ranOut, warn *clock.Alarm
 	// lingered fires a moment after the child exited leaving processes in
 	// its group, to report them if they are still there (not a setsid on
 	// its way out); nil otherwise.
@@ -315,6 +329,39 @@ func (s *supervisor) stop() {
 	<-s.renewing
 	s.giveUp.Stop()
 	s.kill.Stop()
+	s.ranOut.Stop()
+	s.warn.Stop()
+}
+
+// startBounds sets the alarms of MaxRuntime and WarnAfter, counted from
+// now, as the child has just started.
+func (s *supervisor) startBounds() {
+	now := s.spec.Clock.Now()
+	if s.spec.MaxRuntime > 0 {
+		s.ranOut = s.spec.Clock.NewAlarm(now.Add(s.spec.MaxRuntime))
+	}
+	if s.spec.WarnAfter > 0 {
+		s.warn = s.spec.Clock.NewAlarm(now.Add(s.spec.WarnAfter))
+	}
+}
+
+// ranOutOfTime stops the child at MaxRuntime: SIGTERM to its group, and
+// SIGKILL after the grace period. The permit stays held, and renewed,
+// until the group is gone.
+func (s *supervisor) ranOutOfTime() {
+	s.ranOut = nil
+	if s.kill != nil || s.res.Terminated {
+		return // being stopped already
+	}
+	// A child that exited keeps its status; what it left in its group
+	// is stopped all the same.
+	s.res.RanOut = !s.exited
+	if s.spec.KillAfter <= 0 {
+		s.killGroup()
+		return
+	}
+	s.g.terminate()
+	s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(s.spec.KillAfter))
 }
 
 // run waits for what happens next, in one select, until the child and what
@@ -336,6 +383,13 @@ func (s *supervisor) run(events <-chan waitEvent) Result {
 		case <-alarmC(s.kill):
 			s.kill = nil
 			s.killGroup()
+		case <-alarmC(s.ranOut):
+			s.ranOutOfTime()
+		case <-alarmC(s.warn):
+			s.warn = nil
+			if !s.exited {
+				s.spec.Warnf("the command has run for %v (--warn-after)", s.spec.WarnAfter)
+			}
 		case ev := <-events:
 			if s.childChanged(ev) {
 				return s.res
@@ -451,6 +505,7 @@ func (s *supervisor) onLost(err error) {
 		return
 	}
 	s.g.terminate()
+	s.kill.Stop() // a stop at MaxRuntime may be under way: the loss's grace counts
 	s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(grace))
 }
 
