@@ -17,6 +17,7 @@ import (
 const (
 	exitDoctorFailed    = 1   // doctor found something that would break semrun
 	exitUnreadable      = 1   // status could not read some key
+	exitHeldLonger      = 1   // status --older-than found holders
 	defaultBusyExitCode = 75  // --busy-exit-code: sysexits' EX_TEMPFAIL, try again later
 	defaultLostExitCode = 112 // --lost-exit-code: outside 124-165, which timeout(1) and signals use
 	exitRevoked         = 113 // an operator revoked the permit (a hold's)
@@ -55,7 +56,7 @@ var exitStatusDocs = []exitStatusDoc{
 	{strconv.Itoa(exitNotFound), strconv.Itoa(exitNotFound) + " not found", "the command was not found, or the interpreter its #! line names"},
 	{strconv.Itoa(exitSignalBase) + "+N", strconv.Itoa(exitSignalBase) + "+N signal N ended the wait",
 		"signal N arrived while waiting for a permit: no command ran, nothing is held"},
-	{strconv.Itoa(exitDoctorFailed), "", "semrun doctor found something that would break semrun; semrun status could not read some key (the other keys are shown)"},
+	{strconv.Itoa(exitDoctorFailed), "", "semrun doctor found something that would break semrun; semrun status could not read some key (the other keys are shown), or found holders with --older-than"},
 }
 
 // usageError is bad input: a flag, a value, a missing command.
@@ -179,6 +180,17 @@ func (e *doctorError) Error() string {
 	return fmt.Sprintf("doctor: %d checks failed: %s", len(e.failed), strings.Join(e.failed, ", "))
 }
 
+// olderError means status --older-than found holders that have held
+// longer than than: an alert.
+type olderError struct {
+	holders int
+	than    time.Duration
+}
+
+func (e *olderError) Error() string {
+	return fmt.Sprintf("status: %s held longer than %v (--older-than)", semaphore.Count(e.holders, "holder"), e.than)
+}
+
 // unreadableError means status could not read some of the keys it showed.
 type unreadableError struct{ failed, total int }
 
@@ -214,6 +226,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		noServer    *redisstore.NoServerError
 		holdEnded   *holdEndedError
 		ranOut      *ranOutError
+		older       *olderError
 	)
 	switch {
 	case err == nil:
@@ -243,6 +256,8 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return exitDoctorFailed, 0, doctor.Error()
 	case errors.As(err, &unreadable):
 		return exitUnreadable, 0, unreadable.Error()
+	case errors.As(err, &older):
+		return exitHeldLonger, 0, older.Error()
 	case errors.As(err, &noServer):
 		return exitFailure, 0, fmt.Sprintf("no Redis at %s, where semrun looks when none is named: name yours with --redis or %s, or keep the permits on this host with --local",
 			noServer.Addr, envNames["redis"])

@@ -15,6 +15,7 @@ import (
 
 func newCmdStatus(common *commonOptions) *cobra.Command {
 	var asJSON bool
+	var olderThan time.Duration
 	cmd := &cobra.Command{
 		Use:   "status [flags] [KEY...]",
 		Short: "Show the holders, waiters and capacity of keys",
@@ -37,9 +38,16 @@ every key the store knows (with --local: every key in the lock directory).`,
 				return err
 			}
 			defer store.Close()
+			if olderThan < 0 {
+				return usageErrorf("%s: must not be negative", common.src.show("older-than", olderThan))
+			}
 			st, err := store.Status(cmd.Context(), keys)
 			if err != nil {
 				return err
+			}
+			old := 0
+			if common.src.origin("older-than") != fromDefault {
+				st, old = heldLonger(st, olderThan)
 			}
 			if asJSON {
 				enc := json.NewEncoder(printable.JSON(cmd.OutOrStdout()))
@@ -51,11 +59,46 @@ every key the store knows (with --local: every key in the lock directory).`,
 			if err != nil {
 				return err
 			}
-			return unreadable(st)
+			if err := unreadable(st); err != nil {
+				return err
+			}
+			if old > 0 {
+				return &olderError{holders: old, than: olderThan}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().Var(newDuration(&olderThan, 0), "older-than", "only the holders that have held longer than this, and exit 1 when there is any (an alert)")
 	return cmd
+}
+
+// heldLonger is keys cut down to the holders that have held longer than
+// d, without the keys that have none and without waiters, and how many
+// holders that leaves. A key that could not be read stays: it may have
+// some.
+func heldLonger(keys []semaphore.KeyStatus, d time.Duration) ([]semaphore.KeyStatus, int) {
+	var out []semaphore.KeyStatus
+	n := 0
+	for _, k := range keys {
+		if k.Error != "" {
+			out = append(out, k)
+			continue
+		}
+		var old []semaphore.Holder
+		for _, h := range k.Holders {
+			if h.Age > d {
+				old = append(old, h)
+			}
+		}
+		if len(old) == 0 {
+			continue
+		}
+		k.Holders, k.Waiters, k.Unlisted = old, nil, 0
+		out = append(out, k)
+		n += len(old)
+	}
+	return out, n
 }
 
 // unreadable fails a status that could not read some key: its line says
