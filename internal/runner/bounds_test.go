@@ -57,6 +57,7 @@ func TestWarnAfterSaysItOnce(t *testing.T) {
 	h := newHarness(t, "cat")
 	h.spec.WarnAfter = 5 * time.Second
 	h.run()
+	h.alarmAt(10 * time.Second) // the first renewal's, armed before the clock moves
 	h.alarmAt(5 * time.Second)
 	h.advanceTo(5 * time.Second)
 	h.expectWarning("the command has run for 5s (--warn-after)")
