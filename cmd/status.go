@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -45,6 +46,7 @@ every key the store knows (with --local: every key in the lock directory).`,
 			if err != nil {
 				return err
 			}
+			semaphore.Deadlines(st)
 			old := 0
 			if common.src.origin("older-than") != fromDefault {
 				st, old = heldLonger(st, olderThan)
@@ -141,10 +143,15 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			fmt.Fprintf(tw, "; Redis started or failed over less than the restart fence ago: no grant for %v more", k.Fenced.Round(time.Second))
 		}
 		fmt.Fprintln(tw)
+		deadlines := slices.ContainsFunc(k.Holders, func(h semaphore.Holder) bool { return h.MaxRuntime > 0 })
 		if len(k.Holders) > 0 {
 			// HOLDS: the permits this holder takes (its weight), OF N: the
 			// capacity it asked for. A lone "PERMITS 3" read as "holds 3".
-			fmt.Fprintln(tw, "  HOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN")
+			header := "  HOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN"
+			if deadlines {
+				header += "\tMAX-RUNTIME IN" // only where some holder has one
+			}
+			fmt.Fprintln(tw, header)
 		}
 		for _, h := range k.Holders {
 			expires := "-" // held for as long as the holder lives
@@ -155,8 +162,16 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			if h.Hold {
 				command = "(hold: semrun acquire)" // the PID is its keeper's
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d\n", printable.String(h.Host), h.PID, command, h.Weight, h.Permits,
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d", printable.String(h.Host), h.PID, command, h.Weight, h.Permits,
 				h.Age.Round(time.Millisecond), expires, h.Token)
+			if deadlines {
+				deadline := "-"
+				if h.MaxRuntime > 0 {
+					deadline = h.DeadlineIn.Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(tw, "\t%s", deadline)
+			}
+			fmt.Fprintln(tw)
 		}
 		if len(k.Waiters) > 0 {
 			_ = tw.Flush() // the line's columns are not the holders'

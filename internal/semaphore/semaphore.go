@@ -98,6 +98,9 @@ type HolderInfo struct {
 	Command string `json:"command"`
 	// Hold marks a hold's keeper (see Holds), whose PID is the keeper's.
 	Hold bool `json:"hold,omitempty"`
+	// MaxRuntime is the holder's --max-runtime, counted from its grant;
+	// 0: none.
+	MaxRuntime time.Duration `json:"max_runtime_ns,omitempty"`
 }
 
 // Store hands out permits. Every store obeys the same rules, so the runner
@@ -201,6 +204,24 @@ type Holder struct {
 	// ExpiresIn is how long the lease has left; 0 for a permit that does
 	// not expire while its holder lives (a local lock).
 	ExpiresIn time.Duration `json:"expires_in_ns"`
+	// DeadlineIn is how long until its MaxRuntime runs out (negative once
+	// it has); 0 without one. Status fills it in (Deadlines).
+	DeadlineIn time.Duration `json:"deadline_in_ns,omitempty"`
+}
+
+// Deadlines fills in the holders' DeadlineIn from their MaxRuntime and
+// age, the same for every store.
+func Deadlines(keys []KeyStatus) {
+	for i := range keys {
+		for j := range keys[i].Holders {
+			if h := &keys[i].Holders[j]; h.MaxRuntime > 0 {
+				h.DeadlineIn = h.MaxRuntime - h.Age
+				if h.DeadlineIn == 0 {
+					h.DeadlineIn = -1 // ran out this very moment: not "none"
+				}
+			}
+		}
+	}
 }
 
 // Bounds of a request, beyond which it is a mistake.
