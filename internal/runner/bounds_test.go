@@ -23,12 +23,7 @@ func TestMaxRuntimeStopsTheChild(t *testing.T) {
 	h.alarmAt(15 * time.Second)
 	h.advanceTo(15 * time.Second)
 	waitFile(t, termed)
-	h.alarmAt(15*time.Second + killAfter)
-	h.advanceTo(15*time.Second + killAfter - time.Millisecond)
-	h.signals <- syscall.SIGUSR1 // still alive to answer?
-	waitFile(t, alive)
-	h.running()
-	h.advanceTo(15*time.Second + killAfter)
+	h.graceThenKill(alive, 15*time.Second)
 	res, err := h.wait()
 	if err != nil || !res.RanOut || res.Terminated || res.Lost != nil || res.Signal != syscall.SIGKILL {
 		t.Fatalf("got %+v, %v; want the child killed at MaxRuntime + KillAfter, RanOut, no loss", res, err)

@@ -219,6 +219,19 @@ func (h *harness) wait() (runner.Result, error) {
 	}
 }
 
+// graceThenKill takes a stubborn child, told to stop at +at, through its
+// grace period: alive to answer a moment before it ends, and the clock
+// moved on to its end, when SIGKILL is due.
+func (h *harness) graceThenKill(alive string, at time.Duration) {
+	h.t.Helper()
+	h.alarmAt(at + killAfter)
+	h.advanceTo(at + killAfter - time.Millisecond)
+	h.signals <- syscall.SIGUSR1 // still alive to answer?
+	waitFile(h.t, alive)
+	h.running()
+	h.advanceTo(at + killAfter)
+}
+
 // running fails the test if Run has returned.
 func (h *harness) running() {
 	h.t.Helper()
@@ -569,13 +582,7 @@ func TestKillAfterGracePeriod(t *testing.T) {
 	h.expectRenewal(10 * time.Second)
 	waitFile(t, termed)
 
-	h.alarmAt(10*time.Second + killAfter)
-	h.advanceTo(10*time.Second + killAfter - time.Millisecond)
-	h.signals <- syscall.SIGUSR1 // still alive to answer?
-	waitFile(t, alive)
-	h.running()
-
-	h.advanceTo(10*time.Second + killAfter)
+	h.graceThenKill(alive, 10*time.Second)
 	res, err := h.wait()
 	if err != nil || !res.Terminated || res.Signal != syscall.SIGKILL || !errors.Is(res.Lost, semaphore.ErrLost) {
 		t.Fatalf("got %+v, %v; want SIGKILL after the grace period", res, err)
