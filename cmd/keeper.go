@@ -236,6 +236,48 @@ func (m *keeperMessage) printed() bool {
 	return err == nil && strings.TrimSpace(string(line)) == printedLine
 }
 
+// watchEnds says, once, why the keeper must end the hold, and calls stop
+// then: --max-runtime ran out, --owner-pid's process exited, or a signal
+// came. It says nothing once ctx ends.
+func (o *acquireOptions) watchEnds(ctx context.Context, signals <-chan os.Signal, stop func()) <-chan semaphore.HoldEnd {
+	msg := o.keeper
+	var alarm *clock.Alarm
+	var ranOut <-chan struct{} // nil, which never delivers, without a bound
+	if msg.MaxRuntime > 0 {
+		alarm = clock.NewAlarm(clock.Now().Add(msg.MaxRuntime))
+		ranOut = alarm.C
+	}
+	var ownerGone chan struct{}
+	if msg.OwnerPID > 0 {
+		w := ownerOf(msg.OwnerPID, msg.OwnerFD)
+		ownerGone = make(chan struct{})
+		go func() {
+			defer w.close()
+			if w.wait(ctx) {
+				close(ownerGone)
+			}
+		}()
+	}
+	ends := make(chan semaphore.HoldEnd, 1)
+	go func() {
+		defer alarm.Stop()
+		var end semaphore.HoldEnd
+		select {
+		case <-ranOut:
+			end = semaphore.HoldEnd{State: semaphore.HoldMaxRuntime, Why: fmt.Sprintf("its --max-runtime of %v ran out", o.maxRuntime)}
+		case <-ownerGone:
+			end = semaphore.HoldEnd{State: semaphore.HoldReleased, Why: fmt.Sprintf("its owner, pid %d, exited", msg.OwnerPID)}
+		case sig := <-signals:
+			end = semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper got " + runner.SignalName(sig.(syscall.Signal))}
+		case <-ctx.Done():
+			return
+		}
+		ends <- end
+		stop()
+	}()
+	return ends
+}
+
 // keep is the keeper: it attaches to the hold, says so to acquire, and
 // renews it until the first of: the hold ended elsewhere (semrun
 // release), --max-runtime, --owner-pid's exit, SIGTERM, SIGINT or SIGHUP,
@@ -262,41 +304,9 @@ func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *l
 		return lease.Release(endCtx)
 	}
 
-	// ends says why the keeper stops renewing, first come.
-	ends := make(chan semaphore.HoldEnd, 3)
 	keepCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	if msg.MaxRuntime > 0 {
-		at := clock.Now().Add(msg.MaxRuntime)
-		alarm := clock.NewAlarm(at)
-		defer alarm.Stop()
-		go func() {
-			select {
-			case <-alarm.C:
-				ends <- semaphore.HoldEnd{State: semaphore.HoldMaxRuntime, Why: fmt.Sprintf("its --max-runtime of %v ran out", o.maxRuntime)}
-				stop()
-			case <-keepCtx.Done():
-			}
-		}()
-	}
-	if msg.OwnerPID > 0 {
-		w := ownerOf(msg.OwnerPID, msg.OwnerFD)
-		defer w.close()
-		go func() {
-			if w.wait(keepCtx) {
-				ends <- semaphore.HoldEnd{State: semaphore.HoldReleased, Why: fmt.Sprintf("its owner, pid %d, exited", msg.OwnerPID)}
-				stop()
-			}
-		}()
-	}
-	go func() {
-		select {
-		case sig := <-signals:
-			ends <- semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper got " + runner.SignalName(sig.(syscall.Signal))}
-			stop()
-		case <-keepCtx.Done():
-		}
-	}()
+	ends := o.watchEnds(keepCtx, signals, stop)
 	lost := runner.Keep(keepCtx, runner.Spec{TTL: info.TTL, Warnf: log.Warnf}, lease)
 
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
