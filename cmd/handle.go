@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/semrun/semrun/internal/runner"
@@ -98,13 +97,7 @@ func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *
 	o.permits = info.Permits
 	log.Infof("key %q: running under its hold, fencing token %d", o.key, info.Token)
 	started := time.Now()
-	res, runErr := runner.Run(ctx, runner.Spec{
-		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, info.Token), Inherit: lease.Files(),
-		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
-		TTL: info.TTL, KillAfter: o.killAfter, OnLost: o.lostPolicy(), MaxRuntime: o.maxRuntime, WarnAfter: o.warnAfter,
-		Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
-		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
-	}, lease)
+	res, runErr := runner.Run(ctx, o.spec(lease, info.Token, info.TTL, signals, log), lease)
 	if errors.Is(runErr, runner.ErrStale) {
 		// Semrun was held up between its attach and the start: the hold
 		// may be gone by now, and nothing ran.

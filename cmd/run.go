@@ -247,7 +247,6 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	if o.timeout > 0 {
 		waitUntil = began.Add(o.timeout)
 	}
-	onLost := o.lostPolicy()
 	for {
 		lease, err := o.acquire(ctx, store, signals, log, waitUntil)
 		if err != nil {
@@ -255,13 +254,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		}
 		log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), lease.Token())
 		started := time.Now()
-		res, runErr := runner.Run(ctx, runner.Spec{
-			Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, lease.Token()), Inherit: lease.Files(),
-			Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
-			TTL: o.ttl, KillAfter: o.killAfter, OnLost: onLost, MaxRuntime: o.maxRuntime, WarnAfter: o.warnAfter,
-			Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
-			Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
-		}, lease)
+		res, runErr := runner.Run(ctx, o.spec(lease, lease.Token(), o.ttl, signals, log), lease)
 		if errors.Is(runErr, runner.ErrStale) {
 			// Nothing ran: semrun was held up between the grant and the
 			// start. The permit goes back and the wait goes on.
@@ -270,6 +263,18 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 			continue
 		}
 		return o.ran(ctx, lease, res, runErr, started, log)
+	}
+}
+
+// spec is how the runner runs the command under lease, with token, a
+// lease of ttl, and the signals caught.
+func (o *runOptions) spec(lease semaphore.Lease, token int64, ttl time.Duration, signals *runner.Signals, log *logger) runner.Spec {
+	return runner.Spec{
+		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, token), Inherit: lease.Files(),
+		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
+		TTL: ttl, KillAfter: o.killAfter, OnLost: o.lostPolicy(), MaxRuntime: o.maxRuntime, WarnAfter: o.warnAfter,
+		Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
+		Lingering: func(status int, sig syscall.Signal, left []runner.Process) { o.lingering(log, status, sig, left) },
 	}
 }
 
