@@ -25,13 +25,10 @@ func (s *Store) Hold(ctx context.Context, l semaphore.Lease, keeper semaphore.Ho
 	if err != nil {
 		return semaphore.Handle{}, fmt.Errorf("encode keeper info: %w", err)
 	}
-	res, err := s.call(ctx, held.keys, protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Replicas: held.minReplicas, Meta: meta})
+	r, err := s.runHold(ctx, held.key, held.keys, "keep the permit",
+		protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Replicas: held.minReplicas, Meta: meta})
 	if err != nil {
-		return semaphore.Handle{}, fmt.Errorf("key %q: keep the permit: %w", held.key, err)
-	}
-	r, err := protocol.DecodeHold(res)
-	if err != nil {
-		return semaphore.Handle{}, fmt.Errorf("key %q: keep the permit: %w", held.key, err)
+		return semaphore.Handle{}, err
 	}
 	if r.State != string(semaphore.HoldHeld) {
 		return semaphore.Handle{}, holdEnded(held.key, r)
@@ -50,13 +47,9 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, keeper bool) (se
 	}
 	l := &lease{s: s, key: h.Key, keys: k, id: h.Secret, share: share}
 	sent := clock.Now()
-	res, err := s.call(ctx, k, l.renewArgs())
+	r, err := s.runHold(ctx, h.Key, k, "attach to the hold", l.shareArgs())
 	if err != nil {
-		return nil, semaphore.HoldInfo{}, fmt.Errorf("key %q: attach to the hold: %w", h.Key, err)
-	}
-	r, err := protocol.DecodeHold(res)
-	if err != nil {
-		return nil, semaphore.HoldInfo{}, fmt.Errorf("key %q: attach to the hold: %w", h.Key, err)
+		return nil, semaphore.HoldInfo{}, err
 	}
 	if r.State != string(semaphore.HoldHeld) {
 		return nil, semaphore.HoldInfo{}, holdEnded(h.Key, r)
@@ -95,7 +88,7 @@ func (s *Store) EndHold(ctx context.Context, h semaphore.Handle, end semaphore.H
 	if len(why) > semaphore.MaxHoldWhy {
 		why = why[:semaphore.MaxHoldWhy]
 	}
-	r, err := s.endHold(ctx, h.Key, protocol.NewKeys(s.prefix, h.Key),
+	r, err := s.runHold(ctx, h.Key, protocol.NewKeys(s.prefix, h.Key), "end the hold",
 		protocol.HoldArgs{Op: "end", ID: h.Secret, State: string(end.State), Why: why})
 	if err != nil {
 		return semaphore.HoldEnd{}, false, err
@@ -103,16 +96,17 @@ func (s *Store) EndHold(ctx context.Context, h semaphore.Handle, end semaphore.H
 	return holdEnd(r), r.Now, nil
 }
 
-// endHold runs hold.lua's end: a hold's end, or a share letting go.
-// Retried within ctx, as a release is: both are safe to repeat.
-func (s *Store) endHold(ctx context.Context, key string, k protocol.Keys, args protocol.HoldArgs) (protocol.HoldReply, error) {
+// runHold runs hold.lua with args, what saying what for in an error, and
+// hands on the seats an end gave back. Retried within ctx, as a release
+// is: each op is safe to repeat.
+func (s *Store) runHold(ctx context.Context, key string, k protocol.Keys, what string, args protocol.HoldArgs) (protocol.HoldReply, error) {
 	res, err := s.call(ctx, k, args)
 	if err != nil {
-		return protocol.HoldReply{}, fmt.Errorf("key %q: end the hold: %w", key, err)
+		return protocol.HoldReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
 	}
 	r, err := protocol.DecodeHold(res)
 	if err != nil {
-		return protocol.HoldReply{}, fmt.Errorf("key %q: end the hold: %w", key, err)
+		return protocol.HoldReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
 	}
 	s.dropped(key, r.Bad)
 	s.watch(ctx, k, r.Handed)

@@ -186,9 +186,14 @@ func (s *Store) noMajority(minReplicas, replicas int) (why, fix string) {
 // share of a hold, which renews with the hold's own lease and fence.
 func (l *lease) renewArgs() protocol.Args {
 	if l.share != "" {
-		return protocol.HoldArgs{Op: "renew", ID: l.id, Share: l.share}
+		return l.shareArgs()
 	}
 	return protocol.RenewArgs{ID: l.id, TTL: l.ttl, Fence: l.fence}
+}
+
+// shareArgs are the renewal of a share of a hold, as hold.lua takes it.
+func (l *lease) shareArgs() protocol.HoldArgs {
+	return protocol.HoldArgs{Op: "renew", ID: l.id, Share: l.share}
 }
 
 // renewed reads the reply to renewArgs: whether the lease was extended,
@@ -221,7 +226,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if l.share != "" {
 		// A share lets go of its hold, which gives the permit back only
 		// once the hold ended and no one else is attached.
-		_, err := l.s.endHold(ctx, l.key, l.keys, protocol.HoldArgs{Op: "end", ID: l.id, Share: l.share})
+		_, err := l.s.runHold(ctx, l.key, l.keys, "leave the hold", protocol.HoldArgs{Op: "end", ID: l.id, Share: l.share})
 		return err
 	}
 	// Retried within ctx, as a release is safe to repeat: a failover or a
