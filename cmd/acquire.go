@@ -84,6 +84,12 @@ func (o *acquireOptions) validate() error {
 	if o.maxRuntime < 0 {
 		return usageErrorf("%s: must not be negative", o.src.show("max-runtime", o.maxRuntime))
 	}
+	// The store ends the hold at its bound too: what --handle runs need
+	// to stop their commands, with a run's default kill-after.
+	o.killAfter = min(defaultKillAfter, runner.MaxKillAfter(o.ttl))
+	if err := o.bound(o.maxRuntime, 0); err != nil {
+		return err
+	}
 	if o.keeper != nil {
 		return nil // the keeper is handed its owner
 	}

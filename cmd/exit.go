@@ -129,10 +129,14 @@ type ranOutError struct {
 }
 
 func (e *ranOutError) Error() string {
-	if len(e.unstopped) > 0 {
-		return fmt.Sprintf("key %q: the command ran for %v (--max-runtime); %s", e.key, e.maxRuntime, couldNotStop(e.unstopped))
+	ran := fmt.Sprintf("the command ran for %v (--max-runtime)", e.maxRuntime)
+	if e.maxRuntime == 0 {
+		ran = "the hold's --max-runtime ran out" // a run under its handle
 	}
-	return fmt.Sprintf("key %q: the command ran for %v (--max-runtime); terminated", e.key, e.maxRuntime)
+	if len(e.unstopped) > 0 {
+		return fmt.Sprintf("key %q: %s; %s", e.key, ran, couldNotStop(e.unstopped))
+	}
+	return fmt.Sprintf("key %q: %s; terminated", e.key, ran)
 }
 
 // holdEndedError means a hold had ended when a release or a run under its

@@ -41,8 +41,9 @@ type runFlags struct {
 	// handle is --handle's: run under a hold instead of taking a permit.
 	handle string
 	// maxRuntime and warnAfter bound how long the command runs, and say
-	// when it runs long; 0: no bound.
-	maxRuntime, warnAfter time.Duration
+	// when it runs long; 0: no bound. minHold keeps the permit taken, as
+	// cooling, that long after its grant.
+	maxRuntime, warnAfter, minHold time.Duration
 }
 
 // runOptions are a run's flag values and what they make once checked.
@@ -128,6 +129,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newDuration(&o.killAfter, defaultKillAfter), "kill-after", "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
 	f.Var(newDuration(&o.maxRuntime, 0), "max-runtime", "stop the command once it has run this long: SIGTERM to its group, SIGKILL after --kill-after, exit 124 (0: no bound)")
 	f.Var(newDuration(&o.warnAfter, 0), "warn-after", "say once on stderr that the command has run this long (0: never)")
+	f.Var(newDuration(&o.minHold, 0), "min-hold", "keep the permit taken until this long after its grant, even when the command ends sooner (cooling: semrun exits at once; callers find the key busy until then)")
 	f.StringVar(&o.handle, "handle", "", "run under a hold that semrun acquire took, at once, instead of taking a permit: its handle, or @VAR to read it from variable VAR (ps shows arguments, not variables)")
 	return cmd
 }
@@ -208,7 +210,7 @@ func (o *runOptions) validateCommand() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"max-runtime", o.maxRuntime}, {"warn-after", o.warnAfter}} {
+	}{{"max-runtime", o.maxRuntime}, {"warn-after", o.warnAfter}, {"min-hold", o.minHold}} {
 		if d.v < 0 {
 			return usageErrorf("%s: must not be negative", show(d.flag, d.v))
 		}
@@ -220,7 +222,23 @@ func (o *runOptions) validateCommand() error {
 	if o.path, err = runner.Find(o.command[0]); err != nil {
 		return err
 	}
-	return o.checkKillAfter(o.ttl)
+	if err := o.checkKillAfter(o.ttl); err != nil {
+		return err
+	}
+	if o.set("handle") {
+		return nil // the hold's permit is bound already
+	}
+	return o.bound(o.maxRuntime, o.minHold)
+}
+
+// bound makes the request's permit last at most maxRuntime, and the
+// kill-after, in the store too, and at least minHold.
+func (o *runOptions) bound(maxRuntime, minHold time.Duration) error {
+	o.req.MaxRuntime, o.req.KillAfter, o.req.MinHold = maxRuntime, o.killAfter, minHold
+	if err := o.req.Validate(); err != nil {
+		return o.refused(err)
+	}
+	return nil
 }
 
 // checkKillAfter refuses a --kill-after a lease of ttl cannot give, and
@@ -300,10 +318,11 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 		log.Infof("key %q: the command %s after %v", o.key, ended, time.Since(started).Round(time.Millisecond))
 	}
 
-	o.release(ctx, lease, log)
 	if runErr != nil {
+		o.release(ctx, lease, log) // nothing ran: nothing to cool
 		return runErr
 	}
+	o.finish(ctx, lease, commandStatus(res), log)
 	if res.Terminated {
 		code := o.lostExitCode
 		var ended *semaphore.HoldEndedError
@@ -346,14 +365,40 @@ func (o *runOptions) lingering(log *logger, status int, sig syscall.Signal, left
 	say("key %q: the command exited (%s) but left %s in its process group, which keep the permit until they end (start work that should outlive it with setsid)", o.key, ended, what)
 }
 
-// release gives the permit back. A failed release never changes the exit
-// status: the permit frees itself within the TTL. It gets little time,
-// since whoever waits for semrun should not wait for a store that does not
-// answer.
+// commandStatus is how the command ended, as a shell says it: its status,
+// 128+N for a signal N; -1 when it did not end.
+func commandStatus(res runner.Result) int {
+	switch {
+	case res.StillRuns:
+		return -1
+	case res.Signal != 0:
+		return 128 + int(res.Signal)
+	}
+	return res.ExitCode
+}
+
+// release gives back a permit no command ran under.
 func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *logger) {
+	o.giveBack(ctx, func(ctx context.Context) error { return lease.Release(ctx) }, log)
+}
+
+// finish gives the permit back once its command ended with status (see
+// commandStatus): with --min-hold, it stays taken until then.
+func (o *runOptions) finish(ctx context.Context, lease semaphore.Lease, status int, log *logger) {
+	o.giveBack(ctx, func(ctx context.Context) error { return lease.Finish(ctx, status) }, log)
+	if o.minHold > 0 {
+		log.Infof("key %q: it stays taken until %v after its grant (--min-hold)", o.key, o.minHold)
+	}
+}
+
+// giveBack gives the permit back with let. A failed release never changes
+// the exit status: the permit frees itself within the TTL. It gets little
+// time, since whoever waits for semrun should not wait for a store that
+// does not answer.
+func (o *runOptions) giveBack(ctx context.Context, let func(context.Context) error, log *logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
 	defer cancel()
-	if err := lease.Release(ctx); err != nil {
+	if err := let(ctx); err != nil {
 		log.Warnf("%v; the permit frees itself within %v", err, o.ttl)
 		return
 	}

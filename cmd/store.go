@@ -22,6 +22,8 @@ var settingFlags = map[semaphore.Setting]string{
 	semaphore.TTLSetting:             "ttl",
 	semaphore.RestartFenceSetting:    "restart-fence",
 	semaphore.MinReplicasSetting:     "min-replicas",
+	semaphore.MaxRuntimeSetting:      "max-runtime",
+	semaphore.MinHoldSetting:         "min-hold",
 	localstore.DirSetting:            "lock-dir",
 	redisstore.URLSetting:            "redis",
 	redisstore.PrefixSetting:         "prefix",

@@ -18,6 +18,7 @@ type neverLapses struct{}
 
 func (neverLapses) Deadline() clock.Instant         { return clock.Instant{} }
 func (neverLapses) Renew(ctx context.Context) error { return nil }
+func (neverLapses) Bound() clock.Instant            { return clock.Instant{} }
 
 var cpusLine = regexp.MustCompile(`Cpus_allowed_list:\s*(\S+)`)
 

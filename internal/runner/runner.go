@@ -67,7 +67,9 @@ type Spec struct {
 	Clock clock.Clock
 	// MaxRuntime, when positive, stops the command once it has run this
 	// long, on the clock: SIGTERM to its group, SIGKILL after KillAfter.
-	// Renewals go on until the group is gone.
+	// A lease with a bound stops it sooner when that comes first
+	// (semaphore.RunsOut). Renewals go on until the group is gone, up to
+	// the bound.
 	MaxRuntime time.Duration
 	// WarnAfter, when positive, makes Warnf say once that the command has
 	// run this long; nothing else changes.
@@ -165,6 +167,9 @@ type Lease interface {
 	// Renew extends the lease; an error wrapping semaphore.ErrLost means
 	// the permit is gone, any other leaves it in doubt.
 	Renew(ctx context.Context) error
+	// Bound is when the store renews the lease no further, on the same
+	// clock; zero without a bound (see semaphore.Lease).
+	Bound() clock.Instant
 }
 
 // RenewEvery is how often a lease of ttl is renewed.
@@ -243,7 +248,9 @@ func Run(ctx context.Context, spec Spec, lease Lease) (Result, error) {
 // stopped or starved on its way here. An aged lease is renewed once; if
 // that fails or comes back late, Run returns ErrStale and starts nothing.
 func ready(ctx context.Context, spec Spec, lease Lease) error {
-	fresh := func() bool { return semaphore.Fresh(lease.Deadline(), spec.Clock.Now(), spec.TTL) }
+	fresh := func() bool {
+		return semaphore.Fresh(lease.Deadline(), lease.Bound(), spec.Clock.Now(), spec.TTL, spec.KillAfter)
+	}
 	if fresh() {
 		return nil
 	}
@@ -333,12 +340,20 @@ func (s *supervisor) stop() {
 	s.warn.Stop()
 }
 
-// startBounds sets the alarms of MaxRuntime and WarnAfter, counted from
-// now, as the child has just started.
+// startBounds sets the alarms of MaxRuntime, counted from now, as the
+// child has just started, or of the lease's bound when that comes first,
+// and of WarnAfter.
 func (s *supervisor) startBounds() {
 	now := s.spec.Clock.Now()
+	var at clock.Instant
 	if s.spec.MaxRuntime > 0 {
-		s.ranOut = s.spec.Clock.NewAlarm(now.Add(s.spec.MaxRuntime))
+		at = now.Add(s.spec.MaxRuntime)
+	}
+	if b := s.lease.Bound(); !b.IsZero() && (at.IsZero() || semaphore.RunsOut(b, s.spec.KillAfter).Before(at)) {
+		at = semaphore.RunsOut(b, s.spec.KillAfter)
+	}
+	if !at.IsZero() {
+		s.ranOut = s.spec.Clock.NewAlarm(at)
 	}
 	if s.spec.WarnAfter > 0 {
 		s.warn = s.spec.Clock.NewAlarm(now.Add(s.spec.WarnAfter))
@@ -349,6 +364,7 @@ func (s *supervisor) startBounds() {
 // SIGKILL after the grace period. The permit stays held, and renewed,
 // until the group is gone.
 func (s *supervisor) ranOutOfTime() {
+	s.ranOut.Stop()
 	s.ranOut = nil
 	if s.kill != nil || s.res.Terminated {
 		return // being stopped already
@@ -471,6 +487,21 @@ func (s *supervisor) givingUp() {
 		s.giveUp = s.spec.Clock.NewAlarm(at)
 		return
 	}
+	s.giveUp = nil
+	s.overdue()
+}
+
+// overdue runs when the point where the permit counts as lost has passed.
+// A lease that lasts to its bound has reached its run-out time, or passed
+// it while semrun could not look (it was stopped): the command is stopped
+// as at its max runtime, while its SIGKILL still lands before the lease
+// lapses. Otherwise the permit counts as lost.
+func (s *supervisor) overdue() {
+	d := s.lease.Deadline()
+	if semaphore.Capped(d, s.lease.Bound()) && until(s.spec.Clock, d.Add(-s.spec.KillAfter-semaphore.BoundMargin/2)) > 0 {
+		s.ranOutOfTime()
+		return
+	}
 	s.onLost(presumedLost(s.spec))
 }
 
@@ -514,7 +545,7 @@ func (s *supervisor) onLost(err error) {
 // before it can run on next to a new holder.
 func (s *supervisor) resumed() {
 	if s.lost != nil && s.lapses && s.spec.Clock.Now().After(lossAt(s.spec, s.lease)) {
-		s.onLost(presumedLost(s.spec))
+		s.overdue()
 	}
 	s.term.resume(s.g)
 }
@@ -544,7 +575,7 @@ func (s *supervisor) childChanged(ev waitEvent) (done bool) {
 	if s.lost != nil && s.lapses && s.spec.Clock.Now().After(lossAt(s.spec, s.lease)) {
 		// Its exit came first, but the loss point had passed (semrun was
 		// stopped, say): said all the same, the status kept.
-		s.onLost(presumedLost(s.spec))
+		s.overdue()
 	}
 	// A lingering child left processes in its group (work it put in the
 	// background): the permit stays held, and renewed, until they are gone
@@ -615,7 +646,13 @@ func notExecutable(path string) error {
 // lossAt is when the child must be told to stop if no renewal succeeds
 // before: early enough that SIGKILL lands before the lease could end.
 func lossAt(spec Spec, lease Lease) clock.Instant {
-	return lease.Deadline().Add(-spec.KillAfter - Margin(spec.TTL))
+	d, b := lease.Deadline(), lease.Bound()
+	if semaphore.Capped(d, b) {
+		// Renewed no further, it lasts until the command, stopped at its
+		// run-out time, is gone (overdue).
+		return semaphore.RunsOut(b, spec.KillAfter)
+	}
+	return d.Add(-spec.KillAfter - Margin(spec.TTL))
 }
 
 // LostWhy says why a permit counts as lost, in the user's words: the
@@ -654,7 +691,15 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 	every := RenewEvery(spec.TTL)
 	// Never so late that the child must be told to stop before a renewal
 	// was tried: a lease handed over with little left is renewed at once.
-	onTime := func() time.Duration { return min(every, until(clk, lossAt(spec, lease))/2) }
+	// A lease at its bound is renewed no further: its renewals only learn
+	// whether it ended.
+	capped := func() bool { return semaphore.Capped(lease.Deadline(), lease.Bound()) }
+	onTime := func() time.Duration {
+		if capped() {
+			return every
+		}
+		return min(every, until(clk, lossAt(spec, lease))/2)
+	}
 	next := onTime()
 	// failed counts the renewals that failed in a row: the first is said,
 	// and the one that works again, not each retry between.
@@ -667,8 +712,13 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 			return
 		case <-due.C:
 		}
-		// The call must end before the child has to be told to stop.
-		call, cancel := clk.WithDeadline(ctx, lossAt(spec, lease))
+		// The call must end before the child has to be told to stop, or
+		// at a bound, before the lease lapses.
+		end := lossAt(spec, lease)
+		if capped() {
+			end = lease.Deadline().Add(-semaphore.BoundMargin / 2)
+		}
+		call, cancel := clk.WithDeadline(ctx, end)
 		err := lease.Renew(call)
 		cancel()
 		switch {
@@ -694,6 +744,9 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 			failed++
 			// At least three more tries fit before the child must stop.
 			next = max(min(spec.TTL/12, until(clk, lossAt(spec, lease))/3), 50*time.Millisecond)
+			if capped() {
+				next = every
+			}
 		}
 	}
 }

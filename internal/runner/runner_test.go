@@ -72,12 +72,21 @@ type fakeLease struct {
 	mu       sync.Mutex
 	deadline clock.Instant
 	script   []renewal
+	// bound, when set, is the store's: no renewal goes past it, and none
+	// is made at or after it.
+	bound clock.Instant
 }
 
 func (l *fakeLease) Deadline() clock.Instant {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
+}
+
+func (l *fakeLease) Bound() clock.Instant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bound
 }
 
 func (l *fakeLease) Renew(ctx context.Context) error {
@@ -92,10 +101,16 @@ func (l *fakeLease) Renew(ctx context.Context) error {
 	if len(l.script) > 1 {
 		l.script = l.script[1:]
 	}
+	if !l.bound.IsZero() && !sent.Before(l.bound) {
+		how = renewLost
+	}
 	if how == renewOK || how == renewLate {
 		// A lease is extended from when the renewal was sent, as the
-		// store's script does.
+		// store's script does, up to its bound.
 		l.deadline = sent.Add(l.ttl)
+		if !l.bound.IsZero() && l.deadline.After(l.bound) {
+			l.deadline = l.bound
+		}
 	}
 	l.mu.Unlock()
 	l.calls <- sent

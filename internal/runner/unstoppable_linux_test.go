@@ -68,6 +68,8 @@ type lostOnceReady struct {
 	deadline clock.Instant
 }
 
+func (l *lostOnceReady) Bound() clock.Instant { return clock.Instant{} }
+
 func (l *lostOnceReady) Deadline() clock.Instant {
 	l.mu.Lock()
 	defer l.mu.Unlock()

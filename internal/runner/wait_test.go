@@ -22,11 +22,13 @@ import (
 // grant is a permit a fake ask grants, told apart by its token.
 type grant int64
 
-func (grant) Deadline() clock.Instant       { return clock.Instant{} }
-func (grant) Renew(context.Context) error   { return nil }
-func (grant) Release(context.Context) error { return nil }
-func (grant) Files() []*os.File             { return nil }
-func (g grant) Token() int64                { return int64(g) }
+func (grant) Deadline() clock.Instant           { return clock.Instant{} }
+func (grant) Renew(context.Context) error       { return nil }
+func (grant) Release(context.Context) error     { return nil }
+func (grant) Finish(context.Context, int) error { return nil }
+func (grant) Bound() clock.Instant              { return clock.Instant{} }
+func (grant) Files() []*os.File                 { return nil }
+func (g grant) Token() int64                    { return int64(g) }
 
 // ask is one call of the fake acquire function, under way.
 type ask struct {

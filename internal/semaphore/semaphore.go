@@ -71,7 +71,28 @@ type Request struct {
 	// replicas have it (Redis WAIT, bounded), so that a failover does not
 	// lose it; 0 does not wait. Stores without replicas ignore it.
 	MinReplicas int
+	// MaxRuntime, when positive, bounds the permit: its holder stops its
+	// command once it has run this long, and a store whose permits are
+	// leases renews it no further than Overrun(KillAfter) past that
+	// (Lease.Bound), so that a holder that stopped, hung or is old frees
+	// it by then. Status shows it (HolderInfo.MaxRuntime).
+	MaxRuntime time.Duration
+	// KillAfter is how long after SIGTERM its holder sends SIGKILL.
+	KillAfter time.Duration
+	// MinHold keeps the permit taken until this long after its grant
+	// when Lease.Finish gives it back sooner: cooling, with no process
+	// left. 0: none.
+	MinHold time.Duration
 }
+
+// BoundMargin is the room a bounded permit leaves, past its MaxRuntime
+// and its kill-after, for the SIGKILL to land and for clocks that tick at
+// slightly different rates.
+const BoundMargin = time.Second
+
+// Overrun is how long past its MaxRuntime a store renews a permit at
+// most: the kill-after and BoundMargin.
+func Overrun(killAfter time.Duration) time.Duration { return killAfter + BoundMargin }
 
 // WaitState is what a waiting caller waits for.
 type WaitState struct {
@@ -98,8 +119,8 @@ type HolderInfo struct {
 	Command string `json:"command"`
 	// Hold marks a hold's keeper (see Holds), whose PID is the keeper's.
 	Hold bool `json:"hold,omitempty"`
-	// MaxRuntime is the holder's --max-runtime, counted from its grant;
-	// 0: none.
+	// MaxRuntime is the holder's Request.MaxRuntime, counted from its
+	// grant; 0: none.
 	MaxRuntime time.Duration `json:"max_runtime_ns,omitempty"`
 }
 
@@ -144,6 +165,15 @@ type Lease interface {
 	Renew(ctx context.Context) error
 	// Release gives the permit back. Releasing twice is harmless.
 	Release(ctx context.Context) error
+	// Finish gives the permit back as Release does, saying how its command
+	// ended; a permit whose Request.MinHold has not passed since its grant
+	// stays taken, as cooling, until it has (KeyStatus.Cooling).
+	Finish(ctx context.Context, exitStatus int) error
+	// Bound is the instant past which the store renews the permit no
+	// further (see Request.MaxRuntime), on the clock of Deadline and never
+	// later than on the store's; the zero Instant without one. Deadline
+	// is never later.
+	Bound() clock.Instant
 	// Files are open files that hold the permit, if any. A child that
 	// inherits them keeps the permit held until the last process of its
 	// job has exited, even when its parent is killed.
@@ -154,9 +184,27 @@ type Lease interface {
 // that lapses at deadline (a Lease's Deadline): it never lapses, or more
 // than half its TTL is left. A runner that gives renewals TTL/2 (the next
 // one, its retries, the grace and a margin) then never presumes it lost
-// the moment it starts.
-func Fresh(deadline, now clock.Instant, ttl time.Duration) bool {
+// the moment it starts. A lease that lasts to its bound (Capped) needs no
+// renewal: some of its MaxRuntime must be left (RunsOut).
+func Fresh(deadline, bound, now clock.Instant, ttl, killAfter time.Duration) bool {
+	if Capped(deadline, bound) {
+		return now.Before(RunsOut(bound, killAfter))
+	}
 	return deadline.IsZero() || deadline.Sub(now) > ttl/2
+}
+
+// Capped tells whether a lease that lapses at deadline lasts to its bound
+// (a Lease's), within half the BoundMargin: it is renewed no further, and
+// its holder's SIGKILL at RunsOut and the kill-after lands before it
+// lapses. False without a bound.
+func Capped(deadline, bound clock.Instant) bool {
+	return !bound.IsZero() && !deadline.IsZero() && !deadline.Before(bound.Add(-BoundMargin/2))
+}
+
+// RunsOut is when a holder whose lease has bound (a Lease's) and who
+// kills after killAfter must tell its command to stop: its MaxRuntime.
+func RunsOut(bound clock.Instant, killAfter time.Duration) clock.Instant {
+	return bound.Add(-Overrun(killAfter))
 }
 
 // KeyStatus describes one semaphore.
@@ -170,6 +218,9 @@ type KeyStatus struct {
 	// Waiters are the callers waiting for a permit, longest waiting first,
 	// where the store keeps track of them.
 	Waiters []Waiter `json:"waiters"`
+	// Cooling are the permits given back before their MinHold passed,
+	// which stay taken until it has; Held counts them.
+	Cooling []Cooling `json:"cooling"`
 	// Unlisted is how many holders and waiters are not listed: a store
 	// lists the first ones of a long line only.
 	Unlisted int `json:"unlisted,omitempty"`
@@ -209,6 +260,19 @@ type Holder struct {
 	DeadlineIn time.Duration `json:"deadline_in_ns,omitempty"`
 }
 
+// Cooling is a permit given back before its Request.MinHold passed: it
+// stays taken, with no process, until then.
+type Cooling struct {
+	HolderInfo
+	// Permits is the capacity its holder asked for.
+	Permits int `json:"permits"`
+	// Weight is how many permits it takes.
+	Weight int           `json:"weight"`
+	EndsIn time.Duration `json:"ends_in_ns"`
+	// ExitStatus is how its command ended (128+N for a signal N).
+	ExitStatus int `json:"exit_status"`
+}
+
 // Deadlines fills in the holders' DeadlineIn from their MaxRuntime and
 // age, the same for every store.
 func Deadlines(keys []KeyStatus) {
@@ -230,6 +294,10 @@ const (
 	MinTTL      = time.Second
 	MaxTTL      = 24 * time.Hour
 	MaxReplicas = 1000
+	// MaxRuntime bounds Request.MaxRuntime; MaxMinHold, Request.MinHold:
+	// a month, for a monthly job.
+	MaxMaxRuntime = 31 * 24 * time.Hour
+	MaxMinHold    = 31 * 24 * time.Hour
 )
 
 // Validate refuses a request no store should serve, with a *SettingError
@@ -252,6 +320,10 @@ func (r Request) Validate() error {
 		return &SettingError{Setting: RestartFenceSetting, Value: r.RestartFence, Err: fmt.Errorf("must be from 0 to %v", MaxTTL)}
 	case r.MinReplicas < 0 || r.MinReplicas > MaxReplicas:
 		return &SettingError{Setting: MinReplicasSetting, Value: r.MinReplicas, Err: fmt.Errorf("must be from 0 to %d", MaxReplicas)}
+	case r.MaxRuntime < 0 || r.MaxRuntime > MaxMaxRuntime:
+		return &SettingError{Setting: MaxRuntimeSetting, Value: r.MaxRuntime, Err: fmt.Errorf("must be from 0 to %v", MaxMaxRuntime)}
+	case r.MinHold < 0 || r.MinHold > MaxMinHold:
+		return &SettingError{Setting: MinHoldSetting, Value: r.MinHold, Err: fmt.Errorf("must be from 0 to %v", MaxMinHold)}
 	}
 	return nil
 }

@@ -16,6 +16,8 @@ const (
 	TTLSetting          Setting = "lease"
 	RestartFenceSetting Setting = "restart fence"
 	MinReplicasSetting  Setting = "min replicas"
+	MaxRuntimeSetting   Setting = "max runtime"
+	MinHoldSetting      Setting = "min hold"
 )
 
 // Names tell how the user knows each setting.

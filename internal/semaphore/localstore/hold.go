@@ -596,6 +596,12 @@ func (l *holdLease) Deadline() clock.Instant {
 	return l.deadline
 }
 
+// Bound is zero: see lease.Bound.
+func (l *holdLease) Bound() clock.Instant { return clock.Instant{} }
+
+// Finish leaves the hold, as Release does.
+func (l *holdLease) Finish(ctx context.Context, _ int) error { return l.Release(ctx) }
+
 // Files are the seats file, read-only, whose locks hold the hold's seats
 // and mark: a child that inherits it keeps them, as a run's.
 func (l *holdLease) Files() []*os.File { return l.seats.files() }

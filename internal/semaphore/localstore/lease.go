@@ -61,6 +61,13 @@ func (l *lease) Files() []*os.File {
 	return files
 }
 
+// Bound is zero: nothing renews a lock, so nothing can stop renewing it.
+// The holder stops its command at its max runtime.
+func (l *lease) Bound() clock.Instant { return clock.Instant{} }
+
+// Finish gives the permit back.
+func (l *lease) Finish(ctx context.Context, _ int) error { return l.Release(ctx) }
+
 func (l *lease) Release(context.Context) error {
 	l.once.Do(func() {
 		l.released.Store(true)

@@ -229,7 +229,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 	}
 	a.args = protocol.AcquireArgs{
 		ID: a.id, Permits: req.Permits, TTL: req.TTL, Meta: meta, Weight: req.Takes(),
-		Fence: req.RestartFence, Line: s.maxLine,
+		Fence: req.RestartFence, Line: s.maxLine, Bound: asked(req),
 	}
 	if !req.NoWait {
 		a.args.Wait = min(req.TTL, WaiterLease)
@@ -269,7 +269,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	// A turn of its own, handed by its own script, it has just taken.
 	s.watch(ctx, a.keys, slices.DeleteFunc(r.Handed, func(l string) bool { return l == a.wake.key }))
 	if r.Granted {
-		l, err := a.fresh(ctx, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left))))
+		l, err := a.fresh(ctx, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left)), sent, r.Since, r.Now))
 		return l, 0, err
 	}
 	fenced := protocol.Span(r.Fenced)
@@ -320,7 +320,9 @@ func (a *asker) warn(r protocol.AcquireReply) {
 
 // take returns the permit a script handed over, or nil to ask again.
 func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, error) {
-	return a.fresh(ctx, a.s.newLease(a.req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now))))
+	// Handed over at the expiry less the lease, as the script reads its clock.
+	since := t.Expiry - a.req.TTL.Milliseconds()
+	return a.fresh(ctx, a.s.newLease(a.req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)), a.inLine.sent, since, a.inLine.now))
 }
 
 // fresh returns l, just granted, once it is semaphore.Fresh, with its
@@ -332,7 +334,7 @@ func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, err
 func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	s, req := a.s, a.req
 	// With replicas to wait for, replicated renews anyway.
-	if req.MinReplicas <= 0 && !semaphore.Fresh(l.Deadline(), clock.Now(), req.TTL) {
+	if req.MinReplicas <= 0 && !semaphore.Fresh(l.Deadline(), l.Bound(), clock.Now(), req.TTL, req.KillAfter) {
 		call, cancel := context.WithTimeout(ctx, s.connectTimeout)
 		_ = l.Renew(call) // lapsed or in doubt: not fresh
 		cancel()
@@ -341,7 +343,7 @@ func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case !semaphore.Fresh(got.Deadline(), clock.Now(), req.TTL):
+	case !semaphore.Fresh(got.Deadline(), got.Bound(), clock.Now(), req.TTL, req.KillAfter):
 		s.abandon(ctx, a.keys, a.id)
 		if !a.stale {
 			a.stale = true

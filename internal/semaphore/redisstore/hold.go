@@ -26,7 +26,7 @@ func (s *Store) Hold(ctx context.Context, l semaphore.Lease, keeper semaphore.Ho
 		return semaphore.Handle{}, fmt.Errorf("encode keeper info: %w", err)
 	}
 	r, err := s.runHold(ctx, held.key, held.keys, "keep the permit",
-		protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Replicas: held.minReplicas, Meta: meta})
+		protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Replicas: held.minReplicas, Meta: meta, Bound: held.asked})
 	if err != nil {
 		return semaphore.Handle{}, err
 	}
@@ -58,13 +58,16 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, keeper bool) (se
 	if len(r.Meta) <= maxMeta {
 		_ = json.Unmarshal([]byte(r.Meta), &info.Keeper) // what status shows only
 	}
-	if info.TTL < semaphore.MinTTL || info.Permits < 1 || info.Weight < 1 || info.Token < 1 {
+	if info.TTL < semaphore.MinTTL || info.Permits < 1 || info.Weight < 1 || info.Token < 1 || r.Left <= 0 || r.Hard < 0 {
 		return nil, semaphore.HoldInfo{}, fmt.Errorf("key %q: attach to the hold: %s: unexpected hold %+v", h.Key, s.addr, r)
 	}
 	l.ttl, l.token = info.TTL, info.Token
 	// As a renewal: the script's expiry is its clock's reading, rounded
-	// down, plus the hold's lease.
-	l.deadline = sent.Add(l.ttl - time.Millisecond)
+	// down, plus the hold's lease, or less at its bound.
+	l.deadline = sent.Add(serverSpan(min(r.Left, r.TTL)))
+	if r.Hard > 0 {
+		l.bound = sent.Add(time.Duration(r.Hard-1) * time.Millisecond)
+	}
 	if r.Replicas > 0 {
 		// Renewals count once replicas have them, as the grant did: the
 		// attach too, so that a failover cannot bring back an older lease.

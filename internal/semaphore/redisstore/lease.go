@@ -33,19 +33,47 @@ type lease struct {
 	// share names this process among those attached to a hold (see
 	// hold.go); empty for a lease that is not a hold's.
 	share string
+	// asked is how long after its grant the store renews the permit at
+	// most (the request's max runtime and overrun; 0: no bound), and bound
+	// that instant, here; minHold is the request's.
+	asked, minHold time.Duration
 	// countReplicas: the next replicated renewal also reads how many
 	// replicas the master has, to warn once of min replicas that is no
 	// majority of them (with --verbose only).
 	countReplicas atomic.Bool
 
-	mu       sync.Mutex
-	deadline clock.Instant
+	mu              sync.Mutex
+	deadline, bound clock.Instant
 }
 
-func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, deadline clock.Instant) *lease {
-	l := &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token, deadline: deadline}
+// newLease is the lease of req's permit id, granted at the server's
+// clock since, as a script that ran at its clock now answered a call sent
+// at sent: its bound is the server's, here, never later.
+func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, deadline clock.Instant, sent clock.Instant, since, now int64) *lease {
+	l := &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token,
+		deadline: deadline, asked: asked(req), minHold: req.MinHold}
+	if l.asked > 0 {
+		// sent is no later than now, here: the bound is no later than
+		// the store's. A permit is granted by the call (since = now), or
+		// handed over after the call that put its waiter in line; the
+		// reply is bounded either way.
+		after := min(max(since-now, -protocol.MaxTTL.Milliseconds()), protocol.MaxWaiterLease.Milliseconds())
+		l.bound = sent.Add(l.asked + time.Duration(after-1)*time.Millisecond)
+		if l.deadline.After(l.bound) {
+			l.deadline = l.bound
+		}
+	}
 	l.countReplicas.Store(s.verbose && req.MinReplicas > 0)
 	return l
+}
+
+// asked is how long after its grant the store renews req's permit at
+// most; 0 for no bound.
+func asked(req semaphore.Request) time.Duration {
+	if req.MaxRuntime <= 0 {
+		return 0
+	}
+	return req.MaxRuntime + semaphore.Overrun(req.KillAfter)
 }
 
 func (l *lease) Token() int64 { return l.token }
@@ -56,16 +84,23 @@ func (l *lease) Deadline() clock.Instant {
 	return l.deadline
 }
 
+func (l *lease) Bound() clock.Instant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bound
+}
+
 func (l *lease) Renew(ctx context.Context) error {
 	sent := clock.Now()
 	var renewed bool
+	var left, hard int64
 	var err error
 	if l.minReplicas > 0 {
-		renewed, err = l.renewReplicated(ctx)
+		renewed, left, hard, err = l.renewReplicated(ctx)
 	} else {
 		var res any
 		if res, err = protocol.Run(ctx, l.s.client, l.keys, l.renewArgs()); err == nil {
-			renewed, err = l.renewed(res)
+			renewed, left, hard, err = l.renewed(res)
 		}
 	}
 	var ended *semaphore.HoldEndedError
@@ -80,9 +115,16 @@ func (l *lease) Renew(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// The script's expiry is its clock's reading, rounded down, plus ttl.
-	if d := sent.Add(l.ttl - time.Millisecond); d.After(l.deadline) {
+	// The script's expiry is its clock's reading, rounded down, plus what
+	// it left: the ttl, or less at the bound.
+	if d := sent.Add(serverSpan(min(left, l.ttl.Milliseconds()))); d.After(l.deadline) {
 		l.deadline = d
+	}
+	if hard > 0 {
+		// A hold's, which its keeper asked for.
+		if b := sent.Add(time.Duration(hard-1) * time.Millisecond); l.bound.IsZero() || b.Before(l.bound) {
+			l.bound = b
+		}
 	}
 	return nil
 }
@@ -91,10 +133,10 @@ func (l *lease) Renew(ctx context.Context) error {
 // minReplicas replicas to have the renewal, and so every write before it,
 // the grant included. A renewal they do not all have in time does not
 // count: a failover could lose it.
-func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
+func (l *lease) renewReplicated(ctx context.Context) (renewed bool, left, hard int64, err error) {
 	node, err := l.s.client.Node(ctx, l.keys.Holders)
 	if err != nil {
-		return false, fmt.Errorf("find the node that serves key %q: %w", l.key, err)
+		return false, 0, 0, fmt.Errorf("find the node that serves key %q: %w", l.key, err)
 	}
 	var renew, wait, info *redis.Cmd
 	timeout := replicaWait(l.ttl)
@@ -124,23 +166,23 @@ func (l *lease) renewReplicated(ctx context.Context) (bool, error) {
 			// The slot moved: the next try asks the node that serves it now.
 			l.s.client.Moved(ctx)
 		}
-		return false, protocol.Wrap(l.renewArgs(), err)
+		return false, 0, 0, protocol.Wrap(l.renewArgs(), err)
 	}
 	res, err := renew.Result()
 	if err != nil {
-		return false, protocol.Wrap(l.renewArgs(), err)
+		return false, 0, 0, protocol.Wrap(l.renewArgs(), err)
 	}
-	if renewed, err := l.renewed(res); err != nil || !renewed {
-		return false, err
+	if renewed, left, hard, err = l.renewed(res); err != nil || !renewed {
+		return false, 0, 0, err
 	}
 	acked, err := wait.Int64()
 	if err != nil {
-		return false, err
+		return false, 0, 0, err
 	}
 	if acked < int64(l.minReplicas) {
-		return false, fmt.Errorf("%d of %d replicas had it within %v (%s)", acked, l.minReplicas, timeout, l.s.names.Name(semaphore.MinReplicasSetting))
+		return false, 0, 0, fmt.Errorf("%d of %d replicas had it within %v (%s)", acked, l.minReplicas, timeout, l.s.names.Name(semaphore.MinReplicasSetting))
 	}
-	return true, nil
+	return true, left, hard, nil
 }
 
 // sayMajority warns, once, when the lease's min replicas is no majority of
@@ -188,7 +230,7 @@ func (l *lease) renewArgs() protocol.Args {
 	if l.share != "" {
 		return l.shareArgs()
 	}
-	return protocol.RenewArgs{ID: l.id, TTL: l.ttl, Fence: l.fence}
+	return protocol.RenewArgs{ID: l.id, TTL: l.ttl, Fence: l.fence, Bound: l.asked}
 }
 
 // shareArgs are the renewal of a share of a hold, as hold.lua takes it.
@@ -197,20 +239,24 @@ func (l *lease) shareArgs() protocol.HoldArgs {
 }
 
 // renewed reads the reply to renewArgs: whether the lease was extended,
-// and for a hold's share, a *semaphore.HoldEndedError once it ended.
-func (l *lease) renewed(res any) (bool, error) {
+// the ms it has left, for a hold's share the ms until the hold's bound
+// (0: none), and a *semaphore.HoldEndedError once the hold ended.
+func (l *lease) renewed(res any) (renewed bool, left, hard int64, err error) {
 	if l.share == "" {
 		r, err := protocol.DecodeRenew(res)
-		return r.Renewed, err
+		return r.Renewed, r.Left, 0, err
 	}
 	r, err := protocol.DecodeHold(res)
 	if err != nil {
-		return false, err
+		return false, 0, 0, err
 	}
 	if r.State != string(semaphore.HoldHeld) {
-		return false, holdEnded(l.key, r)
+		return false, 0, 0, holdEnded(l.key, r)
 	}
-	return true, nil
+	if r.Left <= 0 || r.Hard < 0 {
+		return false, 0, 0, fmt.Errorf("%s: unexpected reply: %d ms left, %d to the bound", "hold.lua", r.Left, r.Hard)
+	}
+	return true, r.Left, r.Hard, nil
 }
 
 // replicaWait bounds a WAIT for replicas: a tenth of the lease, from 100ms
@@ -222,7 +268,9 @@ func replicaWait(ttl time.Duration) time.Duration {
 // Files is nil: the permit lives in Redis.
 func (l *lease) Files() []*os.File { return nil }
 
-func (l *lease) Release(ctx context.Context) error {
+func (l *lease) Release(ctx context.Context) error { return l.Finish(ctx, -1) }
+
+func (l *lease) Finish(ctx context.Context, exitStatus int) error {
 	if l.share != "" {
 		// A share lets go of its hold, which gives the permit back only
 		// once the hold ended and no one else is attached.
@@ -231,7 +279,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	// Retried within ctx, as a release is safe to repeat: a failover or a
 	// dropped connection need not leave the seat held for a whole TTL.
-	res, err := l.s.call(ctx, l.keys, protocol.ReleaseArgs{ID: l.id})
+	res, err := l.s.call(ctx, l.keys, protocol.ReleaseArgs{ID: l.id, Cool: l.minHold, Exit: exitStatus})
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}

@@ -19,6 +19,8 @@
 --            for less, nobody is granted a permit, the caller included
 --   line     the longest line the key takes: a caller who would make it
 --            longer is refused (full)
+--   bound    ms after its grant past which the permit is never renewed
+--            (see bound); 0: none
 -- Reply (AcquireReply in args.go):
 --   granted   1 when the caller holds a permit
 --   token     its fencing token (0 when not granted)
@@ -35,6 +37,7 @@
 --   bad       the records this call dropped, which were not records
 --   handed    the wake lists of the waiters this call handed a seat to (see handoff)
 --   wait      the caller's waiter lease, ms (0 when not in line)
+--   since     the server's clock when the permit was granted (0 when not)
 -- Running it twice with the same permit id (a client retry, or a waiter
 -- that asks after it was handed its permit) grants once and returns the
 -- same token.
@@ -43,7 +46,8 @@ local id, meta, wake = a.id, a.meta or '', a.wake
 local n, ttl = num(a.permits, 1, MAXPERMITS), num(a.ttl, MINTTL, MAXTTL)
 local weight, wlease = num(a.weight, 1, MAXPERMITS), num(a.wait, 0, MAXTTL)
 local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, MAXLINE)
-if not (id and wake and n and ttl and weight and wlease and fence and line) then
+local asked = num(a.bound or '0', 0, MAXBOUND)
+if not (id and wake and n and ttl and weight and wlease and fence and line and asked) then
   return redis.error_reply('ERR semrun: acquire.lua: bad arguments')
 end
 
@@ -87,11 +91,11 @@ if changed or inline or (busy < n and redis.call('ZCARD', queueKey) > 0) then
   busy = busy + given
 end
 
-local function answer(granted, token, left, position, lapse, full)
+local function answer(granted, token, left, position, lapse, full, since)
   return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
     position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
     fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed,
-    wait = position > 0 and wlease or 0}
+    wait = position > 0 and wlease or 0, since = since or 0}
 end
 
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
@@ -101,9 +105,14 @@ if expiry and mine then
   -- Handed over: the caller asks, so it takes its turn here.
   redis.call('DEL', wakekey(wake, id))
   expiry = claimed(id) or expiry
+  local hard = bound(id, asked, mine.since)
+  if hard and expiry > hard then
+    expiry = hard
+    redis.call('ZADD', holdersKey, 'XX', expiry, id)
+  end
   redis.call('HSET', infoKey, '#cap', n)
   keepalive(longest)
-  return answer(1, mine.token, expiry - now, 0, earliest())
+  return answer(1, mine.token, expiry - now, 0, earliest(), 0, mine.since)
 elseif expiry then
   -- Its record is not one: no token to give back. The caller has not
   -- started its command yet, so it may have a permit anew.
@@ -114,11 +123,13 @@ end
 
 redis.call('HSET', infoKey, '#cap', n)
 if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= n and fenced() == 0 then
-  local token, err = grant(id, n, weight, ttl, now + ttl, meta)
+  local left = ttl
+  if asked > 0 then left = math.min(ttl, asked) end
+  local token, err = grant(id, n, weight, ttl, now + left, meta, asked > 0 and now + asked or nil)
   if not token then return redis.error_reply(err) end
   busy = busy + weight
   keepalive(math.max(ttl, longest))
-  return answer(1, token, ttl, 0, earliest())
+  return answer(1, token, left, 0, earliest(), 0, now)
 end
 
 if wlease == 0 then

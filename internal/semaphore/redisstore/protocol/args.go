@@ -29,6 +29,9 @@ type AcquireArgs struct {
 	Fence time.Duration
 	// Line is the longest line the key takes; 0 is MaxLine.
 	Line int
+	// Bound is how long after its grant the permit is renewed at most
+	// (semaphore.Request.MaxRuntime and semaphore.Bound); 0: no bound.
+	Bound time.Duration
 }
 
 func (AcquireArgs) script() *Script { return acquireScript }
@@ -40,6 +43,7 @@ func (a AcquireArgs) argv(k Keys) []any {
 	return []any{
 		"id", a.ID, "permits", a.Permits, "ttl", a.TTL.Milliseconds(), "meta", a.Meta,
 		"weight", a.Weight, "wait", a.Wait.Milliseconds(), "wake", k.Wake, "fence", max(a.Fence, 0).Milliseconds(), "line", a.Line,
+		"bound", max(a.Bound, 0).Milliseconds(),
 	}
 }
 
@@ -59,6 +63,8 @@ type AcquireReply struct {
 	Handed []string
 	// Wait is the caller's waiter lease when it is in line.
 	Wait int64
+	// Since is the server's clock at the grant; 0 when not granted.
+	Since int64
 }
 
 // DecodeAcquire reads acquire.lua's reply.
@@ -69,6 +75,7 @@ func DecodeAcquire(res any) (AcquireReply, error) {
 		"granted": &granted, "token": &r.Token, "held": &r.Held, "previous": &r.Previous,
 		"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
 		"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
+		"since": &r.Since,
 	})
 	r.Granted, r.Full = granted == 1, full == 1
 	if err == nil && r.Granted && r.Token <= 0 {
@@ -78,39 +85,59 @@ func DecodeAcquire(res any) (AcquireReply, error) {
 }
 
 // RenewArgs are renew.lua's arguments: Fence is the holder's restart
-// fence, which the key remembers while the lease lasts.
+// fence, which the key remembers while the lease lasts; Bound is
+// AcquireArgs'.
 type RenewArgs struct {
-	ID         string
-	TTL, Fence time.Duration
+	ID                string
+	TTL, Fence, Bound time.Duration
 }
 
 func (RenewArgs) script() *Script { return renewScript }
 
 func (a RenewArgs) argv(Keys) []any {
-	return []any{"id", a.ID, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds()}
+	return []any{"id", a.ID, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "bound", max(a.Bound, 0).Milliseconds()}
 }
 
-// RenewReply is renew.lua's reply: whether the lease was extended.
-type RenewReply struct{ Renewed bool }
+// RenewReply is renew.lua's reply: whether the lease was extended, and
+// how many ms it has left (its TTL, or less at its bound).
+type RenewReply struct {
+	Renewed bool
+	Left    int64
+}
 
 // DecodeRenew reads renew.lua's reply.
 func DecodeRenew(res any) (RenewReply, error) {
+	var r RenewReply
 	var renewed int64
-	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed})
-	return RenewReply{Renewed: renewed == 1}, err
+	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed, "left": &r.Left})
+	r.Renewed = renewed == 1
+	if err == nil && r.Renewed && r.Left <= 0 {
+		err = fmt.Errorf("%s: unexpected reply %s (left %d)", renewScript.name, shortReply(res), r.Left)
+	}
+	return r, err
 }
 
-// ReleaseArgs are release.lua's arguments.
-type ReleaseArgs struct{ ID string }
+// ReleaseArgs are release.lua's arguments: Cool keeps the permit taken
+// until this long after its grant (semaphore.Request.MinHold); Exit is
+// how its command ended, -1 when unknown.
+type ReleaseArgs struct {
+	ID   string
+	Cool time.Duration
+	Exit int
+}
 
 func (ReleaseArgs) script() *Script { return releaseScript }
 
-func (a ReleaseArgs) argv(k Keys) []any { return []any{"id", a.ID, "wake", k.Wake} }
+func (a ReleaseArgs) argv(k Keys) []any {
+	return []any{"id", a.ID, "wake", k.Wake, "cool", max(a.Cool, 0).Milliseconds(), "exit", min(max(a.Exit, -1), 255)}
+}
 
 // ReleaseReply is release.lua's reply.
 type ReleaseReply struct {
 	// Released: the caller held a permit or waited.
 	Released bool
+	// Cooling is how many ms the permit stays taken; 0: none.
+	Cooling int64
 	// Bad are the records the script dropped, which were not records;
 	// Handed the wake lists of the waiters it handed a seat to.
 	Bad, Handed []string
@@ -120,7 +147,7 @@ type ReleaseReply struct {
 func DecodeRelease(res any) (ReleaseReply, error) {
 	var r ReleaseReply
 	var released int64
-	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "bad": &r.Bad, "handed": &r.Handed})
+	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "cooling": &r.Cooling, "bad": &r.Bad, "handed": &r.Handed})
 	r.Released = released == 1
 	return r, err
 }
@@ -143,6 +170,8 @@ type HoldArgs struct {
 	TTL, Fence time.Duration
 	Replicas   int
 	Meta       []byte
+	// Bound is AcquireArgs'.
+	Bound time.Duration
 	// end: how the hold ended; empty to leave it as it is.
 	State, Why string
 }
@@ -153,7 +182,8 @@ func (a HoldArgs) argv(k Keys) []any {
 	argv := []any{"op", a.Op, "id", a.ID, "hold", k.Hold, "wake", k.Wake, "share", a.Share}
 	switch a.Op {
 	case "begin":
-		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "replicas", a.Replicas, "meta", a.Meta)
+		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "replicas", a.Replicas, "meta", a.Meta,
+			"bound", max(a.Bound, 0).Milliseconds())
 	case "end":
 		argv = append(argv, "state", a.State, "why", a.Why)
 	}
@@ -166,8 +196,11 @@ type HoldReply struct {
 	State, Why, Meta           string
 	At, Permits, Weight, Token int64
 	TTL, Replicas              int64
-	Now, Released              bool
-	Bad, Handed                []string
+	// Left is what a renewal left of the share's lease, ms; Hard is how
+	// long until the hold's bound, ms, 0 for none.
+	Left, Hard    int64
+	Now, Released bool
+	Bad, Handed   []string
 }
 
 // DecodeHold reads hold.lua's reply.
@@ -177,6 +210,7 @@ func DecodeHold(res any) (HoldReply, error) {
 	err := decodeReply(holdScript.name, res, map[string]any{
 		"state": &r.State, "why": &r.Why, "meta": &r.Meta, "at": &r.At, "permits": &r.Permits, "weight": &r.Weight,
 		"token": &r.Token, "ttl": &r.TTL, "replicas": &r.Replicas, "now": &now, "released": &released, "bad": &r.Bad, "handed": &r.Handed,
+		"left": &r.Left, "hard": &r.Hard,
 	})
 	r.Now, r.Released = now == 1, released == 1
 	return r, err

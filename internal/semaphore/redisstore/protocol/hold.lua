@@ -4,21 +4,25 @@
 -- hash slot), that outlives the key's other records by HOLDLIFE so that a
 -- release a day later still learns how the hold ended:
 --   state held|released|lost|max-runtime|revoked; why, at: its end
---   ttl, fence, replicas, permits, weight, token, meta: its grant
+--   ttl, fence, replicas, permits, weight, token, meta, bound: its grant
 --   '@<share>' -> the lease expiry of one attached process: its keeper
 --   ('k.' and a name), a run under its handle
 -- The permit's own lease is never shortened: each renewal pushes it to at
 -- least now + ttl, so it lasts as long as the longest share. Once the
 -- hold has ended, the permit goes back when no live share is left: an end
--- never makes two holders.
+-- never makes two holders. A bounded hold (see bound in lib.lua) is
+-- renewed, permit and shares, no further than its bound, and ends as
+-- max-runtime there.
 -- KEYS: see lib.lua. ARGV (HoldArgs in args.go): op (begin, renew, end);
 -- id, the permit id; hold, the prefix of hold records; wake; share, the
 -- attached process (renew, end; may be empty for end); begin: ttl, fence,
--- replicas (the min replicas each renewal waits for), meta; end: state and
--- why ('' leaves the state as it is).
+-- replicas (the min replicas each renewal waits for), meta, bound (ms
+-- after the grant; 0: none); end: state and why ('' leaves the state as
+-- it is).
 -- Reply: state, why, at (ms; 0 when unknown), now (1 when this call ended
 -- the hold), permits, weight, token, ttl, replicas, meta, released (1 when
--- this call gave the permit back), bad, handed.
+-- this call gave the permit back), left (renew: ms left of the share's
+-- lease), hard (ms until the hold's bound; 0: none), bad, handed.
 local a = args()
 local op, id, prefix, wake = a.op, a.id, a.hold, a.wake
 if not (op and id and prefix and wake) then
@@ -26,7 +30,7 @@ if not (op and id and prefix and wake) then
 end
 local hk = wakekey(prefix, id)
 local out = {state = 'lost', why = '', at = 0, now = 0, permits = 0, weight = 0, token = 0, ttl = 0, replicas = 0, meta = '',
-  released = 0, bad = bad, handed = handed}
+  released = 0, left = 0, hard = 0, bad = bad, handed = handed}
 
 -- alive is the permit's lease expiry while it has not lapsed, else nil.
 local function alive()
@@ -37,7 +41,8 @@ end
 
 if op == 'begin' then
   local ttl, fence, replicas = num(a.ttl, MINTTL, MAXTTL), num(a.fence or '0', 0, MAXTTL), num(a.replicas or '0', 0, MAXREPLICAS)
-  if not (ttl and fence and replicas and a.meta) then
+  local asked = num(a.bound or '0', 0, MAXBOUND)
+  if not (ttl and fence and replicas and asked and a.meta) then
     return redis.error_reply('ERR semrun: hold.lua: bad arguments')
   end
   rebase()
@@ -48,8 +53,10 @@ if op == 'begin' then
   end
   h.meta = a.meta
   redis.call('HSET', infoKey, id, holderRecord(h))
+  local hard = bound(id, asked, h.since)
+  if hard then out.hard = hard - now end
   redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'replicas', replicas, 'permits', h.permits,
-    'weight', h.weight, 'token', h.token, 'meta', a.meta)
+    'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked)
   redis.call('PEXPIRE', hk, HOLDLIFE)
   out.state, out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = 'held', h.permits, h.weight, h.token, ttl,
     replicas, a.meta
@@ -78,6 +85,7 @@ for i = 1, #flat, 2 do
 end
 local ttl, fence, replicas = num(rec.ttl, MINTTL, MAXTTL), num(rec.fence or '0', 0, MAXTTL), num(rec.replicas or '0', 0, MAXREPLICAS)
 local permits, weight = num(rec.permits, 1, MAXPERMITS), num(rec.weight, 1, MAXPERMITS)
+local asked = num(rec.bound or '0', 0, MAXBOUND) or 0
 local token = num(rec.token, 1, MAXINT)
 local states = {held = true, released = true, lost = true, ['max-runtime'] = true, revoked = true}
 if not (ttl and fence and replicas and permits and weight and token and states[rec.state]) or weight > permits then
@@ -106,7 +114,13 @@ local function ended(state, why, at)
 end
 
 local score = alive()
-if rec.state == 'held' and not score then
+local hard = rec.state == 'held' and bound(id, asked)
+if hard then out.hard = math.max(hard - now, 0) end
+if rec.state == 'held' and hard and hard <= now then
+  -- Nothing kept it longer than its bound: the keeper stopped, hung or
+  -- is old.
+  ended('max-runtime', 'its --max-runtime ran out, and the store would renew it no further', hard)
+elseif rec.state == 'held' and not score then
   -- Nobody renewed it in time: its keeper died, or was cut off.
   local lapsed = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
   ended('lost', 'its lease lapsed: no keeper or run renewed it', lapsed or 0)
@@ -121,8 +135,11 @@ if op == 'renew' then
     if n >= MAXSHARES then
       return redis.error_reply('SHARELIMIT ' .. MAXSHARES .. ' processes are attached to this hold already')
     end
-    redis.call('ZADD', holdersKey, 'XX', math.max(score, now + ttl), id)
-    redis.call('HSET', hk, '@' .. share, now + ttl)
+    local expiry = now + ttl
+    if hard then expiry = math.min(expiry, hard) end
+    redis.call('ZADD', holdersKey, 'XX', math.max(score, expiry), id)
+    redis.call('HSET', hk, '@' .. share, expiry)
+    out.left = expiry - now
     remember(fence, ttl, ttl)
     keepalive(ttl)
   elseif moved > 0 then

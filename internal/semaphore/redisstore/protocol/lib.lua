@@ -8,7 +8,10 @@
 --   info:    hash, permit id -> holder record; "#cap" -> the capacity the
 --            latest caller asked; "#used" -> the seats the holders take;
 --            "#claim <id>" -> the full lease of a permit handed over and
---            not yet claimed (see handoff); "#clock", "#ttl" (rebase);
+--            not yet claimed (see handoff); "#bound <id>" -> the
+--            server time past which that permit is never renewed (bound);
+--            "#cool <id>" -> the exit status of a permit given back as
+--            cooling (release.lua); "#clock", "#ttl" (rebase);
 --            "#fencefrom", "#fencelen", "#fenceuntil", "#replid" (fenced)
 --   token:   string, the last fencing token handed out
 --   queue:   sorted set, waiter id -> ticket: the order of arrival
@@ -33,7 +36,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The limits (MAXTTL, MINTTL, MAXPERMITS, PERWAITER, MAXWAIT, MAXLINE,
--- CLAIM, WAKELIFE, MAXLIST, SWEEP, MAXINT; ms for spans) come before this
+-- CLAIM, WAKELIFE, MAXLIST, SWEEP, MAXBOUND, MAXCOOL, MAXINT; ms for
+-- spans) come before this
 -- file, written from the Go constants of limits.go, which say what each is.
 
 -- args reads ARGV's names and values into a table.
@@ -141,15 +145,17 @@ local function removeHolder(id)
   local u = used()
   local h = readHolder(redis.call('HGET', infoKey, id))
   redis.call('ZREM', holdersKey, id)
-  redis.call('HDEL', infoKey, id, '#claim ' .. id)
+  redis.call('HDEL', infoKey, id, '#claim ' .. id, '#bound ' .. id, '#cool ' .. id)
   redis.call('HSET', infoKey, '#used', math.max(u - (h and h.weight or 1), 0))
 end
 
 -- claimed makes a permit handed over a lease in full: its waiter took its
--- turn. It returns the lease's expiry.
+-- turn. It returns the lease's expiry, never past the permit's bound.
 local function claimed(id)
-  local full = num(redis.call('HGET', infoKey, '#claim ' .. id), 0, now + MAXTTL)
+  local rec = redis.call('HMGET', infoKey, '#claim ' .. id, '#bound ' .. id)
+  local full = num(rec[1], 0, now + MAXTTL)
   if not full then return nil end
+  full = math.min(full, num(rec[2], 0, MAXINT) or full)
   redis.call('HDEL', infoKey, '#claim ' .. id)
   redis.call('ZADD', holdersKey, 'XX', full, id)
   return full
@@ -199,7 +205,7 @@ end
 -- keys expired or the store lost its data. A token that is not a number
 -- the scripts can raise exactly stops every grant of this key, with an
 -- error the store names: going on would break its promise to rise.
-local function grant(id, n, weight, ttl, expiry, meta)
+local function grant(id, n, weight, ttl, expiry, meta, hard)
   local last = redis.call('GET', tokenKey)
   local token = 0
   if last then
@@ -214,9 +220,33 @@ local function grant(id, n, weight, ttl, expiry, meta)
   -- include it.
   local u = used()
   redis.call('ZADD', holdersKey, expiry, id)
-  redis.call('HSET', infoKey, id, holderRecord{permits = n, token = token, since = now, weight = weight, meta = meta},
-    '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0), '#used', u + weight)
+  local fields = {id, holderRecord{permits = n, token = token, since = now, weight = weight, meta = meta},
+    '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0), '#used', u + weight}
+  if hard then
+    fields[#fields + 1], fields[#fields + 2] = '#bound ' .. id, hard
+  end
+  redis.call('HSET', infoKey, unpack(fields))
   return token
+end
+
+-- bound is the server time past which id's permit is never renewed: asked
+-- ms (its holder's max runtime, kill-after and a margin; 0: none) after
+-- its grant. A direct grant records it (grant); a permit handed over has
+-- it recorded by the first call its holder makes, which knows it. A holder
+-- that stops renewing, hangs or is old then frees the seat by its bound.
+-- nil when unbounded, or when id holds nothing.
+local function bound(id, asked, since)
+  if asked <= 0 then return nil end
+  local hard = field('#bound ' .. id, 0, MAXINT)
+  if hard then return hard end
+  if not since then
+    local h = readHolder(redis.call('HGET', infoKey, id))
+    since = h and h.since
+  end
+  if not since then return nil end
+  hard = since + asked
+  redis.call('HSET', infoKey, '#bound ' .. id, hard)
+  return hard
 end
 
 -- rebase compares the server's clock with the last reading a script of
@@ -228,7 +258,9 @@ end
 -- leases are pushed back by the silence beyond that half, so that a step
 -- does not sweep holders whose commands still run; crashed holders' seats
 -- take that much longer to free. No lease is pushed past the longest
--- lease from now. A step backwards only makes leases last longer. It
+-- lease from now, and none is shortened (a cooling lasts longer). A
+-- bound moves with its lease. A step backwards only makes leases last
+-- longer. It
 -- returns the ms the holders were pushed back, or minus the ms the clock
 -- went back, or 0; and the reading it compared with (nil for none).
 local function rebase()
@@ -242,7 +274,12 @@ local function rebase()
     local by = math.min(now - last - math.floor(longest / 2), longest)
     local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', last), '+inf', 'WITHSCORES')
     for i = 1, #held, 2 do
-      redis.call('ZADD', holdersKey, 'XX', math.min(tonumber(held[i + 1]) + by, now + longest), held[i])
+      local score = tonumber(held[i + 1])
+      if score < now + longest then
+        redis.call('ZADD', holdersKey, 'XX', math.min(score + by, now + longest), held[i])
+      end
+      local hard = field('#bound ' .. held[i], 0, MAXINT)
+      if hard then redis.call('HSET', infoKey, '#bound ' .. held[i], hard + by) end
     end
     if #held > 0 then moved = by end
   end
@@ -433,7 +470,7 @@ local function keepalive(ms)
   ms = math.max(ms, fenceLeft()) -- the fence outlives no key that keeps it
   local last = redis.call('ZRANGE', holdersKey, -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
-  ms = math.min(ms, 2 * MAXTTL)
+  ms = math.min(ms, math.max(2 * MAXTTL, MAXCOOL))
   for _, key in ipairs(KEYS) do
     local left = redis.call('PTTL', key)
     if left == -1 or (left >= 0 and left < ms + 1000) then

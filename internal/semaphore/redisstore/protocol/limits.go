@@ -65,6 +65,12 @@ const (
 	MaxReplicas = semaphore.MaxReplicas
 	// MaxWhy bounds the words a hold's end is recorded with.
 	MaxWhy = semaphore.MaxHoldWhy
+	// MaxBound is the longest bound a caller may ask of a permit: its max
+	// runtime, kill-after and margin (see semaphore.Bound).
+	MaxBound = semaphore.MaxMaxRuntime + MaxTTL
+	// MaxCool is the longest a permit given back may stay taken as
+	// cooling: the longest min hold.
+	MaxCool = semaphore.MaxMinHold
 	// MaxInt is the largest integer a Lua number (a double) holds exactly.
 	MaxInt = 1<<53 - 1
 )
@@ -93,6 +99,8 @@ var limits = []limit{
 	{"MAXSHARES", MaxShares},
 	{"MAXWHY", MaxWhy},
 	{"MAXREPLICAS", MaxReplicas},
+	{"MAXBOUND", MaxBound.Milliseconds()},
+	{"MAXCOOL", MaxCool.Milliseconds()},
 	{"MAXINT", MaxInt},
 }
 

@@ -1,24 +1,39 @@
 -- release.lua: give this caller's permit back, or its place in line.
 -- Releasing twice is harmless. The waiters whose turn it now is get their
 -- permits.
+-- A permit given back before cool ms since its grant stays taken until
+-- then, as cooling: its lease lasts to that time, renewed by nobody, and
+-- '#cool <id>' keeps the exit status of its command for status.
 -- KEYS: see lib.lua. ARGV (ReleaseArgs in args.go): id, the permit id;
--- wake, the prefix of the key's wake lists.
+-- wake, the prefix of the key's wake lists; cool, the min hold, ms (0:
+-- none); exit, the command's exit status (-1: unknown).
 -- Reply: released, 1 when the permit was held or the caller waited, 0
--- otherwise; bad, the records this call dropped, which were not records;
--- handed, the wake lists of the waiters it handed a seat to (see handoff).
+-- otherwise; cooling, ms the permit stays taken (0: none); bad, the
+-- records this call dropped, which were not records; handed, the wake
+-- lists of the waiters it handed a seat to (see handoff).
 -- The wake list goes first: while its slot migrates, Redis refuses a key
 -- the node no longer has, and refused before any write, a retry finds
 -- everything as it was, the seat to hand over included.
 local a = args()
-if not (a.id and a.wake) then
+local cool, exit = num(a.cool or '0', 0, MAXCOOL), num(a.exit or '-1', -1, 255)
+if not (a.id and a.wake and cool and exit) then
   return redis.error_reply('ERR semrun: release.lua: bad arguments')
 end
 redis.call('DEL', wakekey(a.wake, a.id))
 local moved = rebase()
-local removed = 0
+local removed, cooling = 0, 0
 if redis.call('ZSCORE', holdersKey, a.id) then
-  removeHolder(a.id)
-  removed = 1
+  local h = cool > 0 and readHolder(redis.call('HGET', infoKey, a.id))
+  if h and h.since + cool > now then
+    cooling = h.since + cool - now
+    redis.call('ZADD', holdersKey, 'XX', h.since + cool, a.id)
+    redis.call('HDEL', infoKey, '#claim ' .. a.id, '#bound ' .. a.id)
+    redis.call('HSET', infoKey, '#cool ' .. a.id, exit)
+    keepalive(cooling)
+  else
+    removeHolder(a.id)
+    removed = 1
+  end
 end
 if redis.call('ZSCORE', queueKey, a.id) then
   dropWaiter(a.id)
@@ -32,4 +47,5 @@ if removed > 0 then
   if longest > 0 then keepalive(longest) end
 end
 if moved > 0 then keepalive(0) end
-return reply{released = removed, bad = bad, handed = handed}
+if cooling > 0 then removed = 1 end
+return reply{released = removed, cooling = cooling, bad = bad, handed = handed}

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -42,16 +43,26 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 		return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected reply of %d holders and %d waiters", statusScript.name, len(r.holders), len(r.waiters))
 	}
 	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
-		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Fenced: within(r.fenced, MaxTTL)}
+		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Cooling: []semaphore.Cooling{}, Fenced: within(r.fenced, MaxTTL)}
 	for _, e := range r.holders {
-		pair, _ := e.([]any)
-		if len(pair) != 2 {
+		entry, _ := e.([]any)
+		if len(entry) != 3 {
 			return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected holder %s", statusScript.name, shortReply(e))
 		}
-		expiry, _ := pair[0].(int64)
-		rec, _ := pair[1].(string)
+		expiry, _ := entry[0].(int64)
+		rec, _ := entry[1].(string)
+		cooling, _ := entry[2].(string)
 		h, err := readHolder(rec, r.now)
 		if err != nil {
+			continue
+		}
+		if cooling != "" {
+			exit, err := strconv.Atoi(cooling)
+			if err != nil || exit < -1 || exit > 255 {
+				continue // not one
+			}
+			st.Cooling = append(st.Cooling, semaphore.Cooling{HolderInfo: h.HolderInfo, Permits: h.Permits, Weight: h.Weight,
+				EndsIn: within(expiry-r.now, MaxCool), ExitStatus: exit})
 			continue
 		}
 		h.ExpiresIn = within(expiry-r.now, MaxTTL)

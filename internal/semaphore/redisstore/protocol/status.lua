@@ -9,7 +9,9 @@
 --   held      the seats the holders take
 --   holding   how many holders there are, lapsed ones not yet swept included
 --   waiting   how many wait, lapsed ones not yet swept included
---   holders   {lease expiry ms, holder record} each, at most list
+--   holders   {lease expiry ms, holder record, cooling} each, at most
+--             list; cooling is '' for a holder, the exit status of its
+--             command for a permit given back as cooling (release.lua)
 --   waiters   the waiter records, in line, at most list
 --   fenced    ms left of the restart fence, 0 for none (fencePeek)
 local a = args()
@@ -23,10 +25,11 @@ local seats = 0
 if list > 0 then
   local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, list)
   for i = 1, #held, 2 do
-    local rec = redis.call('HGET', infoKey, held[i]) or ''
+    local got = redis.call('HMGET', infoKey, held[i], '#cool ' .. held[i])
+    local rec = got[1] or ''
     local h = readHolder(rec)
     seats = seats + (h and h.weight or 1)
-    holders[#holders + 1] = {tonumber(held[i + 1]), rec}
+    holders[#holders + 1] = {tonumber(held[i + 1]), rec, got[2] or ''}
   end
 end
 if holding > list then seats = used() end
