@@ -366,18 +366,24 @@ func (s *supervisor) startBounds() {
 func (s *supervisor) ranOutOfTime() {
 	s.ranOut.Stop()
 	s.ranOut = nil
-	if s.kill != nil || s.res.Terminated {
-		return // being stopped already
+	if s.kill != nil || s.res.Terminated || s.res.RanOut || !s.killedAt.IsZero() {
+		return // being stopped already, or stopped
 	}
 	// A child that exited keeps its status; what it left in its group
 	// is stopped all the same.
 	s.res.RanOut = !s.exited
-	if s.spec.KillAfter <= 0 {
+	// The grace period never runs past a lease at its bound: one reached
+	// late (semrun was stopped) leaves less of it.
+	grace := s.spec.KillAfter
+	if s.lapses {
+		grace = min(grace, until(s.spec.Clock, s.lease.Deadline().Add(-semaphore.BoundMargin/2)))
+	}
+	if grace <= 0 {
 		s.killGroup()
 		return
 	}
 	s.g.terminate()
-	s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(s.spec.KillAfter))
+	s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(grace))
 }
 
 // run waits for what happens next, in one select, until the child and what
@@ -492,13 +498,13 @@ func (s *supervisor) givingUp() {
 }
 
 // overdue runs when the point where the permit counts as lost has passed.
-// A lease that lasts to its bound has reached its run-out time, or passed
-// it while semrun could not look (it was stopped): the command is stopped
-// as at its max runtime, while its SIGKILL still lands before the lease
-// lapses. Otherwise the permit counts as lost.
+// A lease that lasts to its bound is held until then: the command has
+// reached its run-out time, or passed it while semrun could not look (it
+// was stopped), and is stopped as at its max runtime, the SIGKILL landing
+// before the lease lapses (a stop under way goes on). Otherwise the
+// permit counts as lost.
 func (s *supervisor) overdue() {
-	d := s.lease.Deadline()
-	if semaphore.Capped(d, s.lease.Bound()) && until(s.spec.Clock, d.Add(-s.spec.KillAfter-semaphore.BoundMargin/2)) > 0 {
+	if d := s.lease.Deadline(); semaphore.Capped(d, s.lease.Bound()) && until(s.spec.Clock, d.Add(-semaphore.BoundMargin/2)) > 0 {
 		s.ranOutOfTime()
 		return
 	}

@@ -126,6 +126,10 @@ func (l *lease) Renew(ctx context.Context) error {
 			l.bound = b
 		}
 	}
+	// Both are the store's bound, seen from two calls: the earlier holds.
+	if !l.bound.IsZero() && l.deadline.After(l.bound) {
+		l.deadline = l.bound
+	}
 	return nil
 }
 

@@ -1,0 +1,80 @@
+package redisstore
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/clock"
+	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// TestBoundedPermitFreesAtItsBound: a holder with a max runtime that stops
+// renewing (stopped, hung, old) frees its seat at max runtime plus
+// kill-after plus the margin, not a TTL later; its lease says as much
+// here, and a renewal past the bound is refused.
+func TestBoundedPermitFreesAtItsBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	s := newStore(t, srv.URL(), Options{})
+	req := semaphore.Request{Key: "bounded", Permits: 1, TTL: time.Minute, NoWait: true, MaxRuntime: time.Second, KillAfter: 500 * time.Millisecond}
+	sent := clock.Now()
+	l := acquire(t, s, req)
+	bound := sent.Add(req.MaxRuntime + semaphore.Overrun(req.KillAfter))
+	if b := l.Bound(); b.IsZero() || b.After(bound) || l.Deadline().After(b) {
+		t.Fatalf("bounded lease: bound %v, deadline %v, want a bound no later than %v, the deadline no later than it", b, l.Deadline(), bound)
+	}
+	if !semaphore.Capped(l.Deadline(), l.Bound()) {
+		t.Errorf("a lease whose bound comes before its TTL: got not capped, want capped (renewed no further)")
+	}
+	other := req
+	other.MaxRuntime = 0
+	if _, err := s.Acquire(ctxTimeout(t, 5*time.Second), other); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("no-wait caller within the bound: got %v, want busy", err)
+	}
+	// Polled, bounded: the seat is free about 2.5s after the grant, or a
+	// minute later without the bound.
+	var got semaphore.Lease
+	for stop := time.Now().Add(15 * time.Second); got == nil && time.Now().Before(stop); time.Sleep(100 * time.Millisecond) {
+		got, _ = s.Acquire(ctxTimeout(t, 5*time.Second), other)
+	}
+	if got == nil {
+		t.Fatalf("no-wait caller 15s after a bounded grant of %v + %v: got busy, want the seat free at the bound", req.MaxRuntime, semaphore.Overrun(req.KillAfter))
+	}
+	if at := clock.Now(); at.Before(bound.Add(-100 * time.Millisecond)) {
+		t.Errorf("seat free %v before the bound, want not before it", bound.Sub(at))
+	}
+	if err := l.Renew(ctxTimeout(t, 5*time.Second)); !errors.Is(err, semaphore.ErrLost) {
+		t.Errorf("renewal past the bound: got %v, want lost", err)
+	}
+	_ = got.Release(ctxTimeout(t, 5*time.Second))
+}
+
+// TestBoundedRenewalsNeverPassTheBound: renewals before the bound keep
+// the lease's deadline, here, at or before its bound.
+func TestBoundedRenewalsNeverPassTheBound(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	s := newStore(t, srv.URL(), Options{})
+	req := semaphore.Request{Key: "bounded-renew", Permits: 1, TTL: 3 * time.Second, NoWait: true, MaxRuntime: 2 * time.Second, KillAfter: time.Second}
+	l := acquire(t, s, req)
+	if semaphore.Capped(l.Deadline(), l.Bound()) {
+		t.Fatalf("a lease whose TTL ends before its bound: got capped, want not")
+	}
+	for range 6 {
+		time.Sleep(500 * time.Millisecond)
+		if err := l.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+			if clock.Now().Before(l.Bound()) {
+				t.Fatalf("renewal before the bound: got %v, want renewed", err)
+			}
+			break
+		}
+		if l.Deadline().After(l.Bound()) {
+			t.Fatalf("deadline %v past the bound %v after a renewal", l.Deadline(), l.Bound())
+		}
+	}
+	if !semaphore.Capped(l.Deadline(), l.Bound()) {
+		t.Errorf("lease renewed until its bound: got not capped, want capped")
+	}
+}
