@@ -32,6 +32,7 @@ var envNames = map[string]string{
 	"kill-after":          "SEMRUN_KILL_AFTER",
 	"max-runtime":         "SEMRUN_MAX_RUNTIME",
 	"warn-after":          "SEMRUN_WARN_AFTER",
+	"min-hold":            "SEMRUN_MIN_HOLD",
 	"restart-fence":       "SEMRUN_RESTART_FENCE",
 	"min-replicas":        "SEMRUN_MIN_REPLICAS",
 	"local":               "SEMRUN_LOCAL",

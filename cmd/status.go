@@ -47,6 +47,11 @@ every key the store knows (with --local: every key in the lock directory).`,
 				return err
 			}
 			semaphore.Deadlines(st)
+			for i := range st {
+				if st[i].Cooling == nil {
+					st[i].Cooling = []semaphore.Cooling{} // a list in JSON, as holders
+				}
+			}
 			old := 0
 			if common.src.origin("older-than") != fromDefault {
 				st, old = heldLonger(st, olderThan)
@@ -96,7 +101,7 @@ func heldLonger(keys []semaphore.KeyStatus, d time.Duration) ([]semaphore.KeySta
 		if len(old) == 0 {
 			continue
 		}
-		k.Holders, k.Waiters, k.Unlisted = old, nil, 0
+		k.Holders, k.Waiters, k.Cooling, k.Unlisted = old, nil, nil, 0
 		out = append(out, k)
 		n += len(old)
 	}
@@ -116,6 +121,18 @@ func unreadable(keys []semaphore.KeyStatus) error {
 		return nil
 	}
 	return &unreadableError{failed: n, total: len(keys)}
+}
+
+// coolingText says when a permit given back early (--min-hold) frees,
+// seen at now, and how its command ended.
+func coolingText(c semaphore.Cooling, now time.Time) string {
+	exit := "after exit " + fmt.Sprint(c.ExitStatus)
+	if c.ExitStatus < 0 {
+		exit = "its command's status unknown"
+	}
+	return fmt.Sprintf("cooling until %s (in %v), %s: %s on %s, pid %d, %d of %d (--min-hold)",
+		now.Add(c.EndsIn).Format("2006-01-02 15:04:05 MST"), c.EndsIn.Round(time.Second), exit,
+		printable.String(c.Command), printable.String(c.Host), c.PID, c.Weight, c.Permits)
 }
 
 func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
@@ -172,6 +189,9 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 				fmt.Fprintf(tw, "\t%s", deadline)
 			}
 			fmt.Fprintln(tw)
+		}
+		for _, c := range k.Cooling {
+			fmt.Fprintf(tw, "  %s\n", coolingText(c, time.Now()))
 		}
 		if len(k.Waiters) > 0 {
 			_ = tw.Flush() // the line's columns are not the holders'
