@@ -104,6 +104,13 @@ func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *
 		o.release(ctx, lease, log)
 		return &lostError{key: o.key, code: o.lostExitCode, cause: runErr}
 	}
+	if res.Bounded {
+		// The hold's --max-runtime ran out here first: said for the
+		// release to report, as its keeper would a moment later.
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
+		_, _, _ = store.EndHold(endCtx, o.hold, semaphore.HoldEnd{State: semaphore.HoldMaxRuntime, Why: "its --max-runtime ran out"})
+		cancel()
+	}
 	return o.ran(ctx, lease, res, runErr, started, log)
 }
 

@@ -101,8 +101,9 @@ type Result struct {
 	// status, and ExitCode and Signal say nothing.
 	StillRuns bool
 	// RanOut says that the child was told to stop at MaxRuntime, before it
-	// exited by itself.
-	RanOut bool
+	// exited by itself; Bounded that it was the lease's bound that came
+	// first (a hold's, say).
+	RanOut, Bounded bool
 }
 
 // Unstopped is a process that SIGKILL did not end.
@@ -291,9 +292,10 @@ type supervisor struct {
 	giveUp *clock.Alarm
 	// kill fires once the grace period after SIGTERM is over.
 	kill *clock.Alarm
-	// ranOut fires at MaxRuntime, warn at WarnAfter; nil when not asked,
-	// and once fired.
+	// ranOut fires at MaxRuntime, or at the lease's bound (bounded), warn
+	// at WarnAfter; nil when not asked, and once fired.
 	ranOut, warn *clock.Alarm
+	bounded      bool
 	// lingered fires a moment after the child exited leaving processes in
 	// its group, to report them if they are still there (not a setsid on
 	// its way out); nil otherwise.
@@ -350,7 +352,7 @@ func (s *supervisor) startBounds() {
 		at = now.Add(s.spec.MaxRuntime)
 	}
 	if b := s.lease.Bound(); !b.IsZero() && (at.IsZero() || semaphore.RunsOut(b, s.spec.KillAfter).Before(at)) {
-		at = semaphore.RunsOut(b, s.spec.KillAfter)
+		at, s.bounded = semaphore.RunsOut(b, s.spec.KillAfter), true
 	}
 	if !at.IsZero() {
 		s.ranOut = s.spec.Clock.NewAlarm(at)
@@ -372,6 +374,7 @@ func (s *supervisor) ranOutOfTime() {
 	// A child that exited keeps its status; what it left in its group
 	// is stopped all the same.
 	s.res.RanOut = !s.exited
+	s.res.Bounded = s.res.RanOut && s.bounded
 	// The grace period never runs past a lease at its bound: one reached
 	// late (semrun was stopped) leaves less of it.
 	grace := s.spec.KillAfter
