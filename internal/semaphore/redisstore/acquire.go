@@ -322,19 +322,25 @@ func (a *asker) warn(r protocol.AcquireReply) {
 func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, error) {
 	// Handed over at the expiry less the lease, as the script reads its clock.
 	since := t.Expiry - a.req.TTL.Milliseconds()
-	return a.fresh(ctx, a.s.newLease(a.req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)), a.inLine.sent, since, a.inLine.now))
+	l := a.s.newLease(a.req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)), a.inLine.sent, since, a.inLine.now)
+	// The script that handed it over did not know its bound: the first
+	// call of its holder records it, before the command starts, so that a
+	// holder stopped from then on frees it at its bound.
+	l.unbound = l.asked > 0
+	return a.fresh(ctx, l)
 }
 
 // fresh returns l, just granted, once it is semaphore.Fresh, with its
 // replicas: a grant whose answer came back late (Redis or the network
-// stalled, or the waiter was stopped) is renewed first. It returns nil to
+// stalled, or the waiter was stopped), or whose bound the store has yet
+// to record, is renewed first. It returns nil to
 // ask again when the lease lapsed unused or its renewal came back late
 // too; the permit is then given back, so that nobody waits for a seat
 // this caller cannot start on.
 func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	s, req := a.s, a.req
 	// With replicas to wait for, replicated renews anyway.
-	if req.MinReplicas <= 0 && !semaphore.Fresh(l.Deadline(), l.Bound(), clock.Now(), req.TTL, req.KillAfter) {
+	if req.MinReplicas <= 0 && (l.unbound || !semaphore.Fresh(l.Deadline(), l.Bound(), clock.Now(), req.TTL, req.KillAfter)) {
 		call, cancel := context.WithTimeout(ctx, s.connectTimeout)
 		_ = l.Renew(call) // lapsed or in doubt: not fresh
 		cancel()

@@ -2,12 +2,15 @@ package redisstore
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
 // TestBoundedPermitFreesAtItsBound: a holder with a max runtime that stops
@@ -76,5 +79,41 @@ func TestBoundedRenewalsNeverPassTheBound(t *testing.T) {
 	}
 	if !semaphore.Capped(l.Deadline(), l.Bound()) {
 		t.Errorf("lease renewed until its bound: got not capped, want capped")
+	}
+}
+
+// TestBoundOfAPermitHandedOverIsRecordedAtOnce: a waiter handed a bounded
+// permit has the store record its bound before its command starts, so
+// that a holder stopped from then on frees it at its bound, not a TTL
+// later.
+func TestBoundOfAPermitHandedOverIsRecordedAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	raw := rawClient(t, srv.Addr)
+	s := newStore(t, srv.URL(), Options{})
+	first := acquire(t, s, semaphore.Request{Key: "handed", Permits: 1, TTL: time.Minute, NoWait: true})
+	got := make(chan semaphore.Lease, 1)
+	go func() {
+		l, err := s.Acquire(ctxTimeout(t, 10*time.Second), semaphore.Request{Key: "handed", Permits: 1, TTL: time.Minute, MaxRuntime: time.Hour})
+		if err != nil {
+			t.Errorf("waiter: got %v, want a permit", err)
+		}
+		got <- l
+	}()
+	waitFor(t, 5*time.Second, "a waiter in Status", func() bool { return len(statusOf(t, s, "handed").Waiters) == 1 })
+	if err := first.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		return
+	}
+	defer l.Release(ctxTimeout(t, 5*time.Second))
+	fields, err := raw.HKeys(ctxTimeout(t, 5*time.Second), protocol.NewKeys(testPrefix, "handed").Info).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(fields, func(f string) bool { return strings.HasPrefix(f, "#bound ") }) {
+		t.Errorf("fields of the key's info once the waiter holds its permit: got %q, want its bound", fields)
 	}
 }

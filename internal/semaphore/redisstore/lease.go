@@ -37,6 +37,9 @@ type lease struct {
 	// most (the request's max runtime and overrun; 0: no bound), and bound
 	// that instant, here; minHold is the request's.
 	asked, minHold time.Duration
+	// unbound: the store has yet to record the bound (a permit handed
+	// over); the first renewal does.
+	unbound bool
 	// countReplicas: the next replicated renewal also reads how many
 	// replicas the master has, to warn once of min replicas that is no
 	// majority of them (with --verbose only).
