@@ -85,8 +85,8 @@ func (o *acquireOptions) validate() error {
 		return usageErrorf("%s: must not be negative", o.src.show("max-runtime", o.maxRuntime))
 	}
 	// The store ends the hold at its bound too: what --handle runs need
-	// to stop their commands, with a run's default kill-after.
-	o.killAfter = min(defaultKillAfter, runner.MaxKillAfter(o.ttl))
+	// to stop their commands.
+	o.killAfter = holdKillAfter(o.ttl)
 	if err := o.bound(o.maxRuntime, 0); err != nil {
 		return err
 	}
@@ -103,6 +103,12 @@ func (o *acquireOptions) validate() error {
 		}
 	}
 	return nil
+}
+
+// holdKillAfter is the kill-after a hold of lease ttl is bound with: a
+// run's default.
+func holdKillAfter(ttl time.Duration) time.Duration {
+	return min(defaultKillAfter, runner.MaxKillAfter(ttl))
 }
 
 // acquireHold waits for a permit, leaves a keeper that holds it, and

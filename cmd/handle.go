@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -104,9 +105,10 @@ func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *
 		o.release(ctx, lease, log)
 		return &lostError{key: o.key, code: o.lostExitCode, cause: runErr}
 	}
-	if res.Bounded {
+	if res.Bounded && !clock.Now().Before(semaphore.RunsOut(lease.Bound(), holdKillAfter(info.TTL), info.TTL)) {
 		// The hold's --max-runtime ran out here first: said for the
-		// release to report, as its keeper would a moment later.
+		// release to report, as its keeper would a moment later. A run
+		// with a longer kill-after stops sooner, and leaves that to it.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
 		_, _, _ = store.EndHold(endCtx, o.hold, semaphore.HoldEnd{State: semaphore.HoldMaxRuntime, Why: "its --max-runtime ran out"})
 		cancel()

@@ -82,7 +82,7 @@ func TestBoundStopsTheChildAsMaxRuntime(t *testing.T) {
 	ready, termed, alive := stubbornFiles(t)
 	h := newHarness(t, "sh", "-c", stubborn, ready, termed, alive)
 	bound := 20 * time.Second
-	out := bound - semaphore.Overrun(killAfter) // 13s
+	out := bound - semaphore.Overrun(killAfter, ttl) // 13s
 	h.lease.bound = h.start.Add(bound)
 	h.lease.deadline = h.start.Add(bound)
 	h.run()
@@ -135,8 +135,8 @@ func TestBoundPassedWhileStopped(t *testing.T) {
 	h.lease.bound = h.start.Add(bound)
 	h.lease.deadline = h.start.Add(bound)
 	h.run()
-	h.alarmAt(bound - semaphore.Overrun(killAfter))
-	h.advanceTo(bound - semaphore.Overrun(killAfter) + 200*time.Millisecond)
+	h.alarmAt(bound - semaphore.Overrun(killAfter, ttl))
+	h.advanceTo(bound - semaphore.Overrun(killAfter, ttl) + 200*time.Millisecond)
 	res, err := h.wait()
 	if err != nil || !res.RanOut || res.Terminated || res.Signal != syscall.SIGTERM {
 		t.Fatalf("got %+v, %v; want the child stopped as at MaxRuntime, late", res, err)

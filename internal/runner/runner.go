@@ -351,8 +351,8 @@ func (s *supervisor) startBounds() {
 	if s.spec.MaxRuntime > 0 {
 		at = now.Add(s.spec.MaxRuntime)
 	}
-	if b := s.lease.Bound(); !b.IsZero() && (at.IsZero() || semaphore.RunsOut(b, s.spec.KillAfter).Before(at)) {
-		at, s.bounded = semaphore.RunsOut(b, s.spec.KillAfter), true
+	if b := s.lease.Bound(); !b.IsZero() && (at.IsZero() || semaphore.RunsOut(b, s.spec.KillAfter, s.spec.TTL).Before(at)) {
+		at, s.bounded = semaphore.RunsOut(b, s.spec.KillAfter, s.spec.TTL), true
 	}
 	if !at.IsZero() {
 		s.ranOut = s.spec.Clock.NewAlarm(at)
@@ -379,7 +379,7 @@ func (s *supervisor) ranOutOfTime() {
 	// late (semrun was stopped) leaves less of it.
 	grace := s.spec.KillAfter
 	if s.lapses {
-		grace = min(grace, until(s.spec.Clock, s.lease.Deadline().Add(-semaphore.BoundMargin/2)))
+		grace = min(grace, until(s.spec.Clock, s.lease.Deadline().Add(-semaphore.BoundMargin(s.spec.TTL)/2)))
 	}
 	if grace <= 0 {
 		s.killGroup()
@@ -507,7 +507,7 @@ func (s *supervisor) givingUp() {
 // before the lease lapses (a stop under way goes on). Otherwise the
 // permit counts as lost.
 func (s *supervisor) overdue() {
-	if d := s.lease.Deadline(); semaphore.Capped(d, s.lease.Bound()) && until(s.spec.Clock, d.Add(-semaphore.BoundMargin/2)) > 0 {
+	if d := s.lease.Deadline(); semaphore.Capped(d, s.lease.Bound(), s.spec.TTL) && until(s.spec.Clock, d.Add(-semaphore.BoundMargin(s.spec.TTL)/2)) > 0 {
 		s.ranOutOfTime()
 		return
 	}
@@ -656,10 +656,10 @@ func notExecutable(path string) error {
 // before: early enough that SIGKILL lands before the lease could end.
 func lossAt(spec Spec, lease Lease) clock.Instant {
 	d, b := lease.Deadline(), lease.Bound()
-	if semaphore.Capped(d, b) {
+	if semaphore.Capped(d, b, spec.TTL) {
 		// Renewed no further, it lasts until the command, stopped at its
 		// run-out time, is gone (overdue).
-		return semaphore.RunsOut(b, spec.KillAfter)
+		return semaphore.RunsOut(b, spec.KillAfter, spec.TTL)
 	}
 	return d.Add(-spec.KillAfter - Margin(spec.TTL))
 }
@@ -702,7 +702,7 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 	// was tried: a lease handed over with little left is renewed at once.
 	// A lease at its bound is renewed no further: its renewals only learn
 	// whether it ended.
-	capped := func() bool { return semaphore.Capped(lease.Deadline(), lease.Bound()) }
+	capped := func() bool { return semaphore.Capped(lease.Deadline(), lease.Bound(), spec.TTL) }
 	onTime := func() time.Duration {
 		if capped() {
 			return every
@@ -725,7 +725,7 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 		// at a bound, before the lease lapses.
 		end := lossAt(spec, lease)
 		if capped() {
-			end = lease.Deadline().Add(-semaphore.BoundMargin / 2)
+			end = lease.Deadline().Add(-semaphore.BoundMargin(spec.TTL) / 2)
 		}
 		call, cancel := clk.WithDeadline(ctx, end)
 		err := lease.Renew(call)

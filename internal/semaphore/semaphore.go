@@ -73,7 +73,7 @@ type Request struct {
 	MinReplicas int
 	// MaxRuntime, when positive, bounds the permit: its holder stops its
 	// command once it has run this long, and a store whose permits are
-	// leases renews it no further than Overrun(KillAfter) past that
+	// leases renews it no further than Overrun(KillAfter, TTL) past that
 	// (Lease.Bound), so that a holder that stopped, hung or is old frees
 	// it by then. Status shows it (HolderInfo.MaxRuntime).
 	MaxRuntime time.Duration
@@ -85,14 +85,16 @@ type Request struct {
 	MinHold time.Duration
 }
 
-// BoundMargin is the room a bounded permit leaves, past its MaxRuntime
-// and its kill-after, for the SIGKILL to land and for clocks that tick at
-// slightly different rates.
-const BoundMargin = time.Second
+// BoundMargin is the room a bounded permit of lease ttl leaves, past its
+// MaxRuntime and its kill-after, for the SIGKILL to land and for a clock
+// that steps or ticks at another rate than the holder's: a tenth of the
+// TTL, as a renewal's margin, and at least a second. The holder learns of
+// a step at its next renewal, within a third of the TTL.
+func BoundMargin(ttl time.Duration) time.Duration { return max(time.Second, ttl/10) }
 
-// Overrun is how long past its MaxRuntime a store renews a permit at
-// most: the kill-after and BoundMargin.
-func Overrun(killAfter time.Duration) time.Duration { return killAfter + BoundMargin }
+// Overrun is how long past its MaxRuntime a store renews a permit of
+// lease ttl at most: the kill-after and BoundMargin.
+func Overrun(killAfter, ttl time.Duration) time.Duration { return killAfter + BoundMargin(ttl) }
 
 // WaitState is what a waiting caller waits for.
 type WaitState struct {
@@ -187,24 +189,25 @@ type Lease interface {
 // the moment it starts. A lease that lasts to its bound (Capped) needs no
 // renewal: some of its MaxRuntime must be left (RunsOut).
 func Fresh(deadline, bound, now clock.Instant, ttl, killAfter time.Duration) bool {
-	if Capped(deadline, bound) {
-		return now.Before(RunsOut(bound, killAfter))
+	if Capped(deadline, bound, ttl) {
+		return now.Before(RunsOut(bound, killAfter, ttl))
 	}
 	return deadline.IsZero() || deadline.Sub(now) > ttl/2
 }
 
-// Capped tells whether a lease that lapses at deadline lasts to its bound
-// (a Lease's), within half the BoundMargin: it is renewed no further, and
-// its holder's SIGKILL at RunsOut and the kill-after lands before it
-// lapses. False without a bound.
-func Capped(deadline, bound clock.Instant) bool {
-	return !bound.IsZero() && !deadline.IsZero() && !deadline.Before(bound.Add(-BoundMargin/2))
+// Capped tells whether a lease of ttl that lapses at deadline lasts to its
+// bound (a Lease's), within half the BoundMargin: it is renewed no
+// further, and its holder's SIGKILL at RunsOut and the kill-after lands
+// before it lapses. False without a bound.
+func Capped(deadline, bound clock.Instant, ttl time.Duration) bool {
+	return !bound.IsZero() && !deadline.IsZero() && !deadline.Before(bound.Add(-BoundMargin(ttl)/2))
 }
 
-// RunsOut is when a holder whose lease has bound (a Lease's) and who
-// kills after killAfter must tell its command to stop: its MaxRuntime.
-func RunsOut(bound clock.Instant, killAfter time.Duration) clock.Instant {
-	return bound.Add(-Overrun(killAfter))
+// RunsOut is when a holder whose lease of ttl has bound (a Lease's) and
+// who kills after killAfter must tell its command to stop: its
+// MaxRuntime.
+func RunsOut(bound clock.Instant, killAfter, ttl time.Duration) clock.Instant {
+	return bound.Add(-Overrun(killAfter, ttl))
 }
 
 // KeyStatus describes one semaphore.

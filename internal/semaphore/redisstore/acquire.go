@@ -229,7 +229,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 	}
 	a.args = protocol.AcquireArgs{
 		ID: a.id, Permits: req.Permits, TTL: req.TTL, Meta: meta, Weight: req.Takes(),
-		Fence: req.RestartFence, Line: s.maxLine, Bound: asked(req),
+		Fence: req.RestartFence, Line: s.maxLine, Bound: asked(req), Cool: req.MinHold,
 	}
 	if !req.NoWait {
 		a.args.Wait = min(req.TTL, WaiterLease)
@@ -323,10 +323,11 @@ func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, err
 	// Handed over at the expiry less the lease, as the script reads its clock.
 	since := t.Expiry - a.req.TTL.Milliseconds()
 	l := a.s.newLease(a.req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)), a.inLine.sent, since, a.inLine.now)
-	// The script that handed it over did not know its bound: the first
-	// call of its holder records it, before the command starts, so that a
-	// holder stopped from then on frees it at its bound.
-	l.unbound = l.asked > 0
+	// The script that handed it over did not know its terms: the first
+	// call of its holder records them, before the command starts, so that
+	// a holder stopped from then on frees it at its bound, and one that
+	// crashes still cools.
+	l.unbound = l.asked > 0 || l.minHold > 0
 	return a.fresh(ctx, l)
 }
 

@@ -24,11 +24,11 @@ func TestBoundedPermitFreesAtItsBound(t *testing.T) {
 	req := semaphore.Request{Key: "bounded", Permits: 1, TTL: time.Minute, NoWait: true, MaxRuntime: time.Second, KillAfter: 500 * time.Millisecond}
 	sent := clock.Now()
 	l := acquire(t, s, req)
-	bound := sent.Add(req.MaxRuntime + semaphore.Overrun(req.KillAfter))
+	bound := sent.Add(req.MaxRuntime + semaphore.Overrun(req.KillAfter, req.TTL))
 	if b := l.Bound(); b.IsZero() || b.After(bound) || l.Deadline().After(b) {
 		t.Fatalf("bounded lease: bound %v, deadline %v, want a bound no later than %v, the deadline no later than it", b, l.Deadline(), bound)
 	}
-	if !semaphore.Capped(l.Deadline(), l.Bound()) {
+	if !semaphore.Capped(l.Deadline(), l.Bound(), req.TTL) {
 		t.Errorf("a lease whose bound comes before its TTL: got not capped, want capped (renewed no further)")
 	}
 	other := req
@@ -43,7 +43,7 @@ func TestBoundedPermitFreesAtItsBound(t *testing.T) {
 		got, _ = s.Acquire(ctxTimeout(t, 5*time.Second), other)
 	}
 	if got == nil {
-		t.Fatalf("no-wait caller 15s after a bounded grant of %v + %v: got busy, want the seat free at the bound", req.MaxRuntime, semaphore.Overrun(req.KillAfter))
+		t.Fatalf("no-wait caller 15s after a bounded grant of %v + %v: got busy, want the seat free at the bound", req.MaxRuntime, semaphore.Overrun(req.KillAfter, req.TTL))
 	}
 	if at := clock.Now(); at.Before(bound.Add(-100 * time.Millisecond)) {
 		t.Errorf("seat free %v before the bound, want not before it", bound.Sub(at))
@@ -62,7 +62,7 @@ func TestBoundedRenewalsNeverPassTheBound(t *testing.T) {
 	s := newStore(t, srv.URL(), Options{})
 	req := semaphore.Request{Key: "bounded-renew", Permits: 1, TTL: 3 * time.Second, NoWait: true, MaxRuntime: 2 * time.Second, KillAfter: time.Second}
 	l := acquire(t, s, req)
-	if semaphore.Capped(l.Deadline(), l.Bound()) {
+	if semaphore.Capped(l.Deadline(), l.Bound(), req.TTL) {
 		t.Fatalf("a lease whose TTL ends before its bound: got capped, want not")
 	}
 	for range 6 {
@@ -77,7 +77,7 @@ func TestBoundedRenewalsNeverPassTheBound(t *testing.T) {
 			t.Fatalf("deadline %v past the bound %v after a renewal", l.Deadline(), l.Bound())
 		}
 	}
-	if !semaphore.Capped(l.Deadline(), l.Bound()) {
+	if !semaphore.Capped(l.Deadline(), l.Bound(), req.TTL) {
 		t.Errorf("lease renewed until its bound: got not capped, want capped")
 	}
 }
@@ -115,5 +115,43 @@ func TestBoundOfAPermitHandedOverIsRecordedAtOnce(t *testing.T) {
 	}
 	if !slices.ContainsFunc(fields, func(f string) bool { return strings.HasPrefix(f, "#bound ") }) {
 		t.Errorf("fields of the key's info once the waiter holds its permit: got %q, want its bound", fields)
+	}
+}
+
+// TestBoundFollowsAStepOfTheServersClock: a forward step of the server's
+// clock, too short for a key to call it a silence, brings the store's
+// bound closer in real time; the renewal after it says so, and the lease
+// then stops its command sooner, not a step later than the store lets it
+// go. The margin past the kill-after covers a step within the last third
+// of a TTL, which no renewal sees.
+func TestBoundFollowsAStepOfTheServersClock(t *testing.T) {
+	t.Parallel()
+	c, st := newClock(t)
+	req := semaphore.Request{Key: "stepped", Permits: 1, TTL: 30 * time.Second, NoWait: true, MaxRuntime: 2 * time.Second, KillAfter: time.Second}
+	sent := clock.Now()
+	l, err := st.Acquire(ctxTimeout(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := l.Bound()
+	const step = 3 * time.Second
+	c.advance(step)
+	renewed := clock.Now()
+	if err := l.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatalf("renewal after a step of %v: %v", step, err)
+	}
+	// The store's bound, here: the grant's, less the step (this server's
+	// clock moves only with the test's steps).
+	want := renewed.Add(req.MaxRuntime + semaphore.Overrun(req.KillAfter, req.TTL) - step)
+	if b := l.Bound(); !b.Before(before) || b.After(want) {
+		t.Errorf("bound after a step of %v: +%v, want it moved to +%v at the latest (it was +%v)", step, b.Sub(sent), want.Sub(sent), before.Sub(sent))
+	}
+	if l.Deadline().After(l.Bound()) {
+		t.Errorf("deadline +%v past the bound +%v", l.Deadline().Sub(sent), l.Bound().Sub(sent))
+	}
+	c.advance(1200 * time.Millisecond)
+	other := semaphore.Request{Key: "stepped", Permits: 1, TTL: 30 * time.Second, NoWait: true}
+	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), other); !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("no-wait caller before the stepped bound: got %v, want busy", err)
 	}
 }

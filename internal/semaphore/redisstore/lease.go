@@ -37,7 +37,7 @@ type lease struct {
 	// most (the request's max runtime and overrun; 0: no bound), and bound
 	// that instant, here; minHold is the request's.
 	asked, minHold time.Duration
-	// unbound: the store has yet to record the bound (a permit handed
+	// unbound: the store has yet to record the terms (a permit handed
 	// over); the first renewal does.
 	unbound bool
 	// countReplicas: the next replicated renewal also reads how many
@@ -76,7 +76,7 @@ func asked(req semaphore.Request) time.Duration {
 	if req.MaxRuntime <= 0 {
 		return 0
 	}
-	return req.MaxRuntime + semaphore.Overrun(req.KillAfter)
+	return req.MaxRuntime + semaphore.Overrun(req.KillAfter, req.TTL)
 }
 
 func (l *lease) Token() int64 { return l.token }
@@ -124,7 +124,8 @@ func (l *lease) Renew(ctx context.Context) error {
 		l.deadline = d
 	}
 	if hard > 0 {
-		// A hold's, which its keeper asked for.
+		// The store's word, after a step of its clock say, or a hold's,
+		// which its keeper asked for: the earlier holds.
 		if b := sent.Add(time.Duration(hard-1) * time.Millisecond); l.bound.IsZero() || b.Before(l.bound) {
 			l.bound = b
 		}
@@ -141,11 +142,30 @@ func (l *lease) Renew(ctx context.Context) error {
 // the grant included. A renewal they do not all have in time does not
 // count: a failover could lose it.
 func (l *lease) renewReplicated(ctx context.Context) (renewed bool, left, hard int64, err error) {
+	res, wait, err := l.replicated(ctx, l.renewArgs(), l.countReplicas.Load())
+	if err != nil {
+		return false, 0, 0, err
+	}
+	if renewed, left, hard, err = l.renewed(res); err != nil || !renewed {
+		return false, 0, 0, err
+	}
+	if err := wait(); err != nil {
+		return false, 0, 0, err
+	}
+	return true, left, hard, nil
+}
+
+// replicated runs the script of args on the node that serves the key and,
+// on the same connection, WAITs for the lease's min replicas to have it,
+// and so every write before it; with count, it reads the master's
+// replicas too (sayMajority). It returns the script's reply and wait,
+// which says whether the replicas had it in time.
+func (l *lease) replicated(ctx context.Context, args protocol.Args, count bool) (res any, wait func() error, err error) {
 	node, err := l.s.client.Node(ctx, l.keys.Holders)
 	if err != nil {
-		return false, 0, 0, fmt.Errorf("find the node that serves key %q: %w", l.key, err)
+		return nil, nil, fmt.Errorf("find the node that serves key %q: %w", l.key, err)
 	}
-	var renew, wait, info *redis.Cmd
+	var script, waited, info *redis.Cmd
 	timeout := replicaWait(l.ttl)
 	if d, ok := ctx.Deadline(); ok {
 		// WAIT must answer before the call's deadline cuts the connection.
@@ -154,15 +174,15 @@ func (l *lease) renewReplicated(ctx context.Context) (renewed bool, left, hard i
 	_, err = node.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		// The whole script: a NOSCRIPT reply to EVALSHA could not be
 		// answered with a load in time, in a pipeline.
-		renew = protocol.Eval(ctx, pipe, l.keys, l.renewArgs())
-		wait = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
-		if l.countReplicas.Load() {
+		script = protocol.Eval(ctx, pipe, l.keys, args)
+		waited = pipe.Do(ctx, "WAIT", l.minReplicas, timeout.Milliseconds())
+		if count {
 			// In the same round trip: --verbose costs no wait of its own.
 			info = pipe.Do(ctx, "INFO", "replication")
 		}
 		return nil
 	})
-	if err != nil && info != nil && renew.Err() == nil && wait.Err() == nil {
+	if err != nil && info != nil && script.Err() == nil && waited.Err() == nil {
 		err = nil // INFO refused (an ACL user without +info): the count only informs
 	}
 	if info != nil {
@@ -173,23 +193,21 @@ func (l *lease) renewReplicated(ctx context.Context) (renewed bool, left, hard i
 			// The slot moved: the next try asks the node that serves it now.
 			l.s.client.Moved(ctx)
 		}
-		return false, 0, 0, protocol.Wrap(l.renewArgs(), err)
+		return nil, nil, protocol.Wrap(args, err)
 	}
-	res, err := renew.Result()
-	if err != nil {
-		return false, 0, 0, protocol.Wrap(l.renewArgs(), err)
+	if res, err = script.Result(); err != nil {
+		return nil, nil, protocol.Wrap(args, err)
 	}
-	if renewed, left, hard, err = l.renewed(res); err != nil || !renewed {
-		return false, 0, 0, err
-	}
-	acked, err := wait.Int64()
-	if err != nil {
-		return false, 0, 0, err
-	}
-	if acked < int64(l.minReplicas) {
-		return false, 0, 0, fmt.Errorf("%d of %d replicas had it within %v (%s)", acked, l.minReplicas, timeout, l.s.names.Name(semaphore.MinReplicasSetting))
-	}
-	return true, left, hard, nil
+	return res, func() error {
+		acked, err := waited.Int64()
+		if err != nil {
+			return err
+		}
+		if acked < int64(l.minReplicas) {
+			return fmt.Errorf("%d of %d replicas had it within %v (%s)", acked, l.minReplicas, timeout, l.s.names.Name(semaphore.MinReplicasSetting))
+		}
+		return nil
+	}, nil
 }
 
 // sayMajority warns, once, when the lease's min replicas is no majority of
@@ -237,7 +255,7 @@ func (l *lease) renewArgs() protocol.Args {
 	if l.share != "" {
 		return l.shareArgs()
 	}
-	return protocol.RenewArgs{ID: l.id, TTL: l.ttl, Fence: l.fence, Bound: l.asked}
+	return protocol.RenewArgs{ID: l.id, TTL: l.ttl, Fence: l.fence, Bound: l.asked, Cool: l.minHold}
 }
 
 // shareArgs are the renewal of a share of a hold, as hold.lua takes it.
@@ -251,7 +269,7 @@ func (l *lease) shareArgs() protocol.HoldArgs {
 func (l *lease) renewed(res any) (renewed bool, left, hard int64, err error) {
 	if l.share == "" {
 		r, err := protocol.DecodeRenew(res)
-		return r.Renewed, r.Left, 0, err
+		return r.Renewed, r.Left, r.Hard, err
 	}
 	r, err := protocol.DecodeHold(res)
 	if err != nil {
@@ -275,9 +293,15 @@ func replicaWait(ttl time.Duration) time.Duration {
 // Files is nil: the permit lives in Redis.
 func (l *lease) Files() []*os.File { return nil }
 
-func (l *lease) Release(ctx context.Context) error { return l.Finish(ctx, -1) }
+// Release gives the permit back at once: no command ran under it.
+func (l *lease) Release(ctx context.Context) error { return l.release(ctx, 0, -1) }
 
 func (l *lease) Finish(ctx context.Context, exitStatus int) error {
+	return l.release(ctx, l.minHold, exitStatus)
+}
+
+// release gives the permit back, cooling for what is left of cool.
+func (l *lease) release(ctx context.Context, cool time.Duration, exitStatus int) error {
 	if l.share != "" {
 		// A share lets go of its hold, which gives the permit back only
 		// once the hold ended and no one else is attached.
@@ -286,15 +310,47 @@ func (l *lease) Finish(ctx context.Context, exitStatus int) error {
 	}
 	// Retried within ctx, as a release is safe to repeat: a failover or a
 	// dropped connection need not leave the seat held for a whole TTL.
-	res, err := l.s.call(ctx, l.keys, protocol.ReleaseArgs{ID: l.id, Cool: l.minHold, Exit: exitStatus})
+	args := protocol.ReleaseArgs{ID: l.id, Cool: cool, Exit: exitStatus}
+	if cool > 0 && l.minReplicas > 0 {
+		// A cooling counts, as a grant does, once replicas have it: a
+		// failover must not lose it and run the job again.
+		return l.releaseReplicated(ctx, args)
+	}
+	res, err := l.s.call(ctx, l.keys, args)
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
+	_, err = l.released(ctx, res)
+	return err
+}
+
+// released reads release.lua's reply, res, and hands on the seats it
+// gave back; it returns how long the permit cools.
+func (l *lease) released(ctx context.Context, res any) (time.Duration, error) {
 	r, err := protocol.DecodeRelease(res)
 	if err != nil {
-		return fmt.Errorf("release key %q: %w", l.key, err)
+		return 0, fmt.Errorf("release key %q: %w", l.key, err)
 	}
 	l.s.dropped(l.key, r.Bad)
 	l.s.watch(ctx, l.keys, r.Handed)
+	return time.Duration(max(r.Cooling, 0)) * time.Millisecond, nil
+}
+
+// releaseReplicated gives the permit back as cooling (args) and waits for
+// the min replicas to have it; once, since a release that lost its
+// connection may have run: one that is not known to be replicated is an
+// error, and the permit at worst lapses, and then cools (see terms in
+// lib.lua).
+func (l *lease) releaseReplicated(ctx context.Context, args protocol.ReleaseArgs) error {
+	res, wait, err := l.replicated(ctx, args, false)
+	if err == nil {
+		_, err = l.released(ctx, res)
+	}
+	if err == nil {
+		err = wait()
+	}
+	if err != nil {
+		return fmt.Errorf("release key %q into its cooling: %w", l.key, err)
+	}
 	return nil
 }

@@ -19,8 +19,10 @@
 --            for less, nobody is granted a permit, the caller included
 --   line     the longest line the key takes: a caller who would make it
 --            longer is refused (full)
---   bound    ms after its grant past which the permit is never renewed
---            (see bound); 0: none
+--   bound    ms after its grant past which the permit is never renewed;
+--            0: none
+--   cool     its min hold, ms after its grant; 0: none (see terms in
+--            lib.lua)
 -- Reply (AcquireReply in args.go):
 --   granted   1 when the caller holds a permit
 --   token     its fencing token (0 when not granted)
@@ -46,8 +48,8 @@ local id, meta, wake = a.id, a.meta or '', a.wake
 local n, ttl = num(a.permits, 1, MAXPERMITS), num(a.ttl, MINTTL, MAXTTL)
 local weight, wlease = num(a.weight, 1, MAXPERMITS), num(a.wait, 0, MAXTTL)
 local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, MAXLINE)
-local asked = num(a.bound or '0', 0, MAXBOUND)
-if not (id and wake and n and ttl and weight and wlease and fence and line and asked) then
+local asked, coolFor = num(a.bound or '0', 0, MAXBOUND), num(a.cool or '0', 0, MAXCOOL)
+if not (id and wake and n and ttl and weight and wlease and fence and line and asked and coolFor) then
   return redis.error_reply('ERR semrun: acquire.lua: bad arguments')
 end
 
@@ -101,11 +103,20 @@ end
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
 local rec = expiry and redis.call('HGET', infoKey, id)
 local mine = readHolder(rec)
+local hard, minEnd, cooling
 if expiry and mine then
+  hard, minEnd, cooling = terms(id)
+end
+if cooling then
+  -- Given back already, and cooling: a late repeat of this call holds
+  -- nothing.
+  keepalive(longest)
+  return answer(0, 0, 0, 0, wakeIn())
+elseif expiry and mine then
   -- Handed over: the caller asks, so it takes its turn here.
   redis.call('DEL', wakekey(wake, id))
   expiry = claimed(id) or expiry
-  local hard = bound(id, asked, mine.since)
+  hard = recordTerms(id, asked, coolFor, hard, minEnd, mine.since)
   if hard and expiry > hard then
     expiry = hard
     redis.call('ZADD', holdersKey, 'XX', expiry, id)
@@ -125,7 +136,8 @@ redis.call('HSET', infoKey, '#cap', n)
 if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= n and fenced() == 0 then
   local left = ttl
   if asked > 0 then left = math.min(ttl, asked) end
-  local token, err = grant(id, n, weight, ttl, now + left, meta, asked > 0 and now + asked or nil)
+  local token, err = grant(id, n, weight, ttl, now + left, meta, asked > 0 and now + asked or nil,
+    coolFor > 0 and now + coolFor or nil)
   if not token then return redis.error_reply(err) end
   busy = busy + weight
   keepalive(math.max(ttl, longest))

@@ -30,8 +30,9 @@ type AcquireArgs struct {
 	// Line is the longest line the key takes; 0 is MaxLine.
 	Line int
 	// Bound is how long after its grant the permit is renewed at most
-	// (semaphore.Request.MaxRuntime and semaphore.Bound); 0: no bound.
-	Bound time.Duration
+	// (semaphore.Request.MaxRuntime and semaphore.Overrun); 0: no bound.
+	// Cool is its min hold (semaphore.Request.MinHold); 0: none.
+	Bound, Cool time.Duration
 }
 
 func (AcquireArgs) script() *Script { return acquireScript }
@@ -43,7 +44,7 @@ func (a AcquireArgs) argv(k Keys) []any {
 	return []any{
 		"id", a.ID, "permits", a.Permits, "ttl", a.TTL.Milliseconds(), "meta", a.Meta,
 		"weight", a.Weight, "wait", a.Wait.Milliseconds(), "wake", k.Wake, "fence", max(a.Fence, 0).Milliseconds(), "line", a.Line,
-		"bound", max(a.Bound, 0).Milliseconds(),
+		"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds(),
 	}
 }
 
@@ -85,41 +86,44 @@ func DecodeAcquire(res any) (AcquireReply, error) {
 }
 
 // RenewArgs are renew.lua's arguments: Fence is the holder's restart
-// fence, which the key remembers while the lease lasts; Bound is
-// AcquireArgs'.
+// fence, which the key remembers while the lease lasts; Bound and Cool
+// are AcquireArgs'.
 type RenewArgs struct {
-	ID                string
-	TTL, Fence, Bound time.Duration
+	ID                      string
+	TTL, Fence, Bound, Cool time.Duration
 }
 
 func (RenewArgs) script() *Script { return renewScript }
 
 func (a RenewArgs) argv(Keys) []any {
-	return []any{"id", a.ID, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "bound", max(a.Bound, 0).Milliseconds()}
+	return []any{"id", a.ID, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(),
+		"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds()}
 }
 
-// RenewReply is renew.lua's reply: whether the lease was extended, and
-// how many ms it has left (its TTL, or less at its bound).
+// RenewReply is renew.lua's reply: whether the lease was extended, how
+// many ms it has left (its TTL, or less at its bound), and how many until
+// its bound (0: none).
 type RenewReply struct {
-	Renewed bool
-	Left    int64
+	Renewed    bool
+	Left, Hard int64
 }
 
 // DecodeRenew reads renew.lua's reply.
 func DecodeRenew(res any) (RenewReply, error) {
 	var r RenewReply
 	var renewed int64
-	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed, "left": &r.Left})
+	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed, "left": &r.Left, "hard": &r.Hard})
 	r.Renewed = renewed == 1
-	if err == nil && r.Renewed && r.Left <= 0 {
+	if err == nil && r.Renewed && (r.Left <= 0 || r.Hard < 0) {
 		err = fmt.Errorf("%s: unexpected reply %s (left %d)", renewScript.name, shortReply(res), r.Left)
 	}
 	return r, err
 }
 
 // ReleaseArgs are release.lua's arguments: Cool keeps the permit taken
-// until this long after its grant (semaphore.Request.MinHold); Exit is
-// how its command ended, -1 when unknown.
+// until this long after its grant (semaphore.Request.MinHold), when a
+// command ran under it (0: give it back at once); Exit is how its command
+// ended, -1 when unknown.
 type ReleaseArgs struct {
 	ID   string
 	Cool time.Duration

@@ -198,3 +198,100 @@ func TestScriptsSilenceNeverShortensACooling(t *testing.T) {
 		t.Errorf("cooling across a silence: got %+v before, %+v after, want it no shorter", st.Cooling, after.Cooling)
 	}
 }
+
+// TestScriptsRecordedTermsHoldWhateverTheCallSays: a bound recorded at
+// the grant caps a renewal that does not repeat it (an old or broken
+// client), and a renewal tells how long is left to the bound, which a
+// step of the server's clock moves closer.
+func TestScriptsRecordedTermsHoldWhateverTheCallSays(t *testing.T) {
+	t.Parallel()
+	const bound, ttl = 1500 * time.Millisecond, 20 * time.Second
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "terms"
+			k := NewKeys(testPrefix, key)
+			runAcquireArgs(t, b.c, k, AcquireArgs{ID: "A", Permits: 1, TTL: ttl, Bound: bound})
+			r := renewArgs(t, b.c, key, RenewArgs{ID: "A", TTL: ttl})
+			if !r.Renewed || r.Left > bound.Milliseconds() || r.Hard <= 0 || r.Hard > bound.Milliseconds() {
+				t.Errorf("renewal that does not repeat the bound: got %+v, want renewed up to the recorded bound, and told how far it is", r)
+			}
+			b.advance(bound + 100*time.Millisecond)
+			if r := renewArgs(t, b.c, key, RenewArgs{ID: "A", TTL: ttl}); r.Renewed {
+				t.Errorf("renewal past the recorded bound that does not repeat it: got %+v, want refused", r)
+			}
+		})
+	}
+}
+
+// TestScriptsCoolingIsNoLease: a renewal or a repeated grant of a permit
+// that cools (late, or from a caller that still has its id) is refused,
+// and leaves the cooling as it was; a permit given back with Release (no
+// command ran) does not cool; a record of a cooling that is not one is
+// no cooling.
+func TestScriptsCoolingIsNoLease(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "cooling-no-lease"
+			k := NewKeys(testPrefix, key)
+			runAcquireArgs(t, b.c, k, AcquireArgs{ID: "A", Permits: 1, TTL: ttl, Cool: time.Hour})
+			releaseArgs(t, b.c, key, ReleaseArgs{ID: "A", Cool: time.Hour, Exit: 0})
+			if r := renewArgs(t, b.c, key, RenewArgs{ID: "A", TTL: ttl, Cool: time.Hour}); r.Renewed {
+				t.Errorf("renewal of a permit that cools: got %+v, want refused", r)
+			}
+			if g := runAcquireArgs(t, b.c, k, AcquireArgs{ID: "A", Permits: 1, TTL: ttl, Cool: time.Hour}); g.Granted {
+				t.Errorf("a repeated grant of a permit that cools: got %+v, want none", g)
+			}
+			if st := runStatus(t, b.c, key); len(st.Cooling) != 1 || st.Cooling[0].EndsIn < 59*time.Minute {
+				t.Errorf("the cooling after them: got %+v, want its hour", st.Cooling)
+			}
+
+			runAcquireArgs(t, b.c, k, AcquireArgs{ID: "B", Permits: 2, TTL: ttl, Cool: time.Hour})
+			if r := releaseArgs(t, b.c, key, ReleaseArgs{ID: "B"}); !r.Released || r.Cooling != 0 {
+				t.Errorf("Release of a permit no command ran under: got %+v, want it given back at once", r)
+			}
+
+			runAcquireArgs(t, b.c, k, AcquireArgs{ID: "C", Permits: 2, TTL: ttl})
+			if err := b.c.HSet(t.Context(), k.Info, "#cool C", "garbage").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r := renewArgs(t, b.c, key, RenewArgs{ID: "C", TTL: ttl}); !r.Renewed {
+				t.Errorf("renewal of a holder whose cooling record is not one: got %+v, want renewed", r)
+			}
+			if st := runStatus(t, b.c, key); len(st.Holders) != 1 || st.Held != 2 {
+				t.Errorf("status of a holder whose cooling record is not one: got %+v, want it listed as a holder", st)
+			}
+		})
+	}
+}
+
+// TestScriptsLapsedPermitCools: a permit whose holder never gave it back
+// (it crashed, its release was lost) cools until its min hold has passed,
+// when the sweep finds it lapsed.
+func TestScriptsLapsedPermitCools(t *testing.T) {
+	t.Parallel()
+	const ttl, cool = time.Second, 2500 * time.Millisecond
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "lapsed-cools"
+			k := NewKeys(testPrefix, key)
+			runAcquireArgs(t, b.c, k, AcquireArgs{ID: "A", Permits: 1, TTL: ttl, Cool: cool})
+			// Callers keep the key touched, as on a busy key: no silence
+			// pushes the lease back.
+			for range 3 {
+				b.advance(ttl * 2 / 5)
+				if g := runAcquireArgs(t, b.c, k, AcquireArgs{ID: "B", Permits: 1, TTL: ttl}); g.Granted {
+					t.Fatalf("caller once the lease lapsed, within the min hold: got %+v, want busy", g)
+				}
+			}
+			if st := runStatus(t, b.c, key); len(st.Cooling) != 1 || st.Cooling[0].ExitStatus != -1 {
+				t.Errorf("status once the lease lapsed: got %+v, want it cooling, its status unknown", st)
+			}
+			b.advance(cool)
+			if g := runAcquireArgs(t, b.c, k, AcquireArgs{ID: "B", Permits: 1, TTL: ttl}); !g.Granted {
+				t.Errorf("caller once the min hold passed: got %+v, want granted", g)
+			}
+		})
+	}
+}

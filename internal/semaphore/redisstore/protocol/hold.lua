@@ -53,7 +53,7 @@ if op == 'begin' then
   end
   h.meta = a.meta
   redis.call('HSET', infoKey, id, holderRecord(h))
-  local hard = bound(id, asked, h.since)
+  local hard = recordTerms(id, asked, 0, terms(id), nil, h.since)
   if hard then out.hard = hard - now end
   redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'replicas', replicas, 'permits', h.permits,
     'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked)
@@ -114,7 +114,7 @@ local function ended(state, why, at)
 end
 
 local score = alive()
-local hard = rec.state == 'held' and bound(id, asked)
+local hard = rec.state == 'held' and recordTerms(id, asked, 0, terms(id), nil)
 if hard then out.hard = math.max(hard - now, 0) end
 if rec.state == 'held' and hard and hard <= now then
   -- Nothing kept it longer than its bound: the keeper stopped, hung or

@@ -8,10 +8,10 @@
 --   info:    hash, permit id -> holder record; "#cap" -> the capacity the
 --            latest caller asked; "#used" -> the seats the holders take;
 --            "#claim <id>" -> the full lease of a permit handed over and
---            not yet claimed (see handoff); "#bound <id>" -> the
---            server time past which that permit is never renewed (bound);
---            "#cool <id>" -> the exit status of a permit given back as
---            cooling (release.lua); "#clock", "#ttl" (rebase);
+--            not yet claimed (see handoff); "#bound <id>", "#min <id>"
+--            -> that permit's terms (see terms); "#cool <id>" -> the exit
+--            status of a permit that is cooling (-1: unknown; see
+--            cool); "#clock", "#ttl" (rebase);
 --            "#fencefrom", "#fencelen", "#fenceuntil", "#replid" (fenced)
 --   token:   string, the last fencing token handed out
 --   queue:   sorted set, waiter id -> ticket: the order of arrival
@@ -145,7 +145,7 @@ local function removeHolder(id)
   local u = used()
   local h = readHolder(redis.call('HGET', infoKey, id))
   redis.call('ZREM', holdersKey, id)
-  redis.call('HDEL', infoKey, id, '#claim ' .. id, '#bound ' .. id, '#cool ' .. id)
+  redis.call('HDEL', infoKey, id, '#claim ' .. id, '#bound ' .. id, '#min ' .. id, '#cool ' .. id)
   redis.call('HSET', infoKey, '#used', math.max(u - (h and h.weight or 1), 0))
 end
 
@@ -168,19 +168,49 @@ local function dropWaiter(id)
   redis.call('HDEL', waitersKey, id)
 end
 
+-- A permit's terms, kept beside its lease: '#bound <id>', the server
+-- time past which it is never renewed (its holder's max runtime,
+-- kill-after and a margin after its grant), and '#min <id>', the time
+-- until which it stays taken, as cooling, once given back or lapsed (its
+-- min hold after its grant). A direct grant records them (grant); a
+-- permit handed over has them recorded by its holder's first call, which
+-- knows them (recordTerms). A holder that stops renewing, hangs or is
+-- old then frees its seat by its bound, and one that crashed, or whose
+-- release never came, still cools.
+
+-- terms reads id's bound and min hold end (nil: none) and whether it
+-- cools.
+local function terms(id)
+  local f = redis.call('HMGET', infoKey, '#bound ' .. id, '#min ' .. id, '#cool ' .. id)
+  return num(f[1], 0, MAXINT), num(f[2], 0, MAXINT), num(f[3], -1, 255) ~= nil
+end
+
+-- cool keeps id's permit taken until ends, with the exit status of its
+-- command (-1: unknown): nobody renews it; the sweep removes it then.
+local function cool(id, ends, exit)
+  redis.call('ZADD', holdersKey, 'XX', ends, id)
+  redis.call('HDEL', infoKey, '#claim ' .. id, '#bound ' .. id)
+  redis.call('HSET', infoKey, '#cool ' .. id, exit)
+end
+
 -- sweep removes, a few at a time in expiry order, the holders whose lease
 -- lapsed and the waiters whose lease lapsed (gone without leaving:
 -- killed, host lost). A permit handed over whose waiter took its turn is
 -- not lapsed: it becomes a full lease. One whose waiter never took it is
--- taken back, with the turn. It tells whether it removed any, since that
+-- taken back, with the turn. One with a min hold that has not passed
+-- cools until it has (terms). It tells whether it removed any, since that
 -- can give someone else their turn.
 local function sweep(wake)
   local changed = false
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', 0, SWEEP)) do
-    local claim = redis.call('HGET', infoKey, '#claim ' .. id)
-    local k = claim and wake and wakekey(wake, id)
+    local f = redis.call('HMGET', infoKey, '#claim ' .. id, '#min ' .. id)
+    local k = f[1] and wake and wakekey(wake, id)
+    local minEnd = num(f[2], 0, now + MAXCOOL)
     if k and redis.call('EXISTS', k) == 0 and (claimed(id) or 0) > now then
       -- taken: a lease in full from now on
+    elseif minEnd and minEnd > now then
+      if k then redis.call('DEL', k) end
+      cool(id, minEnd, -1)
     else
       if k then redis.call('DEL', k) end
       removeHolder(id)
@@ -205,7 +235,7 @@ end
 -- keys expired or the store lost its data. A token that is not a number
 -- the scripts can raise exactly stops every grant of this key, with an
 -- error the store names: going on would break its promise to rise.
-local function grant(id, n, weight, ttl, expiry, meta, hard)
+local function grant(id, n, weight, ttl, expiry, meta, hard, minEnd)
   local last = redis.call('GET', tokenKey)
   local token = 0
   if last then
@@ -225,28 +255,35 @@ local function grant(id, n, weight, ttl, expiry, meta, hard)
   if hard then
     fields[#fields + 1], fields[#fields + 2] = '#bound ' .. id, hard
   end
+  if minEnd then
+    fields[#fields + 1], fields[#fields + 2] = '#min ' .. id, minEnd
+  end
   redis.call('HSET', infoKey, unpack(fields))
   return token
 end
 
--- bound is the server time past which id's permit is never renewed: asked
--- ms (its holder's max runtime, kill-after and a margin; 0: none) after
--- its grant. A direct grant records it (grant); a permit handed over has
--- it recorded by the first call its holder makes, which knows it. A holder
--- that stops renewing, hangs or is old then frees the seat by its bound.
--- nil when unbounded, or when id holds nothing.
-local function bound(id, asked, since)
-  if asked <= 0 then return nil end
-  local hard = field('#bound ' .. id, 0, MAXINT)
-  if hard then return hard end
+-- recordTerms records the terms id's holder asked for (see terms), where none
+-- are yet: its bound asked ms and its min hold cool ms after its grant,
+-- at since (read from its record when nil); hard and minEnd are those
+-- read already. It returns them.
+local function recordTerms(id, asked, cool, hard, minEnd, since)
+  if (hard or asked <= 0) and (minEnd or cool <= 0) then return hard, minEnd end
   if not since then
     local h = readHolder(redis.call('HGET', infoKey, id))
-    since = h and h.since
+    if not h then return hard, minEnd end
+    since = h.since
   end
-  if not since then return nil end
-  hard = since + asked
-  redis.call('HSET', infoKey, '#bound ' .. id, hard)
-  return hard
+  local fields = {}
+  if not hard and asked > 0 then
+    hard = since + asked
+    fields[#fields + 1], fields[#fields + 2] = '#bound ' .. id, hard
+  end
+  if not minEnd and cool > 0 then
+    minEnd = since + cool
+    fields[#fields + 1], fields[#fields + 2] = '#min ' .. id, minEnd
+  end
+  redis.call('HSET', infoKey, unpack(fields))
+  return hard, minEnd
 end
 
 -- rebase compares the server's clock with the last reading a script of

@@ -1,12 +1,13 @@
 -- release.lua: give this caller's permit back, or its place in line.
 -- Releasing twice is harmless. The waiters whose turn it now is get their
 -- permits.
--- A permit given back before cool ms since its grant stays taken until
--- then, as cooling: its lease lasts to that time, renewed by nobody, and
--- '#cool <id>' keeps the exit status of its command for status.
+-- A permit given back, after its command ran, before its min hold
+-- passed stays taken until then, as cooling (see terms and cool in
+-- lib.lua), with the exit status of its command for status.
 -- KEYS: see lib.lua. ARGV (ReleaseArgs in args.go): id, the permit id;
--- wake, the prefix of the key's wake lists; cool, the min hold, ms (0:
--- none); exit, the command's exit status (-1: unknown).
+-- wake, the prefix of the key's wake lists; cool, the min hold, ms, when
+-- a command ran (0: none, or no command ran: give it back at once); exit,
+-- the command's exit status (-1: unknown).
 -- Reply: released, 1 when the permit was held or the caller waited, 0
 -- otherwise; cooling, ms the permit stays taken (0: none); bad, the
 -- records this call dropped, which were not records; handed, the wake
@@ -15,20 +16,28 @@
 -- the node no longer has, and refused before any write, a retry finds
 -- everything as it was, the seat to hand over included.
 local a = args()
-local cool, exit = num(a.cool or '0', 0, MAXCOOL), num(a.exit or '-1', -1, 255)
-if not (a.id and a.wake and cool and exit) then
+local coolFor, exit = num(a.cool or '0', 0, MAXCOOL), num(a.exit or '-1', -1, 255)
+if not (a.id and a.wake and coolFor and exit) then
   return redis.error_reply('ERR semrun: release.lua: bad arguments')
 end
 redis.call('DEL', wakekey(a.wake, a.id))
 local moved = rebase()
 local removed, cooling = 0, 0
 if redis.call('ZSCORE', holdersKey, a.id) then
-  local h = cool > 0 and readHolder(redis.call('HGET', infoKey, a.id))
-  if h and h.since + cool > now then
-    cooling = h.since + cool - now
-    redis.call('ZADD', holdersKey, 'XX', h.since + cool, a.id)
-    redis.call('HDEL', infoKey, '#claim ' .. a.id, '#bound ' .. a.id)
-    redis.call('HSET', infoKey, '#cool ' .. a.id, exit)
+  local ends = 0
+  if coolFor > 0 then
+    -- As recorded at its grant, or from the grant's time when the first
+    -- call of a permit handed over never came.
+    local _, minEnd = terms(a.id)
+    if not minEnd then
+      local h = readHolder(redis.call('HGET', infoKey, a.id))
+      minEnd = h and h.since + coolFor
+    end
+    ends = minEnd or 0
+  end
+  if ends > now then
+    cooling = ends - now
+    cool(a.id, ends, exit)
     keepalive(cooling)
   else
     removeHolder(a.id)

@@ -56,15 +56,13 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 		if err != nil {
 			continue
 		}
-		if cooling != "" {
-			exit, err := strconv.Atoi(cooling)
-			if err != nil || exit < -1 || exit > 255 {
-				continue // not one
-			}
+		if exit, err := strconv.Atoi(cooling); cooling != "" && err == nil && exit >= -1 && exit <= 255 {
 			st.Cooling = append(st.Cooling, semaphore.Cooling{HolderInfo: h.HolderInfo, Permits: h.Permits, Weight: h.Weight,
 				EndsIn: within(expiry-r.now, MaxCool), ExitStatus: exit})
 			continue
 		}
+		// A holder, or one whose cooling is not one (someone else wrote
+		// it): shown, as it counts.
 		h.ExpiresIn = within(expiry-r.now, MaxTTL)
 		st.Holders = append(st.Holders, h)
 	}
