@@ -268,9 +268,18 @@ func replicaWait(ttl time.Duration) time.Duration {
 // Files is nil: the permit lives in Redis.
 func (l *lease) Files() []*os.File { return nil }
 
-func (l *lease) Release(ctx context.Context) error { return l.Finish(ctx, -1) }
+// Release gives the permit back at once: no command ran under it, or
+// none that asked to cool.
+func (l *lease) Release(ctx context.Context) error { return l.giveBack(ctx, 0, -1) }
 
+// Finish gives the permit back, cooling until its MinHold passed.
 func (l *lease) Finish(ctx context.Context, exitStatus int) error {
+	return l.giveBack(ctx, l.minHold, exitStatus)
+}
+
+// giveBack gives the permit back, keeping it taken until cool after its
+// grant.
+func (l *lease) giveBack(ctx context.Context, cool time.Duration, exitStatus int) error {
 	if l.share != "" {
 		// A share lets go of its hold, which gives the permit back only
 		// once the hold ended and no one else is attached.
@@ -279,7 +288,7 @@ func (l *lease) Finish(ctx context.Context, exitStatus int) error {
 	}
 	// Retried within ctx, as a release is safe to repeat: a failover or a
 	// dropped connection need not leave the seat held for a whole TTL.
-	res, err := l.s.call(ctx, l.keys, protocol.ReleaseArgs{ID: l.id, Cool: l.minHold, Exit: exitStatus})
+	res, err := l.s.call(ctx, l.keys, protocol.ReleaseArgs{ID: l.id, Cool: cool, Exit: exitStatus})
 	if err != nil {
 		return fmt.Errorf("release key %q: %w", l.key, err)
 	}
