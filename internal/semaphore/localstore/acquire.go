@@ -96,6 +96,9 @@ type attempt struct {
 	told       bool   // the capacity was checked
 	draft      *draft // the holder's record to be; nil when it could not be made
 	granted    bool
+	// coolEnd is when the first cooling ends, as the last try found;
+	// zero with none.
+	coolEnd time.Time
 }
 
 // joinLine takes the queue lock, without waiting for it, and tells whether
@@ -156,7 +159,12 @@ func (a *attempt) waitForSeat(ctx context.Context) (semaphore.Lease, error) {
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		woken, err := w.wait(ctx, recheck)
+		wait := recheck
+		if !a.coolEnd.IsZero() {
+			// No event marks the end of a cooling: the wait ends with it.
+			wait = min(wait, max(time.Until(a.coolEnd), firstFollowup))
+		}
+		woken, err := w.wait(ctx, wait)
 		if err != nil {
 			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
 		}
@@ -187,7 +195,8 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 			return nil, a.req.Permits, err
 		}
 	}
-	taken, held, err := a.seats.take(a.req.Permits, a.req.Takes(), a.queue, a.inLine)
+	a.coolEnd = time.Time{}
+	taken, held, err := a.seats.take(a.req.Permits, a.req.Takes(), a.queue, a.inLine, a.cooling)
 	if err != nil {
 		return nil, held, err
 	}
@@ -205,6 +214,14 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 		return nil, held, err // not a nil *lease in an interface
 	}
 	return l, held, nil
+}
+
+// cooling counts the permits the key's coolings take, and keeps when
+// the first ends for the wait; the grant lock is held.
+func (a *attempt) cooling() int {
+	n, first := a.k.cooling(time.Now())
+	a.coolEnd = first
+	return n
 }
 
 // lockGrant takes the key's grant lock, and checks that the key's
@@ -272,14 +289,27 @@ func (a *attempt) lease(taken *heldSeats) (*lease, error) {
 		_ = taken.release()
 		return nil, err
 	}
-	l := &lease{seats: taken, token: token, key: a.req.Key, permits: a.req.Permits, weight: a.req.Takes(), sinceMS: time.Now().UnixMilli()}
+	l := &lease{
+		seats: taken, token: token, key: a.req.Key, permits: a.req.Permits, weight: a.req.Takes(), sinceMS: time.Now().UnixMilli(),
+		holder: a.req.Holder, minHold: a.req.MinHold,
+	}
 	a.granted = true
 	// The record is for status only: a seat is held by its lock.
 	if a.draft != nil {
 		rec := record{HolderInfo: a.req.Holder, Permits: l.permits, Weight: l.weight, Token: token, SinceMS: l.sinceMS}
 		if f, dir, name, err := a.draft.publish(rec); err == nil {
-			l.record, l.dir, l.name = f, dir, name
+			l.record, l.k, l.name = f, a.k.with(dir), name
 		}
+	}
+	if l.k == nil && l.minHold > 0 {
+		// A cooling, unlike a record, is no extra: without a directory
+		// to leave it in, no grant.
+		dir, err := reopenDir(a.k.dir)
+		if err != nil {
+			_ = taken.release()
+			return nil, fmt.Errorf("key %q: key directory %s: %w", a.req.Key, a.k.path, err)
+		}
+		l.k = a.k.with(dir)
 	}
 	return l, nil
 }

@@ -61,6 +61,10 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	case err != nil || held > 0:
 		return false
 	}
+	// Counted after the seats, as a grant counts them (cool.go).
+	if n, _ := k.cooling(time.Now()); n > 0 {
+		return false
+	}
 	for _, name := range k.names("") {
 		switch {
 		case strings.HasPrefix(name, holdPrefix) || strings.HasPrefix(name, holdDraftPrefix):

@@ -289,6 +289,14 @@ var errKeyMoved = errors.New("key directory replaced")
 
 func (k *keyDir) close() { k.dir.Close() }
 
+// with is k through dir, another descriptor of its directory, which it
+// then owns.
+func (k *keyDir) with(dir *os.File) *keyDir {
+	c := *k
+	c.dir = dir
+	return &c
+}
+
 // fileMode is the mode of the files the caller makes in k.
 func (k *keyDir) fileMode() uint32 { return filesMode(k.groupMode) }
 

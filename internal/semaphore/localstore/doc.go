@@ -12,8 +12,9 @@
 // is a flock(2) on a file of its own (seats_other.go). The child inherits
 // its lock files read-only. A hold, a permit kept across processes
 // (semrun acquire), is held by the locks each process attached to it
-// takes on its seats, on Linux only (hold.go). The first waiter in line
-// is woken by inotify (watch_linux.go). Unix only: on Windows a lock
+// takes on its seats, on Linux only (hold.go). A permit given back before
+// its min hold passed, with no process left, cools as a file (cool.go).
+// The first waiter in line is woken by inotify (watch_linux.go). Unix only: on Windows a lock
 // belongs to the process that took it, so a child could not inherit a
 // seat.
 package localstore

@@ -2,6 +2,8 @@
 
 package localstore
 
+import "github.com/semrun/semrun/internal/semaphore"
+
 // FirstSeat is the file a key's first seat is in: "seats" on Linux,
 // "seat.0" elsewhere.
 const FirstSeat = firstSeat
@@ -11,3 +13,7 @@ var HoldFileName = holdName
 
 // HoldKept is how long a hold's record stays once no one holds it.
 const HoldKept = holdKept
+
+// GrantedMS is when a permit was granted, in wall-clock ms: its cooling
+// ends its min hold after.
+func GrantedMS(l semaphore.Lease) int64 { return l.(*lease).sinceMS }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,4 +124,55 @@ func TestLocalGroupMembersNeitherBlockNorOverfillKeys(t *testing.T) {
 			t.Errorf("root's Status of its key: got %d held, want %d", s.Held, n)
 		}
 	})
+}
+
+// In a group-shared lock directory, a member's cooling keeps the key
+// taken for root and the other members, who read it but cannot remove
+// it once it ended (sticky): its maker, or root, does.
+func TestLocalGroupMembersCoolingsHoldForAll(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	run := runLock(t)
+	bin := helperIn(t, run)
+	dir := groupLockDir(t, run)
+	st := newLocal(t, dir, nil)
+	const key, minHold = "cooled", 2 * time.Second
+	req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}
+	release(t, acquire(t, st, req)) // root's key: every member uses it
+
+	cmd := exec.Command(bin, "-test.run=^TestHelperHolder$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key, helperCoolEnv+"="+minHold.String())
+	cmd.SysProcAttr = asMember(otherUID)
+	if got, _ := startHelper(t, cmd); !strings.HasPrefix(got, "cooled ") {
+		t.Fatalf("a member finishing with a min hold: got %q, want it cooled", got)
+	}
+	if got := holdAs(t, bin, thirdUID, dir, key); !strings.Contains(got, "no permit available") {
+		t.Errorf("another member while the first one's permit cools: got %q, want it busy", got)
+	}
+	if l, err := acquireFor(t, st, 5*time.Second, req); !errors.Is(err, semaphore.ErrBusy) {
+		t.Errorf("root while a member's permit cools: got (%v, %v), want ErrBusy", l, err)
+	}
+	s := statusOf(t, st, key)
+	if s.Held != 1 || len(s.Cooling) != 1 || s.Cooling[0].ExitStatus != 4 {
+		t.Fatalf("Status while a member's permit cools: got %+v, want it held by that cooling, exit status 4", s)
+	}
+	cools, _ := filepath.Glob(filepath.Join(dir, key, "cool.*"))
+	if len(cools) != 1 {
+		t.Fatalf("cooling files: got %q, want one", cools)
+	}
+	var fst syscall.Stat_t
+	if err := syscall.Stat(cools[0], &fst); err != nil || fst.Uid != otherUID || fst.Gid != sharedGID || fst.Mode&0o777 != 0o660 {
+		t.Errorf("cooling file: got uid %d gid %d mode %o (%v), want the member's, the group's, 0660", fst.Uid, fst.Gid, fst.Mode&0o777, err)
+	}
+
+	waitFor(t, minHold+10*time.Second, "another member granted the key once the cooling ended", func() bool {
+		got := holdAs(t, bin, thirdUID, dir, key)
+		if !strings.HasPrefix(got, "holding ") && !strings.Contains(got, "no permit available") {
+			t.Fatalf("another member once the cooling ends: got %q, want it holding or busy", got)
+		}
+		return strings.HasPrefix(got, "holding ")
+	})
+	if _, err := os.Lstat(cools[0]); err != nil {
+		t.Errorf("the cooling that ended, after another member's grant: got %v, want it left (not that member's to remove)", err)
+	}
 }

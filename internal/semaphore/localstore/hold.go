@@ -4,7 +4,6 @@ package localstore
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -274,20 +273,7 @@ func (k *keyDir) publishHold(name string, r holdRecord) error {
 	if err != nil {
 		return err
 	}
-	draft := holdDraftPrefix + rand.Text()[:16]
-	w, err := createFile(int(k.dir.Fd()), draft, k.path, k.fileMode())
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = renameNoReplace(int(k.dir.Fd()), draft, name)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(int(k.dir.Fd()), draft, 0)
+	if err := k.publishWhole(name, holdDraftPrefix, b); err != nil {
 		return fmt.Errorf("hold record in %s: %w", k.path, err)
 	}
 	return nil

@@ -4,10 +4,12 @@ package localstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/semaphore"
@@ -19,14 +21,20 @@ import (
 type lease struct {
 	seats *heldSeats
 	token int64
-	// What it was granted, for Hold to write in the hold's record.
+	// What it was granted, for Hold to write in the hold's record and
+	// Finish in a cooling's.
 	key             string
 	permits, weight int
 	sinceMS         int64
-	// record is the holder's file (see makeRecord), name in the key's
-	// directory dir; nil when it could not be made.
+	holder          semaphore.HolderInfo
+	minHold         time.Duration
+	// k is the key's directory, through a descriptor of the lease's own;
+	// nil when it could not be opened and the permit needs none (no
+	// record, no min hold).
+	k *keyDir
+	// record is the holder's file (see makeRecord), name in k; nil when
+	// it could not be made.
 	record *os.File
-	dir    *os.File
 	name   string
 
 	once     sync.Once
@@ -65,18 +73,49 @@ func (l *lease) Files() []*os.File {
 // The holder stops its command at its max runtime.
 func (l *lease) Bound() clock.Instant { return clock.Instant{} }
 
-// Finish gives the permit back.
-func (l *lease) Finish(ctx context.Context, _ int) error { return l.Release(ctx) }
+// Finish gives the permit back, leaving it cooling (cool.go) when its
+// min hold is still to pass; a permit made a hold's does not cool.
+func (l *lease) Finish(_ context.Context, exitStatus int) error { return l.giveBack(true, exitStatus) }
 
-func (l *lease) Release(context.Context) error {
+func (l *lease) Release(context.Context) error { return l.giveBack(false, -1) }
+
+// giveBack gives the permit back, cooling first when cool is set.
+func (l *lease) giveBack(cool bool, exitStatus int) error {
 	l.once.Do(func() {
 		l.released.Store(true)
 		// Removed before the seats are given back, never after, when the
 		// next holder's could be there.
 		l.dropRecord()
-		l.err = l.seats.release()
+		var err error
+		if cool && !l.held.Load() {
+			// Visible before the seats are unlocked, never after: see
+			// cool.go.
+			err = l.cool(exitStatus)
+		}
+		l.err = errors.Join(err, l.seats.release())
+		if l.k != nil {
+			l.k.close()
+		}
 	})
 	return l.err
+}
+
+// cool leaves the permit cooling until its min hold after its grant,
+// unless that has passed.
+func (l *lease) cool(exitStatus int) error {
+	ends := l.sinceMS + l.minHold.Milliseconds()
+	if l.minHold <= 0 || time.Now().UnixMilli() >= ends {
+		return nil
+	}
+	r := coolRecord{
+		record:     record{HolderInfo: l.holder, Permits: l.permits, Weight: l.weight, Token: l.token, SinceMS: l.sinceMS},
+		EndsMS:     ends,
+		ExitStatus: min(max(exitStatus, -1), 255),
+	}
+	if err := l.k.publishCooling(r); err != nil {
+		return fmt.Errorf("key %q: given back at once, not kept for its min hold: %w", l.key, err)
+	}
+	return nil
 }
 
 // dropRecord removes the holder's record, if any: at a release, or when
@@ -85,9 +124,8 @@ func (l *lease) dropRecord() {
 	if l.record == nil {
 		return
 	}
-	_ = unix.Unlinkat(int(l.dir.Fd()), l.name, 0)
+	_ = unix.Unlinkat(int(l.k.dir.Fd()), l.name, 0)
 	_, _ = flock(l.record, unix.LOCK_UN)
 	l.record.Close()
-	l.dir.Close()
 	l.record = nil
 }

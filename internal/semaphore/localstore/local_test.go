@@ -596,6 +596,9 @@ const (
 	helperDirEnv     = "SEMRUN_TEST_HOLDER_DIR"
 	helperKeyEnv     = "SEMRUN_TEST_HOLDER_KEY"
 	helperPermitsEnv = "SEMRUN_TEST_HOLDER_PERMITS" // 1 when unset
+	// helperCoolEnv, when set, is a min hold: the helper finishes the
+	// permit at once, with exit status 4, says "cooled TOKEN" and exits.
+	helperCoolEnv = "SEMRUN_TEST_HOLDER_COOL"
 )
 
 func TestHelperHolder(t *testing.T) {
@@ -612,12 +615,21 @@ func TestHelperHolder(t *testing.T) {
 	if n := os.Getenv(helperPermitsEnv); n != "" {
 		permits, _ = strconv.Atoi(n)
 	}
+	minHold, _ := time.ParseDuration(os.Getenv(helperCoolEnv))
 	l, err := st.Acquire(context.Background(), semaphore.Request{
-		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true,
+		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true, MinHold: minHold,
 		Holder: semaphore.HolderInfo{Host: "helper", PID: os.Getpid(), Command: "TestHelperHolder"},
 	})
 	if err != nil {
 		fmt.Printf("error %v\n", err)
+		return
+	}
+	if minHold > 0 {
+		if err := l.Finish(context.Background(), 4); err != nil {
+			fmt.Printf("error %v\n", err)
+			return
+		}
+		fmt.Printf("cooled %d\n", l.Token())
 		return
 	}
 	fmt.Printf("holding %d\n", l.Token())

@@ -145,6 +145,27 @@ func (d *draft) close() {
 	}
 }
 
+// publishWhole makes b k's file name, whole or not at all: it is written
+// under a name of draftPrefix and a random suffix, then renamed in place.
+func (k *keyDir) publishWhole(name, draftPrefix string, b []byte) error {
+	draft := draftPrefix + rand.Text()[:16]
+	w, err := createFile(int(k.dir.Fd()), draft, k.path, k.fileMode())
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = renameNoReplace(int(k.dir.Fd()), draft, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(int(k.dir.Fd()), draft, 0)
+	}
+	return err
+}
+
 // maxRecordNames bounds the names tried for a holder's or waiter's file.
 const maxRecordNames = 8
 

@@ -206,9 +206,11 @@ func (k *keyDir) olderHolders() (int, []record) {
 }
 
 // take locks weight free seats among the first permits, under the grant
-// lock; queue is the key's queue file, whose lock the caller holds when
-// inLine. It returns them, or nil and how many of those seats are held.
-func (s *seats) take(permits, weight int, queue *os.File, inLine bool) (*heldSeats, int, error) {
+// lock, besides those the coolings take, which cooling counts once the
+// seats were looked at (cool.go); queue is the key's queue file, whose
+// lock the caller holds when inLine. It returns them, or nil and how
+// many of those seats are held or cooling.
+func (s *seats) take(permits, weight int, queue *os.File, inLine bool, cooling func() int) (*heldSeats, int, error) {
 	up, old, err := s.k.fence(queue, inLine)
 	if err != nil {
 		return nil, 0, err
@@ -223,20 +225,48 @@ func (s *seats) take(permits, weight int, queue *os.File, inLine bool) (*heldSea
 	if err := s.open(); err != nil {
 		return nil, 0, err
 	}
-	var free []span
-	found, want := int64(0), int64(weight)
-	_, _, err = scan(s.f, 0, int64(permits), func(start, n int64) bool {
-		n = min(n, want-found)
-		free = append(free, span{start, n})
-		found += n
-		return found < want
-	})
-	if err != nil {
-		return nil, 0, err
+	// As many free seats as the caller takes, then, when some cool, as
+	// many more as they take: a cooling that comes meanwhile is busy.
+	want := int64(weight)
+	for pass := 0; ; pass++ {
+		var free []span
+		found := int64(0)
+		_, _, err = scan(s.f, 0, int64(permits), func(start, n int64) bool {
+			n = min(n, want-found)
+			free = append(free, span{start, n})
+			found += n
+			return found < want
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		cool := int64(cooling())
+		switch {
+		case found-cool >= int64(weight):
+			return s.lock(permits, firstSeats(free, int64(weight)))
+		case found < want || pass > 0: // found < want: every seat looked at
+			return nil, int(min(int64(permits)-found+cool, int64(permits))), nil
+		}
+		want = int64(weight) + cool
 	}
-	if found < want {
-		return nil, permits - int(found), nil
+}
+
+// firstSeats are the first n seats of spans.
+func firstSeats(spans []span, n int64) []span {
+	var out []span
+	for _, sp := range spans {
+		if n <= 0 {
+			break
+		}
+		sp.n = min(sp.n, n)
+		out = append(out, sp)
+		n -= sp.n
 	}
+	return out
+}
+
+// lock locks the free seats spans as take found them.
+func (s *seats) lock(permits int, free []span) (*heldSeats, int, error) {
 	for _, sp := range free {
 		lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: sp.start, Len: sp.n}
 		if err := fcntlLock(s.f, unix.F_OFD_SETLK, &lk); err != nil {

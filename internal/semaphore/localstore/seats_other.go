@@ -56,52 +56,65 @@ func (s *seats) close() {
 }
 
 // take locks weight free seats among the first permits, under the grant
-// lock (the queue lock matters only on Linux). It returns them, or nil and how many of those seats are held.
-func (s *seats) take(permits, weight int, _ *os.File, _ bool) (*heldSeats, int, error) {
-	held := 0
+// lock, besides those the coolings take, which cooling counts once the
+// seats were looked at (cool.go); the queue lock matters only on Linux.
+// It returns them, or nil and how many of those seats are held or
+// cooling.
+func (s *seats) take(permits, weight int, _ *os.File, _ bool, cooling func() int) (*heldSeats, int, error) {
+	held, i := 0, 0
 	var taken []int
-	unlock := func() {
-		for _, i := range taken {
+	unlock := func(seats []int) {
+		for _, i := range seats {
 			_, _ = flock(s.files[i], unix.LOCK_UN)
 		}
 	}
-	for i := 0; i < permits && len(taken) < weight; i++ {
-		f := s.files[i]
-		if f == nil {
-			var err error
-			f, err = s.k.openLock(seatFilePrefix+strconv.Itoa(i), true)
-			var bad *badFileError
-			if errors.As(err, &bad) && bad.foreign {
-				held++ // another user's: not the caller's to trust
-				continue
+	// As many free seats as the caller takes, then, when some cool, as
+	// many more as they take: a cooling that comes meanwhile is busy.
+	want := weight
+	for pass := 0; ; pass++ {
+		for ; i < permits && len(taken) < want; i++ {
+			f := s.files[i]
+			if f == nil {
+				var err error
+				f, err = s.k.openLock(seatFilePrefix+strconv.Itoa(i), true)
+				var bad *badFileError
+				if errors.As(err, &bad) && bad.foreign {
+					held++ // another user's: not the caller's to trust
+					continue
+				}
+				if err != nil {
+					unlock(taken)
+					return nil, held, err
+				}
+				s.files[i] = f
 			}
+			ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
 			if err != nil {
-				unlock()
+				unlock(taken)
 				return nil, held, err
 			}
-			s.files[i] = f
+			if !ok {
+				held++
+				continue
+			}
+			taken = append(taken, i)
 		}
-		ok, err := flock(f, unix.LOCK_EX|unix.LOCK_NB)
-		if err != nil {
-			unlock()
-			return nil, held, err
+		cool := cooling()
+		switch {
+		case len(taken)-cool >= weight:
+			unlock(taken[weight:])
+			h := &heldSeats{}
+			for _, i := range taken[:weight] {
+				h.seats = append(h.seats, s.files[i])
+				delete(s.files, i)
+			}
+			return h, held, nil
+		case i == permits || pass > 0:
+			unlock(taken)
+			return nil, min(held+cool, permits), nil
 		}
-		if !ok {
-			held++
-			continue
-		}
-		taken = append(taken, i)
+		want = weight + cool
 	}
-	if len(taken) < weight {
-		unlock()
-		return nil, held, nil
-	}
-	h := &heldSeats{}
-	for _, i := range taken {
-		h.seats = append(h.seats, s.files[i])
-		delete(s.files, i)
-	}
-	return h, held, nil
 }
 
 // heldSeats are the seat files a lease holds locked.

@@ -41,7 +41,7 @@ func (s *Store) Status(ctx context.Context, keys []string) ([]semaphore.KeyStatu
 }
 
 func emptyStatus(key string) semaphore.KeyStatus {
-	return semaphore.KeyStatus{Key: key, Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}}
+	return semaphore.KeyStatus{Key: key, Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Cooling: []semaphore.Cooling{}}
 }
 
 // statusAll reports on every key that has a directory and is in use, or
@@ -178,8 +178,17 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
+	// After the seats, as a grant counts them (cool.go).
+	for _, r := range k.coolings(now, grant != nil, s.warnf) {
+		st.Held += r.Weight
+		st.Cooling = append(st.Cooling, semaphore.Cooling{
+			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight,
+			EndsIn: time.UnixMilli(r.EndsMS).Sub(now), ExitStatus: r.ExitStatus,
+		})
+	}
 	if grant != nil {
 		k.sweepHolds(sweepFew)
+		k.sweepCoolDrafts(sweepFew)
 		_, _ = flock(grant, unix.LOCK_UN)
 	}
 	for _, r := range k.lockedRecords(waitPrefix, s.warnf) {
@@ -187,6 +196,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 	}
 	slices.SortStableFunc(st.Holders, func(a, b semaphore.Holder) int { return int(b.Age - a.Age) })
 	slices.SortStableFunc(st.Waiters, func(a, b semaphore.Waiter) int { return int(b.Waited - a.Waited) })
+	slices.SortStableFunc(st.Cooling, func(a, b semaphore.Cooling) int { return int(a.EndsIn - b.EndsIn) })
 	return st, nil
 }
 

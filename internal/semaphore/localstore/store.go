@@ -19,7 +19,8 @@ import (
 // "seats" on Linux, files "seat.0" to "seat.N-1" elsewhere (seats_*.go);
 // holders and waiters each have a file of their own, "held.*" and
 // "wait.*", locked while they hold or wait, that says who they are; a
-// hold has a record, "hold.*", that outlives it by a day (hold.go).
+// hold has a record, "hold.*", that outlives it by a day (hold.go); a
+// permit cooling, one that says until when, "cool.*" (cool.go).
 const (
 	grantFile    = "grant"    // held while seats are counted or taken: 0.1ms with 20 holders, 0.3ms with 200
 	queueFile    = "queue"    // held by the first waiter in line while it waits for a seat

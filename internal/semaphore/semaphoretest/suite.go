@@ -56,6 +56,9 @@ func Run(t *testing.T, kind Kind) {
 		{"HoldOutlivedByRuns", ruleHoldOutlivedByRuns},
 		{"HoldLapses", ruleHoldLapses},
 		{"UnknownHandle", ruleUnknownHandle},
+		{"MinHoldCools", ruleMinHoldCools},
+		{"GiveBackWithoutCooling", ruleGiveBackWithoutCooling},
+		{"WaiterServedAfterCooling", ruleWaiterServedAfterCooling},
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,223 @@
+//go:build unix
+
+package localstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/localstore"
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
+)
+
+// plantCooling writes a cooling's file in the key's directory kd, as a
+// member of the group could, whatever it says.
+func plantCooling(t *testing.T, kd, name, body string) string {
+	t.Helper()
+	path := filepath.Join(kd, name)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatalf("write %s: %v", name, err)
+	}
+	return path
+}
+
+// coolingBody is a cooling's file that says it ends at ends.
+func coolingBody(ends time.Time, weight int) string {
+	return fmt.Sprintf(`{"host":"elsewhere","pid":1,"command":"planted","permits":%d,"weight":%d,"token":1,"since_ms":1,"ends_ms":%d,"exit_status":9}`+"\n",
+		weight, weight, ends.UnixMilli())
+}
+
+// Cooling files are anyone's in the group to write: those that are no
+// cooling's, or end further off than the longest min hold, are skipped
+// with a warning, never fatal; those that ended are removed by whoever
+// finds them, as are, by status, drafts a releaser that died left.
+func TestLocalCoolingFilesAreUntrusted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var warned semaphoretest.Warnings
+	st := newLocal(t, dir, warned.Warnf)
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}
+	release(t, acquire(t, st, req))
+	kd := filepath.Join(dir, key)
+
+	now := time.Now()
+	skipped := []string{
+		plantCooling(t, kd, "cool.garbage", "not json at all"),
+		plantCooling(t, kd, "cool.absurd", coolingBody(now.Add(semaphore.MaxMinHold+time.Hour), 1)),
+		plantCooling(t, kd, "cool.noweight", coolingBody(now.Add(time.Hour), 0)),
+		plantCooling(t, kd, "cool.huge", strings.Repeat(" ", 1<<20)),
+	}
+	fifo := filepath.Join(kd, "cool.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatalf("mkfifo %s: %v", fifo, err)
+	}
+	skipped = append(skipped, fifo)
+	ended := plantCooling(t, kd, "cool.ended", coolingBody(now.Add(-time.Second), 1))
+	draft := plantCooling(t, kd, "cool-draft.left", "{")
+	then := now.Add(-time.Hour)
+	if err := os.Chtimes(draft, then, then); err != nil {
+		t.Fatalf("chtimes %s: %v", draft, err)
+	}
+
+	s := statusOf(t, st, key)
+	if s.Held != 0 || len(s.Cooling) != 0 {
+		t.Errorf("Status with only bad and ended coolings: got %+v, want nothing held, no cooling", s)
+	}
+	lines := warned.Take()
+	for _, path := range skipped {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "skipped ") && strings.Contains(l, path) }) {
+			t.Errorf("warnings from Status: got %q, want one that skips %s", lines, path)
+		}
+	}
+	for _, path := range []string{ended, draft} {
+		if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after Status: got %v, want it removed", filepath.Base(path), err)
+		}
+	}
+
+	plantCooling(t, kd, "cool.ended2", coolingBody(time.Now().Add(-time.Second), 1))
+	l := acquire(t, st, req)
+	if _, err := os.Lstat(filepath.Join(kd, "cool.ended2")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a cooling that ended, after a grant: got %v, want it removed", err)
+	}
+	release(t, l)
+	for _, path := range skipped {
+		if _, err := os.Lstat(path); err != nil {
+			t.Errorf("%s, which is no cooling's: got %v, want it left alone", path, err)
+		}
+	}
+
+	// One that is a cooling's counts, whoever wrote it.
+	live := plantCooling(t, kd, "cool.live", coolingBody(time.Now().Add(time.Hour), 1))
+	if l, err := acquireFor(t, st, 5*time.Second, req); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("no-wait Acquire with a cooling planted: got (%v, %v), want ErrBusy", l, err)
+	}
+	s = statusOf(t, st, key)
+	if s.Held != 1 || len(s.Cooling) != 1 || s.Cooling[0].Command != "planted" || s.Cooling[0].ExitStatus != 9 {
+		t.Errorf("Status with a cooling planted: got %+v, want it held by that cooling, exit status 9", s)
+	}
+	if err := os.Remove(live); err != nil {
+		t.Fatal(err)
+	}
+	release(t, acquire(t, st, req))
+}
+
+// A key's directory is kept while a permit cools, however long unused.
+func TestLocalCoolingKeepsKeyDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, MinHold: time.Hour})
+	if err := l.Finish(ctxTimeout(t, 5*time.Second), 0); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	age(t, filepath.Join(dir, key), localstore.StaleAfter+time.Minute)
+	status, err := st.Status(ctxTimeout(t, 5*time.Second), nil)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if len(status) != 1 || status[0].Key != key || len(status[0].Cooling) != 1 {
+		t.Errorf("Status of every key with one cooling, unused for long: got %+v, want that key, cooling", status)
+	}
+	if got := dirNames(t, dir); !slices.Equal(got, []string{key}) {
+		t.Errorf("entries of the lock directory: got %q, want the cooling key's", got)
+	}
+}
+
+// Many callers, in three stores (as processes would be), take the one
+// permit of a key and give it back, most with a min hold, in a rush:
+// none is ever granted while another holds it or it cools. The grants
+// are told apart in order by their tokens.
+func TestLocalCoolingNeverLetsTwoHold(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stores := []semaphore.Store{newLocal(t, dir, nil), newLocal(t, dir, nil), newLocal(t, dir, nil)}
+	key := uniqueKey(t)
+	type grant struct {
+		token, since int64 // since: the grant, in wall-clock ms
+		// got: once Acquire returned; finish: before Finish was called.
+		got, finish time.Time
+		minHold     time.Duration
+	}
+	var (
+		mu     sync.Mutex
+		grants []grant
+		failed []error
+		wg     sync.WaitGroup
+	)
+	deadline := time.Now().Add(2 * time.Second)
+	for w := range 8 {
+		wg.Go(func() {
+			st := stores[w%len(stores)]
+			for time.Now().Before(deadline) {
+				minHold := []time.Duration{0, 3 * time.Millisecond, 10 * time.Millisecond}[rand.IntN(3)]
+				req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second, MinHold: minHold, NoWait: w%4 != 0}
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				l, err := st.Acquire(ctx, req)
+				got := time.Now()
+				cancel()
+				if err != nil {
+					if !errors.Is(err, semaphore.ErrBusy) && !errors.Is(err, context.DeadlineExceeded) {
+						mu.Lock()
+						failed = append(failed, err)
+						mu.Unlock()
+					}
+					continue
+				}
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				finish := time.Now()
+				if err := l.Finish(context.Background(), 0); err != nil {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+				}
+				mu.Lock()
+				grants = append(grants, grant{l.Token(), localstore.GrantedMS(l), got, finish, minHold})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Errorf("Acquire or Finish: got %v, want a permit, ErrBusy or the deadline", failed)
+	}
+	slices.SortFunc(grants, func(a, b grant) int { return int(a.token - b.token) })
+	cooled := 0
+	for i, a := range grants {
+		// The permit was taken from a's grant until a.finish at least,
+		// and until its min hold after its grant, in whole milliseconds
+		// as the store counts, at least; a later grant is no later than
+		// it says.
+		until := a.since + a.minHold.Milliseconds()
+		if a.finish.UnixMilli() < until {
+			cooled++
+		}
+		for _, b := range grants[i+1:] {
+			if b.got.Before(a.finish) || b.since < until {
+				t.Errorf("grant %d came %dms after grant %d, which was finished %v after, with a min hold of %v: want no grant while it held or cooled",
+					b.token, b.since-a.since, a.token, a.finish.Sub(time.UnixMilli(a.since)), a.minHold)
+			}
+		}
+	}
+	if len(grants) < 20 || cooled == 0 {
+		t.Errorf("grants: %d, of which cooled: %d; want at least 20, some cooled, for the test to mean something", len(grants), cooled)
+	}
+	t.Logf("%d grants, %d cooled", len(grants), cooled)
+	waitFor(t, 10*time.Second, "the last cooling ended", func() bool {
+		s := statusOf(t, stores[0], key)
+		return s.Held == 0 && len(s.Cooling) == 0
+	})
+}
