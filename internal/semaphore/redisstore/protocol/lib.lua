@@ -151,8 +151,9 @@ end
 
 -- claimed makes a permit handed over a lease in full: its waiter took its
 -- turn. It returns the lease's expiry, never past the permit's bound.
-local function claimed(id)
-  local rec = redis.call('HMGET', infoKey, '#claim ' .. id, '#bound ' .. id)
+-- rec, when given, is its '#claim' and '#bound' as the caller read them.
+local function claimed(id, rec)
+  rec = rec or redis.call('HMGET', infoKey, '#claim ' .. id, '#bound ' .. id)
   local full = num(rec[1], 0, now + MAXTTL)
   if not full then return nil end
   full = math.min(full, num(rec[2], 0, MAXINT) or full)
@@ -178,11 +179,12 @@ end
 -- old then frees its seat by its bound, and one that crashed, or whose
 -- release never came, still cools.
 
--- terms reads id's bound and min hold end (nil: none) and whether it
--- cools.
+-- terms reads id's bound and min hold end (nil: none), whether it cools,
+-- and, for claimed, its '#claim' and '#bound' as they are (all in one
+-- call: a renewal needs each).
 local function terms(id)
-  local f = redis.call('HMGET', infoKey, '#bound ' .. id, '#min ' .. id, '#cool ' .. id)
-  return num(f[1], 0, MAXINT), num(f[2], 0, MAXINT), num(f[3], -1, 255) ~= nil
+  local f = redis.call('HMGET', infoKey, '#bound ' .. id, '#min ' .. id, '#cool ' .. id, '#claim ' .. id)
+  return num(f[1], 0, MAXINT), num(f[2], 0, MAXINT), num(f[3], -1, 255) ~= nil, {f[4], f[1]}
 end
 
 -- cool keeps id's permit taken until ends, with the exit status of its

@@ -18,8 +18,8 @@ if not (id and ttl and fence and asked and coolFor) then
 end
 local moved = rebase()
 
-local hard, minEnd, cooling = terms(id)
-local score = not cooling and (claimed(id) or num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT))
+local hard, minEnd, cooling, claim = terms(id)
+local score = not cooling and ((claim[1] and claimed(id, claim)) or num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT))
 if not score or score <= now or (hard and hard <= now) then
   -- Leases pushed back need keys that live as long.
   if moved > 0 then keepalive(0) end
