@@ -109,6 +109,10 @@ type WaitState struct {
 	// Fenced is how long the store's restart fence still holds every
 	// grant back; 0 when there is none.
 	Fenced time.Duration
+	// Paused says that the key is paused, which holds every grant back,
+	// with Pause (its end rounded to the second).
+	Paused bool
+	Pause  Pause
 }
 
 // Takes is how many permits the holder takes: Weight, or 1 when it is 0.
@@ -143,6 +147,8 @@ type Store interface {
 	Doctor(ctx context.Context) []Check
 	// Holds keeps permits across processes (semrun acquire).
 	Holds
+	// Operator is an operator's hand on its keys.
+	Operator
 	// Close releases the store's connections.
 	Close() error
 	// String says where the store keeps its permits, in the user's words
@@ -230,6 +236,11 @@ type KeyStatus struct {
 	// Fenced is how long the store grants nothing more on this key: the
 	// restart fence of a server that started or failed over recently.
 	Fenced time.Duration `json:"fenced_ns,omitempty"`
+	// StoredCapacity is the capacity an operator set (Operator), which
+	// wins over each caller's; 0: none.
+	StoredCapacity int `json:"stored_capacity,omitempty"`
+	// Paused is the key's pause; nil when it is not paused.
+	Paused *Pause `json:"paused,omitempty"`
 	// Error says why the key could not be read; nothing else is known of it.
 	Error string `json:"error,omitempty"`
 }
@@ -248,6 +259,9 @@ type Waiter struct {
 
 // Holder describes one live permit; permit ids are never shown.
 type Holder struct {
+	// ID is its public id, which an operator revokes it by: short, and
+	// telling nothing of the permit's own id.
+	ID string `json:"id"`
 	HolderInfo
 	// Permits is the capacity this holder asked for.
 	Permits int `json:"permits"`
@@ -349,7 +363,15 @@ func CheckKey(key string) error {
 	case !utf8.ValidString(key):
 		return errors.New("is not valid UTF-8")
 	}
-	for _, r := range key {
+	return checkText(key)
+}
+
+// checkText refuses text that is not UTF-8 or has control characters.
+func checkText(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	for _, r := range s {
 		if unicode.IsControl(r) {
 			return fmt.Errorf("contains the control character %U", r)
 		}

@@ -1,0 +1,92 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Operator is an operator's hand on a key: settings that persist until
+// unset and win over each caller's, and revokes. Every store has it.
+type Operator interface {
+	// SetCapacity keeps n as key's capacity, which every caller is
+	// admitted against instead of its own; 0 unsets it. Lowering it stops
+	// no holder: nobody is granted until the holders are below it.
+	SetCapacity(ctx context.Context, key string, n int) error
+	// Pause stops every grant of key until Resume, or for d when d is
+	// positive; holders run on, waiters keep their places. reason is
+	// shown to waiters and to callers found busy.
+	Pause(ctx context.Context, key, reason string, d time.Duration) error
+	// Resume ends a pause.
+	Resume(ctx context.Context, key string) error
+	// Revoke tells the holder of key whose public id (Holder.ID) is id
+	// to stop: it learns of it at its next renewal, stops its command and
+	// lets go, and its seat is free only then or once its lease lapsed.
+	// force frees the seat at once, for a holder known to be dead. It
+	// returns ErrNoHolder when no holder has that id.
+	Revoke(ctx context.Context, key, id, reason string, force bool) error
+}
+
+// Pause is a pause of a key (Operator.Pause).
+type Pause struct {
+	Reason string `json:"reason"`
+	// EndsIn is how long the pause has left; 0 until resumed.
+	EndsIn time.Duration `json:"ends_in_ns,omitempty"`
+}
+
+// Bounds of what an operator sets.
+const (
+	// MaxReason bounds a pause's or a revoke's reason, in bytes.
+	MaxReason = 200
+	// MaxPause bounds a pause with an end.
+	MaxPause = 31 * 24 * time.Hour
+)
+
+// ErrNoHolder means no holder of the key has the public id given.
+var ErrNoHolder = errors.New("no holder has that id")
+
+// PausedError means a key is paused: no permit was obtained. It wraps
+// ErrBusy.
+type PausedError struct {
+	Key   string
+	Pause Pause
+}
+
+func (e *PausedError) Error() string {
+	s := fmt.Sprintf("key %q is paused", e.Key)
+	if e.Pause.Reason != "" {
+		s += fmt.Sprintf(" (%s)", e.Pause.Reason)
+	}
+	if e.Pause.EndsIn > 0 {
+		s += fmt.Sprintf(" for %v more", e.Pause.EndsIn.Round(time.Second))
+	}
+	return s + ": " + ErrBusy.Error()
+}
+func (e *PausedError) Unwrap() error { return ErrBusy }
+
+// RevokedError means an operator revoked the permit: its holder must
+// stop as on a lost permit. It wraps ErrLost.
+type RevokedError struct {
+	Key, Reason string
+}
+
+func (e *RevokedError) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("key %q: an operator revoked the permit", e.Key)
+	}
+	return fmt.Sprintf("key %q: an operator revoked the permit: %s", e.Key, e.Reason)
+}
+func (e *RevokedError) Unwrap() error { return ErrLost }
+
+// CheckReason refuses a reason no store should keep: too long, not UTF-8,
+// or with control characters.
+func CheckReason(reason string) error {
+	if len(reason) > MaxReason {
+		return fmt.Errorf("is %d bytes long, at most %d allowed", len(reason), MaxReason)
+	}
+	if reason == "" {
+		return nil
+	}
+	return checkText(reason)
+}
