@@ -272,10 +272,17 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		l, err := a.fresh(ctx, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left)), sent, r.Since, r.Now))
 		return l, 0, err
 	}
+	if r.Over {
+		return nil, 0, &semaphore.SettingError{Setting: semaphore.WeightSetting, Value: req.Takes(),
+			Err: fmt.Errorf("more than key %q's stored capacity of %d (semrun key set)", req.Key, r.Stored)}
+	}
 	fenced := protocol.Span(r.Fenced)
 	if req.NoWait {
 		if fenced > 0 {
 			return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.FenceError{Left: fenced})
+		}
+		if p := r.Policy.Pause(); p != nil {
+			return nil, 0, &semaphore.PausedError{Key: req.Key, Pause: *p}
 		}
 		return nil, 0, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, r.Held, req.Permits, semaphore.ErrBusy)
 	}
@@ -284,7 +291,10 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	}
 	a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.Now
 	// The fence is shown to the second, so that the line is not redrawn for less.
-	st := semaphore.WaitState{Held: int(r.Held), Capacity: req.Permits, Position: int(r.Position), Waiting: int(r.Waiting), Fenced: fenced.Round(time.Second)}
+	st := semaphore.WaitState{Held: int(r.Held), Capacity: capacityOf(req, r.Policy), Position: int(r.Position), Waiting: int(r.Waiting), Fenced: fenced.Round(time.Second)}
+	if p := r.Policy.Pause(); p != nil {
+		st.Paused, st.Pause = true, semaphore.Pause{Reason: p.Reason, EndsIn: p.EndsIn.Round(time.Second)}
+	}
 	if st != a.last && req.OnWait != nil {
 		req.OnWait(st)
 		a.last = st
@@ -306,7 +316,11 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 // warn says, once, that the caller disagrees with the previous one about
 // the capacity, and, each time, that the server's clock jumped.
 func (a *asker) warn(r protocol.AcquireReply) {
-	if r.Previous != int64(a.req.Permits) && !a.told {
+	switch {
+	case a.told:
+	case r.Stored > 0 && r.Stored != int64(a.req.Permits):
+		a.s.warnf("key %q: its stored capacity of %d wins over the %s this call asks for (semrun key)", a.req.Key, r.Stored, semaphore.Count(a.req.Permits, "permit"))
+	case r.Stored == 0 && r.Previous != int64(a.req.Permits):
 		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), r.Previous)
 	}
 	a.told = true
@@ -445,4 +459,13 @@ func (s *Store) abandon(ctx context.Context, k protocol.Keys, id string) {
 			s.watch(ctx, k, r.Handed)
 		}
 	}
+}
+
+// capacityOf is the capacity req is admitted against: the stored one, if
+// an operator set one.
+func capacityOf(req semaphore.Request, p protocol.Policy) int {
+	if p.Stored > 0 {
+		return int(p.Stored)
+	}
+	return req.Permits
 }

@@ -263,10 +263,13 @@ func TestRedisClusterReleaseDuringMigration(t *testing.T) {
 	src, dst, slot := m.src, m.dst, m.slot
 
 	l := acquire(t, store, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
-	// A waiter in line, so that every key the script names is on src: it
-	// runs there, instead of being redirected.
+	// A waiter in line, and a policy, so that every key the script names
+	// is on src: it runs there, instead of being redirected.
 	if pos := enqueue(t, src, key, "waiter", 1, 30*time.Second); pos != 1 {
 		t.Fatalf("a waiter behind the holder: got place %d, want 1", pos)
+	}
+	if err := src.HSet(ctx, k.Policy, "test", 1).Err(); err != nil {
+		t.Fatal(err)
 	}
 	m.start(t)
 	// The migration is called off once the release's script failed on

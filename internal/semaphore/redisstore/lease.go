@@ -107,8 +107,9 @@ func (l *lease) Renew(ctx context.Context) error {
 		}
 	}
 	var ended *semaphore.HoldEndedError
-	if errors.As(err, &ended) {
-		return err
+	var revoked *semaphore.RevokedError
+	if errors.As(err, &ended) || errors.As(err, &revoked) {
+		return err // the store's own word, which says the key
 	}
 	if err != nil {
 		return fmt.Errorf("renew key %q on %s: %w", l.key, l.s.addr, err)
@@ -269,6 +270,9 @@ func (l *lease) shareArgs() protocol.HoldArgs {
 func (l *lease) renewed(res any) (renewed bool, left, hard int64, err error) {
 	if l.share == "" {
 		r, err := protocol.DecodeRenew(res)
+		if err == nil && r.Revoked {
+			return false, 0, 0, &semaphore.RevokedError{Key: l.key, Reason: r.Reason}
+		}
 		return r.Renewed, r.Left, r.Hard, err
 	}
 	r, err := protocol.DecodeHold(res)

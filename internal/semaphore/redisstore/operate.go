@@ -2,20 +2,73 @@ package redisstore
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
 )
 
-// Not yet: an operator's hand on a key.
+// An operator's hand on a key is key.lua's: the key's policy, which never
+// expires and which only operators write (an ACL can let runs read it
+// only), and its revokes.
 
-func (s *Store) SetCapacity(context.Context, string, int) error { return errors.ErrUnsupported }
-
-func (s *Store) Pause(context.Context, string, string, time.Duration) error {
-	return errors.ErrUnsupported
+func (s *Store) SetCapacity(ctx context.Context, key string, n int) error {
+	op := protocol.KeyArgs{Op: "set", Cap: n}
+	if n == 0 {
+		op.Op = "unset"
+	}
+	_, err := s.operate(ctx, key, "set the capacity", op)
+	return err
 }
 
-func (s *Store) Resume(context.Context, string) error { return errors.ErrUnsupported }
+func (s *Store) Pause(ctx context.Context, key, reason string, d time.Duration) error {
+	_, err := s.operate(ctx, key, "pause", protocol.KeyArgs{Op: "pause", Reason: reason, For: d})
+	return err
+}
 
-func (s *Store) Revoke(context.Context, string, string, string, bool) error {
-	return errors.ErrUnsupported
+func (s *Store) Resume(ctx context.Context, key string) error {
+	_, err := s.operate(ctx, key, "resume", protocol.KeyArgs{Op: "resume"})
+	return err
+}
+
+func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) error {
+	if !protocol.IsPublicID(id) {
+		return fmt.Errorf("key %q: holder %q: %w", key, id, semaphore.ErrNoHolder)
+	}
+	r, err := s.operate(ctx, key, "revoke", protocol.KeyArgs{Op: "revoke", Holder: id, Reason: reason, Force: force})
+	if err != nil {
+		return err
+	}
+	if !r.Found {
+		return fmt.Errorf("key %q: holder %q: %w", key, id, semaphore.ErrNoHolder)
+	}
+	return nil
+}
+
+// operate runs key.lua with args, checked first, and hands on the seats
+// it freed. Retried within ctx: each op is safe to repeat.
+func (s *Store) operate(ctx context.Context, key, what string, args protocol.KeyArgs) (protocol.KeyReply, error) {
+	switch {
+	case semaphore.CheckKey(key) != nil:
+		return protocol.KeyReply{}, &semaphore.SettingError{Setting: semaphore.KeySetting, Value: fmt.Sprintf("%q", key), Err: semaphore.CheckKey(key)}
+	case args.Op == "set" && (args.Cap < 1 || args.Cap > semaphore.MaxPermits):
+		return protocol.KeyReply{}, &semaphore.SettingError{Setting: semaphore.PermitsSetting, Value: args.Cap, Err: fmt.Errorf("must be from 1 to %d", semaphore.MaxPermits)}
+	case semaphore.CheckReason(args.Reason) != nil:
+		return protocol.KeyReply{}, fmt.Errorf("reason %q: %w", args.Reason, semaphore.CheckReason(args.Reason))
+	case args.For < 0 || args.For > semaphore.MaxPause:
+		return protocol.KeyReply{}, fmt.Errorf("pause for %v: must be from 0 to %v", args.For, semaphore.MaxPause)
+	}
+	k := protocol.NewKeys(s.prefix, key)
+	res, err := s.call(ctx, k, args)
+	if err != nil {
+		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
+	}
+	r, err := protocol.DecodeKey(res)
+	if err != nil {
+		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
+	}
+	s.dropped(key, r.Bad)
+	s.watch(ctx, k, r.Handed)
+	return r, nil
 }

@@ -40,6 +40,12 @@
 --   handed    the wake lists of the waiters this call handed a seat to (see handoff)
 --   wait      the caller's waiter lease, ms (0 when not in line)
 --   since     the server's clock when the permit was granted (0 when not)
+--   stored    the capacity an operator stored, which the caller is admitted
+--             against (0: none)
+--   paused    1 when an operator paused the key (no grants); reason, and
+--   pausedfor ms until the pause ends (0: until resumed)
+--   over      1 when the caller's weight exceeds the stored capacity: it
+--             is neither granted nor in line
 -- Running it twice with the same permit id (a client retry, or a waiter
 -- that asks after it was handed its permit) grants once and returns the
 -- same token.
@@ -60,11 +66,13 @@ end
 remember(fence, ttl, math.max(ttl, wlease))
 
 -- wakeIn is when a waiter should ask again at the latest: when the fence
--- ends, or else when the earliest lease can lapse.
+-- ends, or else when the earliest lease can lapse, or a pause end.
 local function wakeIn()
   local f = fenceLeft()
   if f > 0 then return f end
-  return earliest()
+  local e, p = earliest(), policy().paused
+  if p and p.left > 0 and (e <= 0 or p.left < e) then return p.left end
+  return e
 end
 
 -- record keeps the caller's place in line with a fresh waiter lease.
@@ -93,11 +101,14 @@ if changed or inline or (busy < n and redis.call('ZCARD', queueKey) > 0) then
   busy = busy + given
 end
 
-local function answer(granted, token, left, position, lapse, full, since)
+local function answer(granted, token, left, position, lapse, full, since, over)
+  local p = policy()
   return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
     position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
     fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed,
-    wait = position > 0 and wlease or 0, since = since or 0}
+    wait = position > 0 and wlease or 0, since = since or 0, stored = p.cap or 0,
+    paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
+    pausedfor = p.paused and p.paused.left or 0, over = over or 0}
 end
 
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
@@ -133,7 +144,13 @@ elseif expiry then
 end
 
 redis.call('HSET', infoKey, '#cap', n)
-if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= n and fenced() == 0 then
+if weight > capacity(n) then
+  if inline then dropWaiter(id) end
+  keepalive(longest)
+  return answer(0, 0, 0, 0, wakeIn(), 0, 0, 1)
+end
+if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= capacity(n) and fenced() == 0
+  and not policy().paused then
   local left = ttl
   if asked > 0 then left = math.min(ttl, asked) end
   local token, err = grant(id, n, weight, ttl, now + left, meta, asked > 0 and now + asked or nil,

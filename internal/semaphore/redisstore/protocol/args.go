@@ -2,7 +2,10 @@ package protocol
 
 import (
 	"fmt"
+	"maps"
 	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // Args are one script's arguments: each script has its own type, which
@@ -66,19 +69,62 @@ type AcquireReply struct {
 	Wait int64
 	// Since is the server's clock at the grant; 0 when not granted.
 	Since int64
+	// Policy is what an operator set on the key.
+	Policy
+	// Over: the caller's weight exceeds the stored capacity; it is
+	// neither granted nor in line.
+	Over bool
+}
+
+// Policy is what an operator set on a key, as a script answers it.
+type Policy struct {
+	// Stored is the stored capacity; 0: none.
+	Stored int64
+	// Paused: no grants, for PausedFor ms more (0: until resumed), for
+	// Reason.
+	Paused    bool
+	Reason    string
+	PausedFor int64
+}
+
+// policyFields are where decodeReply puts a Policy's fields, and paused
+// its flag, to be read with set.
+func (p *Policy) fields(paused *int64) map[string]any {
+	return map[string]any{"stored": &p.Stored, "paused": paused, "reason": &p.Reason, "pausedfor": &p.PausedFor}
+}
+
+// Pause is the pause p says, or nil.
+func (p Policy) Pause() *semaphore.Pause {
+	if !p.Paused {
+		return nil
+	}
+	return &semaphore.Pause{Reason: p.Reason, EndsIn: time.Duration(p.PausedFor) * time.Millisecond}
+}
+
+// set reads the pause flag, and bounds what a script answered.
+func (p *Policy) set(paused int64) {
+	p.Paused = paused == 1
+	p.Stored = min(max(p.Stored, 0), MaxPermits)
+	p.PausedFor = min(max(p.PausedFor, 0), MaxPause.Milliseconds())
+	if len(p.Reason) > MaxReason {
+		p.Reason = p.Reason[:MaxReason]
+	}
 }
 
 // DecodeAcquire reads acquire.lua's reply.
 func DecodeAcquire(res any) (AcquireReply, error) {
 	var r AcquireReply
-	var granted, full int64
-	err := decodeReply(acquireScript.name, res, map[string]any{
+	var granted, full, paused, over int64
+	fields := r.Policy.fields(&paused)
+	maps.Copy(fields, map[string]any{
 		"granted": &granted, "token": &r.Token, "held": &r.Held, "previous": &r.Previous,
 		"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
 		"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
-		"since": &r.Since,
+		"since": &r.Since, "over": &over,
 	})
-	r.Granted, r.Full = granted == 1, full == 1
+	err := decodeReply(acquireScript.name, res, fields)
+	r.Granted, r.Full, r.Over = granted == 1, full == 1, over == 1
+	r.Policy.set(paused)
 	if err == nil && r.Granted && r.Token <= 0 {
 		err = fmt.Errorf("%s: unexpected reply %s (token %d)", acquireScript.name, shortReply(res), r.Token)
 	}
@@ -102,18 +148,23 @@ func (a RenewArgs) argv(Keys) []any {
 
 // RenewReply is renew.lua's reply: whether the lease was extended, how
 // many ms it has left (its TTL, or less at its bound), and how many until
-// its bound (0: none).
+// its bound (0: none); Revoked, with Reason, when an operator revoked it.
 type RenewReply struct {
-	Renewed    bool
-	Left, Hard int64
+	Renewed, Revoked bool
+	Left, Hard       int64
+	Reason           string
 }
 
 // DecodeRenew reads renew.lua's reply.
 func DecodeRenew(res any) (RenewReply, error) {
 	var r RenewReply
-	var renewed int64
-	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed, "left": &r.Left, "hard": &r.Hard})
-	r.Renewed = renewed == 1
+	var renewed, revoked int64
+	err := decodeReply(renewScript.name, res, map[string]any{"renewed": &renewed, "left": &r.Left, "hard": &r.Hard,
+		"revoked": &revoked, "reason": &r.Reason})
+	r.Renewed, r.Revoked = renewed == 1, revoked == 1
+	if len(r.Reason) > MaxReason {
+		r.Reason = r.Reason[:MaxReason]
+	}
 	if err == nil && r.Renewed && (r.Left <= 0 || r.Hard < 0) {
 		err = fmt.Errorf("%s: unexpected reply %s (left %d)", renewScript.name, shortReply(res), r.Left)
 	}
@@ -277,4 +328,44 @@ func shortReply(res any) string {
 		return s[:200] + "…"
 	}
 	return s
+}
+
+// KeyArgs are key.lua's arguments: Op is set (Cap), unset, pause (Reason,
+// For), resume or revoke (Holder, a public id; Reason; Force).
+type KeyArgs struct {
+	Op, Reason, Holder string
+	Cap                int
+	For                time.Duration
+	Force              bool
+}
+
+func (KeyArgs) script() *Script { return keyScript }
+
+func (a KeyArgs) argv(k Keys) []any {
+	force := 0
+	if a.Force {
+		force = 1
+	}
+	return []any{"op", a.Op, "wake", k.Wake, "reason", a.Reason, "holder", a.Holder, "cap", a.Cap,
+		"for", max(a.For, 0).Milliseconds(), "force", force}
+}
+
+// KeyReply is key.lua's reply: the key's policy after the op; Found, for
+// a revoke, when a holder had the id.
+type KeyReply struct {
+	Policy
+	Found       bool
+	Bad, Handed []string
+}
+
+// DecodeKey reads key.lua's reply.
+func DecodeKey(res any) (KeyReply, error) {
+	var r KeyReply
+	var paused, found int64
+	fields := r.Policy.fields(&paused)
+	maps.Copy(fields, map[string]any{"found": &found, "bad": &r.Bad, "handed": &r.Handed})
+	err := decodeReply(keyScript.name, res, fields)
+	r.Found = found == 1
+	r.Policy.set(paused)
+	return r, err
 }

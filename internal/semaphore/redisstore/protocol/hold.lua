@@ -116,7 +116,12 @@ end
 local score = alive()
 local hard = rec.state == 'held' and recordTerms(id, asked, 0, terms(id), nil)
 if hard then out.hard = math.max(hard - now, 0) end
-if rec.state == 'held' and hard and hard <= now then
+local revoked = rec.state == 'held' and redis.call('HGET', policyKey, 'revoked ' .. publicID(id))
+if revoked then
+  -- An operator revoked it: its runs stop, and the permit lapses.
+  local reason = string.match(revoked, '^%d+ (.*)$') or ''
+  ended('revoked', reason == '' and 'an operator revoked it' or 'an operator revoked it: ' .. reason, now)
+elseif rec.state == 'held' and hard and hard <= now then
   -- Nothing kept it longer than its bound: the keeper stopped, hung or
   -- is old.
   ended('max-runtime', 'its --max-runtime ran out, and the store would renew it no further', hard)

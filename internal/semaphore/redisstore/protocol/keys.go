@@ -11,6 +11,9 @@ import (
 // prefix and the key are escaped so that neither can break the tag.
 type Keys struct {
 	Holders, Info, Token, Queue, Waiters, Leases string
+	// Policy is what an operator set on the key (semrun key): it never
+	// expires, and only an operator writes it.
+	Policy string
 	// Wake is the prefix of the waiters' wake lists: each waiter blocks on
 	// its own (WakeList), where the scripts push its turn.
 	Wake string
@@ -29,12 +32,13 @@ func NewKeys(prefix, key string) Keys {
 	return Keys{
 		Holders: base + "holders", Info: base + "info", Token: base + "token",
 		Queue: base + "queue", Waiters: base + "waiters", Leases: base + "leases", Wake: base + "wake", Hold: base + "hold",
+		Policy: base + "policy",
 	}
 }
 
 // List is KEYS of every script, in the order lib.lua takes them.
 func (k Keys) List() []string {
-	return []string{k.Holders, k.Info, k.Token, k.Queue, k.Waiters, k.Leases}
+	return []string{k.Holders, k.Info, k.Token, k.Queue, k.Waiters, k.Leases, k.Policy}
 }
 
 // WakeList is the wake list of the waiter whose permit id is id: named

@@ -18,6 +18,10 @@
 --   waiters: hash, waiter id -> waiter record; "#seq" -> the last ticket
 --   leases:  sorted set, waiter id -> waiter lease expiry, so that lapsed
 --            waiters are found in expiry order
+--   policy:  hash, what an operator set (key.lua): "cap" -> the stored
+--            capacity; "paused" -> 1, "until" -> its end (ms; 0: none),
+--            "reason"; "revoked <public id>" -> "<ms> <reason>". It never
+--            expires; the other scripts only read it.
 -- ARGV is name, value, name, value...; a reply is the same, read by name.
 -- A waiter's id is the permit id it will hold. When its turn comes, the
 -- script that made it gives it its permit and pushes a turn record to its
@@ -29,16 +33,17 @@
 -- holders (sorted sets), plus the seats it hands over: nothing walks a
 -- whole set. Everything read back is checked (num, readHolder,
 -- readWaiter): anyone who can write these keys may have written anything.
-local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey, policyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
+  KEYS[6], KEYS[7]
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The limits (MAXTTL, MINTTL, MAXPERMITS, PERWAITER, MAXWAIT, MAXLINE,
--- CLAIM, WAKELIFE, MAXLIST, SWEEP, MAXBOUND, MAXCOOL, MAXINT; ms for
--- spans) come before this
--- file, written from the Go constants of limits.go, which say what each is.
+-- CLAIM, WAKELIFE, MAXLIST, SWEEP, MAXBOUND, MAXCOOL, MAXREASON, MAXPAUSE,
+-- MAXINT; ms for spans) come before this file, written from the Go
+-- constants of limits.go, which say what each is.
 
 -- args reads ARGV's names and values into a table.
 local function args()
@@ -229,6 +234,34 @@ end
 -- Bounded readings of the key's own fields.
 local function field(name, lo, hi)
   return num(redis.call('HGET', infoKey, name), lo, hi)
+end
+
+-- publicID is the id status shows of a holder, and an operator revokes
+-- it by: a hash of its permit id, which tells nothing of it.
+local function publicID(id)
+  return string.sub(redis.sha1hex(id), 1, 10)
+end
+
+-- policy is what an operator set on the key, read once per script: cap,
+-- the stored capacity (nil: none), and paused, nil or {reason, left}
+-- (left: ms until it ends, 0 for none). A pause past its end is none.
+local policyRead = nil
+local function policy()
+  if not policyRead then
+    local f = redis.call('HMGET', policyKey, 'cap', 'paused', 'until', 'reason')
+    policyRead = {cap = num(f[1], 1, MAXPERMITS)}
+    local untilMs = num(f[3] or '0', 0, MAXINT)
+    if f[2] == '1' and untilMs and (untilMs == 0 or untilMs > now) then
+      policyRead.paused = {reason = string.sub(f[4] or '', 1, MAXREASON), left = untilMs > 0 and untilMs - now or 0}
+    end
+  end
+  return policyRead
+end
+
+-- capacity is the capacity a caller that asked for n is admitted against:
+-- the stored one, when an operator set one.
+local function capacity(n)
+  return policy().cap or n
 end
 
 -- grant gives id a permit of n seats' capacity, weight seats, until
@@ -471,8 +504,14 @@ local function handoff(wake, busy)
       if not w then dropped('waiter', redis.call('HGET', waitersKey, head)) end
       dropWaiter(head)
       skipped = skipped + 1
+    elseif w.weight > capacity(w.permits) then
+      -- Heavier than the stored capacity: it would stop the line for
+      -- ever. It hears why when it asks again.
+      if skipped >= SWEEP then break end
+      dropWaiter(head)
+      skipped = skipped + 1
     else
-      if busy + w.weight > w.permits or fenced() > 0 then break end
+      if busy + w.weight > capacity(w.permits) or fenced() > 0 or policy().paused then break end
       local k = wakekey(wake, head)
       -- The wake list first: refused while its slot migrates, it leaves no
       -- grant behind that a retry would not announce.
@@ -510,7 +549,8 @@ local function keepalive(ms)
   local last = redis.call('ZRANGE', holdersKey, -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
   ms = math.min(ms, math.max(2 * MAXTTL, MAXCOOL))
-  for _, key in ipairs(KEYS) do
+  for i = 1, 6 do -- not the policy, which lives until unset
+    local key = KEYS[i]
     local left = redis.call('PTTL', key)
     if left == -1 or (left >= 0 and left < ms + 1000) then
       redis.call('PEXPIRE', key, ms + 1000)

@@ -71,6 +71,10 @@ const (
 	// MaxCool is the longest a permit given back may stay taken as
 	// cooling: the longest min hold.
 	MaxCool = semaphore.MaxMinHold
+	// MaxReason bounds an operator's reason, in bytes.
+	MaxReason = semaphore.MaxReason
+	// MaxPause bounds a pause with an end.
+	MaxPause = semaphore.MaxPause
 	// MaxInt is the largest integer a Lua number (a double) holds exactly.
 	MaxInt = 1<<53 - 1
 )
@@ -101,6 +105,8 @@ var limits = []limit{
 	{"MAXREPLICAS", MaxReplicas},
 	{"MAXBOUND", MaxBound.Milliseconds()},
 	{"MAXCOOL", MaxCool.Milliseconds()},
+	{"MAXREASON", MaxReason},
+	{"MAXPAUSE", MaxPause.Milliseconds()},
 	{"MAXINT", MaxInt},
 }
 

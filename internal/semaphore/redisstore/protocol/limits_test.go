@@ -26,7 +26,7 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 		"PERWAITER": PerWaiter.Milliseconds(), "MAXWAIT": MaxWaiterLease.Milliseconds(), "MAXLINE": MaxLineArg,
 		"CLAIM": Claim.Milliseconds(), "ROLLCALL": RollCall.Milliseconds(), "ROLLMAX": RollCallMax, "WAKELIFE": WakeListLife.Milliseconds(), "MAXLIST": MaxStatusList,
 		"SWEEP": Sweep, "HOLDLIFE": 86400000, "MAXSHARES": 64, "MAXWHY": 200, "MAXREPLICAS": 1000, "MAXINT": 9007199254740991,
-		"MAXBOUND": (31*24 + 24) * 3600_000, "MAXCOOL": 31 * 24 * 3600_000,
+		"MAXBOUND": (31*24 + 24) * 3600_000, "MAXCOOL": 31 * 24 * 3600_000, "MAXREASON": 200, "MAXPAUSE": 31 * 24 * 3600_000,
 	}
 	if len(limits) != len(want) {
 		t.Errorf("limits: got %d, want %d", len(limits), len(want))

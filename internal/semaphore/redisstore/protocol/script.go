@@ -26,6 +26,8 @@ var (
 	statusLua string
 	//go:embed watch.lua
 	watchLua string
+	//go:embed key.lua
+	keyLua string
 	//go:embed hold.lua
 	holdLua string
 
@@ -35,11 +37,12 @@ var (
 	statusScript  = newScript("status.lua", statusLua)
 	watchScript   = newScript("watch.lua", watchLua)
 	holdScript    = newScript("hold.lua", holdLua)
+	keyScript     = newScript("key.lua", keyLua)
 )
 
 // Scripts are every script, for the tests that check them all.
 func Scripts() []*Script {
-	return []*Script{acquireScript, renewScript, releaseScript, statusScript, watchScript, holdScript}
+	return []*Script{acquireScript, renewScript, releaseScript, statusScript, watchScript, holdScript, keyScript}
 }
 
 // Script is one of the store's scripts. Its source and the hash Redis

@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -26,16 +28,21 @@ func (a StatusArgs) argv(Keys) []any {
 type statusReply struct {
 	now, capacity, held, holding, waiting, fenced int64
 	holders, waiters                              []any
+	Policy
 }
 
 // DecodeStatus reads status.lua's reply about key. A record that is not
 // one is left out, as the scripts do.
 func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	var r statusReply
-	err := decodeReply(statusScript.name, res, map[string]any{
+	var paused int64
+	fields := r.Policy.fields(&paused)
+	maps.Copy(fields, map[string]any{
 		"now": &r.now, "capacity": &r.capacity, "held": &r.held, "holding": &r.holding, "waiting": &r.waiting,
 		"holders": &r.holders, "waiters": &r.waiters, "fenced": &r.fenced,
 	})
+	err := decodeReply(statusScript.name, res, fields)
+	r.Policy.set(paused)
 	if err != nil {
 		return semaphore.KeyStatus{}, err
 	}
@@ -43,15 +50,17 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 		return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected reply of %d holders and %d waiters", statusScript.name, len(r.holders), len(r.waiters))
 	}
 	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
-		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Cooling: []semaphore.Cooling{}, Fenced: within(r.fenced, MaxTTL)}
+		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Cooling: []semaphore.Cooling{}, Fenced: within(r.fenced, MaxTTL),
+		StoredCapacity: int(r.Stored), Paused: r.Policy.Pause()}
 	for _, e := range r.holders {
 		entry, _ := e.([]any)
-		if len(entry) != 3 {
+		if len(entry) != 4 {
 			return semaphore.KeyStatus{}, fmt.Errorf("%s: unexpected holder %s", statusScript.name, shortReply(e))
 		}
 		expiry, _ := entry[0].(int64)
 		rec, _ := entry[1].(string)
 		cooling, _ := entry[2].(string)
+		id, _ := entry[3].(string)
 		h, err := readHolder(rec, r.now)
 		if err != nil {
 			continue
@@ -64,6 +73,9 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 		// A holder, or one whose cooling is not one (someone else wrote
 		// it): shown, as it counts.
 		h.ExpiresIn = within(expiry-r.now, MaxTTL)
+		if publicID.MatchString(id) {
+			h.ID = id
+		}
 		st.Holders = append(st.Holders, h)
 	}
 	for _, e := range r.waiters {
@@ -78,6 +90,13 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	st.Unlisted = int(max(r.holding-StatusList, 0) + max(r.waiting-StatusList, 0))
 	return st, nil
 }
+
+// publicID is a holder's public id as the scripts make it (lib.lua's
+// publicID); a reply is checked against it.
+var publicID = regexp.MustCompile(`^[0-9a-f]{10}$`)
+
+// IsPublicID tells whether id could be a holder's public id.
+func IsPublicID(id string) bool { return publicID.MatchString(id) }
 
 // within is ms as a duration, from 0 to most: replies are bounded.
 func within(ms int64, most time.Duration) time.Duration {

@@ -9,11 +9,13 @@
 --   held      the seats the holders take
 --   holding   how many holders there are, lapsed ones not yet swept included
 --   waiting   how many wait, lapsed ones not yet swept included
---   holders   {lease expiry ms, holder record, cooling} each, at most
---             list; cooling is '' for a holder, the exit status of its
---             command for a permit given back as cooling (release.lua)
+--   holders   {lease expiry ms, holder record, cooling, public id} each,
+--             at most list; cooling is '' for a holder, the exit status of
+--             its command for a permit given back as cooling (release.lua)
 --   waiters   the waiter records, in line, at most list
 --   fenced    ms left of the restart fence, 0 for none (fencePeek)
+--   stored, paused, reason, pausedfor: what an operator set (see
+--             acquire.lua's reply)
 local a = args()
 local list = num(a.list, 0, MAXLIST)
 if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
@@ -29,7 +31,7 @@ if list > 0 then
     local rec = got[1] or ''
     local h = readHolder(rec)
     seats = seats + (h and h.weight or 1)
-    holders[#holders + 1] = {tonumber(held[i + 1]), rec, got[2] or ''}
+    holders[#holders + 1] = {tonumber(held[i + 1]), rec, got[2] or '', publicID(held[i])}
   end
 end
 if holding > list then seats = used() end
@@ -42,6 +44,8 @@ if list > 0 then
     if w and lease and lease > now then waiters[#waiters + 1] = rec end
   end
 end
+local p = policy()
 return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or -1, held = seats,
   holding = holding, waiting = redis.call('ZCARD', queueKey),
-  holders = holders, waiters = waiters, fenced = fencePeek()}
+  holders = holders, waiters = waiters, fenced = fencePeek(), stored = p.cap or 0,
+  paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '', pausedfor = p.paused and p.paused.left or 0}

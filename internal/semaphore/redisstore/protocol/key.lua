@@ -1,0 +1,76 @@
+-- key.lua: what an operator does to a key (semrun key): its settings in
+-- the policy key, which never expires and which only operators write, and
+-- revokes.
+-- KEYS: see lib.lua. ARGV (KeyArgs in args.go): op, one of
+--   set      cap: the stored capacity every caller is admitted against
+--   unset    back to each caller's own
+--   pause    reason; for, ms (0: until resumed)
+--   resume
+--   revoke   holder, a holder's public id (publicID); reason; force: 1
+--            frees its seat at once (a holder known to be dead)
+-- and wake, the prefix of the key's wake lists.
+-- Reply: found (revoke: 1 when a holder has that id), stored, paused,
+-- reason, pausedfor (as status.lua's, after the op), bad, handed.
+-- A resume, a higher capacity or a forced revoke hands the seats that
+-- frees to the line at once.
+local a = args()
+local op, wake = a.op, a.wake
+local reason = a.reason or ''
+if not (op and wake) or #reason > MAXREASON then
+  return redis.error_reply('ERR semrun: key.lua: bad arguments')
+end
+local found = 0
+-- Revokes are kept for as long as the revoked holder's lease may last.
+local function pruneRevoked()
+  local flat = redis.call('HGETALL', policyKey)
+  for i = 1, #flat, 2 do
+    if string.sub(flat[i], 1, 8) == 'revoked ' then
+      local at = num(string.match(flat[i + 1], '^(%d+) '), 0, MAXINT)
+      if not at or at + 2 * MAXTTL < now then redis.call('HDEL', policyKey, flat[i]) end
+    end
+  end
+end
+
+if op == 'set' then
+  local cap = num(a.cap, 1, MAXPERMITS)
+  if not cap then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
+  redis.call('HSET', policyKey, 'cap', cap)
+elseif op == 'unset' then
+  redis.call('HDEL', policyKey, 'cap')
+elseif op == 'pause' then
+  local d = num(a['for'] or '0', 0, MAXPAUSE)
+  if not d then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
+  redis.call('HSET', policyKey, 'paused', 1, 'until', d > 0 and now + d or 0, 'reason', reason)
+elseif op == 'resume' then
+  redis.call('HDEL', policyKey, 'paused', 'until', 'reason')
+elseif op == 'revoke' then
+  local pub = a.holder or ''
+  if not string.match(pub, '^%x+$') or #pub ~= 10 then
+    return redis.error_reply('ERR semrun: key.lua: bad arguments')
+  end
+  -- Rare, and an operator's: the holders are walked to find it.
+  local ids = redis.call('ZRANGE', holdersKey, 0, -1)
+  for _, id in ipairs(ids) do
+    if publicID(id) == pub and not select(3, terms(id)) then
+      found = 1
+      pruneRevoked()
+      redis.call('HSET', policyKey, 'revoked ' .. pub, string.format('%d ', now) .. reason)
+      if a.force == '1' then
+        removeHolder(id)
+      end
+      break
+    end
+  end
+else
+  return redis.error_reply('ERR semrun: key.lua: bad arguments')
+end
+policyRead = nil -- read anew, as this op left it
+local longest = 0
+if op ~= 'pause' then
+  sweep(wake)
+  longest = handoff(wake, used())
+end
+keepalive(longest)
+local p = policy()
+return reply{found = found, stored = p.cap or 0, paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
+  pausedfor = p.paused and p.paused.left or 0, bad = bad, handed = handed}
