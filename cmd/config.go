@@ -28,6 +28,7 @@ var envNames = map[string]string{
 	"timeout":             "SEMRUN_TIMEOUT",
 	"busy-exit-code":      "SEMRUN_BUSY_EXIT_CODE",
 	"lost-exit-code":      "SEMRUN_LOST_EXIT_CODE",
+	"revoked-exit-code":   "SEMRUN_REVOKED_EXIT_CODE",
 	"on-lost":             "SEMRUN_ON_LOST",
 	"kill-after":          "SEMRUN_KILL_AFTER",
 	"max-runtime":         "SEMRUN_MAX_RUNTIME",

@@ -18,6 +18,7 @@ const (
 	exitDoctorFailed    = 1   // doctor found something that would break semrun
 	exitUnreadable      = 1   // status could not read some key
 	exitHeldLonger      = 1   // status --older-than found holders
+	exitNoHolder        = 1   // key revoke: no holder has that ID
 	defaultBusyExitCode = 75  // --busy-exit-code: sysexits' EX_TEMPFAIL, try again later
 	defaultLostExitCode = 112 // --lost-exit-code: outside 124-165, which timeout(1) and signals use
 	exitRevoked         = 113 // an operator revoked the permit (a hold's)
@@ -56,7 +57,7 @@ var exitStatusDocs = []exitStatusDoc{
 	{strconv.Itoa(exitNotFound), strconv.Itoa(exitNotFound) + " not found", "the command was not found, or the interpreter its #! line names"},
 	{strconv.Itoa(exitSignalBase) + "+N", strconv.Itoa(exitSignalBase) + "+N signal N ended the wait",
 		"signal N arrived while waiting for a permit: no command ran, nothing is held"},
-	{strconv.Itoa(exitDoctorFailed), "", "semrun doctor found something that would break semrun; semrun status could not read some key (the other keys are shown), or found holders with --older-than"},
+	{strconv.Itoa(exitDoctorFailed), "", "semrun doctor found something that would break semrun; semrun status could not read some key (the other keys are shown), or found holders with --older-than; semrun key revoke found no holder with that ID"},
 }
 
 // usageError is bad input: a flag, a value, a missing command.
@@ -231,6 +232,7 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		holdEnded   *holdEndedError
 		ranOut      *ranOutError
 		older       *olderError
+		noHolder    *noHolderError
 	)
 	switch {
 	case err == nil:
@@ -262,6 +264,8 @@ func exitStatus(err error) (code int, sig syscall.Signal, msg string) {
 		return exitUnreadable, 0, unreadable.Error()
 	case errors.As(err, &older):
 		return exitHeldLonger, 0, older.Error()
+	case errors.As(err, &noHolder):
+		return exitNoHolder, 0, noHolder.Error()
 	case errors.As(err, &noServer):
 		return exitFailure, 0, fmt.Sprintf("no Redis at %s, where semrun looks when none is named: name yours with --redis or %s, or keep the permits on this host with --local",
 			noServer.Addr, envNames["redis"])

@@ -34,6 +34,8 @@ type runFlags struct {
 	noWait       bool
 	busyExitCode int
 	lostExitCode int
+	// revokedExitCode is --revoked-exit-code: an operator revoked the permit.
+	revokedExitCode int
 	onLost       string
 	killAfter    time.Duration
 	restartFence time.Duration
@@ -125,6 +127,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f := cmd.Flags()
 	o.addWaitFlags(f)
 	f.Var(newInt(&o.lostExitCode, defaultLostExitCode), "lost-exit-code", "exit status when the permit was lost and the command terminated")
+	f.Var(newInt(&o.revokedExitCode, exitRevoked), "revoked-exit-code", "exit status when an operator revoked the permit (semrun key revoke) and the command was terminated")
 	f.StringVar(&o.onLost, "on-lost", "terminate", "when the permit is lost: terminate or continue")
 	f.Var(newDuration(&o.killAfter, defaultKillAfter), "kill-after", "after SIGTERM on a lost permit, SIGKILL if still running; at most 2/5 of the --ttl, and lowered to that when not set")
 	f.Var(newDuration(&o.maxRuntime, 0), "max-runtime", "stop the command once it has run this long: SIGTERM to its group, SIGKILL after --kill-after, exit 124 (0: no bound)")
@@ -205,6 +208,9 @@ func (o *runOptions) set(flag string) bool { return o.src.origin(flag) != fromDe
 func (o *runOptions) validateCommand() error {
 	show := o.src.show
 	if err := o.checkExitCode("lost-exit-code", o.lostExitCode); err != nil {
+		return err
+	}
+	if err := o.checkExitCode("revoked-exit-code", o.revokedExitCode); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -326,8 +332,12 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 	if res.Terminated {
 		code := o.lostExitCode
 		var ended *semaphore.HoldEndedError
-		if errors.As(res.Lost, &ended) && holdEndCode(ended.End, 0) != 0 {
-			code = holdEndCode(ended.End, 0) // max runtime, revoked
+		var revoked *semaphore.RevokedError
+		switch {
+		case errors.As(res.Lost, &revoked) || (errors.As(res.Lost, &ended) && ended.End.State == semaphore.HoldRevoked):
+			code = o.revokedExitCode
+		case errors.As(res.Lost, &ended) && holdEndCode(ended.End, 0) != 0:
+			code = holdEndCode(ended.End, 0) // max runtime
 		}
 		return &lostError{key: o.key, code: code, cause: res.Lost, unstopped: res.Unstopped}
 	}

@@ -104,12 +104,18 @@ func fenceWhy(left, fence time.Duration) string {
 // what was left of a restart fence when the store last said.
 func (o *runOptions) acquired(ctx context.Context, lease semaphore.Lease, err error, fenced time.Duration, log *logger) (semaphore.Lease, error) {
 	var (
-		fence *semaphore.FenceError
-		full  *semaphore.LineError
+		fence   *semaphore.FenceError
+		full    *semaphore.LineError
+		paused  *semaphore.PausedError
+		setting *semaphore.SettingError
 	)
 	switch {
 	case err == nil:
 		return lease, nil
+	case errors.As(err, &setting):
+		return nil, o.refused(err) // a weight over the key's stored capacity
+	case errors.As(err, &paused):
+		return nil, o.busy(log, fmt.Sprintf("key %q: %s (semrun key resume; --no-wait)", o.key, pausedText(&paused.Pause)))
 	case errors.As(err, &fence):
 		why := fmt.Sprintf("key %q: %s: no grant for %v more (--restart-fence; --no-wait)", o.key, fenceWhy(fence.Left, o.restartFence), max(fence.Left.Round(time.Second), time.Second))
 		if o.busyExitCode == 0 {

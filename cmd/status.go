@@ -149,6 +149,9 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		if k.Capacity > 0 {
 			capacity = fmt.Sprint(k.Capacity)
 		}
+		if k.StoredCapacity > 0 {
+			capacity = fmt.Sprintf("%d (kept in the store)", k.StoredCapacity)
+		}
 		fmt.Fprintf(tw, "key %q: %d held, capacity %s", k.Key, k.Held, capacity)
 		if len(k.Waiters) > 0 {
 			fmt.Fprintf(tw, ", %d waiting", len(k.Waiters))
@@ -159,12 +162,15 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		if k.Fenced > 0 {
 			fmt.Fprintf(tw, "; Redis started or failed over less than the restart fence ago: no grant for %v more", k.Fenced.Round(time.Second))
 		}
+		if k.Paused != nil {
+			fmt.Fprintf(tw, "; %s", pausedText(k.Paused))
+		}
 		fmt.Fprintln(tw)
 		deadlines := slices.ContainsFunc(k.Holders, func(h semaphore.Holder) bool { return h.MaxRuntime > 0 })
 		if len(k.Holders) > 0 {
 			// HOLDS: the permits this holder takes (its weight), OF N: the
 			// capacity it asked for. A lone "PERMITS 3" read as "holds 3".
-			header := "  HOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN"
+			header := "  ID\tHOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN"
 			if deadlines {
 				header += "\tMAX-RUNTIME IN" // only where some holder has one
 			}
@@ -179,7 +185,11 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			if h.Hold {
 				command = "(hold: semrun acquire)" // the PID is its keeper's
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%v\t%s\t%d", printable.String(h.Host), h.PID, command, h.Weight, h.Permits,
+			id := "-" // a store that names none
+			if h.ID != "" {
+				id = printable.String(h.ID)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\t%s\t%d", id, printable.String(h.Host), h.PID, command, h.Weight, h.Permits,
 				h.Age.Round(time.Millisecond), expires, h.Token)
 			if deadlines {
 				deadline := "-"

@@ -96,6 +96,9 @@ func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 	if st.Fenced > 0 {
 		s = fmt.Sprintf("waiting for key %q: Redis started or failed over less than the restart fence ago, no grant for %v more (--restart-fence)", key, st.Fenced)
 	}
+	if st.Paused {
+		s = fmt.Sprintf("waiting for key %q: %s, %d/%d permits held", key, pausedText(&st.Pause), st.Held, st.Capacity)
+	}
 	switch {
 	case st.Position > 0 && st.Waiting > 0:
 		s += fmt.Sprintf(", %s of %d in line", ordinal(st.Position), st.Waiting)

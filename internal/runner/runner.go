@@ -668,8 +668,14 @@ func lossAt(spec Spec, lease Lease) clock.Instant {
 // store's own word that it is gone, or no renewal in time.
 func LostWhy(err error) string {
 	var ended *semaphore.HoldEndedError
-	if errors.As(err, &ended) {
+	var revoked *semaphore.RevokedError
+	switch {
+	case errors.As(err, &ended):
 		return "the " + ended.Error()
+	case errors.As(err, &revoked) && revoked.Reason != "":
+		return "an operator revoked it: " + revoked.Reason
+	case errors.As(err, &revoked):
+		return "an operator revoked it"
 	}
 	if errors.Is(err, semaphore.ErrLost) && !errors.Is(err, ErrPresumedLost) {
 		return "the store no longer has it (it lapsed, or the store lost its data)"

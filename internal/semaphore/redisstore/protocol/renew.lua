@@ -21,16 +21,18 @@ if not (id and ttl and fence and asked and coolFor) then
 end
 local moved = rebase()
 
+-- Revoked, even by force (gone already): said so.
+local revoked = redis.call('HGET', policyKey, 'revoked ' .. publicID(id))
+if revoked then
+  if moved > 0 then keepalive(0) end
+  return reply{renewed = 0, left = 0, hard = 0, revoked = 1, reason = string.sub(string.match(revoked, '^%d+ (.*)$') or '', 1, MAXREASON)}
+end
 local hard, minEnd, cooling, claim = terms(id)
 local score = not cooling and ((claim[1] and claimed(id, claim)) or num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT))
 if not score or score <= now or (hard and hard <= now) then
   -- Leases pushed back need keys that live as long.
   if moved > 0 then keepalive(0) end
   return reply{renewed = 0, left = 0, hard = 0, revoked = 0, reason = ''}
-end
-local revoked = redis.call('HGET', policyKey, 'revoked ' .. publicID(id))
-if revoked then
-  return reply{renewed = 0, left = 0, hard = 0, revoked = 1, reason = string.sub(string.match(revoked, '^%d+ (.*)$') or '', 1, MAXREASON)}
 end
 hard = recordTerms(id, asked, coolFor, hard, minEnd)
 local expiry = now + ttl

@@ -1,0 +1,276 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/semrun/semrun/internal/clock"
+	"github.com/semrun/semrun/internal/printable"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// keyOptions are semrun key's: which key, and what to print.
+type keyOptions struct {
+	*commonOptions
+	json bool
+}
+
+func newCmdKey(common *commonOptions) *cobra.Command {
+	o := &keyOptions{commonOptions: common}
+	cmd := &cobra.Command{
+		Use:   "key",
+		Short: "An operator's hand on a key: stored capacity, pause, drain, revoke",
+		Long: `semrun key changes how a key serves every caller, from one place: a capacity
+kept in the store, which wins over each caller's --permits; a pause, during
+which nobody is granted the key; a drain, which pauses and waits until nobody
+holds it; and a revoke, which stops one holder's command. Its settings last
+until unset. Each prints one line, or --json.`,
+		Example: `  semrun key set licence --permits 7
+  semrun key pause db --reason "upkeep until 02:00" --for 2h
+  semrun key drain db --timeout 10m && ./maintain.sh; semrun key resume db
+  semrun key revoke pdf --holder 3fa2b1c9d0 --reason "host is gone"`,
+		Args: cobra.NoArgs,
+	}
+	cmd.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON")
+	var permits int
+	set := o.sub("set KEY --permits N", "Keep a capacity for KEY in the store, which every caller is admitted against",
+		func(ctx context.Context, store semaphore.Store, key string) error {
+			if err := store.SetCapacity(ctx, key, permits); err != nil {
+				return err
+			}
+			return o.say(ctx, store, key, fmt.Sprintf("key %q: capacity %d, kept in the store: every caller is admitted against it", key, permits))
+		})
+	set.Flags().Var(newInt(&permits, 0), "permits", "the capacity: at most N holders of KEY, whatever each caller asks (required)")
+	set.PreRunE = func(*cobra.Command, []string) error {
+		if permits < 1 || permits > semaphore.MaxPermits {
+			return usageErrorf("%s: must be from 1 to %d", o.src.show("permits", permits), semaphore.MaxPermits)
+		}
+		return nil
+	}
+	unset := o.sub("unset KEY", "Forget KEY's stored capacity: each caller's --permits counts again",
+		func(ctx context.Context, store semaphore.Store, key string) error {
+			if err := store.SetCapacity(ctx, key, 0); err != nil {
+				return err
+			}
+			return o.say(ctx, store, key, fmt.Sprintf("key %q: no stored capacity: each caller's --permits counts", key))
+		})
+	var reason string
+	var pauseFor, drainTimeout time.Duration
+	pause := o.sub("pause KEY [--reason TEXT] [--for D]", "Grant KEY to nobody until resumed: holders run on, waiters keep their places",
+		func(ctx context.Context, store semaphore.Store, key string) error {
+			if err := store.Pause(ctx, key, reason, pauseFor); err != nil {
+				return err
+			}
+			return o.say(ctx, store, key, fmt.Sprintf("key %q: %s", key, pausedText(&semaphore.Pause{Reason: reason, EndsIn: pauseFor})))
+		})
+	resume := o.sub("resume KEY", "End KEY's pause: its line is served again",
+		func(ctx context.Context, store semaphore.Store, key string) error {
+			if err := store.Resume(ctx, key); err != nil {
+				return err
+			}
+			return o.say(ctx, store, key, fmt.Sprintf("key %q: resumed", key))
+		})
+	drain := o.sub("drain KEY [--timeout D]", "Pause KEY, then wait until nobody holds it (it stays paused)",
+		func(ctx context.Context, store semaphore.Store, key string) error { return o.drain(ctx, store, key, reason, drainTimeout) })
+	var holder string
+	var force bool
+	revoke := o.sub("revoke KEY --holder ID [--reason TEXT] [--force]", "Stop one holder's command: it lets go at its next renewal",
+		func(ctx context.Context, store semaphore.Store, key string) error {
+			if err := store.Revoke(ctx, key, holder, reason, force); err != nil {
+				if errors.Is(err, semaphore.ErrNoHolder) {
+					return &noHolderError{key: key, id: holder}
+				}
+				return err
+			}
+			line := fmt.Sprintf("key %q: holder %s revoked: it stops its command at its next renewal, then its permit is free", key, printable.String(holder))
+			if force {
+				line = fmt.Sprintf("key %q: holder %s revoked, and its permit freed at once (--force): if it is alive, its command may run beside the next holder's until its next renewal", key, printable.String(holder))
+			}
+			return o.say(ctx, store, key, line)
+		})
+	for _, c := range []*cobra.Command{pause, drain, revoke} {
+		c.Flags().StringVar(&reason, "reason", "", "why, shown to waiters, busy callers and the holder revoked (at most 200 bytes)")
+	}
+	pause.Flags().Var(newDuration(&pauseFor, 0), "for", "resume on its own after this, so that a forgotten pause heals (0: until resumed)")
+	drain.Flags().Var(newDuration(&drainTimeout, 0), "timeout", "give up waiting after this, with the busy status; the key stays paused (0: wait for ever)")
+	revoke.Flags().StringVar(&holder, "holder", "", "the holder's ID, as semrun status shows it (required)")
+	revoke.Flags().BoolVar(&force, "force", false, "free the permit at once, for a holder known to be dead: one alive could run beside the next")
+	show := o.sub("show KEY", "Show KEY's stored capacity, pause and holders",
+		func(ctx context.Context, store semaphore.Store, key string) error { return o.say(ctx, store, key, "") })
+	cmd.AddCommand(show, set, unset, pause, resume, drain, revoke)
+	return cmd
+}
+
+// sub is one subcommand of semrun key, on one KEY: run does it with the
+// store, once the flags are checked.
+func (o *keyOptions) sub(use, short string, run func(ctx context.Context, store semaphore.Store, key string) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("give one KEY")
+			}
+			if err := semaphore.CheckKey(args[0]); err != nil {
+				return usageErrorf("key %q: %v", args[0], err)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.validate(cmd); err != nil {
+				return err
+			}
+			if err := o.checkFlags(cmd); err != nil {
+				return err
+			}
+			log := o.logger(cmd.ErrOrStderr())
+			store, err := o.openStore(log, runAsks{})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			return o.refusedStore(run(cmd.Context(), store, args[0]))
+		},
+	}
+}
+
+// checkFlags refuses what the store would: a reason too long or with
+// control characters, a negative duration, a holder's id left out.
+func (o *keyOptions) checkFlags(cmd *cobra.Command) error {
+	f := cmd.Flags()
+	if r := f.Lookup("reason"); r != nil {
+		if err := semaphore.CheckReason(r.Value.String()); err != nil {
+			return usageErrorf("--reason %q: %v", r.Value.String(), err)
+		}
+	}
+	for _, name := range []string{"for", "timeout"} {
+		if d := f.Lookup(name); d != nil {
+			if v, err := time.ParseDuration(d.Value.String()); err == nil && (v < 0 || v > semaphore.MaxPause) {
+				return usageErrorf("--%s %v: must be from 0 to %v", name, v, semaphore.MaxPause)
+			}
+		}
+	}
+	if h := f.Lookup("holder"); h != nil && h.Value.String() == "" {
+		return usageErrorf("--holder is required: the ID semrun status shows")
+	}
+	return nil
+}
+
+// refusedStore makes a store's refusal of a setting bad input.
+func (o *keyOptions) refusedStore(err error) error {
+	var se *semaphore.SettingError
+	if errors.As(err, &se) {
+		return o.refused(err)
+	}
+	if errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("%w: not with this store yet", err)
+	}
+	return err
+}
+
+// say prints line, or with --json the key's status as it is now.
+func (o *keyOptions) say(ctx context.Context, store semaphore.Store, key, line string) error {
+	if !o.json && line != "" {
+		_, err := fmt.Fprintln(o.f.Streams.Out, line)
+		return err
+	}
+	st, err := store.Status(ctx, []string{key})
+	if err != nil {
+		return err
+	}
+	if len(st) != 1 {
+		return fmt.Errorf("key %q: status: got %d keys", key, len(st))
+	}
+	if o.json {
+		enc := json.NewEncoder(printable.JSON(o.f.Streams.Out))
+		enc.SetIndent("", "  ")
+		return enc.Encode(st[0])
+	}
+	return printKeyShow(o.f.Streams.Out, st[0])
+}
+
+// printKeyShow says, in one line, what an operator set on a key and who
+// holds it.
+func printKeyShow(w io.Writer, k semaphore.KeyStatus) error {
+	if k.Error != "" {
+		_, err := fmt.Fprintf(w, "key %q: could not be read: %s\n", k.Key, printable.String(k.Error))
+		return err
+	}
+	line := fmt.Sprintf("key %q: ", k.Key)
+	if k.StoredCapacity > 0 {
+		line += fmt.Sprintf("capacity %d, kept in the store", k.StoredCapacity)
+	} else {
+		line += "no stored capacity"
+	}
+	if k.Paused != nil {
+		line += "; " + pausedText(k.Paused)
+	}
+	line += fmt.Sprintf("; %d held, %d waiting", k.Held, len(k.Waiters))
+	_, err := fmt.Fprintln(w, line)
+	return err
+}
+
+// pausedText says a pause: why, and for how long.
+func pausedText(p *semaphore.Pause) string {
+	s := "paused"
+	if p.Reason != "" {
+		s += " (" + printable.String(p.Reason) + ")"
+	}
+	if p.EndsIn > 0 {
+		s += fmt.Sprintf(" for %v more", p.EndsIn.Round(time.Second))
+	} else {
+		s += " until resumed"
+	}
+	return s
+}
+
+// drain pauses key, then waits until nobody holds it, looking every
+// drainLook; at timeout (0: never) it gives up with the busy status. The
+// key stays paused either way.
+func (o *keyOptions) drain(ctx context.Context, store semaphore.Store, key, reason string, timeout time.Duration) error {
+	if reason == "" {
+		reason = "draining"
+	}
+	if err := store.Pause(ctx, key, reason, 0); err != nil {
+		return err
+	}
+	var giveUp clock.Instant
+	if timeout > 0 {
+		giveUp = clock.Now().Add(timeout)
+	}
+	for {
+		st, err := store.Status(ctx, []string{key})
+		if err != nil {
+			return err
+		}
+		if len(st) == 1 && st[0].Error == "" && len(st[0].Holders) == 0 && st[0].Unlisted == 0 {
+			return o.say(ctx, store, key, fmt.Sprintf("key %q: drained: nobody holds it, and it stays paused (semrun key resume)", key))
+		}
+		if !giveUp.IsZero() && !clock.Now().Before(giveUp) {
+			held := 0
+			if len(st) == 1 {
+				held = len(st[0].Holders)
+			}
+			return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: %s still hold it after %v (--timeout); it stays paused", key, semaphore.Count(held, "holder"), timeout)}
+		}
+		if err := clock.Sleep(ctx, drainLook); err != nil {
+			return err
+		}
+	}
+}
+
+// drainLook is how often drain looks whether the holders are gone.
+const drainLook = 250 * time.Millisecond
+
+// noHolderError means no holder of the key has the id given.
+type noHolderError struct{ key, id string }
+
+func (e *noHolderError) Error() string {
+	return fmt.Sprintf("key %q: no holder has the ID %q (semrun status shows them)", e.key, e.id)
+}
