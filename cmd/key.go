@@ -77,7 +77,9 @@ until unset. Each prints one line, or --json.`,
 			return o.say(ctx, store, key, fmt.Sprintf("key %q: resumed", key))
 		})
 	drain := o.sub("drain KEY [--timeout D]", "Pause KEY, then wait until nobody holds it (it stays paused)",
-		func(ctx context.Context, store semaphore.Store, key string) error { return o.drain(ctx, store, key, reason, drainTimeout) })
+		func(ctx context.Context, store semaphore.Store, key string) error {
+			return o.drain(ctx, store, key, reason, drainTimeout)
+		})
 	var holder string
 	var force bool
 	revoke := o.sub("revoke KEY --holder ID [--reason TEXT] [--force]", "Stop one holder's command: it lets go at its next renewal",

@@ -36,10 +36,10 @@ type runFlags struct {
 	lostExitCode int
 	// revokedExitCode is --revoked-exit-code: an operator revoked the permit.
 	revokedExitCode int
-	onLost       string
-	killAfter    time.Duration
-	restartFence time.Duration
-	minReplicas  int
+	onLost          string
+	killAfter       time.Duration
+	restartFence    time.Duration
+	minReplicas     int
 	// handle is --handle's: run under a hold instead of taking a permit.
 	handle string
 	// maxRuntime and warnAfter bound how long the command runs, and say
