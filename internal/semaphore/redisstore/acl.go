@@ -101,8 +101,12 @@ var refusedCommand = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCo
 // refusal tells an ACL refusal: perm is true for one, with key true when a
 // key was refused, and command the command when Redis named it.
 func refusal(err error) (command string, key, perm bool) {
+	if err == nil {
+		return "", false, false
+	}
 	msg := err.Error()
-	if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "can't run this command") && !strings.Contains(msg, "no permissions") {
+	if !strings.Contains(msg, "NOPERM") && !strings.Contains(msg, "can't run this command") && !strings.Contains(msg, "no permissions") &&
+		!strings.Contains(msg, "can't access at least one of the keys") {
 		return "", false, false
 	}
 	if m := refusedCommand().FindStringSubmatch(msg); m != nil {

@@ -61,6 +61,10 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 	}
 	k := protocol.NewKeys(s.prefix, key)
 	res, err := s.call(ctx, k, args)
+	if _, _, perm := refusal(err); perm {
+		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: this Redis user may not change key %q's settings: an operator's needs to write %s, which a run's may only read (%w)",
+			key, what, key, protocol.PrefixPattern(s.prefix), err)
+	}
 	if err != nil {
 		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
 	}

@@ -12,7 +12,9 @@ import (
 type Keys struct {
 	Holders, Info, Token, Queue, Waiters, Leases string
 	// Policy is what an operator set on the key (semrun key): it never
-	// expires, and only an operator writes it.
+	// expires, and only an operator writes it. No script names it among
+	// its KEYS: Redis checks those for writing, and a run's ACL user may
+	// be let read it only. lib.lua finds it from Info's name.
 	Policy string
 	// Wake is the prefix of the waiters' wake lists: each waiter blocks on
 	// its own (WakeList), where the scripts push its turn.
@@ -38,7 +40,7 @@ func NewKeys(prefix, key string) Keys {
 
 // List is KEYS of every script, in the order lib.lua takes them.
 func (k Keys) List() []string {
-	return []string{k.Holders, k.Info, k.Token, k.Queue, k.Waiters, k.Leases, k.Policy}
+	return []string{k.Holders, k.Info, k.Token, k.Queue, k.Waiters, k.Leases}
 }
 
 // WakeList is the wake list of the waiter whose permit id is id: named

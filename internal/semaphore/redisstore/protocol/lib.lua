@@ -18,6 +18,7 @@
 --   waiters: hash, waiter id -> waiter record; "#seq" -> the last ticket
 --   leases:  sorted set, waiter id -> waiter lease expiry, so that lapsed
 --            waiters are found in expiry order
+-- and, not among KEYS, beside them (its name is info's, ending "policy"):
 --   policy:  hash, what an operator set (key.lua): "cap" -> the stored
 --            capacity; "paused" -> 1, "until" -> its end (ms; 0: none),
 --            "reason"; "revoked <public id>" -> "<ms> <reason>". It never
@@ -33,8 +34,10 @@
 -- holders (sorted sets), plus the seats it hands over: nothing walks a
 -- whole set. Everything read back is checked (num, readHolder,
 -- readWaiter): anyone who can write these keys may have written anything.
-local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey, policyKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5],
-  KEYS[6], KEYS[7]
+local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- The policy is named as info is, in the same hash slot; it is not among
+-- KEYS (see keys.go), so that a run's ACL user may read it only.
+local policyKey = string.sub(infoKey, 1, -5) .. 'policy'
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
@@ -549,8 +552,7 @@ local function keepalive(ms)
   local last = redis.call('ZRANGE', holdersKey, -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
   ms = math.min(ms, math.max(2 * MAXTTL, MAXCOOL))
-  for i = 1, 6 do -- not the policy, which lives until unset
-    local key = KEYS[i]
+  for _, key in ipairs(KEYS) do
     local left = redis.call('PTTL', key)
     if left == -1 or (left >= 0 and left < ms + 1000) then
       redis.call('PEXPIRE', key, ms + 1000)

@@ -799,9 +799,7 @@ func TestScriptsKeepKeysAliveForWaiters(t *testing.T) {
 			if n := runRenew(t, b.c, key, "H", 2*time.Second); n != 1 {
 				t.Fatalf("renew: got %d, want 1", n)
 			}
-			// Not the policy, which no script but key.lua writes, and which
-			// lives until unset.
-			for _, k := range keys[:6] {
+			for _, k := range keys {
 				if got, err := b.c.PTTL(ctx, k).Result(); err != nil || got < 10*time.Second || got > 11*time.Second {
 					t.Errorf("PTTL %s with a waiter's 10s lease: got (%v, %v), want in [10s, 11s]", k, got, err)
 				}
@@ -825,8 +823,11 @@ func TestKeysEscapeBraces(t *testing.T) {
 	seen := map[string]string{}
 	for _, key := range []string{"a", "a}", "{a}", "}x", "%7B", "%7D", "{", "}", "%", "%25", "a:b}:holders"} {
 		ks := NewKeys("p:", key).List()
-		if len(ks) != 7 {
-			t.Fatalf("keys(%q): got %d keys, want 7", key, len(ks))
+		if len(ks) != 6 {
+			t.Fatalf("keys(%q): got %d keys, want 6", key, len(ks))
+		}
+		if p := NewKeys("p:", key).Policy; !strings.HasPrefix(p, ks[0][:strings.IndexByte(ks[0], '}')+1]) || !strings.HasSuffix(p, "}:policy") {
+			t.Errorf("keys(%q): policy %q, want the key's tag and :policy", key, p)
 		}
 		lo, hi := strings.IndexByte(ks[0], '{'), strings.IndexByte(ks[0], '}')
 		if lo != len("p:") || hi < lo {
@@ -838,14 +839,14 @@ func TestKeysEscapeBraces(t *testing.T) {
 			if !strings.HasPrefix(k, tag) || strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 {
 				t.Errorf("keys(%q) and channel: got %q, want one {tag} %q shared by all and no other brace", key, k, tag)
 			}
-			suffix := []string{"holders", "info", "token", "queue", "waiters", "leases", "policy", "wake"}[i]
+			suffix := []string{"holders", "info", "token", "queue", "waiters", "leases", "wake"}[i]
 			if k != tag+":"+suffix {
 				t.Errorf("keys(%q) #%d: got %q, want %q", key, i, k, tag+":"+suffix)
 			}
 			names[k] = true
 		}
-		if len(names) != 8 {
-			t.Errorf("keys(%q) and channel: got %v, want 8 different names", key, names)
+		if len(names) != 7 {
+			t.Errorf("keys(%q) and channel: got %v, want 7 different names", key, names)
 		}
 		if prev, dup := seen[tag]; dup {
 			t.Errorf("keys(%q) and keys(%q): got the same tag %q, want different keys", prev, key, tag)
