@@ -64,6 +64,9 @@ func TestRunRefusesBadInputInTheUsersWords(t *testing.T) {
 		{nil, []string{"-k", "k", "-n", "2", "--weight", "3", "--", "true"}, "semrun: --weight 3: must be from 1 to 2 permits\n"},
 		{nil, []string{"-k", "k", "-n", "2", "--weight", "0", "--", "true"}, "semrun: --weight 0: must be from 1 to 2 permits\n"},
 		{nil, []string{"--", "true"}, "semrun: --key is required\n"},
+		{nil, []string{"-k", "k", "--label", "a\x1bb", "--", "true"}, "semrun: --label \"a\\x1bb\": contains the control character U+001B\n"},
+		{[]string{"SEMRUN_LABEL=" + strings.Repeat("é", 101)}, []string{"-k", "k", "--", "true"},
+			"semrun: SEMRUN_LABEL=\"" + strings.Repeat("é", 40) + "\"...: is 202 bytes long, at most 200 allowed\n"},
 		// A store's refusal, naming settings as the user set them.
 		{nil, []string{"-k", "k", "--redis", "redis://127.0.0.1:1/0", "--tls-ca", "ca.pem", "--", "true"},
 			"semrun: --tls-ca: needs a rediss:// URL, not redis://127.0.0.1:1/0 (--redis)\n"},

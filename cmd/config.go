@@ -36,6 +36,7 @@ var envNames = map[string]string{
 	"min-hold":            "SEMRUN_MIN_HOLD",
 	"restart-fence":       "SEMRUN_RESTART_FENCE",
 	"min-replicas":        "SEMRUN_MIN_REPLICAS",
+	"label":               "SEMRUN_LABEL",
 	"local":               "SEMRUN_LOCAL",
 	"lock-dir":            "SEMRUN_LOCK_DIR",
 	"redis":               "SEMRUN_REDIS_URL",

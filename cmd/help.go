@@ -18,7 +18,7 @@ var flagGroups = []struct {
 	names    []string
 	forStore bool // status and doctor take these too
 }{
-	{"Flags", []string{"key", "permits", "timeout", "no-wait", "busy-exit-code", "weight", "verbose", "quiet", "config", "log-format"}, false},
+	{"Flags", []string{"key", "permits", "timeout", "no-wait", "busy-exit-code", "weight", "label", "verbose", "quiet", "config", "log-format"}, false},
 	{"Store (Redis by default, or --local)", []string{"redis", "local", "lock-dir", "cluster", "sentinel-master", "prefix", "connect-timeout"}, true},
 	{"TLS and passwords", []string{"tls-ca", "tls-cert", "tls-key", "tls-server-name", "tls-insecure", "redis-password-file"}, true},
 	{"Leases and lost permits", []string{"ttl", "restart-fence", "min-replicas", "on-lost", "lost-exit-code", "revoked-exit-code", "kill-after"}, false},

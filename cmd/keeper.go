@@ -117,7 +117,7 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 	_ = c.Process.Release() // it outlives us: its parent is init's
 
 	host, _ := os.Hostname()
-	h, err := store.Hold(ctx, lease, semaphore.HolderInfo{Host: host, PID: pid, MaxRuntime: o.maxRuntime})
+	h, err := store.Hold(ctx, lease, semaphore.HolderInfo{Host: host, PID: pid, MaxRuntime: o.maxRuntime, Label: o.req.Holder.Label})
 	if err != nil {
 		syscall.Kill(pid, syscall.SIGKILL)
 		return semaphore.Handle{}, 0, nil, err

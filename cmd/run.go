@@ -42,6 +42,8 @@ type runFlags struct {
 	minReplicas     int
 	// handle is --handle's: run under a hold instead of taking a permit.
 	handle string
+	// labelText is --label's, as given (see label).
+	labelText string
 	// maxRuntime and warnAfter bound how long the command runs, and say
 	// when it runs long; 0: no bound. minHold keeps the permit taken, as
 	// cooling, that long after its grant.
@@ -149,6 +151,7 @@ func (o *runFlags) addWaitFlags(f *pflag.FlagSet) {
 	f.Var(newInt(&o.busyExitCode, defaultBusyExitCode), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
 	f.Var(newDuration(&o.restartFence, 0), "restart-fence", "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")
 	f.Var(newInt(&o.minReplicas, 0), "min-replicas", "a grant or renewal counts only once this many Redis replicas have it (WAIT)")
+	f.StringVar(&o.labelText, "label", "", fmt.Sprintf("what status shows of this caller, at most %d bytes, never a secret ('' for none; default: the CI job's address when the environment names one)", semaphore.MaxLabel))
 }
 
 // validate checks what the request does not: it fills the defaults that
@@ -180,6 +183,7 @@ func (o *runOptions) validateWait() error {
 	o.req = semaphore.Request{
 		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait,
 		RestartFence: o.restartFence, MinReplicas: o.minReplicas,
+		Holder: semaphore.HolderInfo{Label: o.label()}, // the rest once it asks
 	}
 	if err := o.req.Validate(); err != nil {
 		return o.refused(err)

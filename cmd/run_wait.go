@@ -18,7 +18,7 @@ import (
 func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := o.req
-	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0]), MaxRuntime: o.maxRuntime}
+	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0]), MaxRuntime: o.maxRuntime, Label: o.req.Holder.Label}
 	// On a terminal a person watches: one line, kept up to date. Elsewhere
 	// (cron) only --verbose says it, once.
 	var line *waitLine

@@ -130,9 +130,22 @@ func coolingText(c semaphore.Cooling, now time.Time) string {
 	if c.ExitStatus < 0 {
 		exit = "its command's status unknown"
 	}
-	return fmt.Sprintf("cooling until %s (in %v), %s: %s on %s, pid %d, %d of %d (--min-hold)",
+	s := fmt.Sprintf("cooling until %s (in %v), %s: %s on %s, pid %d, %d of %d (--min-hold)",
 		now.Add(c.EndsIn).Format("2006-01-02 15:04:05 MST"), c.EndsIn.Round(time.Second), exit,
 		printable.String(c.Command), printable.String(c.Host), c.PID, c.Weight, c.Permits)
+	if c.Label != "" {
+		s += ", label " + printable.String(c.Label)
+	}
+	return s
+}
+
+// labelColumn is the LABEL column of a row: the label escaped, "-" for
+// none.
+func labelColumn(info semaphore.HolderInfo) string {
+	if info.Label == "" {
+		return "-"
+	}
+	return printable.String(info.Label)
 }
 
 func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
@@ -167,12 +180,18 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		}
 		fmt.Fprintln(tw)
 		deadlines := slices.ContainsFunc(k.Holders, func(h semaphore.Holder) bool { return h.MaxRuntime > 0 })
+		// A LABEL column, last as it is the widest, where some row has one.
+		holderLabels := slices.ContainsFunc(k.Holders, func(h semaphore.Holder) bool { return h.Label != "" })
+		waiterLabels := slices.ContainsFunc(k.Waiters, func(w semaphore.Waiter) bool { return w.Label != "" })
 		if len(k.Holders) > 0 {
 			// HOLDS: the permits this holder takes (its weight), OF N: the
 			// capacity it asked for. A lone "PERMITS 3" read as "holds 3".
 			header := "  ID\tHOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN"
 			if deadlines {
 				header += "\tMAX-RUNTIME IN" // only where some holder has one
+			}
+			if holderLabels {
+				header += "\tLABEL"
 			}
 			fmt.Fprintln(tw, header)
 		}
@@ -198,6 +217,9 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 				}
 				fmt.Fprintf(tw, "\t%s", deadline)
 			}
+			if holderLabels {
+				fmt.Fprintf(tw, "\t%s", labelColumn(h.HolderInfo))
+			}
 			fmt.Fprintln(tw)
 		}
 		for _, c := range k.Cooling {
@@ -205,14 +227,22 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		}
 		if len(k.Waiters) > 0 {
 			_ = tw.Flush() // the line's columns are not the holders'
-			fmt.Fprintln(tw, "  IN LINE\tHOST\tPID\tCOMMAND\tWANTS\tOF N\tWAITED")
+			header := "  IN LINE\tHOST\tPID\tCOMMAND\tWANTS\tOF N\tWAITED"
+			if waiterLabels {
+				header += "\tLABEL"
+			}
+			fmt.Fprintln(tw, header)
 		}
 		for _, q := range k.Waiters {
 			place := "-" // a store that keeps no line
 			if q.Position > 0 {
 				place = fmt.Sprint(q.Position)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\n", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Weight, q.Permits, q.Waited.Round(time.Millisecond))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Weight, q.Permits, q.Waited.Round(time.Millisecond))
+			if waiterLabels {
+				fmt.Fprintf(tw, "\t%s", labelColumn(q.HolderInfo))
+			}
+			fmt.Fprintln(tw)
 		}
 	}
 	return tw.Flush()

@@ -24,6 +24,7 @@ var settingFlags = map[semaphore.Setting]string{
 	semaphore.MinReplicasSetting:     "min-replicas",
 	semaphore.MaxRuntimeSetting:      "max-runtime",
 	semaphore.MinHoldSetting:         "min-hold",
+	semaphore.LabelSetting:           "label",
 	localstore.DirSetting:            "lock-dir",
 	redisstore.URLSetting:            "redis",
 	redisstore.PrefixSetting:         "prefix",

@@ -128,6 +128,23 @@ type HolderInfo struct {
 	// MaxRuntime is the holder's Request.MaxRuntime, counted from its
 	// grant; 0: none.
 	MaxRuntime time.Duration `json:"max_runtime_ns,omitempty"`
+	// Label tells people which job holds or waits (a CI job's address,
+	// say); never the command's arguments. At most MaxLabel bytes of
+	// text (CheckLabel).
+	Label string `json:"label,omitempty"`
+}
+
+// MaxLabel bounds a HolderInfo.Label, in bytes, as MaxKeyLen a key: room
+// for a CI job's address, and a record of bounded size.
+const MaxLabel = 200
+
+// CheckLabel refuses a label no store should keep: too long, not UTF-8,
+// or with control characters. Empty is no label.
+func CheckLabel(label string) error {
+	if len(label) > MaxLabel {
+		return fmt.Errorf("is %d bytes long, at most %d allowed", len(label), MaxLabel)
+	}
+	return checkText(label)
 }
 
 // Store hands out permits. Every store obeys the same rules, so the runner
@@ -341,6 +358,8 @@ func (r Request) Validate() error {
 		return &SettingError{Setting: MaxRuntimeSetting, Value: r.MaxRuntime, Err: fmt.Errorf("must be from 0 to %v", MaxMaxRuntime)}
 	case r.MinHold < 0 || r.MinHold > MaxMinHold:
 		return &SettingError{Setting: MinHoldSetting, Value: r.MinHold, Err: fmt.Errorf("must be from 0 to %v", MaxMinHold)}
+	case CheckLabel(r.Holder.Label) != nil:
+		return &SettingError{Setting: LabelSetting, Value: quoteShort(r.Holder.Label), Err: CheckLabel(r.Holder.Label)}
 	}
 	return nil
 }
@@ -364,6 +383,16 @@ func CheckKey(key string) error {
 		return errors.New("is not valid UTF-8")
 	}
 	return checkText(key)
+}
+
+// quoteShort is s quoted as Go does, escapes and all, its first 40
+// characters only, for a message that stays one short line.
+func quoteShort(s string) string {
+	const most = 40
+	if utf8.RuneCountInString(s) <= most {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%.*q...", most, s)
 }
 
 // checkText refuses text that is not UTF-8 or has control characters.

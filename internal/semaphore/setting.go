@@ -18,6 +18,7 @@ const (
 	MinReplicasSetting  Setting = "min replicas"
 	MaxRuntimeSetting   Setting = "max runtime"
 	MinHoldSetting      Setting = "min hold"
+	LabelSetting        Setting = "label"
 )
 
 // Names tell how the user knows each setting.

@@ -124,7 +124,9 @@ func (s *Store) ours(h semaphore.Handle) error {
 	return nil
 }
 
-// maxMeta bounds the keeper's record a hold's reply may carry.
+// maxMeta bounds the keeper's record a hold's reply may carry: a host
+// name and a label of MaxLabel bytes fit, each byte escaped in JSON as
+// six (\u003c).
 const maxMeta = 4096
 
 // holdEnd is the end hold.lua answered.

@@ -48,6 +48,30 @@ func TestHoldRecordBesideItsKey(t *testing.T) {
 	}
 }
 
+// TestHoldKeeperOfTheLongestLabel: the largest keeper's record a caller
+// makes (a long host, a label of MaxLabel bytes that JSON escapes) comes
+// back whole to whoever attaches.
+func TestHoldKeeperOfTheLongestLabel(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	s := newStore(t, srv.URL(), Options{})
+	keeper := semaphore.HolderInfo{Host: strings.Repeat("<", 255), PID: 1 << 30, MaxRuntime: semaphore.MaxMaxRuntime,
+		Label: strings.Repeat("<", semaphore.MaxLabel)}
+	l := acquire(t, s, semaphore.Request{Key: "k", Permits: 1, TTL: 5 * time.Second, NoWait: true})
+	h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, keeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, info, err := s.Attach(ctxTimeout(t, 5*time.Second), h, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keeper.Hold = true
+	if info.Keeper != keeper {
+		t.Errorf("Attach's keeper: got %+v, want %+v", info.Keeper, keeper)
+	}
+}
+
 // TestHoldSharesNeverShortenTheLease: each share renews with the hold's
 // own lease, from when it renews: the permit lasts as long as the latest.
 func TestHoldSharesNeverShortenTheLease(t *testing.T) {

@@ -20,7 +20,7 @@ const coolSlack = 50 * time.Millisecond
 // taken, as cooling, with no holder, until it has; then it is free.
 func ruleMinHoldCools(t *testing.T, _ *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
-	who := semaphore.HolderInfo{Host: "h", PID: 7, Command: "backup"}
+	who := semaphore.HolderInfo{Host: "h", PID: 7, Command: "backup", Label: "nightly backup"}
 	req := semaphore.Request{Key: key, Permits: 2, Weight: 2, TTL: 10 * time.Second, MinHold: coolFor, Holder: who}
 	start := time.Now() // no later than the grant
 	l := Acquire(t, st, req)

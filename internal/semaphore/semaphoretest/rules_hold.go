@@ -9,7 +9,7 @@ import (
 )
 
 // keeper is what the rules say of a hold's keeper.
-var keeper = semaphore.HolderInfo{Host: "keeper-host", PID: 4242}
+var keeper = semaphore.HolderInfo{Host: "keeper-host", PID: 4242, Label: "https://ci.example/runs/9"}
 
 // startHold takes a permit of key with NoWait, makes it a hold and
 // attaches to it as a keeper would. The original lease is let go as
@@ -63,8 +63,8 @@ func ruleHoldKeepsPermit(t *testing.T, _ *Backend, st semaphore.Store) {
 	if s.Held != 2 || len(s.Holders) != 1 {
 		t.Fatalf("Status of a held hold: got %+v, want one holder taking 2", s)
 	}
-	if h := s.Holders[0]; !h.Hold || h.Host != keeper.Host || h.PID != keeper.PID || h.Token != info.Token {
-		t.Fatalf("Status holder: got %+v, want the hold, its keeper's host and pid, token %d", h.HolderInfo, info.Token)
+	if h := s.Holders[0]; !h.Hold || h.Host != keeper.Host || h.PID != keeper.PID || h.Label != keeper.Label || h.Token != info.Token {
+		t.Fatalf("Status holder: got %+v, want the hold, its keeper's host, pid and label, token %d", h.HolderInfo, info.Token)
 	}
 	if _, err := AcquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 3, Weight: 2, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("Acquire of 2 of 3 beside a hold of 2: got %v, want ErrBusy", err)

@@ -89,7 +89,7 @@ func ruleStatus(t *testing.T, b *Backend, st semaphore.Store) {
 	ctx := Context(t, 10*time.Second)
 	key, idle := UniqueKey(t), UniqueKey(t)
 
-	infoA := semaphore.HolderInfo{Host: "host-a", PID: 101, Command: "backup --full /srv"}
+	infoA := semaphore.HolderInfo{Host: "host-a", PID: 101, Command: "backup --full /srv", Label: `https://ci.example/jobs/7 "ü" <&>`}
 	infoB := semaphore.HolderInfo{Host: "host-b", PID: 202, Command: `say "hi there" {x} %d ü`}
 	a := Hold(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, Holder: infoA})
 	c := Hold(t, b.Open(nil), semaphore.Request{Key: key, Permits: 2, TTL: 20 * time.Second, Holder: infoB})
@@ -183,6 +183,8 @@ func ruleRefusesInvalidRequests(t *testing.T, b *Backend, st semaphore.Store) {
 		{Key: "negative-weight", Permits: 2, Weight: -1, TTL: 5 * time.Second},
 		{Key: "negative-fence", Permits: 1, TTL: 5 * time.Second, RestartFence: -time.Second},
 		{Key: "negative-replicas", Permits: 1, TTL: 5 * time.Second, MinReplicas: -1},
+		{Key: "ctl-label", Permits: 1, TTL: 5 * time.Second, Holder: semaphore.HolderInfo{Label: "job\x1b[2J"}},
+		{Key: "long-label", Permits: 1, TTL: 5 * time.Second, Holder: semaphore.HolderInfo{Label: strings.Repeat("l", semaphore.MaxLabel+1)}},
 	} {
 		for _, noWait := range []bool{true, false} {
 			req.NoWait = noWait

@@ -140,7 +140,7 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 	})
 	for i, s := range stores {
 		wg.Go(func() {
-			l, err := s.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: 100 + i}})
+			l, err := s.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: 100 + i, Label: fmt.Sprintf("job %d", i)}})
 			if err != nil {
 				errs <- fmt.Errorf("waiter %d: got %w, want a permit", i, err)
 				return
@@ -156,6 +156,12 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 		})
 		WaitFor(t, 10*time.Second, fmt.Sprintf("waiter %d in Status", i), func() bool { return len(StatusOf(t, st, key).Waiters) == i+1 })
 		time.Sleep(100 * time.Millisecond)
+	}
+	// Status shows each waiter as it asked.
+	for _, w := range StatusOf(t, st, key).Waiters {
+		if want := fmt.Sprintf("job %d", w.PID-100); w.Label != want {
+			t.Errorf("waiter of pid %d: got label %q, want %q", w.PID, w.Label, want)
+		}
 	}
 	Release(t, h)
 	if !within(t, 40*time.Second, "every waiter served", wg.Wait) {
