@@ -27,6 +27,9 @@ type aclProbe struct {
 	// optional says what fails, or costs more, without it; empty: semrun
 	// needs it.
 	optional string
+	// operator: only an operator's user needs it on its key (semrun key);
+	// a run's may lack it.
+	operator bool
 }
 
 // aclProbes are every command semrun sends, itself or from its scripts,
@@ -51,6 +54,9 @@ func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
 		{args: []any{"HGET", k.Info, "#doctor"}},
 		{args: []any{"HMGET", k.Info, "#doctor", "#cap"}},
 		{args: []any{"HGETALL", k.Hold + ":doctor"}},
+		// A key's settings: read by every script, written by semrun key.
+		{args: []any{"HMGET", k.Policy, "cap", "paused"}},
+		{args: []any{"HSET", k.Policy, "#doctor", 1}, writes: true, operator: true},
 		{args: []any{"HDEL", k.Info, "#doctor"}},
 		{args: []any{"ZADD", k.Holders, 1, "doctor"}, writes: true},
 		{args: []any{"ZSCORE", k.Holders, "doctor"}},
@@ -148,6 +154,9 @@ type aclFindings struct {
 	oddMsgs []string
 	// canWrite: PEXPIRE was allowed, so the commands that write were tried.
 	canWrite bool
+	// runsOnly: the user may not change a key's settings (an operator's
+	// may): fine for runs.
+	runsOnly bool
 }
 
 // acl sends every command semrun sends, as semrun does, on a throw-away
@@ -157,6 +166,9 @@ func (s *Store) acl(ctx context.Context) (semaphore.Check, bool) {
 	id := newPermitID()
 	all := append(k.List(), k.WakeList(id))
 	f, err := s.runProbes(ctx, k, id)
+	if f != nil && !f.runsOnly {
+		all = append(all, k.Policy) // written: by a user that may
+	}
 	cleaned := s.cleanup(ctx, all)
 	if err != nil {
 		return semaphore.Check{Name: "acl", Status: semaphore.CheckFail, Detail: "could not finish: " + err.Error(),
@@ -210,6 +222,8 @@ func (f *aclFindings) sort(p aclProbe, err error) {
 			f.oddMsgs = append(f.oddMsgs, msg)
 		}
 		f.odd[msg] = append(f.odd[msg], strings.ToUpper(name))
+	case key && p.operator:
+		f.runsOnly = true
 	case key:
 		f.keyRefused = append(f.keyRefused, strings.ToUpper(name))
 	case command == "" && !strings.HasPrefix(err.Error(), "NOPERM"):
@@ -269,6 +283,12 @@ func (s *Store) aclCheck(f *aclFindings, cleaned bool) (semaphore.Check, bool) {
 			Detail: fmt.Sprintf("user %s may run every command semrun sends, but Redis answered %s", user, strings.Join(answers, "; "))}, false
 	}
 	check := semaphore.Check{Name: "acl", Status: semaphore.CheckOK, Detail: fmt.Sprintf("user %s may run the %d commands semrun sends, on keys under %s", user, len(Commands()), s.prefix)}
+	policy := protocol.PrefixPattern(s.prefix) + ":policy"
+	if f.runsOnly {
+		check.Detail += fmt.Sprintf("; it may read a key's settings but not change them, as a run's user needs (semrun key needs an operator's, which may write %s)", policy)
+	} else {
+		check.Detail += fmt.Sprintf("; it may change a key's settings (semrun key), as an operator's user may (a run's needs only read %s: %%R~)", policy)
+	}
 	if !cleaned {
 		check.Status = semaphore.CheckWarn
 		check.Detail += ", but doctor could not remove its throw-away keys (they expire within a minute)"
