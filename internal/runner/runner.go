@@ -176,6 +176,13 @@ type Lease interface {
 // RenewEvery is how often a lease of ttl is renewed.
 func RenewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
 
+// CheckEvery is how often a lease that never lapses (zero Deadline) is
+// looked at, with Renew: nothing can take its permit away, but an
+// operator can revoke it, which Renew then says. Whatever the TTL: its
+// holder learns of a revoke within a second. A look that fails, or comes
+// late (semrun was stopped), presumes nothing lost.
+const CheckEvery = time.Second
+
 // Margin is how much before the lease's end the child must be gone: room
 // for clocks that tick at slightly different rates and for the kill to land.
 func Margin(ttl time.Duration) time.Duration { return ttl / 10 }
@@ -274,7 +281,8 @@ func ready(ctx context.Context, spec Spec, lease Lease) error {
 type supervisor struct {
 	spec  Spec
 	lease Lease
-	// lapses is false for a lease that never ends, which needs no renewal.
+	// lapses is false for a lease that never ends, which is only looked
+	// at (CheckEvery).
 	lapses bool
 	g      group
 	term   *terminal
@@ -282,8 +290,9 @@ type supervisor struct {
 	// stopRenewing ends keepAlive, which closes renewing as it returns.
 	stopRenewing context.CancelFunc
 	renewing     chan struct{}
-	// lost and renewed are keepAlive's reports; nil, which never delivers,
-	// for a lease that never lapses and once the permit is lost.
+	// lost and renewed are keepAlive's reports (lost alone, check's, for
+	// a lease that never lapses); nil, which never delivers, once the
+	// permit is lost.
 	lost    <-chan error
 	renewed <-chan struct{}
 	// giveUp fires when no renewal succeeded in time, on a clock that
@@ -311,20 +320,25 @@ type supervisor struct {
 	res    Result
 }
 
-// startRenewing starts keepAlive and the giveUp alarm, for a lease that lapses.
+// startRenewing starts keepAlive and the giveUp alarm, for a lease that
+// lapses, or check, for one that does not.
 func (s *supervisor) startRenewing(ctx context.Context) {
 	renewCtx, stop := context.WithCancel(ctx)
 	renewing := make(chan struct{})
 	s.stopRenewing, s.renewing = stop, renewing
+	lost := make(chan error, 1)
+	s.lost = lost
+	spec, lease := s.spec, s.lease
 	if !s.lapses {
-		close(renewing)
+		go func() {
+			defer close(renewing)
+			check(renewCtx, spec, lease, lost)
+		}()
 		return
 	}
-	lost := make(chan error, 1)
 	renewed := make(chan struct{}, 1)
-	s.lost, s.renewed = lost, renewed
+	s.renewed = renewed
 	s.giveUp = s.spec.Clock.NewAlarm(lossAt(s.spec, s.lease))
-	spec, lease := s.spec, s.lease
 	go func() {
 		defer close(renewing)
 		keepAlive(renewCtx, spec, lease, renewed, lost)
@@ -677,6 +691,13 @@ func LostWhy(err error) string {
 	case errors.As(err, &revoked):
 		return "an operator revoked it"
 	}
+	var revoked *semaphore.RevokedError
+	if errors.As(err, &revoked) {
+		if revoked.Reason == "" {
+			return "an operator revoked it"
+		}
+		return "an operator revoked it: " + revoked.Reason
+	}
 	if errors.Is(err, semaphore.ErrLost) && !errors.Is(err, ErrPresumedLost) {
 		return "the store no longer has it (it lapsed, or the store lost its data)"
 	}
@@ -762,6 +783,40 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 			if capped() {
 				next = every
 			}
+		}
+	}
+}
+
+// check looks at a lease that never lapses every CheckEvery until ctx
+// ends, and says lost, once, when the store says the permit is gone (an
+// operator revoked it). A look that fails is said once, and once more
+// when one works again; it changes nothing else.
+func check(ctx context.Context, spec Spec, lease Lease, lost chan<- error) {
+	clk := spec.Clock
+	failed := false
+	for {
+		due := clk.NewAlarm(clk.Now().Add(CheckEvery))
+		select {
+		case <-ctx.Done():
+			due.Stop()
+			return
+		case <-due.C:
+		}
+		call, cancel := clk.WithDeadline(ctx, clk.Now().Add(CheckEvery))
+		err := lease.Renew(call)
+		cancel()
+		switch {
+		case errors.Is(err, semaphore.ErrLost):
+			lost <- err
+			return
+		case ctx.Err() != nil:
+			return
+		case err != nil && !failed:
+			failed = true
+			spec.Warnf("could not look at the permit, which stays held (a revoke goes unseen until a look works): %v", err)
+		case err == nil && failed:
+			failed = false
+			spec.Warnf("the permit can be looked at again")
 		}
 	}
 }

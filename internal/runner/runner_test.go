@@ -57,6 +57,8 @@ const (
 	// renewLate extends the lease, but its answer comes only as the
 	// call's context ends: it crossed the deadline on its way back.
 	renewLate
+	// renewRevoked says an operator revoked the permit.
+	renewRevoked
 )
 
 // fakeLease is a lease whose deadline is on the test's clock. Its renewals
@@ -75,6 +77,8 @@ type fakeLease struct {
 	// bound, when set, is the store's: no renewal goes past it, and none
 	// is made at or after it.
 	bound clock.Instant
+	// never: the lease never lapses; a renewal extends nothing.
+	never bool
 }
 
 func (l *fakeLease) Deadline() clock.Instant {
@@ -104,7 +108,7 @@ func (l *fakeLease) Renew(ctx context.Context) error {
 	if !l.bound.IsZero() && !sent.Before(l.bound) {
 		how = renewLost
 	}
-	if how == renewOK || how == renewLate {
+	if (how == renewOK || how == renewLate) && !l.never {
 		// A lease is extended from when the renewal was sent, as the
 		// store's script does, up to its bound.
 		l.deadline = sent.Add(l.ttl)
@@ -125,6 +129,8 @@ func (l *fakeLease) Renew(ctx context.Context) error {
 	case renewLate:
 		<-ctx.Done()
 		return nil
+	case renewRevoked:
+		return &semaphore.RevokedError{Key: "k", Reason: "rotate keys"}
 	default:
 		return fmt.Errorf("renew: %w", semaphore.ErrLost)
 	}
@@ -501,26 +507,64 @@ func TestRenewsEveryThirdOfTTL(t *testing.T) {
 	h.noAlarmsLeft()
 }
 
-// A lease that never lapses (zero Deadline) is never renewed.
-func TestLeaseThatNeverLapsesIsNotRenewed(t *testing.T) {
+// A lease that never lapses (zero Deadline) is looked at every
+// CheckEvery, whatever the TTL, to learn of a revoke; a look that fails,
+// or none for far longer than the TTL (semrun stopped, the host
+// suspended), presumes nothing lost.
+func TestLeaseThatNeverLapsesIsOnlyLookedAt(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	h := newHarness(t, "sh", "-c", `touch "$0"; exec cat`, ready)
-	h.lease.deadline = clock.Instant{}
+	h.lease.deadline, h.lease.never = clock.Instant{}, true
+	h.lease.script = []renewal{renewOK, renewFail, renewFail, renewOK}
 	h.run()
 	waitFile(t, ready)
-	// Run would set its renewal and give-up alarms right after the start:
-	// none may come. (A moment is all it takes; a longer wait proves no more.)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if err := h.clk.BlockUntilFunc(ctx, func(alarms []clock.Instant) bool { return len(alarms) > 0 }); err == nil {
-		t.Fatalf("alarms set for a lease that never lapses: %v", h.offsets(h.clk.Alarms()))
+	for i := 1; i <= 4; i++ {
+		at := time.Duration(i) * runner.CheckEvery
+		h.alarmAt(at)
+		h.advanceTo(at)
+		h.expectRenewal(at)
+		switch i {
+		case 2:
+			h.expectWarning("could not look at the permit")
+		case 4:
+			h.expectWarning("looked at again")
+		}
 	}
+	h.alarmAt(5 * runner.CheckEvery)
 	h.advanceTo(10 * ttl)
+	h.expectRenewal(10 * ttl)
+	h.alarmAt(10*ttl + runner.CheckEvery)
+	h.running()
 	h.stdin.Close()
 	if res, err := h.wait(); err != nil || !reflect.DeepEqual(res, runner.Result{}) {
 		t.Fatalf("got %+v, %v; want a clean exit", res, err)
 	}
 	h.expectNoMoreRenewals()
+	h.expectNoWarning()
+	h.noAlarmsLeft()
+}
+
+// A lease that never lapses, revoked, ends the child as a loss does, at
+// the first look after the revoke.
+func TestRevokedLeaseThatNeverLapsesTerminatesChild(t *testing.T) {
+	h := newHarness(t, "cat")
+	h.lease.deadline, h.lease.never = clock.Instant{}, true
+	h.lease.script = []renewal{renewOK, renewRevoked}
+	h.run()
+	for _, at := range []time.Duration{runner.CheckEvery, 2 * runner.CheckEvery} {
+		h.alarmAt(at)
+		h.advanceTo(at)
+		h.expectRenewal(at)
+	}
+	res, err := h.wait()
+	var revoked *semaphore.RevokedError
+	if err != nil || !res.Terminated || res.Signal != syscall.SIGTERM || !errors.As(res.Lost, &revoked) {
+		t.Fatalf("got %+v, %v; want the child terminated by SIGTERM for a revoked permit", res, err)
+	}
+	if got, want := runner.LostWhy(res.Lost), "an operator revoked it: rotate keys"; got != want {
+		t.Errorf("LostWhy: got %q, want %q", got, want)
+	}
+	h.noAlarmsLeft()
 }
 
 // Forwarded signals reach the child's process group, grandchildren too.

@@ -12,7 +12,10 @@ import (
 type Operator interface {
 	// SetCapacity keeps n as key's capacity, which every caller is
 	// admitted against instead of its own; 0 unsets it. Lowering it stops
-	// no holder: nobody is granted until the holders are below it.
+	// no holder: nobody is granted until the holders are below it. A
+	// caller whose weight is more than n is refused, waiting or not, with
+	// a *SettingError naming its weight and n: first in line, it would
+	// keep everyone behind it waiting for a grant that cannot come.
 	SetCapacity(ctx context.Context, key string, n int) error
 	// Pause stops every grant of key until Resume, or for d when d is
 	// positive; holders run on, waiters keep their places. reason is

@@ -186,7 +186,11 @@ type Lease interface {
 	// zero Instant means the lease never lapses.
 	Deadline() clock.Instant
 	// Renew extends the lease by its TTL. It returns an error wrapping
-	// ErrLost when the permit is gone; other errors leave it in doubt.
+	// ErrLost when the permit is gone (a *RevokedError when an operator
+	// revoked it); other errors leave it in doubt. A lease that never
+	// lapses has nothing to extend, but can be revoked: its holder still
+	// calls Renew, every second, and only an error wrapping ErrLost
+	// counts.
 	Renew(ctx context.Context) error
 	// Release gives the permit back. Releasing twice is harmless.
 	Release(ctx context.Context) error

@@ -57,7 +57,7 @@ func (s *Store) acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 
 // acquireIn is acquire in the key's directory k.
 func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request) (semaphore.Lease, error) {
-	a := &attempt{s: s, k: k, req: req}
+	a := &attempt{s: s, k: k, req: req, capacity: req.Permits}
 	defer a.close()
 	var err error
 	if a.seats, err = k.openSeats(); err != nil {
@@ -75,7 +75,7 @@ func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request)
 		return lease, err
 	}
 	if req.NoWait {
-		return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, held, req.Permits, semaphore.ErrBusy)
+		return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, held, a.capacity, semaphore.ErrBusy)
 	}
 	return a.wait(ctx, held)
 }
@@ -99,6 +99,16 @@ type attempt struct {
 	// coolEnd is when the first cooling ends, as the last try found;
 	// zero with none.
 	coolEnd time.Time
+	// The key's settings as the last try read them (policy.go): capacity
+	// is the N the caller is admitted against, the stored one when stored
+	// is set, else its own; paused is the pause in force, nil when none,
+	// and pauseEnd when it ends by itself. skipped: a file that is no
+	// policy was said.
+	capacity int
+	stored   bool
+	paused   *semaphore.Pause
+	pauseEnd time.Time
+	skipped  bool
 }
 
 // joinLine takes the queue lock, without waiting for it, and tells whether
@@ -124,7 +134,7 @@ func (a *attempt) wait(ctx context.Context, held int) (semaphore.Lease, error) {
 	if onWait == nil {
 		onWait = func(semaphore.WaitState) {}
 	}
-	st := semaphore.WaitState{Held: held, Capacity: a.req.Permits}
+	st := a.waitState(held)
 	if a.inLine {
 		st.Position = 1
 	}
@@ -141,28 +151,51 @@ func (a *attempt) wait(ctx context.Context, held int) (semaphore.Lease, error) {
 			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
 		}
 		a.inLine = true
-		onWait(semaphore.WaitState{Held: held, Capacity: a.req.Permits, Position: 1})
+		st.Position = 1
+		onWait(st)
 	}
-	return a.waitForSeat(ctx)
+	return a.waitForSeat(ctx, onWait, st)
 }
 
-// waitForSeat waits, first in line, for a seat. The watch starts before the
-// seats are looked at, so no release between the two goes unnoticed.
-func (a *attempt) waitForSeat(ctx context.Context) (semaphore.Lease, error) {
+// waitState is what the caller waits for, held being the seats held when
+// it last looked.
+func (a *attempt) waitState(held int) semaphore.WaitState {
+	st := semaphore.WaitState{Held: held, Capacity: a.capacity}
+	if a.paused != nil {
+		st.Paused, st.Pause = true, *a.paused
+		st.Pause.EndsIn = st.Pause.EndsIn.Round(time.Second)
+	}
+	return st
+}
+
+// waitForSeat waits, first in line, for a seat, telling onWait when a
+// pause begins, ends or changes (last is what it was told last). The
+// watch starts before the seats are looked at, so no release between the
+// two goes unnoticed; a change of settings rings it as a release does.
+func (a *attempt) waitForSeat(ctx context.Context, onWait func(semaphore.WaitState), last semaphore.WaitState) (semaphore.Lease, error) {
 	w := watchSeats(a.k)
 	// Dropping the last inotify watch of a directory makes the kernel wait
 	// for a grace period (10ms and more measured): not before the child.
 	defer func() { go w.close() }()
 	recheck := slowRecheck
+	lastEnd := a.pauseEnd
 	for {
-		lease, _, err := a.try(ctx, nil)
+		lease, held, err := a.try(ctx, nil)
 		if lease != nil || err != nil {
 			return lease, err
 		}
+		if st := a.waitState(held); st.Paused != last.Paused || st.Pause.Reason != last.Pause.Reason || !a.pauseEnd.Equal(lastEnd) {
+			st.Position = 1
+			onWait(st)
+			last, lastEnd = st, a.pauseEnd
+		}
 		wait := recheck
-		if !a.coolEnd.IsZero() {
-			// No event marks the end of a cooling: the wait ends with it.
-			wait = min(wait, max(time.Until(a.coolEnd), firstFollowup))
+		// No event marks the end of a cooling, or of a pause: the wait
+		// ends with it.
+		for _, end := range []time.Time{a.coolEnd, a.pauseEnd} {
+			if !end.IsZero() {
+				wait = min(wait, max(time.Until(end), firstFollowup))
+			}
 		}
 		woken, err := w.wait(ctx, wait)
 		if err != nil {
@@ -178,42 +211,89 @@ func (a *attempt) waitForSeat(ctx context.Context) (semaphore.Lease, error) {
 }
 
 // try takes the key's grant lock and, when gate (if any) lets it, a free
-// seat. It returns the lease, or nil and how many seats are held.
+// seat, unless the key's settings hold it back. It returns the lease, or
+// nil and how many seats are held.
 func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore.Lease, int, error) {
 	if err := a.lockGrant(ctx); err != nil {
 		return nil, 0, err
 	}
 	defer func() { _, _ = flock(a.grant, unix.LOCK_UN) }()
+	a.readPolicy(time.Now())
 	if !a.told {
 		a.told = true
 		a.checkCapacity()
+	}
+	if a.paused != nil && a.req.NoWait {
+		return nil, 0, &semaphore.PausedError{Key: a.req.Key, Pause: *a.paused}
+	}
+	if w := a.req.Takes(); w > a.capacity {
+		// Refused rather than left waiting: first in line, it would keep
+		// everyone behind it waiting for a grant that cannot come.
+		return nil, 0, &semaphore.SettingError{Setting: semaphore.WeightSetting, Value: w,
+			Err: fmt.Errorf("more than the capacity an operator set for key %q, %s: it could never be granted", a.req.Key, semaphore.Count(a.capacity, "permit"))}
 	}
 	if gate != nil {
 		ok, err := gate()
 		if err != nil || !ok {
 			// Someone is in line: every seat was held when it last looked.
-			return nil, a.req.Permits, err
+			return nil, a.capacity, err
 		}
 	}
 	a.coolEnd = time.Time{}
-	taken, held, err := a.seats.take(a.req.Permits, a.req.Takes(), a.queue, a.inLine, a.cooling)
-	if err != nil {
-		return nil, held, err
-	}
-	if taken == nil {
-		if a.inLine && !a.req.NoWait && a.unregister == nil {
-			// First in line: its wait file is there before the grant lock
-			// is dropped, so that a caller that will not wait sees the line
-			// (joinLine).
-			a.unregister, err = a.register()
+	if a.paused != nil || a.stored {
+		// Paused, nothing is granted. A stored capacity may have been
+		// lowered below the seats held, some of them past it, where take
+		// does not look: nothing is granted until fewer are held.
+		held, err := a.heldNow()
+		if err != nil || a.paused != nil || held+a.req.Takes() > a.capacity {
+			return a.notNow(held, err)
 		}
-		return nil, held, err
+	}
+	taken, held, err := a.seats.take(a.capacity, a.req.Takes(), a.queue, a.inLine, a.cooling)
+	if err != nil || taken == nil {
+		return a.notNow(held, err)
 	}
 	l, err := a.lease(taken)
 	if err != nil {
 		return nil, held, err // not a nil *lease in an interface
 	}
 	return l, held, nil
+}
+
+// notNow is try's answer when no seat was taken, held being how many are
+// held. First in line, a caller that will wait has its wait file there
+// before the grant lock is dropped, so that a caller that will not wait
+// sees the line (joinLine).
+func (a *attempt) notNow(held int, err error) (semaphore.Lease, int, error) {
+	if err == nil && a.inLine && !a.req.NoWait && a.unregister == nil {
+		a.unregister, err = a.register()
+	}
+	return nil, held, err
+}
+
+// readPolicy reads the key's settings, under the grant lock; a file that
+// is no policy is said once.
+func (a *attempt) readPolicy(now time.Time) {
+	p, err := a.k.readPolicy(now)
+	if err != nil && !a.skipped {
+		a.skipped = true
+		a.s.warnf("key %q: skipped its settings: %v", a.req.Key, err)
+	}
+	a.capacity, a.stored = a.req.Permits, p.Capacity > 0
+	if a.stored {
+		a.capacity = p.Capacity
+	}
+	a.paused, a.pauseEnd = p.paused(now), p.pauseEnd()
+}
+
+// heldNow counts the key's seats held, wherever they are, and its
+// coolings; under the grant lock.
+func (a *attempt) heldNow() (int, error) {
+	held, err := a.seats.held(a.capacity)
+	if err != nil {
+		return 0, err
+	}
+	return min(held+a.cooling(), semaphore.MaxPermits), nil
 }
 
 // cooling counts the permits the key's coolings take, and keeps when
@@ -290,15 +370,15 @@ func (a *attempt) lease(taken *heldSeats) (*lease, error) {
 		return nil, err
 	}
 	l := &lease{
-		seats: taken, token: token, key: a.req.Key, permits: a.req.Permits, weight: a.req.Takes(), sinceMS: time.Now().UnixMilli(),
+		seats: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: time.Now().UnixMilli(),
 		holder: a.req.Holder, minHold: a.req.MinHold,
 	}
 	a.granted = true
-	// The record is for status only: a seat is held by its lock.
+	// The record is for status, and revokes: a seat is held by its lock.
 	if a.draft != nil {
-		rec := record{HolderInfo: a.req.Holder, Permits: l.permits, Weight: l.weight, Token: token, SinceMS: l.sinceMS}
+		rec := record{ID: newID(), HolderInfo: a.req.Holder, Permits: l.permits, Weight: l.weight, Token: token, SinceMS: l.sinceMS}
 		if f, dir, name, err := a.draft.publish(rec); err == nil {
-			l.record, l.k, l.name = f, a.k.with(dir), name
+			l.record, l.k, l.name, l.id = f, a.k.with(dir), name, rec.ID
 		}
 	}
 	if l.k == nil && l.minHold > 0 {
@@ -351,9 +431,13 @@ func tokenRepair(k *keyDir) string {
 	return fmt.Sprintf("when no one holds the key, remove %s; tokens then start again from the clock, below those handed out, which whoever checks them must be told", k.path)
 }
 
-// checkCapacity records the N this call asks for, and warns when the last
-// caller asked for another; the grant lock is held.
+// checkCapacity records the N this call asks for, and warns when it is
+// admitted against another, stored, or else when the last caller asked
+// for another; the grant lock is held.
 func (a *attempt) checkCapacity() {
+	if a.stored && a.capacity != a.req.Permits {
+		a.s.warnf("key %q: admitted against the capacity an operator set, %s, not the %d this call asks for", a.req.Key, semaphore.Count(a.capacity, "permit"), a.req.Permits)
+	}
 	f, err := a.k.open(capacityFile, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return
@@ -365,7 +449,7 @@ func (a *attempt) checkCapacity() {
 	if err == nil && previous == a.req.Permits {
 		return
 	}
-	if err == nil {
+	if err == nil && !a.stored {
 		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), previous)
 	}
 	b := fmt.Appendf(nil, "%d\n", a.req.Permits)
@@ -396,7 +480,7 @@ func (a *attempt) close() {
 		a.draft.close()
 	}
 	if a.granted {
-		a.k.sweepRecords(a.req.Permits)
+		a.k.sweepRecords(a.capacity)
 	}
 	if a.unregister != nil {
 		a.unregister()

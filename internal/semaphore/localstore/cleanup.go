@@ -24,7 +24,8 @@ const StaleAfter = time.Hour
 const abandonedAfter = time.Minute
 
 // removeUnused removes k's directory when no one holds the key or waits
-// for it and nothing happened in it for idle, and tells whether it did.
+// for it, it keeps no settings (they stay until unset) and nothing
+// happened in it for idle, and tells whether it did.
 // It holds every lock of the key while it moves the directory aside, and
 // a caller checks, once it holds the grant lock, that its directory is
 // still the key's (keyDir.current): so no one ever takes a seat in a
@@ -63,6 +64,9 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	}
 	// Counted after the seats, as a grant counts them (cool.go).
 	if n, _ := k.cooling(time.Now()); n > 0 {
+		return false
+	}
+	if p, err := k.readPolicy(time.Now()); err == nil && !p.empty() {
 		return false
 	}
 	for _, name := range k.names("") {

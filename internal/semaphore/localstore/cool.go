@@ -136,17 +136,6 @@ func (k *keyDir) coolings(now time.Time, sweep bool, warnf func(string, ...any))
 	return out
 }
 
-// sweepCoolDrafts removes, of a few of k's cooling drafts picked at
-// random, those a releaser that died while writing them left for
-// abandonedAfter.
-func (k *keyDir) sweepCoolDrafts(few int) {
-	for _, name := range pick(k.names(coolDraftPrefix), few) {
-		if !k.changedWithin(name, abandonedAfter) {
-			_ = unix.Unlinkat(int(k.dir.Fd()), name, 0)
-		}
-	}
-}
-
 // cooling is how many permits k's coolings take at now, at most
 // semaphore.MaxPermits, and when the first of them ends (zero without
 // one); under the grant lock, removing those that ended.

@@ -121,7 +121,8 @@ type keyDir struct {
 // removing (status removes a key's directory unused for long).
 const maxPublish = 8
 
-// openKey opens key's directory, making it, with its files, when missing.
+// openKey opens key's directory, making it, with its files, when missing;
+// permits is the N of the caller that makes it, 0 for an operator.
 func (s *Store) openKey(key string, permits int) (*keyDir, error) {
 	name := keyDirName(key)
 	for range maxPublish {
@@ -203,7 +204,7 @@ func (s *Store) publishKey(name, key string, permits int) error {
 	if strings.HasPrefix(name, "#") {
 		files = append(files, keyFile) // a hashed name does not say its key
 	}
-	for _, file := range append(files, seatFiles(permits)...) {
+	for _, file := range append(files, seatFiles(max(permits, 1))...) {
 		f, err := createFile(fd, file, dir.Name(), fileMode)
 		if err != nil {
 			return err
@@ -212,7 +213,9 @@ func (s *Store) publishKey(name, key string, permits int) error {
 		case keyFile:
 			_, err = f.WriteString(key)
 		case capacityFile:
-			_, err = fmt.Fprintf(f, "%d\n", permits)
+			if permits > 0 { // an operator's: no caller has asked yet
+				_, err = fmt.Fprintf(f, "%d\n", permits)
+			}
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr

@@ -176,3 +176,68 @@ func TestLocalGroupMembersCoolingsHoldForAll(t *testing.T) {
 		t.Errorf("the cooling that ended, after another member's grant: got %v, want it left (not that member's to remove)", err)
 	}
 }
+
+// In a group-shared lock directory, any member may set a key's settings,
+// and they hold for every member and root: a member's pause, resumed by
+// another member (who cannot replace the first one's file, sticky, and
+// writes it in place), a member's capacity, unset by root.
+func TestLocalGroupMembersSettingsHoldForAll(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	run := runLock(t)
+	bin := helperIn(t, run)
+	dir := groupLockDir(t, run)
+	st := newLocal(t, dir, nil)
+	const key = "operated"
+	req := semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}
+	release(t, acquire(t, st, req)) // root's key: every member uses it
+	policy := filepath.Join(dir, key, "policy")
+	ownedBy := func(uid int) {
+		t.Helper()
+		var fst syscall.Stat_t
+		if err := syscall.Stat(policy, &fst); err != nil || fst.Uid != uint32(uid) || fst.Gid != sharedGID || fst.Mode&0o777 != 0o660 {
+			t.Errorf("settings file: got uid %d gid %d mode %o (%v), want uid %d's, the group's, 0660", fst.Uid, fst.Gid, fst.Mode&0o777, err, uid)
+		}
+	}
+
+	operateAs(t, bin, otherUID, dir, key, "pause nightly upgrade")
+	var paused *semaphore.PausedError
+	if l, err := acquireFor(t, st, 5*time.Second, req); !errors.As(err, &paused) || paused.Pause.Reason != "nightly upgrade" {
+		if l != nil {
+			release(t, l)
+		}
+		t.Errorf("root's Acquire of its key a member paused: got %v, want a *PausedError, reason \"nightly upgrade\"", err)
+	}
+	if got := holdAsOf(t, bin, thirdUID, dir, key, 3); !strings.Contains(got, "is paused (nightly upgrade)") {
+		t.Errorf("another member's Acquire: got %q, want it told the key is paused, and why", got)
+	}
+	if s := statusOf(t, st, key); s.Paused == nil || s.Paused.Reason != "nightly upgrade" {
+		t.Errorf("root's Status: got pause %+v, want the member's", s.Paused)
+	}
+	ownedBy(otherUID)
+
+	operateAs(t, bin, thirdUID, dir, key, "resume")
+	ownedBy(otherUID) // written in place
+	release(t, acquire(t, st, req))
+
+	operateAs(t, bin, thirdUID, dir, key, "capacity 1")
+	if got := holdAsOf(t, bin, otherUID, dir, key, 3); !strings.HasPrefix(got, "holding ") {
+		t.Fatalf("a member's Acquire (n=3) of a key set to 1: got %q, want it holding", got)
+	}
+	if l, err := acquireFor(t, st, 5*time.Second, req); !errors.Is(err, semaphore.ErrBusy) {
+		if l != nil {
+			release(t, l)
+		}
+		t.Errorf("root's Acquire (n=3) of its key a member set to 1, one holding: got %v, want ErrBusy", err)
+	}
+	if s := statusOf(t, st, key); s.StoredCapacity != 1 {
+		t.Errorf("root's Status: got stored capacity %d, want the member's 1", s.StoredCapacity)
+	}
+	if err := st.SetCapacity(ctxTimeout(t, 5*time.Second), key, 0); err != nil {
+		t.Fatalf("root's SetCapacity(0) of the member's setting: got %v, want nil", err)
+	}
+	if _, err := os.Lstat(policy); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("settings file once root unset the last setting: got %v, want it removed", err)
+	}
+	release(t, acquire(t, st, req))
+}

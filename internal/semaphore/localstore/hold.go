@@ -40,12 +40,15 @@ import (
 // that lets them attach. It says what the hold was granted, its keeper,
 // and, once it has ended, how, as a JSON object on one line:
 //
-//	{"v":1,"state":"held","key":"deploy","permits":3,"weight":1,
-//	 "token":1764659143123456,"since_ms":1764659143123,"seats":[[2,1]],
-//	 "keeper":{"host":"ci-7","pid":4242,"command":"semrun acquire"}}
+//	{"v":1,"state":"held","key":"deploy","id":"K3QZ7WAB2M","permits":3,
+//	 "weight":1,"token":1764659143123456,"since_ms":1764659143123,
+//	 "seats":[[2,1]],"keeper":{"host":"ci-7","pid":4242,"command":"semrun acquire"}}
 //
-// with, once ended, "state" the end's, "why" and "ended_ms". A record is
-// made whole under another name and renamed in place; an end is written
+// "id" is the holder's public id (semaphore.Holder.ID), the one its
+// permit had (absent in a record of a semrun before ids); once ended it
+// has "state" the end's, "why" and "ended_ms" (an operator's revoke
+// ends it so: Revoke). A record is made whole under another name and
+// renamed in place; an end is written
 // into it, under the key's grant lock, by whoever ends it: in a lock
 // directory a group shares, another member than its maker, who could not
 // replace it (the directory is sticky). Every reader takes it for
@@ -100,6 +103,7 @@ type holdRecord struct {
 	Version int                 `json:"v"`
 	State   semaphore.HoldState `json:"state"`
 	Key     string              `json:"key"`
+	ID      string              `json:"id,omitempty"`
 	Permits int                 `json:"permits"`
 	Weight  int                 `json:"weight"`
 	Token   int64               `json:"token"`
@@ -165,6 +169,8 @@ func (r holdRecord) check() error {
 		return fmt.Errorf("state %q", r.State)
 	case semaphore.CheckKey(r.Key) != nil:
 		return errors.New("no key")
+	case r.ID != "" && !validID(r.ID):
+		return errors.New("its id is no holder's")
 	case r.Permits < 1 || r.Permits > semaphore.MaxPermits || r.Weight < 1 || r.Weight > r.Permits:
 		return fmt.Errorf("%d of %d permits", r.Weight, r.Permits)
 	case r.Token <= 0:
@@ -370,8 +376,11 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 	name := holdName(secret)
 	seats := l.seats.seatSpans()
 	r := holdRecord{
-		Version: holdVersion, State: semaphore.HoldHeld, Key: l.key, Permits: l.permits, Weight: l.weight,
+		Version: holdVersion, State: semaphore.HoldHeld, Key: l.key, ID: l.id, Permits: l.permits, Weight: l.weight,
 		Token: l.token, SinceMS: l.sinceMS, Keeper: keeper,
+	}
+	if r.ID == "" {
+		r.ID = newID() // its permit had no record
 	}
 	r.Keeper.Hold = false // said by status, not written
 	for _, sp := range seats {
@@ -381,7 +390,9 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 	if err := k.markHold(l.seats, markOf(name, seats)); err != nil {
 		return semaphore.Handle{}, fmt.Errorf("hold of key %q: %w", l.key, err)
 	}
+	l.mu.Lock()
 	l.dropRecord()
+	l.mu.Unlock()
 	if err := k.publishHold(name, r); err != nil {
 		return semaphore.Handle{}, fmt.Errorf("hold of key %q: %w", l.key, err)
 	}
@@ -664,7 +675,7 @@ func (k *keyDir) holdHolders(key string, warnf func(string, ...any)) []record {
 		if alive, err := k.holdAlive(seats, markOf(name, seats)); err != nil || !alive {
 			continue
 		}
-		out = append(out, record{HolderInfo: r.keeper(), Permits: r.Permits, Weight: r.Weight, Token: r.Token, SinceMS: r.SinceMS})
+		out = append(out, record{ID: r.ID, HolderInfo: r.keeper(), Permits: r.Permits, Weight: r.Weight, Token: r.Token, SinceMS: r.SinceMS})
 	}
 	return out
 }

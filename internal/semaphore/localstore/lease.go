@@ -33,10 +33,17 @@ type lease struct {
 	// record, no min hold).
 	k *keyDir
 	// record is the holder's file (see makeRecord), name in k; nil when
-	// it could not be made.
+	// it could not be made. id is the holder's public id, which it
+	// says; empty without a record: no one can revoke what status does
+	// not show.
 	record *os.File
 	name   string
+	id     string
 
+	// mu keeps Renew from looking through k while giveBack closes it;
+	// revoked is what Renew found once it was revoked.
+	mu       sync.Mutex
+	revoked  error
 	once     sync.Once
 	released atomic.Bool
 	err      error
@@ -47,15 +54,25 @@ type lease struct {
 
 func (l *lease) Token() int64 { return l.token }
 
-// Deadline is zero: the kernel holds the lock for as long as the holder lives.
+// Deadline is zero: the kernel holds the lock for as long as the holder
+// lives, and nothing can take it away.
 func (l *lease) Deadline() clock.Instant { return clock.Instant{} }
 
-// Renew has nothing to renew: the permit holds until it is released.
+// Renew has nothing to renew: the permit holds until it is released. It
+// looks whether an operator revoked it (a *semaphore.RevokedError then),
+// which its holder learns by calling it every second (runner.CheckEvery):
+// one stat of a file that is missing unless it was.
 func (l *lease) Renew(context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.released.Load() {
 		return fmt.Errorf("renew: released: %w", semaphore.ErrLost)
 	}
-	return nil
+	if l.revoked != nil || l.id == "" || l.record == nil {
+		return l.revoked // no record, or a hold's now (Hold): nothing to revoke it by
+	}
+	l.revoked = l.k.revoked(l.key, l.id)
+	return l.revoked
 }
 
 // Files are the seats' file or files, and the holder's: with them, a
@@ -82,10 +99,15 @@ func (l *lease) Release(context.Context) error { return l.giveBack(false, -1) }
 // giveBack gives the permit back, cooling first when cool is set.
 func (l *lease) giveBack(cool bool, exitStatus int) error {
 	l.once.Do(func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		l.released.Store(true)
 		// Removed before the seats are given back, never after, when the
 		// next holder's could be there.
 		l.dropRecord()
+		if l.id != "" && l.k != nil {
+			_ = unix.Unlinkat(int(l.k.dir.Fd()), revokePrefix+l.id, 0) // its revoke, if any, has done its work
+		}
 		var err error
 		if cool && !l.held.Load() {
 			// Visible before the seats are unlocked, never after: see

@@ -17,6 +17,9 @@ import (
 
 // record is what a seat's or a waiter's file says about who holds or waits.
 type record struct {
+	// ID is a holder's public id (semaphore.Holder.ID): random, drawn at
+	// its grant, and nothing else; a waiter has none.
+	ID string `json:"id,omitempty"`
 	semaphore.HolderInfo
 	Permits int   `json:"permits"`
 	Weight  int   `json:"weight"`
@@ -49,6 +52,27 @@ func readRecord(f *os.File) (record, error) {
 		return r, io.EOF // taken or given back this instant
 	}
 	return r, json.Unmarshal(b, &r)
+}
+
+// idLen is the length of a holder's public id: ten base32 digits, 50
+// random bits, short enough to type, and telling nothing of any other
+// value (a hold's secret, a record's name).
+const idLen = 10
+
+// newID draws a holder's public id.
+func newID() string { return rand.Text()[:idLen] }
+
+// validID tells whether s could be newID's.
+func validID(s string) bool {
+	if len(s) != idLen {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'A' && r <= 'Z' || r >= '2' && r <= '7') {
+			return false
+		}
+	}
+	return true
 }
 
 // makeRecord leaves a file named prefix and a random suffix in k that

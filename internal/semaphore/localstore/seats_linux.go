@@ -324,6 +324,21 @@ func (k *keyDir) countHeld(warnf func(string, ...any), capacity int) (int, error
 		return 0, err
 	}
 	defer f.Close()
+	return countIn(f, warnf, capacity)
+}
+
+// held is countHeld through the seats file s keeps open, under the grant
+// lock: the first waiter in line must not close it, which would wake
+// itself (watch_linux.go).
+func (s *seats) held(capacity int) (int, error) {
+	if err := s.open(); err != nil {
+		return 0, err
+	}
+	return countIn(s.f, nil, capacity)
+}
+
+// countIn counts the seats held in the seats file f (see countHeld).
+func countIn(f *os.File, warnf func(string, ...any), capacity int) (int, error) {
 	// Seats are the bytes a caller may ask for: locks past them are not
 	// semrun's.
 	held, foreign, err := scan(f, 0, semaphore.MaxPermits, func(int64, int64) bool { return true })

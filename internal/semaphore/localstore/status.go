@@ -18,8 +18,9 @@ import (
 )
 
 // Status implements Store. With no keys, it reports on every key held,
-// waited for, or used in the last StaleAfter, and removes the directories
-// of the others it may remove (removeUnused).
+// waited for, used in the last StaleAfter, or with settings (policy.go),
+// and removes the directories of the others it may remove
+// (removeUnused).
 func (s *Store) Status(ctx context.Context, keys []string) ([]semaphore.KeyStatus, error) {
 	if len(keys) == 0 {
 		return s.statusAll(ctx)
@@ -85,7 +86,8 @@ func (s *Store) statusAll(ctx context.Context) ([]semaphore.KeyStatus, error) {
 }
 
 // statusOfDir reports on the key whose directory k is; ok is false for a
-// directory no key has, or one unused for StaleAfter, which it removes.
+// directory no key has, or one unused for StaleAfter and with no
+// settings, which it removes.
 func (s *Store) statusOfDir(ctx context.Context, k *keyDir) (semaphore.KeyStatus, bool, error) {
 	key, ok := keyFromDirName(k.name)
 	if !ok && strings.HasPrefix(k.name, "#") {
@@ -98,7 +100,7 @@ func (s *Store) statusOfDir(ctx context.Context, k *keyDir) (semaphore.KeyStatus
 	if err != nil {
 		return st, false, fmt.Errorf("status of key %q: %w", key, err)
 	}
-	if st.Held == 0 && len(st.Waiters) == 0 && time.Since(k.lastUse()) >= StaleAfter {
+	if st.Held == 0 && len(st.Waiters) == 0 && st.StoredCapacity == 0 && st.Paused == nil && time.Since(k.lastUse()) >= StaleAfter {
 		s.removeUnused(k, StaleAfter)
 		return st, false, nil
 	}
@@ -151,9 +153,15 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		st.Capacity, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	now := time.Now()
+	p := k.policyOrNone(key, now, s.warnf)
+	st.StoredCapacity, st.Paused = p.Capacity, p.paused(now)
 	// A hold is one holder, its keeper, however many are attached to it.
 	recs := append(k.lockedRecords(heldPrefix, s.warnf), k.holdHolders(key, s.warnf)...)
-	held, err := k.countHeld(s.warnf, st.Capacity)
+	capacity := st.Capacity
+	if st.StoredCapacity > 0 {
+		capacity = st.StoredCapacity
+	}
+	held, err := k.countHeld(s.warnf, capacity)
 	old, oldRecs := k.olderHolders()
 	if err != nil && !(errors.Is(err, unix.ENOENT) && len(recs) == 0) {
 		// Never a silent 0: the holders' records say who holds.
@@ -172,9 +180,14 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		}
 	}
 	st.Held = held + old
+	live := map[string]bool{}
 	for _, r := range append(recs, oldRecs...) {
+		if !validID(r.ID) {
+			r.ID = "" // not one semrun drew: nothing to revoke it by
+		}
+		live[r.ID] = true
 		st.Holders = append(st.Holders, semaphore.Holder{
-			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight, Token: r.Token,
+			ID: r.ID, HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight, Token: r.Token,
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
@@ -188,7 +201,10 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 	}
 	if grant != nil {
 		k.sweepHolds(sweepFew)
-		k.sweepCoolDrafts(sweepFew)
+		k.sweepRevokes(live)
+		for _, prefix := range []string{coolDraftPrefix, policyDraftPrefix, revokeDraftPrefix} {
+			k.sweepDrafts(prefix, sweepFew)
+		}
 		_, _ = flock(grant, unix.LOCK_UN)
 	}
 	for _, r := range k.lockedRecords(waitPrefix, s.warnf) {

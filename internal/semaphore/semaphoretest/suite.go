@@ -16,6 +16,10 @@ type Kind struct {
 	// they are served strictly in order, and OnWait and Status show their
 	// positions.
 	InLine bool
+	// Operator is true when the store has an operator's hand on its keys
+	// (semaphore.Operator): the rules of operateRules run. A store opts
+	// in once it has one; until then they do not run for it at all.
+	Operator bool
 	// Start gives t an empty backend of its own.
 	Start func(t *testing.T) *Backend
 }
@@ -31,13 +35,16 @@ type Backend struct {
 	Written func() []string
 }
 
+// rule is one rule of the contract, as a test.
+type rule struct {
+	name string
+	test func(t *testing.T, b *Backend, st semaphore.Store)
+}
+
 // Run runs every rule of the contract against kind, each as a parallel
 // subtest with a fresh backend and one store opened on it.
 func Run(t *testing.T, kind Kind) {
-	for _, r := range []struct {
-		name string
-		test func(t *testing.T, b *Backend, st semaphore.Store)
-	}{
+	rules := []rule{
 		{"AtMostNGrants", ruleAtMostNGrants},
 		{"ConcurrentHoldersNeverExceedN", ruleConcurrentHoldersNeverExceedN},
 		{"FencingTokensIncrease", ruleFencingTokensIncrease},
@@ -59,7 +66,11 @@ func Run(t *testing.T, kind Kind) {
 		{"MinHoldCools", ruleMinHoldCools},
 		{"GiveBackWithoutCooling", ruleGiveBackWithoutCooling},
 		{"WaiterServedAfterCooling", ruleWaiterServedAfterCooling},
-	} {
+	}
+	if kind.Operator {
+		rules = append(rules, operateRules...)
+	}
+	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			b := kind.Start(t)
