@@ -91,7 +91,7 @@ until unset. Each prints one line, or --json.`,
 				return err
 			}
 			line := fmt.Sprintf("key %q: holder %s revoked: it stops its command at its next renewal, then its permit is free", key, printable.String(holder))
-			if force {
+			if force && !o.local { // a lock directory cannot take a live lock: the store said so
 				line = fmt.Sprintf("key %q: holder %s revoked, and its permit freed at once (--force): if it is alive, its command may run beside the next holder's until its next renewal", key, printable.String(holder))
 			}
 			return o.say(ctx, store, key, line)

@@ -691,13 +691,6 @@ func LostWhy(err error) string {
 	case errors.As(err, &revoked):
 		return "an operator revoked it"
 	}
-	var revoked *semaphore.RevokedError
-	if errors.As(err, &revoked) {
-		if revoked.Reason == "" {
-			return "an operator revoked it"
-		}
-		return "an operator revoked it: " + revoked.Reason
-	}
 	if errors.Is(err, semaphore.ErrLost) && !errors.Is(err, ErrPresumedLost) {
 		return "the store no longer has it (it lapsed, or the store lost its data)"
 	}

@@ -436,7 +436,7 @@ func tokenRepair(k *keyDir) string {
 // for another; the grant lock is held.
 func (a *attempt) checkCapacity() {
 	if a.stored && a.capacity != a.req.Permits {
-		a.s.warnf("key %q: admitted against the capacity an operator set, %s, not the %d this call asks for", a.req.Key, semaphore.Count(a.capacity, "permit"), a.req.Permits)
+		a.s.warnf("key %q: its stored capacity of %d wins over the %s this call asks for (semrun key)", a.req.Key, a.capacity, semaphore.Count(a.req.Permits, "permit"))
 	}
 	f, err := a.k.open(capacityFile, os.O_RDWR|os.O_CREATE)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // TestContract: the local store obeys the rules of every store.
 func TestContract(t *testing.T) {
 	semaphoretest.Run(t, semaphoretest.Kind{
-		Name: "Local", Operator: true,
+		Name: "Local",
 		Start: func(t *testing.T) *semaphoretest.Backend {
 			dir := t.TempDir()
 			return &semaphoretest.Backend{

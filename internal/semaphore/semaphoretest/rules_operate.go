@@ -11,7 +11,7 @@ import (
 )
 
 // operateRules are the rules of an operator's hand on a key
-// (semaphore.Operator), which run for a store that opts in (Kind.Operator).
+// (semaphore.Operator), which every store runs.
 var operateRules = []rule{
 	{"StoredCapacityWins", ruleStoredCapacityWins},
 	{"WeightOverStoredCapacity", ruleWeightOverStoredCapacity},

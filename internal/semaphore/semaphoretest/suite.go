@@ -16,10 +16,6 @@ type Kind struct {
 	// they are served strictly in order, and OnWait and Status show their
 	// positions.
 	InLine bool
-	// Operator is true when the store has an operator's hand on its keys
-	// (semaphore.Operator): the rules of operateRules run. A store opts
-	// in once it has one; until then they do not run for it at all.
-	Operator bool
 	// Start gives t an empty backend of its own.
 	Start func(t *testing.T) *Backend
 }
@@ -67,9 +63,7 @@ func Run(t *testing.T, kind Kind) {
 		{"GiveBackWithoutCooling", ruleGiveBackWithoutCooling},
 		{"WaiterServedAfterCooling", ruleWaiterServedAfterCooling},
 	}
-	if kind.Operator {
-		rules = append(rules, operateRules...)
-	}
+	rules = append(rules, operateRules...)
 	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
