@@ -115,7 +115,7 @@ func TestStatusAndDoctorWriteToTheirStreams(t *testing.T) {
 	defer l.Release(context.Background())
 
 	code, out, errOut := run(t, nil, "status", "--local", "--lock-dir", dir, "busy")
-	if code != 0 || errOut != "" || !strings.HasPrefix(out, "key \"busy\": 1 held, capacity 2\n") || !regexp.MustCompile(`(?m)^  h +7 +job +1 +2 `).MatchString(out) {
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "key \"busy\": 1 held, capacity 2\n") || !regexp.MustCompile(`(?m)^  \S+ +h +7 +job +1 +2 `).MatchString(out) {
 		t.Errorf("status: got status %d, stdout %q, stderr %q; want 0 and the holder", code, out, errOut)
 	}
 	code, out, _ = run(t, nil, "status", "--local", "--lock-dir", dir, "--json")
