@@ -36,21 +36,38 @@ func (b *bench) commands() ([]*table, error) {
 		return nil, nil
 	}
 	n := b.o.commandWaiters
-	calls, took, err := b.commandsRound(n)
+	calls, took, err := b.commandsRound(n, false)
 	if err != nil {
 		return nil, err
 	}
-	return []*table{commandsTable(n, took, calls, scriptCommands(b.root))}, nil
+	// A/B: the same on a key with a capacity an operator stored.
+	stored, _, err := b.commandsRound(n, true)
+	if err != nil {
+		return nil, err
+	}
+	scripted := scriptCommands(b.root)
+	t := commandsTable(n, took, calls, scripted)
+	_, top, all := topLevelOf(calls, scripted)
+	_, storedTop, storedAll := topLevelOf(stored, scripted)
+	t.note("The same on a key with a capacity stored by an operator (semrun key set KEY --permits 1): %.2f top-level commands and %.1f in all per grant, against %.2f and %.1f.",
+		float64(storedTop)/float64(n), float64(storedAll)/float64(n), float64(top)/float64(n), float64(all)/float64(n))
+	return []*table{t}, nil
 }
 
 // commandsRound starts n semruns at once and tells the calls of each
-// command Redis ran meanwhile, and how long all took.
-func (b *bench) commandsRound(n int) (map[string]int64, time.Duration, error) {
+// command Redis ran meanwhile, and how long all took; stored first keeps
+// the key's capacity in the store (semrun key set).
+func (b *bench) commandsRound(n int, stored bool) (map[string]int64, time.Duration, error) {
 	key, _ := b.key("commands")
 	l := find(b.lockers(1, false), "semrun (Redis)")
 	argv := l.argv(key, 1, []string{"true"})
 	g := newGroup(b.ctx, b.env)
 	defer g.close()
+	if stored {
+		if err := g.run([]string{b.semrun, "key", "set", key, "--permits", "1", "--redis", b.redis.URL()}, true); err != nil {
+			return nil, 0, err
+		}
+	}
 	// Loads the scripts, as any earlier run on the server would have.
 	if err := g.run(argv, true); err != nil {
 		return nil, 0, err
