@@ -42,6 +42,13 @@ type nemesis struct {
 	// own, when set, is the whole run of a nemesis that needs no workers
 	// (crowd): TestChaos calls it instead of runNemesis.
 	own func(t *testing.T, n nemesis, seed uint64) figures
+	// longHolds: the children of every other worker hold 1.5 to 2.5s,
+	// whatever -chaos.hold-min and -max say, so that a revoke finds a
+	// child running past the next renewal (operator_test.go).
+	longHolds bool
+	// check, when set, runs the nemesis's own checks after the common
+	// ones, and may set its fault note.
+	check func(c *cluster, fig *figures)
 }
 
 // upTo is a random duration from 0 to d.
@@ -54,22 +61,14 @@ func faultTime(rng *rand.Rand) time.Duration { return ttl/2 + upTo(rng, ttl*5/2)
 
 var nemeses = []nemesis{
 	{name: "kill9"},
-	{name: "redis-pause", excuses: true, inject: pauseRedis},
+	{name: "redis-pause", excuses: true, inject: func(c *cluster, rng *rand.Rand) fault { return pauseRedis(c, rng, 0) }},
 	{name: "redis-restart-empty", excuses: true, inject: restartRedis},
 	{name: "proxy-cut", proxied: true, inject: func(c *cluster, _ *rand.Rand) fault {
 		at := mono()
 		n := c.proxy.Cut()
 		return fault{what: fmt.Sprintf("cut %d connections", n), start: at, heal: at}
 	}},
-	{name: "proxy-blackhole", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
-		d := faultTime(rng)
-		f := fault{what: fmt.Sprintf("blackhole %v", d.Round(time.Millisecond)), start: mono()}
-		c.proxy.Blackhole()
-		time.Sleep(d)
-		c.proxy.Heal()
-		f.heal = mono()
-		return f
-	}},
+	{name: "proxy-blackhole", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault { return blackhole(c, rng, 0) }},
 	{name: "script-flush", inject: func(c *cluster, _ *rand.Rand) fault {
 		f := fault{what: "SCRIPT FLUSH", start: mono()}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -106,11 +105,15 @@ var nemeses = []nemesis{
 	{name: "hold-ends", second: true, own: trials(endTrial)},
 	{name: "hold-acquire-kill", second: true, own: trials(acquireKillTrial)},
 	{name: "hold-crowd", second: true, own: runHoldCrowd},
+	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, inject: revokeHolder, check: (*cluster).checkRevokes},
+	{name: "key-pause", inject: pauseKey, check: (*cluster).checkPauses},
 }
 
-// pauseRedis stops redis-server with SIGSTOP for 0.5 to 3 TTLs.
-func pauseRedis(c *cluster, rng *rand.Rand) fault {
-	d := faultTime(rng)
+// pauseRedis stops redis-server with SIGSTOP for d (0: 0.5 to 3 TTLs).
+func pauseRedis(c *cluster, rng *rand.Rand, d time.Duration) fault {
+	if d == 0 {
+		d = faultTime(rng)
+	}
 	f := fault{what: fmt.Sprintf("SIGSTOP %v", d.Round(time.Millisecond)), start: mono()}
 	if err := c.srv.Pause(); err != nil {
 		c.t.Errorf("pause redis-server: %v", err)
@@ -119,6 +122,20 @@ func pauseRedis(c *cluster, rng *rand.Rand) fault {
 	if err := c.srv.Resume(); err != nil {
 		c.t.Errorf("resume redis-server: %v", err)
 	}
+	f.heal = mono()
+	return f
+}
+
+// blackhole forwards nothing through the proxy for d (0: 0.5 to 3
+// TTLs); then each held connection is closed or delivered late.
+func blackhole(c *cluster, rng *rand.Rand, d time.Duration) fault {
+	if d == 0 {
+		d = faultTime(rng)
+	}
+	f := fault{what: fmt.Sprintf("blackhole %v", d.Round(time.Millisecond)), start: mono()}
+	c.proxy.Blackhole()
+	time.Sleep(d)
+	c.proxy.Heal()
 	f.heal = mono()
 	return f
 }
@@ -155,9 +172,11 @@ type figures struct {
 	leaked       int
 	seatsFree    time.Duration // from the last semrun's end until no seat was held
 	heal         []time.Duration
-	lost, failed int // statuses 112 and 125
-	maxRuntime   int // statuses 124
-	bad          int // statuses not passed through, unexplained
+	healAfter    []string // the fault each heal time follows
+	lost, failed int      // statuses 112 and 125
+	revoked      int      // statuses 113
+	maxRuntime   int      // statuses 124
+	bad          int      // statuses not passed through, unexplained
 	kills        []time.Duration
 	wall         time.Duration
 
@@ -261,7 +280,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 				t.Errorf("after %s, healed at %s: no child started within %v", f.what, c.rel(f.heal), 3*ttl)
 				h = 3 * ttl
 			}
-			fig.heal = append(fig.heal, h)
+			fig.heal, fig.healAfter = append(fig.heal, h), append(fig.healAfter, f.what)
 			if more() {
 				time.Sleep(ttl/2 + upTo(rng, ttl/2)) // about one TTL of peace
 			}
@@ -297,6 +316,9 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 		fig.overbookedCheck(t, sampled)
 	}
 	c.check(&fig, n)
+	if n.check != nil {
+		n.check(c, &fig)
+	}
 	if fig.keeperKills > 0 {
 		fig.faultNote = fmt.Sprintf("%d keepers SIGKILLed, %d during a step", fig.keeperKills, fig.keeperKillsInStep)
 	}
@@ -315,10 +337,10 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	fig.wall = time.Since(began)
 	t.Logf("%s: %d semruns, %d grants, %d faults (%s), %d overlaps, %d by token order, %d tokens reused, %d started after a larger token ended (at most %v after), "+
-		"%d leaked seats (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d unreachable (125), %d bad statuses, wall %v",
+		"%d leaked seats (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d revoked (113), %d unreachable (125), %d bad statuses, wall %v",
 		n.name, fig.runs, fig.grants, fig.faults, fig.faultNote, fig.overlaps, fig.tokenOrder, fig.reused, fig.reordered, fig.reorderedMax.Round(time.Millisecond),
 		fig.leaked, fig.seatsFree.Round(time.Millisecond), maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond),
-		fig.lost, fig.failed, fig.bad, fig.wall.Round(100*time.Millisecond))
+		fig.lost, fig.revoked, fig.failed, fig.bad, fig.wall.Round(100*time.Millisecond))
 	if n.holds {
 		t.Logf("%s: %s", n.name, fig.holdNote())
 	}
@@ -538,6 +560,8 @@ func (c *cluster) check(fig *figures, n nemesis) {
 		switch r.status {
 		case statusLost:
 			fig.lost++
+		case statusRevoked:
+			fig.revoked++
 		case statusFailure:
 			fig.failed++
 		case statusMaxRuntime:
@@ -554,7 +578,7 @@ func (c *cluster) check(fig *figures, n nemesis) {
 		excused := false
 		if n.excuses {
 			for _, f := range faults {
-				if r.launched <= f.heal+int64(ttl) && r.exited >= f.start {
+				if !f.operator && r.launched <= f.heal+int64(ttl) && r.exited >= f.start {
 					excused = true
 					break
 				}
@@ -583,7 +607,7 @@ func (c *cluster) check(fig *figures, n nemesis) {
 	for i, h := range fig.heal {
 		if h > healFailure {
 			t.Errorf("after %s: the next child started %v after the fault healed, want within %v (target %v)",
-				faults[i].what, h.Round(time.Millisecond), healFailure, healTarget)
+				fig.healAfter[i], h.Round(time.Millisecond), healFailure, healTarget)
 		}
 	}
 }
@@ -615,7 +639,7 @@ func table(all []figures) string {
 	})
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tholds\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked seats\tfree after\thold free max\tmax heal\t112\t124\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
+	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tholds\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked seats\tfree after\thold free max\tmax heal\t112\t113\t124\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
 	var sum figures
 	for _, f := range all {
 		heal, holdFree, p50, p99, top := "-", "-", "-", "-", "-"
@@ -630,9 +654,9 @@ func table(all []figures) string {
 			p99 = quantile(f.kills, 0.99).Round(10 * time.Microsecond).String()
 			top = maxDur(f.kills).Round(10 * time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
 			f.name, f.runs, f.grants, f.holds, f.faults, f.overlaps, f.tokenOrder+f.reused, f.reordered, f.reorderedMax.Round(time.Millisecond),
-			f.leaked, f.seatsFree.Round(time.Millisecond), holdFree, heal, f.lost, f.maxRuntime, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
+			f.leaked, f.seatsFree.Round(time.Millisecond), holdFree, heal, f.lost, f.revoked, f.maxRuntime, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
 		sum.runs += f.runs
 		sum.grants += f.grants
 		sum.holds += f.holds
@@ -643,11 +667,12 @@ func table(all []figures) string {
 		sum.reordered += f.reordered
 		sum.leaked += f.leaked
 		sum.lost += f.lost
+		sum.revoked += f.revoked
 		sum.failed += f.failed
 		sum.bad += f.bad
 	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\t\t%d\t%d\t%d\t%d\t\t\t\t\t\n",
-		sum.runs, sum.grants, sum.holds, sum.faults, sum.overlaps, sum.tokenOrder, sum.reordered, sum.leaked, sum.lost, sum.maxRuntime, sum.failed, sum.bad)
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\t\t%d\t%d\t%d\t%d\t%d\t\t\t\t\t\n",
+		sum.runs, sum.grants, sum.holds, sum.faults, sum.overlaps, sum.tokenOrder, sum.reordered, sum.leaked, sum.lost, sum.revoked, sum.maxRuntime, sum.failed, sum.bad)
 	_ = tw.Flush()
 	b.WriteString("faults: ")
 	for i, f := range all {

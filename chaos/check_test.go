@@ -222,13 +222,15 @@ func eachToken(sorted []kid, f func(g []kid, newKey bool)) {
 // Exit statuses semrun decides itself.
 const (
 	statusLost       = 112
+	statusRevoked    = 113
 	statusMaxRuntime = 124
 	statusFailure    = 125
 )
 
 // judge says what is wrong with how a semrun ended, "" when nothing: its
 // child's own status passes through; 112 (permit lost) and 125 (Redis
-// unreachable) only when a fault could explain them (excused).
+// unreachable) only when a fault could explain them (excused); 113
+// (revoked) only when an operator revoked it, and its child was stopped.
 func judge(r run, k *kid, excused bool) string {
 	switch {
 	case r.killed:
@@ -238,6 +240,12 @@ func judge(r run, k *kid, excused bool) string {
 		return ""
 	case r.signal != 0:
 		return fmt.Sprintf("semrun died of signal %d (%v)", r.signal, r.signal)
+	case r.status == statusRevoked && !r.revoked:
+		return "status 113 (revoked), yet no operator revoked it"
+	case r.status == statusRevoked && k == nil:
+		return "status 113 (revoked), and its child never said it started"
+	case r.status == statusRevoked:
+		return "" // its child stopped, or ended as the revoke was seen
 	case r.status == statusFailure || r.status == statusLost:
 		if !excused {
 			return fmt.Sprintf("status %d with no fault to explain it", r.status)
@@ -381,10 +389,95 @@ func TestChecks(t *testing.T) {
 			{run{status: 3}, nil, true, false},
 			{run{status: -1, signal: syscall.SIGKILL, killed: true}, done, false, true},
 			{run{status: -1, signal: syscall.SIGKILL}, done, true, false},
+			{run{status: 113, code: 7, revoked: true}, term, false, true},
+			{run{status: 113, code: 7, revoked: true}, done, false, true}, // revoked as it ended
+			{run{status: 113, code: 7}, term, true, false},
+			{run{status: 113, revoked: true}, nil, true, false},
+			{run{status: 7, code: 7, revoked: true}, done, false, true},
 		} {
 			if got := judge(c.r, c.k, c.excused); (got == "") != c.ok {
 				t.Errorf("judge(%+v, %+v, excused %v) = %q, want ok %v", c.r, c.k, c.excused, got, c.ok)
 			}
+		}
+	})
+	t.Run("revoke", func(t *testing.T) {
+		// Revoked by a command that ended at 1000ms: the child must be
+		// stopped by 1000ms + learnWithin.
+		rv := revocation{start: ms(980), end: ms(1000)}
+		by := 1000 + learnWithin.Milliseconds()
+		stopped := &kid{how: "term", end: ms(by - 10)}
+		late := &kid{how: "term", end: ms(by + 10)}
+		named := "semrun: key \"k\": permit lost: an operator revoked it: " + revokeReason + "; command terminated"
+		for _, c := range []struct {
+			rv      revocation
+			r       run
+			k       *kid
+			excused bool
+			ok      bool
+		}{
+			{rv, run{status: 113, stderr: named}, stopped, false, true},
+			{rv, run{status: 113, stderr: named}, late, false, false},
+			{rv, run{status: 113, stderr: named}, late, true, true},                      // Redis stopped: the renewal waited
+			{rv, run{status: 113, stderr: "permit lost"}, stopped, false, false},         // no reason named
+			{rv, run{status: 7, code: 7}, &kid{how: "done", end: ms(1200)}, false, true}, // ended first
+			{rv, run{status: 7, code: 7}, &kid{how: "done", end: ms(by + 500)}, false, false},
+			{rv, run{status: 112}, stopped, false, false},
+			{revocation{status: 1, end: ms(1000)}, run{status: 7, code: 7}, &kid{how: "done", end: ms(5000)}, false, true}, // no such holder
+			{revocation{status: 125, end: ms(1000)}, run{status: 7, code: 7}, &kid{how: "done", end: ms(5000)}, false, true},
+		} {
+			if got := revokeVerdict(c.rv, c.r, c.k, c.excused); (got == "") != c.ok {
+				t.Errorf("revokeVerdict(%+v, %+v, %+v, excused %v) = %q, want ok %v", c.rv, c.r, c.k, c.excused, got, c.ok)
+			}
+		}
+		faults := []fault{
+			{start: ms(100), heal: ms(200), operator: true}, // a revoke: no push-back
+			{start: ms(3000), heal: ms(5000)},               // Redis stopped before the seat freed
+			{start: ms(9000), heal: ms(9500)},               // after the seat was due
+		}
+		grace := ms((ttl + trialSlack).Milliseconds())
+		if got, want := freeBound(faults, ms(1000)), ms(5000)+grace; got != want {
+			t.Errorf("freeBound after a fault: got %v, want %v", time.Duration(got), time.Duration(want))
+		}
+		if got, want := freeBound(faults[:1], ms(1000)), ms(1000)+grace; got != want {
+			t.Errorf("freeBound: got %v, want %v", time.Duration(got), time.Duration(want))
+		}
+		if !underFault(faults, ms(5500), ms(6000)) || underFault(faults, ms(7100), ms(8000)) || underFault(faults[:1], 0, ms(300)) {
+			t.Errorf("underFault: want a TTL after a fault of Redis, never for an operator's act")
+		}
+	})
+	t.Run("pause", func(t *testing.T) {
+		// Paused from 1000µs (acknowledged) to 2000µs; the line was runs
+		// 5, 6 and 7, in that order.
+		p := keyPause{key: "a", ackWall: 1000, endWall: 2000, line: []int{5, 6, 7}}
+		mk := func(run int, token int64, start, end int64) kid {
+			return kid{run: run, key: "a", token: token, start: ms(start), end: ms(end), how: "done"}
+		}
+		kids := []kid{
+			mk(1, 900, 0, 1500), // granted before the pause, runs on through it
+			mk(2, 990, 10, 20),  // granted before it was acknowledged
+			mk(3, 1500, 30, 40), // granted while paused
+			mk(6, 2001, 50, 60), // served out of order
+			mk(5, 2002, 55, 65),
+			mk(8, 2003, 56, 66), // came later, served before 7
+			mk(7, 2004, 70, 80),
+			{run: 9, key: "b", token: 1500}, // another key
+		}
+		if got := grantedWhilePaused(kids, p); len(got) != 1 || got[0].run != 3 {
+			t.Errorf("grantedWhilePaused: got %+v, want run 3", got)
+		}
+		if got := servedAfter(kids, p, 3); !slices.Equal(got, []int{6, 5, 8}) {
+			t.Errorf("servedAfter: got %v, want [6 5 8]", got)
+		}
+		inOrder := []kid{mk(5, 2001, 50, 60), mk(6, 2002, 50, 60), mk(7, 2100, 70, 80), mk(8, 2200, 90, 95)}
+		if got := servedAfter(inOrder, p, 3); !slices.Equal(got, p.line) {
+			t.Errorf("servedAfter in order: got %v, want %v", got, p.line)
+		}
+		if got := runningAt(kids, "a", ms(1000)); len(got) != 1 || got[0].run != 1 {
+			t.Errorf("runningAt: got %+v, want run 1", got)
+		}
+		launched := map[int]int64{5: ms(5000), 6: ms(3000), 7: ms(5500)}
+		if got := lineBeforeArrival(p.line, launched); len(got) != 1 || got[0] != [2]int{5, 6} {
+			t.Errorf("lineBeforeArrival: got %v, want [[5 6]] (6 came 2s before 5, 7 0.5s after)", got)
 		}
 	})
 }

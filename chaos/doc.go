@@ -81,6 +81,18 @@
 //	hold-acquire-kill     trials: semrun acquire SIGKILLed waiting in line, at its grant, as its
 //	                      keeper starts, or at random on a free key
 //	hold-crowd            the crowd, with semrun acquire for waiters (a line of 40)
+//	key-revoke            semrun key revoke (no --force) of a holder whose child runs, its id
+//	                      read from semrun status --json; then, three times in four, another,
+//	                      followed within a third of a TTL by a SIGSTOP of Redis or a blackhole
+//	                      of the proxy (0.5 to 1.5 TTLs), or sent while Redis is SIGSTOPped
+//	key-pause             semrun key pause, drain or pause --for D of the key, its workers
+//	                      waiting in line, for 0.5 to 1.5 TTLs; the line read with semrun
+//	                      status --json while paused; then semrun key resume, or the pause's end
+//
+// The operator's commands reach the redis-server itself, never through the
+// proxy. In key-revoke every other worker's child holds 1.5 to 2.5s, and
+// the victim is a child with at least 1.57s of its hold left, so that it
+// runs past the holder's next renewal and must be stopped.
 //
 // In the partition nemesis each replica replicates through a proxy of its
 // own, which the partition blackholes, and semrun reaches the master
@@ -188,6 +200,25 @@
 //     nemeses that can cause them (pause, restart, blackhole, dropped
 //     replies, partition) and while a fault was under way or up to one TTL
 //     after it healed. kill9, proxy-cut and script-flush must cause neither.
+//   - key-revoke: a holder revoked while Redis answers (the command said
+//     so, no fault of Redis within a TTL) has its child stopped within a
+//     third of a TTL and 600ms of the revoke (its next renewal) and exits
+//     113 naming the reason, or its child ended by itself before then and
+//     it exits with the child's status. Under a fault of Redis, 112 is
+//     excused as above. 113 is excused only for a run a revoke was aimed
+//     at, and an operator's act excuses no 112 or 125. Once a revoked
+//     holder's semrun has exited, its seat is free (no live holder with
+//     its id on Redis's clock, watched every 50ms) within a TTL and 1.5s,
+//     or that long after a fault of Redis that came first (a silent key's
+//     leases are pushed back).
+//   - key-pause: no child of the key granted while paused (its token,
+//     Redis's clock in µs, between the pause's acknowledgement and its
+//     end); children granted before run on. When a drain says nobody
+//     holds the key, no child of it runs. After the pause, the first
+//     grants go to the line read while paused, in its order (the order of
+//     their tokens), and that line is the order of arrival (no later
+//     place launched more than 1s before an earlier one). The line is
+//     then served within 2 TTLs (the heal).
 //   - After each fault heals, the next child starts within 2 TTLs. The
 //     target is TTL + TTL/3, reported as a figure and not failed on, since
 //     machines are noisy.
@@ -227,11 +258,15 @@
 //
 // The figures are logged per nemesis: semruns, grants, faults, overlaps,
 // token faults, reordered starts, leaked seats, when the seats were all
-// free, the longest heal time, how many semruns ended 112, 124 and 125, and
+// free, the longest heal time, how many semruns ended 112, 113, 124 and
+// 125, and
 // the kill trials' latencies (p50, p99, max); for the crowd, the live and
 // dead waiters, the stall, the baseline and the live semruns' statuses;
 // for holds, the holds taken, the statuses of acquire, steps and release,
 // and, for the trials, their counts by kind and each measure's median and
 // maximum (the seat free after what, the push-back, the keepers' exits),
-// the table showing the longest wait for a hold's seat.
+// the table showing the longest wait for a hold's seat; for key-revoke,
+// the revokes by kind, how the revoked ended (113, 112, their child first),
+// how soon their child stopped and their seat was free; for key-pause, the
+// pauses by kind, grants while paused, lines read and served out of order.
 package chaos

@@ -228,6 +228,7 @@ type run struct {
 	status   int            // semrun's exit status, -1 when a signal ended it
 	signal   syscall.Signal // the signal that ended it
 	killed   bool           // by the kill9 nemesis
+	revoked  bool           // an operator's revoke was aimed at it (key-revoke)
 	stdout   string         // what acquire printed
 	stderr   string
 	// of is the hold this semrun acquires, runs a step of or releases,
@@ -254,6 +255,10 @@ type cluster struct {
 	// withHolds: every other worker of a key takes holds (holdOnce)
 	// instead of running its command on its own.
 	withHolds bool
+	longHolds bool // see nemesis
+	// wallOff turns mono() into the wall clock, in ns: Redis's clock,
+	// which fencing tokens and leases count in.
+	wallOff int64
 
 	mu     sync.Mutex
 	runs   map[int]*run
@@ -262,6 +267,11 @@ type cluster struct {
 	direct *redis.Client // to the redis-server itself, made on first use
 	repl   *replicaSet   // the partition nemesis's replicas and endpoints
 	holds  []*hold
+	// The operator's acts of key-revoke and key-pause (operator_test.go),
+	// and the watches of revoked holders' seats.
+	revokes  []*revocation
+	pauses   []*keyPause
+	watching sync.WaitGroup
 
 	stop    context.CancelFunc
 	workers sync.WaitGroup
@@ -275,6 +285,9 @@ type fault struct {
 	// heal on the wall clock in microseconds, as fencing tokens count.
 	restart             bool
 	wallStart, wallHeal int64
+	// operator: an operator's act (semrun key), which excuses no 112 or
+	// 125, whatever the nemesis.
+	operator bool
 }
 
 func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluster {
@@ -292,7 +305,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	c := &cluster{
-		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds,
+		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds,
 		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, self: self, runs: map[int]*run{},
 	}
 	url := srv.URL() // what semrun is given
@@ -328,6 +341,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	// test took, their keepers end with it.
 	t.Cleanup(c.stopKeepers)
 	c.t0 = mono()
+	c.wallOff = time.Now().UnixNano() - mono()
 	return c
 }
 
@@ -388,7 +402,11 @@ func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
 		// The side's endpoint; exec.Cmd uses the last value of a variable.
 		env = append(env, "SEMRUN_REDIS_URL="+c.repl.endpoints[side].URL())
 	}
-	r := c.newRun(key, childHold(rng), rng.IntN(101))
+	hold := childHold(rng)
+	if c.longHolds && side == 0 {
+		hold = int((ttl*3/4 + upTo(rng, ttl/2)).Milliseconds())
+	}
+	r := c.newRun(key, hold, rng.IntN(101))
 	wait, err := c.launch(r, ttl, env...)
 	if err != nil {
 		c.t.Errorf("start semrun: %v", err)

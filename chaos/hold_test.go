@@ -356,7 +356,7 @@ func pauseOrRestart(c *cluster, rng *rand.Rand) fault {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if rng.IntN(2) == 0 {
-		return pauseRedis(c, rng)
+		return pauseRedis(c, rng, 0)
 	}
 	return restartRedis(c, rng)
 }
@@ -508,7 +508,7 @@ func (c *cluster) relRun(r *run, exited bool) string {
 func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses bool) []string {
 	excused := func(from, to int64) bool {
 		for _, f := range faults {
-			if excuses && from <= f.heal+int64(ttl) && to >= f.start {
+			if excuses && !f.operator && from <= f.heal+int64(ttl) && to >= f.start {
 				return true
 			}
 		}

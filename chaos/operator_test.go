@@ -1,0 +1,666 @@
+//go:build linux
+
+package chaos
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// An operator's hand on a key under load (semrun key; semantics, section
+// 10): the key-revoke and key-pause nemeses and their checks. The
+// operator's commands reach the redis-server itself, never through the
+// proxy: an operator is not where the workers are. See the package
+// comment.
+
+const (
+	// learnWithin: a holder revoked while Redis answers stops its command
+	// within this of the revoke: at its next renewal, a third of the TTL
+	// later, and a margin, machines being noisy.
+	learnWithin = ttl/3 + 600*time.Millisecond
+	// victimLeft: key-revoke picks a holder whose child has at least this
+	// much of its hold left, so that the child runs past the next renewal
+	// and must be stopped.
+	victimLeft = learnWithin + 300*time.Millisecond
+	// opBound bounds every command of the operator.
+	opBound = 10 * time.Second
+	// The reasons the operator gives.
+	revokeReason = "chaos revoke"
+	pauseReason  = "chaos pause"
+)
+
+// revocation is one revoke of key-revoke.
+type revocation struct {
+	key  string
+	id   string // the holder's public id, from semrun status --json
+	run  *run
+	kind string // see revokeKinds
+	// The revoke command's: when it ran (mono()), and its status: 0
+	// revoked, 1 no holder with that id, -1 killed at opBound, else 125.
+	start, end int64
+	status     int
+	stderr     string
+	// What watchSeat saw, on Redis's clock in ms: the last time the
+	// holder was still live once its semrun had exited, and the first
+	// time it was not (0: never seen).
+	lastLive, firstFree int64
+}
+
+// opFaultTime is how long the faults of key-revoke and the pauses of
+// key-pause last: 0.5 to 1.5 TTLs, shorter than faultTime so that the
+// short run makes more of them. Half a TTL of Redis stopped costs a
+// holder its next renewal; more than two thirds, its permit.
+func opFaultTime(rng *rand.Rand) time.Duration { return ttl/2 + upTo(rng, ttl) }
+
+// revokeKinds: what comes with a revoke. A fault of Redis within a third
+// of a TTL of it lands before the holder's next renewal.
+var revokeKinds = []string{"alone", "then SIGSTOP", "then blackhole", "during SIGSTOP"}
+
+// keyPause is one pause of key-pause.
+type keyPause struct {
+	key  string
+	kind string // see pauseKinds
+	// ack is when the pause (or drain) command exited, mono(); ackWall
+	// the same in µs of the wall clock, as tokens count.
+	ack, ackWall int64
+	// endWall, µs: from then on the key may grant again (resume's start,
+	// or a timed pause's end at the latest).
+	endWall int64
+	// drained is a drain's exit, mono(): nobody held the key then.
+	drained int64
+	// line is the runs in line, by place, read while the key was paused;
+	// nil when it could not be read in time.
+	line []int
+}
+
+// pauseKinds: a pause ended by semrun key resume; a drain (a pause that
+// waits until nobody holds the key), resumed the same way; a pause --for
+// D, which ends by itself.
+var pauseKinds = []string{"pause", "drain", "pause --for"}
+
+// wall turns a mono() time into the wall clock, in ns: Redis's clock,
+// which fencing tokens (in µs) and leases (in ms) count.
+func (c *cluster) wall(m int64) int64 { return m + c.wallOff }
+
+// opResult is how a command of the operator ended.
+type opResult struct {
+	status         int // -1: killed at its bound
+	stdout, stderr string
+	start, end     int64 // mono()
+}
+
+// operate runs semrun ARGS as an operator does, straight to the
+// redis-server, for at most d.
+func (c *cluster) operate(d time.Duration, args ...string) opResult {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, append(slices.Clone(args), "--connect-timeout", connectTimeout.String())...)
+	cmd.Env = append(slices.Clone(c.env), "SEMRUN_REDIS_URL="+c.srv.URL())
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	res := opResult{start: mono()}
+	err := cmd.Run()
+	res.end = mono()
+	res.stdout, res.stderr = stdout.String(), strings.TrimSpace(stderr.String())
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.status = ee.ExitCode() // -1 when a signal ended it
+	default:
+		res.status, res.stderr = -1, err.Error()
+	}
+	return res
+}
+
+// keyStatus reads key's status as an operator does: semrun status --json.
+func (c *cluster) keyStatus(key string) (semaphore.KeyStatus, opResult, error) {
+	res := c.operate(opBound, "status", "--json", key)
+	if res.status != 0 {
+		return semaphore.KeyStatus{}, res, fmt.Errorf("semrun status exited %d: %q", res.status, res.stderr)
+	}
+	var st []semaphore.KeyStatus
+	if err := json.Unmarshal([]byte(res.stdout), &st); err != nil || len(st) != 1 || st[0].Key != key {
+		return semaphore.KeyStatus{}, res, fmt.Errorf("semrun status --json printed %q (%v), want key %q", res.stdout, err, key)
+	}
+	return st[0], res, nil
+}
+
+// revokeHolder is the key-revoke nemesis: semrun key revoke, without
+// --force, of a holder whose child runs, its id read from semrun status
+// --json; then, three times in four, another such revoke, followed by a
+// SIGSTOP of Redis or a blackhole of the proxy, or sent while Redis is
+// SIGSTOPped.
+func revokeHolder(c *cluster, rng *rand.Rand) fault {
+	key := c.keys[rng.IntN(len(c.keys))]
+	var f fault
+	if rv := c.revokeVictim(key, rng); rv != nil {
+		rv.kind = "alone"
+		c.revoke(rv)
+		f = c.revokeFault(rv)
+	} else {
+		f = noVictim()
+	}
+	kind := revokeKinds[rng.IntN(len(revokeKinds))]
+	if kind == "alone" {
+		return f
+	}
+	c.addFault(f)
+	rv := c.revokeVictim(key, rng)
+	switch {
+	case rv == nil:
+		return noVictim()
+	case kind == "during SIGSTOP":
+		rv.kind = kind
+		d := opFaultTime(rng)
+		f := fault{what: fmt.Sprintf("SIGSTOP %v", d.Round(time.Millisecond)), start: mono()}
+		if err := c.srv.Pause(); err != nil {
+			c.t.Errorf("pause redis-server: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); c.revoke(rv) }()
+		time.Sleep(d)
+		if err := c.srv.Resume(); err != nil {
+			c.t.Errorf("resume redis-server: %v", err)
+		}
+		f.heal = mono()
+		<-done // within opBound
+		c.addFault(c.revokeFault(rv))
+		return f
+	}
+	rv.kind = kind
+	c.revoke(rv)
+	c.addFault(c.revokeFault(rv))
+	time.Sleep(upTo(rng, ttl/3))
+	if kind == "then SIGSTOP" {
+		return pauseRedis(c, rng, opFaultTime(rng))
+	}
+	return blackhole(c, rng, opFaultTime(rng))
+}
+
+// noVictim is the fault of a revoke that found nobody to revoke.
+func noVictim() fault {
+	at := mono()
+	return fault{what: fmt.Sprintf("revoke: no child with %v of its hold left", victimLeft.Round(time.Millisecond)), start: at, heal: at, operator: true}
+}
+
+// revokeFault is rv as a fault: an operator's act, which excuses nothing.
+func (c *cluster) revokeFault(rv *revocation) fault {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fault{what: fmt.Sprintf("revoke of run %d (holder %s, %s): status %d", rv.run.id, rv.id, rv.kind, rv.status),
+		start: rv.start, heal: rv.end, operator: true}
+}
+
+// revokeVictim waits, for at most a TTL, for a child of key with at least
+// victimLeft of its hold left, and finds its semrun among the holders
+// semrun status --json lists. It marks the run revoked before the revoke
+// is sent (the run may end with 113 before the command does), and
+// returns the revoke to make, nil when it found no victim.
+func (c *cluster) revokeVictim(key string, rng *rand.Rand) *revocation {
+	deadline := time.Now().Add(ttl)
+	for time.Now().Before(deadline) {
+		now := mono()
+		var cands []*run
+		for _, k := range c.rec.running() {
+			if k.key != key {
+				continue
+			}
+			if r := c.runningRun(k.run); r != nil && r.of == nil && !c.isRevoked(r) && k.start+int64(r.hold)*int64(time.Millisecond)-now >= int64(victimLeft) {
+				cands = append(cands, r)
+			}
+		}
+		if len(cands) > 0 {
+			st, _, err := c.keyStatus(key)
+			if err != nil {
+				c.t.Errorf("read the holders of %q: %v", key, err)
+				return nil
+			}
+			r := cands[rng.IntN(len(cands))]
+			if i := slices.IndexFunc(st.Holders, func(h semaphore.Holder) bool { return h.PID == r.proc.Pid }); i >= 0 {
+				rv := &revocation{key: key, id: st.Holders[i].ID, run: r}
+				c.mu.Lock()
+				r.revoked = true
+				c.revokes = append(c.revokes, rv)
+				c.mu.Unlock()
+				return rv
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// isRevoked tells whether a revoke was aimed at r already.
+func (c *cluster) isRevoked(r *run) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return r.revoked
+}
+
+// revoke sends rv (semrun key revoke), and starts watching its seat.
+func (c *cluster) revoke(rv *revocation) {
+	res := c.operate(opBound, "key", "revoke", rv.key, "--holder", rv.id, "--reason", revokeReason)
+	c.mu.Lock()
+	rv.start, rv.end, rv.status, rv.stderr = res.start, res.end, res.status, res.stderr
+	c.mu.Unlock()
+	if rv.kind != "during SIGSTOP" && res.status != 0 && res.status != 1 {
+		c.t.Errorf("semrun key revoke %s --holder %s, Redis answering: status %d: %q", rv.key, rv.id, res.status, res.stderr)
+	}
+	c.watching.Add(1)
+	go c.watchSeat(rv)
+}
+
+// liveIDs returns Redis's clock (ms) and the permit ids of a key's holders
+// whose lease has not lapsed, in one step.
+var liveIDs = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+table.insert(ids, 1, tostring(now))
+return ids
+`)
+
+// publicID is the id semrun status shows of the holder of permit id: the
+// first 10 hex digits of its SHA-1 (publicID in lib.lua).
+func publicID(id string) string {
+	sum := sha1.Sum([]byte(id))
+	return hex.EncodeToString(sum[:])[:10]
+}
+
+// watchSeat waits for rv's semrun to exit, then asks Redis every 50ms
+// whether the holder revoked is still live, until it is not, for at most
+// 8 TTLs: lastLive and firstFree.
+func (c *cluster) watchSeat(rv *revocation) {
+	defer c.watching.Done()
+	for deadline := time.Now().Add(16 * ttl); ; time.Sleep(20 * time.Millisecond) {
+		c.mu.Lock()
+		exited := rv.run.exited
+		c.mu.Unlock()
+		if exited != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return // checkRevokes reports a seat never seen free
+		}
+	}
+	rc := c.client()
+	for deadline := time.Now().Add(8 * ttl); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		res, err := liveIDs.Run(ctx, rc, []string{"semrun:{" + rv.key + "}:holders"}).StringSlice()
+		cancel()
+		if err != nil || len(res) == 0 {
+			continue
+		}
+		now, err := strconv.ParseInt(res[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		live := slices.ContainsFunc(res[1:], func(id string) bool { return publicID(id) == rv.id })
+		c.mu.Lock()
+		if live {
+			rv.lastLive = now
+		} else {
+			rv.firstFree = now
+		}
+		c.mu.Unlock()
+		if !live {
+			return
+		}
+	}
+}
+
+// underFault tells whether a fault of Redis (not an operator's act) came
+// between from and a TTL after to.
+func underFault(faults []fault, from, to int64) bool {
+	return slices.ContainsFunc(faults, func(f fault) bool {
+		return !f.operator && f.start <= to && f.heal+int64(ttl) >= from
+	})
+}
+
+// freeBound is when the seat of a holder that let go at exit (mono()) is
+// free at the latest: a TTL later (its last renewal was before), and a
+// margin; or, when a fault of Redis came before then, a TTL after it
+// healed: a silent key's leases are pushed back on its first call after
+// (rebase in lib.lua).
+func freeBound(faults []fault, exit int64) int64 {
+	grace := int64(ttl + trialSlack)
+	bound := exit + grace
+	fs := slices.Clone(faults)
+	slices.SortFunc(fs, func(a, b fault) int { return cmp.Compare(a.start, b.start) })
+	for _, f := range fs {
+		if !f.operator && f.start <= bound && f.heal+grace > bound {
+			bound = f.heal + grace
+		}
+	}
+	return bound
+}
+
+// revokeVerdict says what is wrong with how r ended, revoked by rv, ""
+// when nothing. judge has judged its status already (113 only for a run
+// revoked); this asks more of a revoke that the command confirmed (status
+// 0) with no fault of Redis near (excused): that the child was stopped
+// within learnWithin of it and semrun exited 113 naming the reason, or
+// that the child ended by itself before then, with its own status.
+func revokeVerdict(rv revocation, r run, k *kid, excused bool) string {
+	learnBy := rv.end + int64(learnWithin)
+	switch {
+	case rv.status != 0 || excused || r.killed || r.signal != 0:
+		return ""
+	case k == nil:
+		return fmt.Sprintf("exited %d, and its child never said it started", r.status)
+	case r.status == statusRevoked && k.end > learnBy:
+		return fmt.Sprintf("exited 113, but its child ended %v after the revoke, want within %v (its next renewal)", time.Duration(k.end-rv.end).Round(time.Millisecond), learnWithin.Round(time.Millisecond))
+	case r.status == statusRevoked && !strings.Contains(r.stderr, "revoked it: "+revokeReason):
+		return fmt.Sprintf("exited 113 without naming the operator's reason %q: %q", revokeReason, r.stderr)
+	case r.status == statusRevoked:
+		return ""
+	case k.how == "done" && r.status == r.code && k.end <= learnBy:
+		return "" // its child ended by itself before its next renewal
+	}
+	return fmt.Sprintf("exited %d, its child ended %s %v after the revoke: want 113, the child stopped at the next renewal (within %v)",
+		r.status, k.how, time.Duration(k.end-rv.end).Round(time.Millisecond), learnWithin.Round(time.Millisecond))
+}
+
+// checkRevokes checks what followed each revoke (revokeVerdict), and
+// that the seat of each holder revoked was free within freeBound of its
+// semrun's exit.
+func (c *cluster) checkRevokes(fig *figures) {
+	t := c.t
+	c.watching.Wait()
+	kids, _ := c.rec.snapshot()
+	byRun := map[int]*kid{}
+	for i := range kids {
+		byRun[kids[i].run] = &kids[i]
+	}
+	c.mu.Lock()
+	type pair struct {
+		rv revocation
+		r  run
+	}
+	var all []pair
+	for _, rv := range c.revokes {
+		all = append(all, pair{*rv, *rv.run})
+	}
+	faults := slices.Clone(c.faults)
+	c.mu.Unlock()
+	counts := map[string]int{}
+	var stopped, free []time.Duration
+	for _, p := range all {
+		rv, r, k := p.rv, p.r, byRun[p.r.id]
+		excused := underFault(faults, rv.start, r.exited)
+		switch {
+		case rv.status != 0:
+			counts[fmt.Sprintf("revoke status %d", rv.status)]++
+			t.Logf("revoke of run %d (holder %s, %s) from %s to %s: status %d, %q; the run ended %s with %d; faults near: %s",
+				r.id, rv.id, rv.kind, c.rel(rv.start), c.rel(rv.end), rv.status, rv.stderr, c.rel(r.exited), r.status, c.faultsNear(rv.end))
+		case r.status == statusRevoked:
+			counts["113"]++
+		case r.status == statusLost:
+			counts["112"]++
+		case k != nil && k.how == "done" && r.status == r.code:
+			counts["ended first"]++
+		default:
+			counts[fmt.Sprintf("status %d", r.status)]++
+		}
+		if rv.status == 0 && r.status == statusRevoked && k != nil && !excused {
+			stopped = append(stopped, time.Duration(k.end-rv.end))
+		}
+		if why := revokeVerdict(rv, r, k, excused); why != "" {
+			fig.bad++
+			t.Errorf("run %d on %q, revoked (%s) from %s to %s, ended %s: %s; faults near: %s; its stderr: %q",
+				r.id, r.key, rv.kind, c.rel(rv.start), c.rel(rv.end), c.rel(r.exited), why, c.faultsNear(rv.end), r.stderr)
+		}
+		if r.exited == 0 {
+			continue
+		}
+		exitMs := c.wall(r.exited) / int64(time.Millisecond)
+		bound := freeBound(faults, r.exited)
+		switch boundMs := c.wall(bound) / int64(time.Millisecond); {
+		case rv.firstFree == 0:
+			fig.leaked++
+			t.Errorf("run %d on %q, revoked (%s): its holder %s was never seen free after its semrun exited at %s (last live %dms after)",
+				r.id, r.key, rv.kind, rv.id, c.rel(r.exited), rv.lastLive-exitMs)
+		case rv.lastLive > boundMs:
+			fig.leaked++
+			t.Errorf("run %d on %q, revoked (%s): its holder %s was still live %dms after its semrun exited at %s, want free within %v; faults near: %s",
+				r.id, r.key, rv.kind, rv.id, rv.lastLive-exitMs, c.rel(r.exited), time.Duration(bound-r.exited), c.faultsNear(r.exited))
+		default:
+			free = append(free, time.Duration(max(rv.firstFree-exitMs, 0))*time.Millisecond)
+		}
+	}
+	kinds := map[string]int{}
+	for _, p := range all {
+		kinds[p.rv.kind]++
+	}
+	var parts []string
+	for _, k := range revokeKinds {
+		parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
+	}
+	var ends []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		ends = append(ends, fmt.Sprintf("%d %s", counts[k], k))
+	}
+	fig.faultNote = fmt.Sprintf("%d revokes (%s): %s; child stopped after the revoke (Redis answering) p50 %v, max %v; seat free after the exit p50 %v, max %v",
+		len(all), strings.Join(parts, ", "), strings.Join(ends, ", "),
+		quantile(stopped, 0.5).Round(time.Millisecond), maxDur(stopped).Round(time.Millisecond),
+		quantile(free, 0.5).Round(time.Millisecond), maxDur(free).Round(time.Millisecond))
+}
+
+// pauseKey is the key-pause nemesis: a pause, a drain or a pause --for of
+// a key while its workers wait in line, for 0.5 to 1.5 TTLs; the line, read
+// from semrun status --json while paused; then the resume, or the pause's
+// own end.
+func pauseKey(c *cluster, rng *rand.Rand) fault {
+	key := c.keys[rng.IntN(len(c.keys))]
+	p := &keyPause{key: key, kind: pauseKinds[rng.IntN(len(pauseKinds))]}
+	d := opFaultTime(rng)
+	args := []string{"key", "pause", key, "--reason", pauseReason}
+	switch p.kind {
+	case "drain":
+		args = []string{"key", "drain", key, "--reason", pauseReason, "--timeout", opBound.String()}
+	case "pause --for":
+		args = append(args, "--for", d.String())
+	}
+	res := c.operate(opBound+5*time.Second, args...)
+	if res.status != 0 {
+		c.t.Errorf("semrun %s: status %d: %q", strings.Join(args, " "), res.status, res.stderr)
+	}
+	f := fault{start: res.start, operator: true}
+	p.ack, p.ackWall = res.end, c.wall(res.end)/int64(time.Microsecond)
+	if p.kind == "drain" && res.status == 0 {
+		p.drained = res.end
+	}
+	// A timed pause began after its command started: it lasts until then
+	// at least.
+	ends := res.start + int64(d)
+	if p.kind == "pause --for" {
+		time.Sleep(time.Duration(ends - int64(ttl/4) - mono()))
+	} else {
+		time.Sleep(d)
+	}
+	st, read, err := c.keyStatus(key)
+	waiting := -1
+	switch {
+	case err != nil:
+		c.t.Errorf("the line of %q while paused: %v", key, err)
+	case st.Paused == nil || st.Paused.Reason != pauseReason:
+		c.t.Errorf("%s of %q at %s: semrun status --json at %s shows no pause with reason %q: %s", p.kind, key, c.rel(res.start), c.rel(read.end), pauseReason, read.stdout)
+	case p.kind == "pause --for" && read.end >= ends:
+		// Read too late: the pause may have ended.
+	case st.Unlisted == 0:
+		waiting = len(st.Waiters)
+		p.line = c.lineOf(st.Waiters)
+	}
+	if p.kind == "pause --for" {
+		time.Sleep(time.Duration(ends - mono()))
+		p.endWall = c.wall(ends) / int64(time.Microsecond)
+	} else {
+		p.endWall = c.wall(mono()) / int64(time.Microsecond)
+		if r := c.operate(opBound, "key", "resume", key); r.status != 0 {
+			c.t.Errorf("semrun key resume %s: status %d: %q", key, r.status, r.stderr)
+		}
+	}
+	f.heal = mono()
+	f.what = fmt.Sprintf("%s of %q for %v, %d in line", p.kind, key, time.Duration(f.heal-p.ack).Round(time.Millisecond), waiting)
+	c.mu.Lock()
+	c.pauses = append(c.pauses, p)
+	c.mu.Unlock()
+	return f
+}
+
+// lineOf turns the waiters semrun status lists into the runs waiting, by
+// place in line; nil when one is not a run of the cluster's under way.
+func (c *cluster) lineOf(ws []semaphore.Waiter) []int {
+	ws = slices.Clone(ws)
+	slices.SortFunc(ws, func(a, b semaphore.Waiter) int { return cmp.Compare(a.Position, b.Position) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	byPid := map[int]int{}
+	for _, r := range c.runs {
+		if r.proc != nil && r.exited == 0 {
+			byPid[r.proc.Pid] = r.id
+		}
+	}
+	line := []int{}
+	for _, w := range ws {
+		id, ok := byPid[w.PID]
+		if !ok || w.Position == 0 {
+			return nil
+		}
+		line = append(line, id)
+	}
+	return line
+}
+
+// grantedWhilePaused returns the children of p's key granted while it was
+// paused: their token (Redis's clock in µs at the grant) after the pause
+// was acknowledged and before it ended.
+func grantedWhilePaused(kids []kid, p keyPause) []kid {
+	var out []kid
+	for _, k := range kids {
+		if k.key == p.key && k.token > p.ackWall && k.token < p.endWall {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// runningAt returns the children of key that ran at the instant at.
+func runningAt(kids []kid, key string, at int64) []kid {
+	var out []kid
+	for _, k := range kids {
+		if k.key == key && k.start < at && (k.end == 0 || k.end > at) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// servedAfter returns the runs of the first n children of p's key granted
+// after its pause ended, in the order of their tokens: the order of the
+// grants.
+func servedAfter(kids []kid, p keyPause, n int) []int {
+	var after []kid
+	for _, k := range kids {
+		if k.key == p.key && k.token >= p.endWall {
+			after = append(after, k)
+		}
+	}
+	slices.SortFunc(after, func(a, b kid) int { return cmp.Compare(a.token, b.token) })
+	out := []int{}
+	for _, k := range after[:min(n, len(after))] {
+		out = append(out, k.run)
+	}
+	return out
+}
+
+// lineBeforeArrival returns the pairs of runs of a line where the later
+// place was launched more than a second before the earlier one: the line
+// is not the order of arrival. (Within a second, a semrun that started
+// first may reach Redis second.)
+func lineBeforeArrival(line []int, launched map[int]int64) [][2]int {
+	var out [][2]int
+	for i, a := range line {
+		for _, b := range line[i+1:] {
+			if launched[b]+int64(time.Second) < launched[a] {
+				out = append(out, [2]int{a, b})
+			}
+		}
+	}
+	return out
+}
+
+// checkPauses checks each pause of key-pause: no child of its key granted
+// while paused (children granted before run on); after a drain, no child
+// of it running; and, after the pause ended, the line read while paused
+// served first and in its order, which is the order of arrival.
+func (c *cluster) checkPauses(fig *figures) {
+	t := c.t
+	kids, _ := c.rec.snapshot()
+	c.mu.Lock()
+	pauses := make([]keyPause, 0, len(c.pauses))
+	for _, p := range c.pauses {
+		pauses = append(pauses, *p)
+	}
+	launched := map[int]int64{}
+	for _, r := range c.runs {
+		launched[r.id] = r.launched
+	}
+	c.mu.Unlock()
+	kinds := map[string]int{}
+	inLine, lines, whilePaused, drainedRunning, unordered := 0, 0, 0, 0, 0
+	for _, p := range pauses {
+		kinds[p.kind]++
+		for _, k := range grantedWhilePaused(kids, p) {
+			whilePaused++
+			t.Errorf("%s of %q acknowledged at %s, ended at %s: %s was granted while paused (its token is Redis's clock)",
+				p.kind, p.key, c.rel(p.ack), c.rel(p.endWall*int64(time.Microsecond)-c.wallOff), c.describe(k))
+		}
+		if p.drained != 0 {
+			for _, k := range runningAt(kids, p.key, p.drained) {
+				drainedRunning++
+				t.Errorf("drain of %q said nobody held it at %s, yet %s ran then", p.key, c.rel(p.drained), c.describe(k))
+			}
+		}
+		if p.line == nil {
+			continue
+		}
+		lines++
+		inLine += len(p.line)
+		if got := servedAfter(kids, p, len(p.line)); !slices.Equal(got, p.line) {
+			unordered++
+			t.Errorf("%s of %q ended at %s with runs %v in line, in this order; the first %d grants after it went to runs %v",
+				p.kind, p.key, c.rel(p.endWall*int64(time.Microsecond)-c.wallOff), p.line, len(p.line), got)
+		}
+		for _, ab := range lineBeforeArrival(p.line, launched) {
+			unordered++
+			t.Errorf("%s of %q: run %d stood in line before run %d, launched %v after it", p.kind, p.key, ab[0], ab[1],
+				time.Duration(launched[ab[0]]-launched[ab[1]]).Round(time.Millisecond))
+		}
+	}
+	var parts []string
+	for _, k := range pauseKinds {
+		parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
+	}
+	fig.faultNote = fmt.Sprintf("%s: %d grants while paused, %d children running after a drain; %d lines read (%d waiters), %d served out of order",
+		strings.Join(parts, ", "), whilePaused, drainedRunning, lines, inLine, unordered)
+}
