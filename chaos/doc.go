@@ -6,8 +6,8 @@
 // # Running it
 //
 // The short run is part of the README's test command, so CI runs it. Every
-// nemesis gets about 15 seconds, and they all run at once, in about half a
-// minute:
+// nemesis gets about 15 seconds; they run at once, the hold nemeses in a
+// second wave, in about 50 seconds on 2 CPUs:
 //
 //	go test -count=1 ./chaos
 //	go test -count=1 -v ./chaos                             # with the figures

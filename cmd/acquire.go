@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -151,7 +152,7 @@ const envHandle = "SEMRUN_HANDLE"
 func (o *acquireOptions) printHold(w io.Writer, h semaphore.Handle, token int64, keeper int) error {
 	if o.json {
 		host, _ := os.Hostname()
-		return json.NewEncoder(w).Encode(struct {
+		return json.NewEncoder(printable.JSON(w)).Encode(struct {
 			Handle  string `json:"handle"`
 			Key     string `json:"key"`
 			Permits int    `json:"permits"`
@@ -159,7 +160,8 @@ func (o *acquireOptions) printHold(w io.Writer, h semaphore.Handle, token int64,
 			Token   int64  `json:"token"`
 			Host    string `json:"host"`
 			Keeper  int    `json:"keeper_pid"`
-		}{h.String(), h.Key, o.permits, o.req.Takes(), token, host, keeper})
+			Label   string `json:"label,omitempty"`
+		}{h.String(), h.Key, o.permits, o.req.Takes(), token, host, keeper, o.req.Holder.Label})
 	}
 	_, err := fmt.Fprintf(w, "%s=%s\n%s=%s\n%s=%d\n%s=%d\n",
 		envHandle, h, envHeldKey, shellWord(h.Key), envHeldPermits, o.permits, envFencingToken, token)
