@@ -108,6 +108,7 @@ func (o *runOptions) acquired(ctx context.Context, lease semaphore.Lease, err er
 		full    *semaphore.LineError
 		paused  *semaphore.PausedError
 		setting *semaphore.SettingError
+		taken   *semaphore.BusyError
 	)
 	switch {
 	case err == nil:
@@ -126,6 +127,9 @@ func (o *runOptions) acquired(ctx context.Context, lease semaphore.Lease, err er
 		return nil, o.busy(log, why)
 	case errors.As(err, &full):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %d callers wait already, the most one key takes; not joining the line", o.key, full.Waiting))
+	case errors.As(err, &taken):
+		// The capacity the store admitted the call against: a stored one wins.
+		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(taken.Capacity, "all ")))
 	case errors.Is(err, semaphore.ErrBusy):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
 	case errors.Is(err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil && fenced > 0:

@@ -412,6 +412,19 @@ func checkText(s string) error {
 	return nil
 }
 
+// BusyError is ErrBusy with what the store found: Held of the Capacity
+// permits the caller was admitted against (a stored one, when an
+// operator set it) were taken.
+type BusyError struct {
+	Key            string
+	Held, Capacity int
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("key %q: %d of %d permits held: %v", e.Key, e.Held, e.Capacity, ErrBusy)
+}
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
 // LineError means the caller was refused a place in line: Waiting callers
 // wait already, and the store takes at most Max. It wraps ErrBusy.
 type LineError struct{ Waiting, Max int }

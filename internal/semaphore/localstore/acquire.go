@@ -75,7 +75,7 @@ func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request)
 		return lease, err
 	}
 	if req.NoWait {
-		return nil, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, held, a.capacity, semaphore.ErrBusy)
+		return nil, &semaphore.BusyError{Key: req.Key, Held: held, Capacity: a.capacity}
 	}
 	return a.wait(ctx, held)
 }

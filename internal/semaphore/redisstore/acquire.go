@@ -284,7 +284,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		if p := r.Policy.Pause(); p != nil {
 			return nil, 0, &semaphore.PausedError{Key: req.Key, Pause: *p}
 		}
-		return nil, 0, fmt.Errorf("key %q: %d of %d permits held: %w", req.Key, r.Held, req.Permits, semaphore.ErrBusy)
+		return nil, 0, &semaphore.BusyError{Key: req.Key, Held: int(r.Held), Capacity: capacityOf(req, r.Policy)}
 	}
 	if r.Full {
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.LineError{Waiting: int(r.Waiting), Max: s.maxLine})
