@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,6 +85,10 @@ until unset. Each prints one line, or --json.`,
 	var force bool
 	revoke := o.sub("revoke KEY --holder ID [--reason TEXT] [--force]", "Stop one holder's command: it lets go at its next renewal",
 		func(ctx context.Context, store semaphore.Store, key string) error {
+			cooling := false
+			if st, err := store.Status(ctx, []string{key}); err == nil && len(st) == 1 {
+				cooling = slices.ContainsFunc(st[0].Cooling, func(c semaphore.Cooling) bool { return c.ID == holder })
+			}
 			if err := store.Revoke(ctx, key, holder, reason, force); err != nil {
 				if errors.Is(err, semaphore.ErrNoHolder) {
 					return &noHolderError{key: key, id: holder}
@@ -91,7 +96,10 @@ until unset. Each prints one line, or --json.`,
 				return err
 			}
 			line := fmt.Sprintf("key %q: holder %s revoked: it stops its command at its next renewal, then its permit is free", key, printable.String(holder))
-			if force && !o.local { // a lock directory cannot take a live lock: the store said so
+			switch {
+			case cooling:
+				line = fmt.Sprintf("key %q: the cooling of %s ended: its permit is free", key, printable.String(holder))
+			case force && !o.local: // a lock directory cannot take a live lock: the store said so
 				line = fmt.Sprintf("key %q: holder %s revoked, and its permit freed at once (--force): if it is alive, its command may run beside the next holder's until its next renewal", key, printable.String(holder))
 			}
 			return o.say(ctx, store, key, line)

@@ -130,9 +130,13 @@ func coolingText(c semaphore.Cooling, now time.Time) string {
 	if c.ExitStatus < 0 {
 		exit = "its command's status unknown"
 	}
-	s := fmt.Sprintf("cooling until %s (in %v), %s: %s on %s, pid %d, %d of %d (--min-hold)",
+	id := ""
+	if c.ID != "" {
+		id = ", ID " + printable.String(c.ID) // what semrun key revoke ends it by
+	}
+	s := fmt.Sprintf("cooling until %s (in %v), %s: %s on %s, pid %d%s, %d of %d (--min-hold)",
 		now.Add(c.EndsIn).Format("2006-01-02 15:04:05 MST"), c.EndsIn.Round(time.Second), exit,
-		printable.String(c.Command), printable.String(c.Host), c.PID, c.Weight, c.Permits)
+		printable.String(c.Command), printable.String(c.Host), c.PID, id, c.Weight, c.Permits)
 	if c.Label != "" {
 		s += ", label " + printable.String(c.Label)
 	}

@@ -301,6 +301,9 @@ type Holder struct {
 // Cooling is a permit given back before its Request.MinHold passed: it
 // stays taken, with no process, until then.
 type Cooling struct {
+	// ID is its holder's public id: an operator's revoke ends the cooling
+	// at once (no process holds it).
+	ID string `json:"id,omitempty"`
 	HolderInfo
 	// Permits is the capacity its holder asked for.
 	Permits int `json:"permits"`

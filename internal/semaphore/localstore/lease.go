@@ -130,7 +130,7 @@ func (l *lease) cool(exitStatus int) error {
 		return nil
 	}
 	r := coolRecord{
-		record:     record{HolderInfo: l.holder, Permits: l.permits, Weight: l.weight, Token: l.token, SinceMS: l.sinceMS},
+		record:     record{ID: l.id, HolderInfo: l.holder, Permits: l.permits, Weight: l.weight, Token: l.token, SinceMS: l.sinceMS},
 		EndsMS:     ends,
 		ExitStatus: min(max(exitStatus, -1), 255),
 	}

@@ -150,13 +150,13 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 		return fmt.Errorf("revoke a holder of key %q: %w", key, err)
 	}
 	defer unlock()
-	who, err := k.revoke(key, id, reason)
+	who, cooled, err := k.revoke(key, id, reason)
 	switch {
 	case err != nil:
 		return fmt.Errorf("revoke a holder of key %q: %w", key, err)
 	case who == nil:
 		return noHolder
-	case force:
+	case force && !cooled:
 		s.warnf("key %q: holder %s (pid %d on %s) is alive, and a lock directory cannot take a live process's lock: revoked as without force, it learns of it within a second, and its seat is free once it has let go",
 			key, id, who.PID, who.Host)
 	}
@@ -164,8 +164,9 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 }
 
 // revoke revokes k's holder id, under the grant lock, and says who it
-// is; nil when no live holder has that id.
-func (k *keyDir) revoke(key, id, reason string) (*semaphore.HolderInfo, error) {
+// is; nil when no live holder has that id. cooled: it was a cooling,
+// ended at once.
+func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cooled bool, err error) {
 	var holder *record
 	k.eachLocked(heldPrefix, nil, func(f *os.File) bool {
 		if r, err := readRecord(f); err == nil && r.ID == id {
@@ -176,13 +177,13 @@ func (k *keyDir) revoke(key, id, reason string) (*semaphore.HolderInfo, error) {
 	if holder != nil {
 		b, err := json.Marshal(revokeMark{Reason: reason, AtMS: time.Now().UnixMilli()})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		// Revoked twice: the first reason stands.
 		if err := k.publishWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n')); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("revoke file in %s: %w", k.path, err)
+			return nil, false, fmt.Errorf("revoke file in %s: %w", k.path, err)
 		}
-		return &holder.HolderInfo, nil
+		return &holder.HolderInfo, false, nil
 	}
 	for _, name := range k.names(holdPrefix) {
 		r, err := k.readHold(name)
@@ -194,12 +195,21 @@ func (k *keyDir) revoke(key, id, reason string) (*semaphore.HolderInfo, error) {
 			continue
 		}
 		if _, err := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldRevoked, Why: boundWhy(reason), At: time.Now()}); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		keeper := r.keeper()
-		return &keeper, nil
+		return &keeper, false, nil
 	}
-	return nil, nil
+	// A cooling: no process holds it, so it ends at once.
+	for _, name := range k.names(coolPrefix) {
+		if r, err := k.readCool(name); err == nil && r.ID == id && r.check(time.Now().UnixMilli()) == nil {
+			if err := unix.Unlinkat(int(k.dir.Fd()), name, 0); err != nil {
+				return nil, false, fmt.Errorf("end the cooling %s in %s: %w", name, k.path, err)
+			}
+			return &r.HolderInfo, true, nil
+		}
+	}
+	return nil, false, nil
 }
 
 // revoked is a *semaphore.RevokedError when k's holder id was revoked.

@@ -194,10 +194,14 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 	// After the seats, as a grant counts them (cool.go).
 	for _, r := range k.coolings(now, grant != nil, s.warnf) {
 		st.Held += r.Weight
-		st.Cooling = append(st.Cooling, semaphore.Cooling{
+		c := semaphore.Cooling{
 			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight,
 			EndsIn: time.UnixMilli(r.EndsMS).Sub(now), ExitStatus: r.ExitStatus,
-		})
+		}
+		if validID(r.ID) {
+			c.ID = r.ID
+		}
+		st.Cooling = append(st.Cooling, c)
 	}
 	if grant != nil {
 		k.sweepHolds(sweepFew)

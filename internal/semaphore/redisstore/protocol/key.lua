@@ -7,7 +7,8 @@
 --   pause    reason; for, ms (0: until resumed)
 --   resume
 --   revoke   holder, a holder's public id (publicID); reason; force: 1
---            frees its seat at once (a holder known to be dead)
+--            frees its seat at once (a holder known to be dead); a
+--            cooling with that id ends at once
 -- and wake, the prefix of the key's wake lists.
 -- Reply: found (revoke: 1 when a holder has that id), stored, paused,
 -- reason, pausedfor (as status.lua's, after the op), bad, handed.
@@ -51,8 +52,13 @@ elseif op == 'revoke' then
   -- Rare, and an operator's: the holders are walked to find it.
   local ids = redis.call('ZRANGE', holdersKey, 0, -1)
   for _, id in ipairs(ids) do
-    if publicID(id) == pub and not select(3, terms(id)) then
+    if publicID(id) == pub then
       found = 1
+      if select(3, terms(id)) then
+        -- A cooling: no process holds it, so it ends at once.
+        removeHolder(id)
+        break
+      end
       pruneRevoked()
       redis.call('HSET', policyKey, 'revoked ' .. pub, string.format('%d ', now) .. reason)
       if a.force == '1' then

@@ -66,8 +66,12 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 			continue
 		}
 		if exit, err := strconv.Atoi(cooling); cooling != "" && err == nil && exit >= -1 && exit <= 255 {
-			st.Cooling = append(st.Cooling, semaphore.Cooling{HolderInfo: h.HolderInfo, Permits: h.Permits, Weight: h.Weight,
-				EndsIn: within(expiry-r.now, MaxCool), ExitStatus: exit})
+			c := semaphore.Cooling{HolderInfo: h.HolderInfo, Permits: h.Permits, Weight: h.Weight,
+				EndsIn: within(expiry-r.now, MaxCool), ExitStatus: exit}
+			if publicID.MatchString(id) {
+				c.ID = id
+			}
+			st.Cooling = append(st.Cooling, c)
 			continue
 		}
 		// A holder, or one whose cooling is not one (someone else wrote
