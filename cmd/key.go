@@ -247,29 +247,45 @@ func (o *keyOptions) drain(ctx context.Context, store semaphore.Store, key, reas
 	if reason == "" {
 		reason = "draining"
 	}
-	if err := store.Pause(ctx, key, reason, 0); err != nil {
-		return err
-	}
 	var giveUp clock.Instant
 	if timeout > 0 {
+		// A store that does not answer must not keep drain past it.
 		giveUp = clock.Now().Add(timeout)
+		var cancel context.CancelFunc
+		ctx, cancel = clock.System.WithDeadline(ctx, giveUp)
+		defer cancel()
 	}
+	timedOut := func(held int) error {
+		return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: %s still hold it after %v (--timeout); it stays paused", key, semaphore.Count(held, "holder"), timeout)}
+	}
+	if err := store.Pause(ctx, key, reason, 0); err != nil {
+		if ctx.Err() != nil {
+			return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: not paused within %v (--timeout): %v", key, timeout, err)}
+		}
+		return err
+	}
+	held := 0 // at the last look
 	for {
 		st, err := store.Status(ctx, []string{key})
+		if err != nil && ctx.Err() != nil {
+			return timedOut(held)
+		}
 		if err != nil {
 			return err
+		}
+		if len(st) == 1 {
+			held = len(st[0].Holders)
 		}
 		if len(st) == 1 && st[0].Error == "" && len(st[0].Holders) == 0 && st[0].Unlisted == 0 {
 			return o.say(ctx, store, key, fmt.Sprintf("key %q: drained: nobody holds it, and it stays paused (semrun key resume)", key))
 		}
 		if !giveUp.IsZero() && !clock.Now().Before(giveUp) {
-			held := 0
-			if len(st) == 1 {
-				held = len(st[0].Holders)
-			}
-			return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: %s still hold it after %v (--timeout); it stays paused", key, semaphore.Count(held, "holder"), timeout)}
+			return timedOut(held)
 		}
 		if err := clock.Sleep(ctx, drainLook); err != nil {
+			if !giveUp.IsZero() && ctx.Err() != nil {
+				return timedOut(held)
+			}
 			return err
 		}
 	}

@@ -240,14 +240,13 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 		}
 	}
 	a.coolEnd = time.Time{}
-	if a.paused != nil || a.stored {
-		// Paused, nothing is granted. A stored capacity may have been
-		// lowered below the seats held, some of them past it, where take
-		// does not look: nothing is granted until fewer are held.
-		held, err := a.heldNow()
-		if err != nil || a.paused != nil || held+a.req.Takes() > a.capacity {
-			return a.notNow(held, err)
-		}
+	// Paused, nothing is granted. Seats may be held past the capacity, where
+	// take does not look: a stored capacity lowered or unset, or callers
+	// that asked for more. Nothing is granted until fewer are held, as
+	// Redis does: the holders are counted wherever they sit.
+	held, err := a.heldNow()
+	if err != nil || a.paused != nil || held+a.req.Takes() > a.capacity {
+		return a.notNow(held, err)
 	}
 	taken, held, err := a.seats.take(a.capacity, a.req.Takes(), a.queue, a.inLine, a.cooling)
 	if err != nil || taken == nil {

@@ -116,7 +116,7 @@ end
 local score = alive()
 local hard = rec.state == 'held' and recordTerms(id, asked, 0, terms(id), nil)
 if hard then out.hard = math.max(hard - now, 0) end
-local revoked = rec.state == 'held' and redis.call('HGET', policyKey, 'revoked ' .. publicID(id))
+local revoked = rec.state == 'held' and revokedMark(id)
 if revoked then
   -- An operator revoked it: its runs stop, and the permit lapses.
   local reason = string.match(revoked, '^%d+ (.*)$') or ''

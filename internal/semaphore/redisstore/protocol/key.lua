@@ -21,6 +21,14 @@ if not (op and wake) or #reason > MAXREASON then
   return redis.error_reply('ERR semrun: key.lua: bad arguments')
 end
 local found = 0
+-- As every script that sweeps: a silence must not sweep holders whose
+-- commands still run (see rebase).
+local moved = rebase()
+-- A policy that is no hash (someone else wrote it) holds no settings:
+-- it makes way for the operator's.
+if redis.call('TYPE', policyKey).ok ~= 'hash' and redis.call('EXISTS', policyKey) == 1 then
+  redis.call('DEL', policyKey)
+end
 -- Revokes are kept for as long as the revoked holder's lease may last.
 local function pruneRevoked()
   local flat = redis.call('HGETALL', policyKey)
@@ -77,6 +85,7 @@ if op ~= 'pause' then
   longest = handoff(wake, used())
 end
 keepalive(longest)
+if moved > 0 then keepalive(0) end
 local p = policy()
 return reply{found = found, stored = p.cap or 0, paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
   pausedfor = p.paused and p.paused.left or 0, bad = bad, handed = handed}

@@ -245,13 +245,26 @@ local function publicID(id)
   return string.sub(redis.sha1hex(id), 1, 10)
 end
 
+-- revokedMark is the revoke an operator recorded for id ("<ms>
+-- <reason>"), or nil; a policy that is no hash holds none.
+local function revokedMark(id)
+  local ok, mark = pcall(redis.call, 'HGET', policyKey, 'revoked ' .. publicID(id))
+  if ok and type(mark) == 'string' then return mark end
+  return nil
+end
+
 -- policy is what an operator set on the key, read once per script: cap,
 -- the stored capacity (nil: none), and paused, nil or {reason, left}
 -- (left: ms until it ends, 0 for none). A pause past its end is none.
 local policyRead = nil
 local function policy()
   if not policyRead then
-    local f = redis.call('HMGET', policyKey, 'cap', 'paused', 'until', 'reason')
+    -- A policy that is no hash (someone else wrote it) holds no settings.
+    local ok, f = pcall(redis.call, 'HMGET', policyKey, 'cap', 'paused', 'until', 'reason')
+    if not ok then
+      dropped('policy', redis.call('TYPE', policyKey).ok)
+      f = {}
+    end
     policyRead = {cap = num(f[1], 1, MAXPERMITS)}
     local untilMs = num(f[3] or '0', 0, MAXINT)
     if f[2] == '1' and untilMs and (untilMs == 0 or untilMs > now) then

@@ -158,3 +158,46 @@ func TestScriptsRevoke(t *testing.T) {
 		})
 	}
 }
+
+// TestScriptsPolicyThatIsNoHash: a policy key of another type (someone
+// else wrote it) holds no settings: runs and renewals go on, and an
+// operator's next setting replaces it.
+func TestScriptsPolicyThatIsNoHash(t *testing.T) {
+	t.Parallel()
+	const ttl = 20 * time.Second
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "policy-garbage"
+			k := NewKeys(testPrefix, key)
+			runCall(t, b.c, key, "A", call{n: 2, ttl: ttl})
+			if err := b.c.Set(t.Context(), k.Policy, "x", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if n := runRenew(t, b.c, key, "A", ttl); n != 1 {
+				t.Errorf("renewal with a policy that is no hash: got %d, want renewed", n)
+			}
+			if g := runCall(t, b.c, key, "B", call{n: 2, ttl: ttl}); !g.Granted {
+				t.Errorf("caller with a policy that is no hash: got %+v, want granted", g)
+			}
+			if r := keyOp(t, b.c, key, KeyArgs{Op: "set", Cap: 1}); r.Stored != 1 {
+				t.Errorf("set over a policy that is no hash: got %+v, want stored 1", r)
+			}
+		})
+	}
+}
+
+// TestScriptsOperatorCallsKeepTheSilenceRule: an operator's call after a
+// silence pushes leases back, as any call does, rather than sweeping
+// holders whose commands still run and handing their seats on.
+func TestScriptsOperatorCallsKeepTheSilenceRule(t *testing.T) {
+	t.Parallel()
+	b := backends(t)[0] // miniredis: its clock jumps
+	const key = "operator-silence"
+	const ttl = 2 * time.Second
+	runCall(t, b.c, key, "A", call{n: 1, ttl: ttl})
+	b.advance(ttl + 100*time.Millisecond) // a silence: a step, or A stalled
+	keyOp(t, b.c, key, KeyArgs{Op: "resume"})
+	if st := runStatus(t, b.c, key); len(st.Holders) != 1 {
+		t.Errorf("holders after an operator's call that followed a silence: got %+v, want A, pushed back", st.Holders)
+	}
+}

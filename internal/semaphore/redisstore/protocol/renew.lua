@@ -22,7 +22,7 @@ end
 local moved = rebase()
 
 -- Revoked, even by force (gone already): said so.
-local revoked = redis.call('HGET', policyKey, 'revoked ' .. publicID(id))
+local revoked = revokedMark(id)
 if revoked then
   if moved > 0 then keepalive(0) end
   return reply{renewed = 0, left = 0, hard = 0, revoked = 1, reason = string.sub(string.match(revoked, '^%d+ (.*)$') or '', 1, MAXREASON)}
