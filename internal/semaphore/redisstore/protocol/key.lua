@@ -26,7 +26,7 @@ local found = 0
 local moved = rebase()
 -- A policy that is no hash (someone else wrote it) holds no settings:
 -- it makes way for the operator's.
-if redis.call('TYPE', policyKey).ok ~= 'hash' and redis.call('EXISTS', policyKey) == 1 then
+if not pcall(redis.call, 'HGET', policyKey, 'cap') then
   redis.call('DEL', policyKey)
 end
 -- Revokes are kept for as long as the revoked holder's lease may last.

@@ -262,7 +262,7 @@ local function policy()
     -- A policy that is no hash (someone else wrote it) holds no settings.
     local ok, f = pcall(redis.call, 'HMGET', policyKey, 'cap', 'paused', 'until', 'reason')
     if not ok then
-      dropped('policy', redis.call('TYPE', policyKey).ok)
+      dropped('policy', 'not a hash')
       f = {}
     end
     policyRead = {cap = num(f[1], 1, MAXPERMITS)}
