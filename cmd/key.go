@@ -150,20 +150,26 @@ func (o *keyOptions) sub(use, short string, run func(ctx context.Context, store 
 	}
 }
 
-// checkFlags refuses what the store would: a reason too long or with
-// control characters, a negative duration, a holder's id left out.
+// checkFlags refuses what the store would, before it is opened (a reason
+// too long or with control characters, a pause too long), a drain's
+// timeout out of bounds, a holder's id left out.
 func (o *keyOptions) checkFlags(cmd *cobra.Command) error {
 	f := cmd.Flags()
 	if r := f.Lookup("reason"); r != nil {
 		if err := semaphore.CheckReason(r.Value.String()); err != nil {
-			return usageErrorf("--reason %q: %v", r.Value.String(), err)
+			return o.refused(err)
 		}
 	}
-	for _, name := range []string{"for", "timeout"} {
-		if d := f.Lookup(name); d != nil {
-			if v, err := time.ParseDuration(d.Value.String()); err == nil && (v < 0 || v > semaphore.MaxPause) {
-				return usageErrorf("--%s %v: must be from 0 to %v", name, v, semaphore.MaxPause)
+	if d := f.Lookup("for"); d != nil {
+		if v, err := time.ParseDuration(d.Value.String()); err == nil {
+			if err := semaphore.CheckPause(v); err != nil {
+				return o.refused(err)
 			}
+		}
+	}
+	if d := f.Lookup("timeout"); d != nil {
+		if v, err := time.ParseDuration(d.Value.String()); err == nil && (v < 0 || v > semaphore.MaxPause) {
+			return usageErrorf("--timeout %v: must be from 0 to %v", v, semaphore.MaxPause)
 		}
 	}
 	if h := f.Lookup("holder"); h != nil && h.Value.String() == "" {

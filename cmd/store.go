@@ -24,6 +24,8 @@ var settingFlags = map[semaphore.Setting]string{
 	semaphore.MinReplicasSetting:     "min-replicas",
 	semaphore.MaxRuntimeSetting:      "max-runtime",
 	semaphore.MinHoldSetting:         "min-hold",
+	semaphore.ReasonSetting:          "reason",
+	semaphore.PauseSetting:           "for",
 	semaphore.LabelSetting:           "label",
 	localstore.DirSetting:            "lock-dir",
 	redisstore.URLSetting:            "redis",

@@ -83,14 +83,40 @@ func (e *RevokedError) Error() string {
 }
 func (e *RevokedError) Unwrap() error { return ErrLost }
 
-// CheckReason refuses a reason no store should keep: too long, not UTF-8,
-// or with control characters.
+// The settings of an operator's call, as messages name them (see Names);
+// a stored capacity is a PermitsSetting.
+const (
+	ReasonSetting Setting = "reason"
+	PauseSetting  Setting = "pause"
+)
+
+// CheckReason refuses a reason no store should keep, with a
+// *SettingError: too long, not UTF-8, or with control characters.
 func CheckReason(reason string) error {
+	err := checkText(reason)
 	if len(reason) > MaxReason {
-		return fmt.Errorf("is %d bytes long, at most %d allowed", len(reason), MaxReason)
+		err = fmt.Errorf("is %d bytes long, at most %d allowed", len(reason), MaxReason)
 	}
-	if reason == "" {
-		return nil
+	if err != nil {
+		return &SettingError{Setting: ReasonSetting, Value: fmt.Sprintf("%q", reason), Err: err}
 	}
-	return checkText(reason)
+	return nil
+}
+
+// CheckPause refuses a pause's length (Operator.Pause) no store should
+// keep, with a *SettingError.
+func CheckPause(d time.Duration) error {
+	if d < 0 || d > MaxPause {
+		return &SettingError{Setting: PauseSetting, Value: d, Err: fmt.Errorf("must be from 0 (until resumed) to %v", MaxPause)}
+	}
+	return nil
+}
+
+// CheckCapacity refuses a capacity to store (Operator.SetCapacity; 0
+// unsets it), with a *SettingError.
+func CheckCapacity(n int) error {
+	if n < 0 || n > MaxPermits {
+		return &SettingError{Setting: PermitsSetting, Value: n, Err: fmt.Errorf("must be from 0 (unset) to %d", MaxPermits)}
+	}
+	return nil
 }

@@ -51,8 +51,8 @@ type revokeMark struct {
 
 // SetCapacity implements semaphore.Operator.
 func (s *Store) SetCapacity(ctx context.Context, key string, n int) error {
-	if n < 0 || n > semaphore.MaxPermits {
-		return &semaphore.SettingError{Setting: semaphore.PermitsSetting, Value: n, Err: fmt.Errorf("must be from 0 (unset) to %d", semaphore.MaxPermits)}
+	if err := semaphore.CheckCapacity(n); err != nil {
+		return err
 	}
 	return s.setPolicy(ctx, key, n > 0, func(p *policy) { p.Capacity = n })
 }
@@ -60,11 +60,8 @@ func (s *Store) SetCapacity(ctx context.Context, key string, n int) error {
 // Pause implements semaphore.Operator. The end is on the wall clock, as
 // a cooling's.
 func (s *Store) Pause(ctx context.Context, key, reason string, d time.Duration) error {
-	if err := semaphore.CheckReason(reason); err != nil {
-		return fmt.Errorf("pause key %q: reason: %w", key, err)
-	}
-	if d < 0 || d > semaphore.MaxPause {
-		return fmt.Errorf("pause key %q for %v: must be from 0 (until resumed) to %v", key, d, semaphore.MaxPause)
+	if err := errors.Join(semaphore.CheckReason(reason), semaphore.CheckPause(d)); err != nil {
+		return err
 	}
 	pause := &policyPause{Reason: reason}
 	if d > 0 {
@@ -131,7 +128,7 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 		return &semaphore.SettingError{Setting: semaphore.KeySetting, Value: fmt.Sprintf("%q", key), Err: err}
 	}
 	if err := semaphore.CheckReason(reason); err != nil {
-		return fmt.Errorf("revoke a holder of key %q: reason: %w", key, err)
+		return err
 	}
 	noHolder := fmt.Errorf("key %q: holder %q: %w", key, id, semaphore.ErrNoHolder)
 	if !validID(id) {

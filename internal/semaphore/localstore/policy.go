@@ -79,7 +79,7 @@ func (p policy) check(nowMS int64) error {
 	case p.Pause == nil:
 		return nil
 	case semaphore.CheckReason(p.Pause.Reason) != nil:
-		return fmt.Errorf("its pause's reason %v", semaphore.CheckReason(p.Pause.Reason))
+		return fmt.Errorf("its pause's %v", semaphore.CheckReason(p.Pause.Reason))
 	case p.Pause.UntilMS < 0 || p.Pause.UntilMS > nowMS+semaphore.MaxPause.Milliseconds():
 		return fmt.Errorf("a pause that ends more than %v from now", semaphore.MaxPause)
 	}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,12 +53,9 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 	switch {
 	case semaphore.CheckKey(key) != nil:
 		return protocol.KeyReply{}, &semaphore.SettingError{Setting: semaphore.KeySetting, Value: fmt.Sprintf("%q", key), Err: semaphore.CheckKey(key)}
-	case args.Op == "set" && (args.Cap < 1 || args.Cap > semaphore.MaxPermits):
-		return protocol.KeyReply{}, &semaphore.SettingError{Setting: semaphore.PermitsSetting, Value: args.Cap, Err: fmt.Errorf("must be from 1 to %d", semaphore.MaxPermits)}
-	case semaphore.CheckReason(args.Reason) != nil:
-		return protocol.KeyReply{}, fmt.Errorf("reason %q: %w", args.Reason, semaphore.CheckReason(args.Reason))
-	case args.For < 0 || args.For > semaphore.MaxPause:
-		return protocol.KeyReply{}, fmt.Errorf("pause for %v: must be from 0 to %v", args.For, semaphore.MaxPause)
+	}
+	if err := errors.Join(semaphore.CheckCapacity(args.Cap), semaphore.CheckReason(args.Reason), semaphore.CheckPause(args.For)); err != nil {
+		return protocol.KeyReply{}, err
 	}
 	k := protocol.NewKeys(s.prefix, key)
 	res, err := s.call(ctx, k, args)
