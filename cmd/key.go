@@ -184,9 +184,6 @@ func (o *keyOptions) refusedStore(err error) error {
 	if errors.As(err, &se) {
 		return o.refused(err)
 	}
-	if errors.Is(err, errors.ErrUnsupported) {
-		return fmt.Errorf("%w: not with this store yet", err)
-	}
 	return err
 }
 
