@@ -113,6 +113,9 @@ type WaitState struct {
 	// with Pause (its end rounded to the second).
 	Paused bool
 	Pause  Pause
+	// RecentHold is how long the key's recent holds lasted
+	// (Counts.RecentHold), for an estimate of the wait; 0 when unknown.
+	RecentHold time.Duration
 }
 
 // Takes is how many permits the holder takes: Weight, or 1 when it is 0.
@@ -166,6 +169,8 @@ type Store interface {
 	Holds
 	// Operator is an operator's hand on its keys.
 	Operator
+	// Events is what happened to its keys.
+	Events
 	// Close releases the store's connections.
 	Close() error
 	// String says where the store keeps its permits, in the user's words
@@ -262,6 +267,9 @@ type KeyStatus struct {
 	StoredCapacity int `json:"stored_capacity,omitempty"`
 	// Paused is the key's pause; nil when it is not paused.
 	Paused *Pause `json:"paused,omitempty"`
+	// Counts are the key's counters since the store first counted them;
+	// nil when the store has none.
+	Counts *Counts `json:"counts,omitempty"`
 	// Error says why the key could not be read; nothing else is known of it.
 	Error string `json:"error,omitempty"`
 }
