@@ -15,6 +15,10 @@ type Events interface {
 	// out a store that restarts or cannot be reached for a while. An error
 	// from each ends it with that error.
 	Events(ctx context.Context, q EventQuery, each func(Event) error) error
+	// Keys lists the keys whose events or counters the store keeps,
+	// without walking everything it stores (a Redis SCAN walks the whole
+	// keyspace): a scrape of metrics calls it each time.
+	Keys(ctx context.Context) ([]string, error)
 }
 
 // EventQuery says which events Events reports.

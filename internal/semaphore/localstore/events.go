@@ -13,3 +13,8 @@ import (
 func (s *Store) Events(ctx context.Context, q semaphore.EventQuery, each func(semaphore.Event) error) error {
 	return errors.New("events: not built yet")
 }
+
+// Keys implements semaphore.Events.
+func (s *Store) Keys(ctx context.Context) ([]string, error) {
+	return nil, errors.New("events: not built yet")
+}

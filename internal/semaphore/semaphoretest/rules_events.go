@@ -224,6 +224,10 @@ func ruleEventsOldestFirstAcrossKeys(t *testing.T, _ *Backend, st semaphore.Stor
 			t.Errorf("Events(%q): got %+v, want oldest first", keys, got)
 		}
 	}
+	known, err := st.Keys(Context(t, 10*time.Second))
+	if err != nil || !slices.Contains(known, a) || !slices.Contains(known, b) {
+		t.Errorf("Keys: got (%q, %v), want both keys used", known, err)
+	}
 }
 
 // ruleEventsSince: Since leaves out what is older.
