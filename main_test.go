@@ -715,17 +715,26 @@ func procStatus(pid int, field string) string {
 	return ""
 }
 
-// waitout NAME REGEXP: wait (at most 30s) until the started process has
-// written a line matching REGEXP on stderr.
+// waitout [-stdout] NAME REGEXP: wait (at most 30s) until the started
+// process has written a line matching REGEXP on stderr (or stdout).
 func cmdWaitout(ts *testscript.TestScript, neg bool, args []string) {
+	stream := "stderr"
+	if len(args) > 0 && args[0] == "-stdout" {
+		stream, args = "stdout", args[1:]
+	}
 	if neg || len(args) != 2 {
-		ts.Fatalf("usage: waitout NAME REGEXP")
+		ts.Fatalf("usage: waitout [-stdout] NAME REGEXP")
 	}
 	p := started(ts, "waitout", args[0])
+	out := &p.stderr
+	if stream == "stdout" {
+		out = &p.stdout
+	}
 	re, err := regexp.Compile("(?m)" + args[1])
 	ts.Check(err)
-	waitFor(ts, 30*time.Second, fmt.Sprintf("waitout: a line matching %q from %s", args[1], args[0]), func() (bool, string) {
-		return re.MatchString(p.stderr.String()), "stderr:\n" + p.stderr.String()
+	waitFor(ts, 30*time.Second, fmt.Sprintf("waitout: a line matching %q on the %s of %s", args[1], stream, args[0]), func() (bool, string) {
+		text := out.String()
+		return re.MatchString(text), stream + ":\n" + text
 	})
 }
 

@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ type waitLine struct {
 
 	mu    sync.Mutex
 	state *semaphore.WaitState
+	told  time.Time // when state was told
 	stop  chan struct{}
 	done  chan struct{}
 }
@@ -34,7 +36,7 @@ func (l *waitLine) update(st semaphore.WaitState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	first := l.state == nil
-	l.state = &st
+	l.state, l.told = &st, time.Now()
 	l.draw()
 	if first {
 		l.stop, l.done = make(chan struct{}), make(chan struct{})
@@ -66,6 +68,9 @@ func (l *waitLine) draw() {
 		return
 	}
 	text := "semrun: " + waitText(l.key, *l.state, time.Since(l.began))
+	if est := estimate(*l.state, time.Since(l.told)); est > 0 {
+		text += ", about " + roughly(est) + " to go"
+	}
 	if width := l.term.Width(); width > 1 && len(text) >= width {
 		text = text[:width-1]
 	}
@@ -109,6 +114,33 @@ func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 		return s
 	}
 	return s + ", " + waited.Truncate(time.Second).String()
+}
+
+// estimate guesses how much longer a waiter waits, since told st ago: a
+// turn comes once the waiters ahead have been served, a capacity's worth
+// of holds at a time, each lasting as long as the key's recent holds. 0
+// when there is nothing to go by, or the guess has run out: a guess that
+// runs late says nothing.
+func estimate(st semaphore.WaitState, since time.Duration) time.Duration {
+	if st.RecentHold <= 0 || st.Position <= 0 || st.Capacity <= 0 || st.Paused || st.Fenced > 0 {
+		return 0
+	}
+	rounds := (st.Position + st.Capacity - 1) / st.Capacity
+	return time.Duration(rounds)*st.RecentHold - since
+}
+
+// roughly says a guessed duration as roughly as it is known: 40s, 2m,
+// 1h30m.
+func roughly(d time.Duration) string {
+	switch {
+	case d < 10*time.Second:
+		return "a few seconds"
+	case d < time.Minute:
+		return d.Round(10 * time.Second).String()
+	case d < time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	}
+	return strings.TrimSuffix(d.Round(10*time.Minute).String(), "0s")
 }
 
 func ordinal(n int) string {

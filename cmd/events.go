@@ -1,0 +1,151 @@
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/semrun/semrun/internal/printable"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// maxSince bounds --since: no store keeps events longer.
+const maxSince = 366 * 24 * time.Hour
+
+func newCmdEvents(common *commonOptions) *cobra.Command {
+	var asJSON, follow bool
+	var since time.Duration
+	cmd := &cobra.Command{
+		Use:   "events [flags] [KEY...]",
+		Short: "Show what happened to keys: grants, releases, busy answers, losses, an operator's hand",
+		Long: `events shows what happened to each KEY, oldest first, one event a line: grants,
+releases (with the command's exit status and the time held), busy answers,
+timeouts, losses, revokes, pauses and capacity changes. Each key keeps about
+its last 1,000 events. Without a KEY, it shows every key the store keeps
+events of. --follow then shows each new event as it happens, until
+interrupted.`,
+		Example: `  semrun events pdf --since 1h
+  semrun events --follow
+  semrun events nightly --json | jq 'select(.event == "release")'`,
+		Args: func(_ *cobra.Command, args []string) error {
+			for _, k := range args {
+				if err := semaphore.CheckKey(k); err != nil {
+					return usageErrorf("key %q: %v", k, err)
+				}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, keys []string) error {
+			if err := common.validate(cmd); err != nil {
+				return err
+			}
+			if since < 0 || since > maxSince {
+				return usageErrorf("%s: must be from 0 to %v", common.src.show("since", since), maxSince)
+			}
+			store, err := common.openStore(common.logger(cmd.ErrOrStderr()), runAsks{})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			out := cmd.OutOrStdout()
+			print := func(e semaphore.Event) error { return printEvent(out, e) }
+			if asJSON {
+				enc := json.NewEncoder(printable.JSON(out))
+				print = func(e semaphore.Event) error { return enc.Encode(eventJSON{Event: e, Label: e.Label}) }
+			}
+			return store.Events(cmd.Context(), semaphore.EventQuery{Keys: keys, Since: since, Follow: follow}, print)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object a line")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "then show each new event as it happens, until interrupted")
+	cmd.Flags().Var(newDuration(&since, 0), "since", "only the events of this last while (1h, 30m; 0: every event kept)")
+	return cmd
+}
+
+// eventJSON is an event as --json prints it: the label always, so that a
+// script finds every field it may read.
+type eventJSON struct {
+	semaphore.Event
+	Label string `json:"label"`
+}
+
+// eventTime is how an event's time is printed: the local time, to the
+// millisecond, with its offset, as RFC 3339.
+const eventTime = "2006-01-02T15:04:05.000Z07:00"
+
+// printEvent prints one event on one line: its time, key and kind, who
+// (holder id, host:pid, command, label) and what came of it. Everything
+// but the time and the kind was read from the store, so is escaped.
+func printEvent(w io.Writer, e semaphore.Event) error {
+	parts := []string{e.Time.Local().Format(eventTime), printable.String(e.Key), string(e.Kind)}
+	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+	if e.Holder != "" {
+		add("holder %s", printable.String(e.Holder))
+	}
+	if e.Host != "" || e.PID != 0 {
+		add("%s:%d", printable.String(e.Host), e.PID)
+	}
+	if e.Command != "" {
+		add("%s", printable.String(e.Command))
+	}
+	if e.Label != "" {
+		add("label %s", strconv.Quote(e.Label))
+	}
+	switch e.Kind {
+	case semaphore.EventGrant:
+		add("token %d, waited %s", e.Token, short(e.Waited))
+	case semaphore.EventRelease:
+		if e.ExitStatus != nil {
+			add("exit %d,", *e.ExitStatus)
+		}
+		add("held %s", short(e.Held))
+		if e.Cooling > 0 {
+			add("(cooling %s more)", short(e.Cooling))
+		}
+	case semaphore.EventLost:
+		if e.Held > 0 {
+			add("after %s held", short(e.Held))
+		}
+	case semaphore.EventTimeout, semaphore.EventLeave:
+		add("after %s waiting", short(e.Waited))
+	case semaphore.EventCapacity:
+		if e.Capacity > 0 {
+			add("stored capacity %d", e.Capacity)
+		} else {
+			add("stored capacity unset")
+		}
+	case semaphore.EventPause:
+		if e.Until > 0 {
+			add("for %s", short(e.Until))
+		} else {
+			add("until resumed")
+		}
+	case semaphore.EventRevoke:
+		if e.Forced {
+			add("forced")
+		}
+	}
+	if e.Reason != "" {
+		add("reason %s", strconv.Quote(e.Reason))
+	}
+	_, err := fmt.Fprintln(w, strings.Join(parts, " "))
+	return err
+}
+
+// short says a duration as a person reads it: 120ms, 4.2s, 3m10s, 2h5m.
+func short(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}

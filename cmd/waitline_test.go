@@ -1,0 +1,39 @@
+package cmd
+
+import (
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// A waiter's estimate: the holds ahead of it, a capacity's worth at a
+// time, each as long as the recent ones, less the time since it was told;
+// nothing without a recent hold, a place, or while paused or fenced.
+func TestEstimate(t *testing.T) {
+	recent := semaphore.WaitState{Held: 3, Capacity: 3, Position: 7, Waiting: 9, RecentHold: time.Minute}
+	paused, fenced, unplaced, unknown := recent, recent, recent, recent
+	paused.Paused, fenced.Fenced, unplaced.Position, unknown.RecentHold = true, time.Second, 0, 0
+	for _, c := range []struct {
+		st    semaphore.WaitState
+		since time.Duration
+		want  time.Duration
+		text  string
+	}{
+		{recent, 0, 3 * time.Minute, "3m"},
+		{recent, 50 * time.Second, 130 * time.Second, "2m"},
+		{recent, 3 * time.Minute, 0, ""},
+		{semaphore.WaitState{Capacity: 1, Position: 1, RecentHold: 25 * time.Second}, 0, 25 * time.Second, "30s"},
+		{semaphore.WaitState{Capacity: 2, Position: 80, RecentHold: 5 * time.Minute}, 0, 200 * time.Minute, "3h20m"},
+		{semaphore.WaitState{Capacity: 1, Position: 1, RecentHold: 3 * time.Second}, 0, 3 * time.Second, "a few seconds"},
+		{paused, 0, 0, ""},
+		{fenced, 0, 0, ""},
+		{unplaced, 0, 0, ""},
+		{unknown, 0, 0, ""},
+	} {
+		got := estimate(c.st, c.since)
+		if got != c.want || (got > 0 && roughly(got) != c.text) {
+			t.Errorf("estimate(%+v, %v): got %v (%q), want %v (%q)", c.st, c.since, got, roughly(got), c.want, c.text)
+		}
+	}
+}
