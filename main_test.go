@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -133,6 +134,7 @@ func TestScripts(t *testing.T) {
 					"jsonlog":    cmdJSONLog,
 					"brokenpipe": cmdBrokenpipe,
 					"zombies":    cmdZombies,
+					"scrape":     cmdScrape,
 				},
 			})
 		})
@@ -736,6 +738,33 @@ func cmdWaitout(ts *testscript.TestScript, neg bool, args []string) {
 		text := out.String()
 		return re.MatchString(text), stream + ":\n" + text
 	})
+}
+
+// scrape NAME: GET the metrics that semrun metrics --listen, started as
+// NAME, serves at the address its stderr names (waiting at most 30s for
+// that line), check the answer is 200, and print it on stdout.
+func cmdScrape(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: scrape NAME")
+	}
+	p := started(ts, "scrape", args[0])
+	serving := regexp.MustCompile(`serving metrics on (http://\S+/metrics)`)
+	var url string
+	waitFor(ts, 30*time.Second, "scrape: "+args[0]+" says where it serves metrics", func() (bool, string) {
+		if m := serving.FindStringSubmatch(p.stderr.String()); m != nil {
+			url = m[1]
+		}
+		return url != "", "stderr:\n" + p.stderr.String()
+	})
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(url)
+	ts.Check(err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	ts.Check(err)
+	if resp.StatusCode != http.StatusOK {
+		ts.Fatalf("scrape: GET %s: %s\n%s", url, resp.Status, body)
+	}
+	fmt.Fprint(ts.Stdout(), string(body))
 }
 
 // pidstate PIDFILE|NAME STATE: wait (at most 10s) until the process whose pid is

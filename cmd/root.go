@@ -180,7 +180,7 @@ func newCmdRoot(common *commonOptions) *cobra.Command {
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
 	root.SetErr(s.ErrOut)
-	root.AddCommand(newCmdAcquire(common), newCmdRelease(common), newCmdStatus(common), newCmdEvents(common), newCmdKey(common), newCmdDoctor(common), newCmdVersion())
+	root.AddCommand(newCmdAcquire(common), newCmdRelease(common), newCmdStatus(common), newCmdEvents(common), newCmdKey(common), newCmdMetrics(common), newCmdDoctor(common), newCmdVersion())
 	return root
 }
 
