@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
@@ -128,16 +127,10 @@ const maxScrapes = 4
 // serve serves reg on /metrics at --listen until SIGINT, SIGTERM or ctx
 // ends, then shuts down cleanly.
 func (o *metricsOptions) serve(ctx context.Context, reg *prometheus.Registry, log *logger) error {
-	signals := make(chan os.Signal, 1)
-	// Asked for before the address is said, so that a signal sent once it
-	// is stops the server cleanly. An interrupt semrun started with ignored
-	// (nohup) stays ignored, as for a run.
-	stoppers := []os.Signal{syscall.SIGTERM}
-	if !signal.Ignored(os.Interrupt) {
-		stoppers = append(stoppers, os.Interrupt)
-	}
-	signal.Notify(signals, stoppers...)
-	defer signal.Stop(signals)
+	// Caught before the address is said, so that a signal sent once it
+	// is stops the server cleanly.
+	signals, stop := runner.UntilStopped()
+	defer stop()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.src.show("listen", o.listen), addrWhy(err))

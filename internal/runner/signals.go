@@ -141,3 +141,17 @@ func (t *try) giveUp(giveBack func(semaphore.Lease)) {
 		giveBack(a.lease)
 	}
 }
+
+// UntilStopped catches what stops a command of semrun's own that serves
+// until stopped (metrics --listen): SIGTERM, and SIGINT unless semrun
+// started with it ignored (nohup). stopped receives the first; stop ends
+// the catch.
+func UntilStopped() (stopped <-chan os.Signal, stop func()) {
+	c := make(chan os.Signal, 1)
+	stoppers := []os.Signal{syscall.SIGTERM}
+	if !signal.Ignored(os.Interrupt) {
+		stoppers = append(stoppers, os.Interrupt)
+	}
+	signal.Notify(c, stoppers...)
+	return c, func() { signal.Stop(c) }
+}
