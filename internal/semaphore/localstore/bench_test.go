@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/localstore"
 )
 
 // holdMany has holders seats of key held in st until b ends, and returns
@@ -82,4 +83,42 @@ func BenchmarkLocalNoWaitBusy(b *testing.B) {
 		b.Errorf("%d Acquires failed", failed.Load())
 	}
 	b.ReportMetric(100*float64(busy.Load())/float64(tries.Load()), "busy-%")
+}
+
+// BenchmarkLocalEvents times a no-wait grant and its release beside 20
+// holders, of a store that writes keys' logs and of one that does not
+// (NoEvents), in turns, so that both meet the machine as it is:
+// "events-µs" and "noevents-µs" are each's grant and release. Both keep
+// the counters.
+func BenchmarkLocalEvents(b *testing.B) {
+	type side struct {
+		st   semaphore.Store
+		req  semaphore.Request
+		took time.Duration
+	}
+	var sides [2]*side
+	for i, noEvents := range []bool{false, true} {
+		st, err := localstore.New(localstore.Options{Dir: b.TempDir(), NoEvents: noEvents})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close() })
+		n := holdMany(b, st, "bench", 20, 1)
+		sides[i] = &side{st: st, req: semaphore.Request{Key: "bench", Permits: n, TTL: time.Second, NoWait: true}}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range sides {
+			s := sides[(i+j)%2] // each first every other time
+			start := time.Now()
+			l, err := s.st.Acquire(context.Background(), s.req)
+			if err != nil {
+				b.Fatalf("Acquire: %v", err)
+			}
+			_ = l.Release(context.Background())
+			s.took += time.Since(start)
+		}
+	}
+	b.ReportMetric(float64(sides[0].took.Nanoseconds())/1e3/float64(b.N), "events-µs")
+	b.ReportMetric(float64(sides[1].took.Nanoseconds())/1e3/float64(b.N), "noevents-µs")
 }
