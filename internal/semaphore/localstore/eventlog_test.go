@@ -4,10 +4,13 @@ package localstore
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -101,6 +104,38 @@ func TestNewestLines(t *testing.T) {
 		got, count := newestLines([]byte(c.in), c.cut, c.n, c.most)
 		if !bytes.Equal(got, []byte(c.want)) || count != c.wantCount {
 			t.Errorf("newestLines(%q, cut %v, %d, %d): got %q, %d, want %q, %d", c.in, c.cut, c.n, c.most, got, count, c.want, c.wantCount)
+		}
+	}
+}
+
+// Stats read back are what were written; a file that is not semrun's
+// stats, or has a count below 0, is none.
+func TestStatsRoundTrip(t *testing.T) {
+	var st stats
+	st.Last, st.Lines = 1764659143123456, 1001
+	for range 3 {
+		count(&st.Counts, semaphore.Event{Kind: semaphore.EventGrant, Waited: 7 * time.Second})
+		count(&st.Counts, semaphore.Event{Kind: semaphore.EventRelease, Held: time.Hour})
+	}
+	count(&st.Counts, semaphore.Event{Kind: semaphore.EventBusy})
+	count(&st.Counts, semaphore.Event{Kind: semaphore.EventLost})
+	got, err := decodeStats(st.encode(), "stats")
+	if err != nil || !reflect.DeepEqual(got, st) {
+		t.Errorf("decodeStats(encode(%+v)): got %+v, %v, want it back", st, got, err)
+	}
+	if got, err := decodeStats(nil, "stats"); err != nil || !reflect.DeepEqual(got, stats{}) {
+		t.Errorf("decodeStats of an empty file: got %+v, %v, want none", got, err)
+	}
+	b := st.encode()
+	for _, bad := range [][]byte{
+		[]byte("2" + string(b[1:])),                           // another version
+		bytes.Replace(b, []byte(" 1001 "), []byte(" -1 "), 1), // below 0
+		b[:len(b)-3], // a number short
+		[]byte(`{"v":1,"grants":3}`),
+	} {
+		var e *badFileError
+		if _, err := decodeStats(bad, "stats"); !errors.As(err, &e) {
+			t.Errorf("decodeStats(%q): got %v, want a *badFileError", bad, err)
 		}
 	}
 }
