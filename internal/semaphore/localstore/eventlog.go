@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -525,8 +526,18 @@ func lockFd(fd, how int, d time.Duration) bool {
 		unix.Close(fd)
 		return false
 	}
+	// A wait given up goes on in a thread of its own until the lock comes:
+	// a process stopped with it held must not cost a thread per event.
+	if lockWaits.Add(1) > maxLockWaits {
+		lockWaits.Add(-1)
+		unix.Close(fd)
+		return false
+	}
 	got := make(chan error, 1)
-	go func() { got <- flockFd(fd, how) }()
+	go func() {
+		defer lockWaits.Add(-1)
+		got <- flockFd(fd, how)
+	}()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -543,6 +554,11 @@ func lockFd(fd, how int, d time.Duration) bool {
 		return false
 	}
 }
+
+// lockWaits counts the waits of lockFd under way, at most maxLockWaits.
+var lockWaits atomic.Int64
+
+const maxLockWaits = 64
 
 // flockFd is flock(2) of fd, again when a signal cut it short.
 func flockFd(fd, how int) error {
