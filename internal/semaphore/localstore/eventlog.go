@@ -22,7 +22,7 @@ import (
 )
 
 // What happened to a key (semaphore.Events) is two files of its
-// directory, made by whoever first has something to put in them:
+// directory, made with it:
 //
 //   - "events", its log: one JSON object a line (eventLine), oldest
 //     first, its time "t" in µs on the wall clock, rising strictly from
@@ -51,10 +51,10 @@ import (
 // "stats", bounded, and take only lines whose time rises (a rewrite in
 // place cut short leaves older lines behind), the newest MaxEvents.
 //
-// Both are made with the key's directory, so they are its owner's, and
+// Being made with the key's directory, they are its owner's; they are
 // written, as its other files, only when they are the caller's or the
-// directory owner's (open); in a directory made before them, only its
-// owner makes them. In a lock directory a group shares, every member
+// directory owner's (open), and in a directory made before them, only
+// its owner makes them. In a lock directory a group shares, every member
 // may write them, and so anything in them: everything read back is
 // bounded and checked, and a line or counters semrun could not have
 // written are skipped. And no line is written while the file system has
@@ -594,16 +594,12 @@ func (k *keyDir) counts(warnf func(string, ...any)) *semaphore.Counts {
 	var b []byte
 	var err error
 	k.readLocked(func() { b, err = k.readBounded(statsFile, maxStats) })
-	if err != nil {
-		var bad *badFileError
-		if errors.As(err, &bad) && warnf != nil {
-			warnf("skipped %s", err)
-		}
-		return nil
+	var st stats
+	if err == nil {
+		st, err = decodeStats(b, k.path+"/"+statsFile)
 	}
-	st, err := decodeStats(b, k.path+"/"+statsFile)
 	if err != nil {
-		if warnf != nil {
+		if warnf != nil && !errors.Is(err, unix.ENOENT) { // none: none counted yet
 			warnf("skipped %s", err)
 		}
 		return nil

@@ -157,10 +157,20 @@ func (f *follower) add(key string) *tail {
 }
 
 // read returns the events of t's log past those read before; none while
-// its key has no directory the caller may use.
+// its key has no directory the caller may use. Why it cannot read the
+// log, but that there is none yet, is said to warnf once.
 func (f *follower) read(t *tail) []semaphore.Event {
+	warn := func(err error) {
+		if !t.warned {
+			t.warned = true
+			f.s.warnf("key %q: no events: %v", t.key, err)
+		}
+	}
 	k, err := f.s.openKeyDir(t.name)
 	if err != nil {
+		if !errors.Is(err, unix.ENOENT) {
+			warn(err)
+		}
 		return nil
 	}
 	defer k.close()
@@ -171,10 +181,8 @@ func (f *follower) read(t *tail) []semaphore.Event {
 		}
 	}
 	got, err := k.readLog(&t.pos, t.key)
-	var bad *badFileError
-	if errors.As(err, &bad) && !t.warned {
-		t.warned = true
-		f.s.warnf("skipped %s", err)
+	if err != nil {
+		warn(err)
 	}
 	return got
 }

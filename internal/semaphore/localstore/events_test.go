@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -356,6 +357,13 @@ func TestLocalHostileEventFilesBreakNothing(t *testing.T) {
 				if untouched {
 					if after := stateOf(t, path); !after.equal(before) {
 						t.Errorf("%s: got %v, want it untouched, %v", path, after, before)
+					}
+				}
+				// A file that cannot be read is said, naming it.
+				switch what {
+				case "a symbolic link", "a hard link", "a FIFO":
+					if lines := warned.Take(); !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, path) }) {
+						t.Errorf("lines said: got %q, want one naming %s", lines, path)
 					}
 				}
 				if fi, err := os.Lstat(path); what == "a FIFO" && (err != nil || fi.Mode()&os.ModeNamedPipe == 0) {
