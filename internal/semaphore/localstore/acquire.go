@@ -25,8 +25,9 @@ func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	for range maxPublish {
-		lease, err := s.acquire(ctx, req)
+		lease, err := s.acquire(ctx, req, start)
 		if !errors.Is(err, errKeyMoved) {
 			return lease, err
 		}
@@ -34,15 +35,16 @@ func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 	return nil, fmt.Errorf("key %q: its directory in %s was replaced each time semrun looked", req.Key, s.path)
 }
 
-// acquire is Acquire in the key's directory as it is now. It is
-// errKeyMoved when that directory is removed or replaced meanwhile.
-func (s *Store) acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
+// acquire is Acquire, called at start, in the key's directory as it is
+// now. It is errKeyMoved when that directory is removed or replaced
+// meanwhile.
+func (s *Store) acquire(ctx context.Context, req semaphore.Request, start time.Time) (semaphore.Lease, error) {
 	k, err := s.openKey(req.Key, req.Permits)
 	if err != nil {
 		return nil, err
 	}
 	defer k.close()
-	lease, err := s.acquireIn(ctx, k, req)
+	l, err := s.acquireIn(ctx, k, req)
 	if err != nil && k.current() != nil {
 		// The directory was removed meanwhile (removeUnused): a file
 		// missing or unlinked there is no fault; start again, unless the
@@ -52,11 +54,50 @@ func (s *Store) acquire(ctx context.Context, req semaphore.Request) (semaphore.L
 		}
 		err = errKeyMoved
 	}
-	return lease, err
+	// Once the grant lock and the line are left, so that no one waits
+	// for the event.
+	if l != nil {
+		k.note(l.event(semaphore.EventGrant, time.Since(start)))
+	} else if e, ok := outcome(req, err, time.Since(start)); ok {
+		k.note(e)
+	}
+	if l == nil {
+		return nil, err // not a nil *lease in an interface
+	}
+	return l, nil
+}
+
+// outcome is the event of a call that got no permit, err, after waited;
+// ok is false for one that is none: a refusal of what it asked, a
+// failure, a call started again in the key's new directory.
+func outcome(req semaphore.Request, err error, waited time.Duration) (semaphore.Event, bool) {
+	e := semaphore.Event{Key: req.Key, HolderInfo: req.Holder, Permits: req.Permits, Weight: req.Takes()}
+	var paused *semaphore.PausedError
+	var busy *semaphore.BusyError
+	switch {
+	case req.NoWait && errors.As(err, &paused):
+		e.Kind, e.Reason = semaphore.EventBusy, paused.Pause.Reason
+		if e.Reason == "" {
+			e.Reason = "paused"
+		}
+	case req.NoWait && errors.As(err, &busy):
+		e.Kind = semaphore.EventBusy // every permit was held: no reason
+	case req.NoWait && errors.Is(err, semaphore.ErrBusy):
+		e.Kind, e.Reason = semaphore.EventBusy, "grant lock held" // tryGrant
+	case req.NoWait:
+		return e, false
+	case errors.Is(err, context.DeadlineExceeded):
+		e.Kind, e.Waited = semaphore.EventTimeout, waited
+	case errors.Is(err, context.Canceled):
+		e.Kind, e.Waited = semaphore.EventLeave, waited
+	default:
+		return e, false
+	}
+	return e, true
 }
 
 // acquireIn is acquire in the key's directory k.
-func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request) (semaphore.Lease, error) {
+func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request) (*lease, error) {
 	a := &attempt{s: s, k: k, req: req, capacity: req.Permits}
 	defer a.close()
 	var err error
@@ -109,6 +150,9 @@ type attempt struct {
 	paused   *semaphore.Pause
 	pauseEnd time.Time
 	skipped  bool
+	// recentHold is how long the key's recent holds lasted, as the wait
+	// began (Counts.RecentHold).
+	recentHold time.Duration
 }
 
 // joinLine takes the queue lock, without waiting for it, and tells whether
@@ -129,11 +173,12 @@ func (a *attempt) joinLine() (bool, error) {
 
 // wait waits in line for a seat, held being the seats held when it last
 // looked.
-func (a *attempt) wait(ctx context.Context, held int) (semaphore.Lease, error) {
+func (a *attempt) wait(ctx context.Context, held int) (*lease, error) {
 	onWait := a.req.OnWait
 	if onWait == nil {
 		onWait = func(semaphore.WaitState) {}
 	}
+	a.recentHold = a.k.recentHold()
 	st := a.waitState(held)
 	if a.inLine {
 		st.Position = 1
@@ -160,7 +205,7 @@ func (a *attempt) wait(ctx context.Context, held int) (semaphore.Lease, error) {
 // waitState is what the caller waits for, held being the seats held when
 // it last looked.
 func (a *attempt) waitState(held int) semaphore.WaitState {
-	st := semaphore.WaitState{Held: held, Capacity: a.capacity}
+	st := semaphore.WaitState{Held: held, Capacity: a.capacity, RecentHold: a.recentHold}
 	if a.paused != nil {
 		st.Paused, st.Pause = true, *a.paused
 		st.Pause.EndsIn = st.Pause.EndsIn.Round(time.Second)
@@ -172,7 +217,7 @@ func (a *attempt) waitState(held int) semaphore.WaitState {
 // pause begins, ends or changes (last is what it was told last). The
 // watch starts before the seats are looked at, so no release between the
 // two goes unnoticed; a change of settings rings it as a release does.
-func (a *attempt) waitForSeat(ctx context.Context, onWait func(semaphore.WaitState), last semaphore.WaitState) (semaphore.Lease, error) {
+func (a *attempt) waitForSeat(ctx context.Context, onWait func(semaphore.WaitState), last semaphore.WaitState) (*lease, error) {
 	w := watchSeats(a.k)
 	// Dropping the last inotify watch of a directory makes the kernel wait
 	// for a grace period (10ms and more measured): not before the child.
@@ -213,7 +258,7 @@ func (a *attempt) waitForSeat(ctx context.Context, onWait func(semaphore.WaitSta
 // try takes the key's grant lock and, when gate (if any) lets it, a free
 // seat, unless the key's settings hold it back. It returns the lease, or
 // nil and how many seats are held.
-func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore.Lease, int, error) {
+func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, int, error) {
 	if err := a.lockGrant(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -253,17 +298,14 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (semaphore
 		return a.notNow(held, err)
 	}
 	l, err := a.lease(taken)
-	if err != nil {
-		return nil, held, err // not a nil *lease in an interface
-	}
-	return l, held, nil
+	return l, held, err
 }
 
 // notNow is try's answer when no seat was taken, held being how many are
 // held. First in line, a caller that will wait has its wait file there
 // before the grant lock is dropped, so that a caller that will not wait
 // sees the line (joinLine).
-func (a *attempt) notNow(held int, err error) (semaphore.Lease, int, error) {
+func (a *attempt) notNow(held int, err error) (*lease, int, error) {
 	if err == nil && a.inLine && !a.req.NoWait && a.unregister == nil {
 		a.unregister, err = a.register()
 	}
@@ -371,9 +413,10 @@ func (a *attempt) lease(taken *heldSeats) (*lease, error) {
 		_ = taken.release()
 		return nil, err
 	}
+	now := time.Now()
 	l := &lease{
-		seats: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: time.Now().UnixMilli(),
-		holder: a.req.Holder, minHold: a.req.MinHold,
+		seats: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: now.UnixMilli(),
+		granted: now, holder: a.req.Holder, minHold: a.req.MinHold,
 	}
 	a.granted = true
 	// The record is for status, and revokes: a seat is held by its lock.
@@ -383,15 +426,18 @@ func (a *attempt) lease(taken *heldSeats) (*lease, error) {
 			l.record, l.k, l.name, l.id = f, a.k.with(dir), name, rec.ID
 		}
 	}
-	if l.k == nil && l.minHold > 0 {
-		// A cooling, unlike a record, is no extra: without a directory
-		// to leave it in, no grant.
+	if l.k == nil {
+		// For the release's event, and a cooling. A cooling, unlike a
+		// record or an event, is no extra: without a directory to leave
+		// it in, no grant.
 		dir, err := reopenDir(a.k.dir)
-		if err != nil {
+		switch {
+		case err == nil:
+			l.k = a.k.with(dir)
+		case l.minHold > 0:
 			_ = taken.release()
 			return nil, fmt.Errorf("key %q: key directory %s: %w", a.req.Key, a.k.path, err)
 		}
-		l.k = a.k.with(dir)
 	}
 	return l, nil
 }

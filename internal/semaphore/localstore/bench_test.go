@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/localstore"
 )
 
 // holdMany has holders seats of key held in st until b ends, and returns
@@ -82,4 +83,103 @@ func BenchmarkLocalNoWaitBusy(b *testing.B) {
 		b.Errorf("%d Acquires failed", failed.Load())
 	}
 	b.ReportMetric(100*float64(busy.Load())/float64(tries.Load()), "busy-%")
+}
+
+// BenchmarkLocalEvents times a no-wait grant and its release beside 20
+// holders, of a store that writes keys' logs and of one that does not
+// (NoEvents), in turns, so that both meet the machine as it is:
+// "events-µs" and "noevents-µs" are each's grant and release. Both keep
+// the counters.
+func BenchmarkLocalEvents(b *testing.B) {
+	type side struct {
+		st   semaphore.Store
+		req  semaphore.Request
+		took time.Duration
+	}
+	var sides [2]*side
+	for i, noEvents := range []bool{false, true} {
+		st, err := localstore.New(localstore.Options{Dir: b.TempDir(), NoEvents: noEvents})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close() })
+		n := holdMany(b, st, "bench", 20, 1)
+		sides[i] = &side{st: st, req: semaphore.Request{Key: "bench", Permits: n, TTL: time.Second, NoWait: true}}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range sides {
+			s := sides[(i+j)%2] // each first every other time
+			start := time.Now()
+			l, err := s.st.Acquire(context.Background(), s.req)
+			if err != nil {
+				b.Fatalf("Acquire: %v", err)
+			}
+			_ = l.Release(context.Background())
+			s.took += time.Since(start)
+		}
+	}
+	b.ReportMetric(float64(sides[0].took.Nanoseconds())/1e3/float64(b.N), "events-µs")
+	b.ReportMetric(float64(sides[1].took.Nanoseconds())/1e3/float64(b.N), "noevents-µs")
+}
+
+// BenchmarkLocalHandover times a hand-over: from a holder's Release to
+// the return of the Acquire of the caller waiting first in line, of a
+// store that writes keys' logs and of one that does not (NoEvents), in
+// turns: "events-µs" and "noevents-µs". Both the release's event and
+// the grant's are written in it, one on each side.
+func BenchmarkLocalHandover(b *testing.B) {
+	type side struct {
+		st   semaphore.Store
+		took time.Duration
+	}
+	var sides [2]*side
+	for i, noEvents := range []bool{false, true} {
+		st, err := localstore.New(localstore.Options{Dir: b.TempDir(), NoEvents: noEvents})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close() })
+		sides[i] = &side{st: st}
+	}
+	ctx := context.Background()
+	req := semaphore.Request{Key: "bench", Permits: 1, TTL: time.Second}
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range sides {
+			s := sides[(i+j)%2] // each first every other time
+			held := req
+			held.NoWait = true
+			l, err := s.st.Acquire(ctx, held)
+			if err != nil {
+				b.Fatalf("Acquire: %v", err)
+			}
+			waiting := make(chan struct{}, 1)
+			got := make(chan time.Time, 1)
+			wait := req
+			wait.OnWait = func(semaphore.WaitState) {
+				select {
+				case waiting <- struct{}{}:
+				default:
+				}
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				l, err := s.st.Acquire(ctx, wait)
+				got <- time.Now()
+				if err == nil {
+					_ = l.Release(ctx)
+				}
+			}()
+			<-waiting
+			time.Sleep(time.Millisecond) // in its wait for a seat
+			start := time.Now()
+			_ = l.Release(ctx)
+			s.took += (<-got).Sub(start)
+			<-done
+		}
+	}
+	b.ReportMetric(float64(sides[0].took.Nanoseconds())/1e3/float64(b.N), "events-µs")
+	b.ReportMetric(float64(sides[1].took.Nanoseconds())/1e3/float64(b.N), "noevents-µs")
 }

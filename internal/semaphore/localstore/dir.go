@@ -115,6 +115,7 @@ type keyDir struct {
 	owner     uint32 // the directory's
 	dev, ino  uint64 // the directory's, to tell it is still the key's
 	groupMode bool   // the lock directory is shared by a group: so are our files
+	noEvents  bool   // write no event in its log (Options.NoEvents)
 }
 
 // maxPublish bounds the tries to open a key's directory that others keep
@@ -164,7 +165,7 @@ func (s *Store) openKeyDir(name string) (*keyDir, error) {
 	}
 	return &keyDir{
 		dir: dir, path: path, name: name, lockDir: s.fd(), owner: st.Uid,
-		dev: uint64(st.Dev), ino: uint64(st.Ino), groupMode: s.shared,
+		dev: uint64(st.Dev), ino: uint64(st.Ino), groupMode: s.shared, noEvents: s.noEvents,
 	}, nil
 }
 
@@ -200,7 +201,7 @@ func (s *Store) publishKey(name, key string, permits int) error {
 	}
 	dir := os.NewFile(uintptr(fd), filepath.Join(s.path, tmp))
 	defer dir.Close()
-	files := []string{grantFile, queueFile, tokenFile, capacityFile}
+	files := []string{grantFile, queueFile, tokenFile, capacityFile, statsFile, eventsFile}
 	if strings.HasPrefix(name, "#") {
 		files = append(files, keyFile) // a hashed name does not say its key
 	}
@@ -249,17 +250,26 @@ const (
 // createFile creates name in the directory dirfd, exclusively, never
 // through a symbolic link, with mode whatever the umask.
 func createFile(dirfd int, name, dir string, mode uint32) (*os.File, error) {
+	fd, err := createFd(dirfd, name, dir, mode)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir, name)), nil
+}
+
+// createFd is createFile, as a bare descriptor.
+func createFd(dirfd int, name, dir string, mode uint32) (int, error) {
 	shown := filepath.Join(dir, name)
 	fd, err := unix.Openat(dirfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 	if err != nil {
-		return nil, fileError(shown, err)
+		return -1, fileError(shown, err)
 	}
 	// The caller's own, just made: its mode may be set.
 	if err := unix.Fchmod(fd, mode); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("lock file %s: %w", shown, err)
+		return -1, fmt.Errorf("lock file %s: %w", shown, err)
 	}
-	return os.NewFile(uintptr(fd), shown), nil
+	return fd, nil
 }
 
 func fileError(shown string, err error) error {
@@ -325,30 +335,8 @@ func (k *keyDir) open(name string, flag int) (*os.File, error) {
 // holds no lock, is written by whichever member ends the hold.
 func (k *keyDir) openFile(name string, flag int, anyOwner bool) (*os.File, error) {
 	shown := filepath.Join(k.path, name)
-	create := flag&os.O_CREATE != 0
-	flag &^= os.O_CREATE | os.O_EXCL | os.O_TRUNC
-	// Non-blocking, so that a FIFO planted here cannot hang the open. The
-	// file is opened as it is first, since it almost always is there: one
-	// system call fewer for each file of every run than creating it first.
-	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if errors.Is(err, unix.ENOENT) && create {
-		f, cerr := createFile(int(k.dir.Fd()), name, k.path, k.fileMode())
-		if !errors.Is(cerr, unix.EEXIST) {
-			return f, cerr
-		}
-		// Made by another caller meanwhile: opened as it is, checked below.
-		fd, err = unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	}
+	fd, err := k.openFd(name, flag, anyOwner, nil)
 	if err != nil {
-		return nil, fileError(shown, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("lock file %s: %w", shown, err)
-	}
-	if err := fileFault(&st, shown, k.owner, !anyOwner && flag&(os.O_WRONLY|os.O_RDWR) != 0); err != nil {
-		unix.Close(fd)
 		return nil, err
 	}
 	// Blocking again: a regular file gains nothing from the runtime's
@@ -359,6 +347,46 @@ func (k *keyDir) openFile(name string, flag int, anyOwner bool) (*os.File, error
 		return nil, fmt.Errorf("lock file %s: %w", shown, err)
 	}
 	return os.NewFile(uintptr(fd), shown), nil
+}
+
+// openFd is openFile as a bare descriptor, left non-blocking (which a
+// regular file ignores), for the files every grant and release writes
+// (eventlog.go): an os.File costs two fcntl calls more. When st is set,
+// it is what fstat says of the file.
+func (k *keyDir) openFd(name string, flag int, anyOwner bool, st *unix.Stat_t) (int, error) {
+	shown := filepath.Join(k.path, name)
+	if st == nil {
+		st = new(unix.Stat_t)
+	}
+	create := flag&os.O_CREATE != 0
+	flag &^= os.O_CREATE | os.O_EXCL | os.O_TRUNC
+	// Non-blocking, so that a FIFO planted here cannot hang the open. The
+	// file is opened as it is first, since it almost always is there: one
+	// system call fewer for each file of every run than creating it first.
+	fd, err := unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) && create {
+		fd, err = createFd(int(k.dir.Fd()), name, k.path, k.fileMode())
+		if !errors.Is(err, unix.EEXIST) {
+			if err == nil && unix.Fstat(fd, st) != nil {
+				*st = unix.Stat_t{} // just made: empty
+			}
+			return fd, err
+		}
+		// Made by another caller meanwhile: opened as it is, checked below.
+		fd, err = unix.Openat(int(k.dir.Fd()), name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	}
+	if err != nil {
+		return -1, fileError(shown, err)
+	}
+	if err := unix.Fstat(fd, st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("lock file %s: %w", shown, err)
+	}
+	if err := fileFault(st, shown, k.owner, !anyOwner && flag&(os.O_WRONLY|os.O_RDWR) != 0); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // openLock opens one of the key's files read-only, to be locked: the

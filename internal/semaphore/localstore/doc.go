@@ -15,7 +15,10 @@
 // takes on its seats, on Linux only (hold.go). A permit given back before
 // its min hold passed, with no process left, cools as a file (cool.go).
 // An operator's settings of a key are a file of it (policy.go); a revoke
-// is a file its holder looks for every second (operate.go).
+// is a file its holder looks for every second (operate.go). What
+// happened to a key, its capped log of events and its counters, are two
+// more files of it (eventlog.go), which a follower of the log reads as
+// they grow (events.go).
 // The first waiter in line is woken by inotify (watch_linux.go). Unix only: on Windows a lock
 // belongs to the process that took it, so a child could not inherit a
 // seat.

@@ -61,3 +61,30 @@ func BenchmarkGrantLockHeld(b *testing.B) {
 
 // prepare does what acquireIn does before the first try.
 func prepare(a *attempt) { a.draft, _ = a.k.makeDraft() }
+
+// BenchmarkNote times what an event costs its caller: counted, and
+// logged or not (NoEvents).
+func BenchmarkNote(b *testing.B) {
+	for _, noEvents := range []bool{false, true} {
+		b.Run(fmt.Sprintf("noEvents=%v", noEvents), func(b *testing.B) {
+			s, err := New(Options{Dir: b.TempDir(), NoEvents: noEvents})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			k, err := s.openKey("bench", 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer k.close()
+			e := semaphore.Event{
+				Kind: semaphore.EventRelease, Holder: "K3QZ7WAB2M", Permits: 3, Weight: 1, Token: time.Now().UnixMicro(), Held: time.Minute,
+				HolderInfo: semaphore.HolderInfo{Host: "ci-runner-07.example.com", PID: 424242, Command: "render.sh", Label: "https://ci.example.com/jobs/123456"},
+			}
+			b.ResetTimer()
+			for range b.N {
+				k.note(e)
+			}
+		})
+	}
+}

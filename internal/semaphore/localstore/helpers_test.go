@@ -82,3 +82,11 @@ func tally(l semaphore.Lease, err error, busy, failed *atomic.Int64) {
 		_ = l.Release(context.Background())
 	}
 }
+
+// abandon drops a lease as a process that exits does: unreleased, its
+// files closed.
+func abandon(l semaphore.Lease) {
+	for _, f := range l.Files() {
+		f.Close()
+	}
+}

@@ -424,6 +424,12 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semapho
 	if err != nil {
 		return nil, semaphore.HoldInfo{}, fmt.Errorf("attach to a hold of key %q: %w", h.Key, err)
 	}
+	var lost *semaphore.Event
+	defer func() {
+		if lost != nil {
+			k.note(*lost) // once the grant lock is dropped
+		}
+	}()
 	defer unlock()
 	r, ended, err := k.liveHold(h.Key, name)
 	if err != nil {
@@ -438,7 +444,10 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semapho
 		return nil, semaphore.HoldInfo{}, fmt.Errorf("attach to a hold of key %q: %w", h.Key, err)
 	}
 	if held == nil {
-		end, _ := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldLost, Why: lapsedWhy, At: time.Now()})
+		end, err := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldLost, Why: lapsedWhy, At: time.Now()})
+		if err == nil {
+			lost = r.endEvent(end)
+		}
 		return nil, semaphore.HoldInfo{}, &semaphore.HoldEndedError{Key: h.Key, End: end}
 	}
 	kept = true
@@ -495,6 +504,12 @@ func (s *Store) endHold(ctx context.Context, k *keyDir, key, name string, end se
 	if err != nil {
 		return semaphore.HoldEnd{}, false, nil, fmt.Errorf("end a hold of key %q: %w", key, err)
 	}
+	var ev *semaphore.Event
+	defer func() {
+		if ev != nil {
+			k.note(*ev) // once the grant lock is dropped
+		}
+	}()
 	defer unlock()
 	defer k.sweepHolds(sweepFew)
 	r, ended, err := k.liveHold(key, name)
@@ -510,14 +525,35 @@ func (s *Store) endHold(ctx context.Context, k *keyDir, key, name string, end se
 		return semaphore.HoldEnd{}, false, nil, fmt.Errorf("end a hold of key %q: %w", key, err)
 	}
 	if !alive {
-		got, _ := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldLost, Why: lapsedWhy, At: end.At})
+		got, err := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldLost, Why: lapsedWhy, At: end.At})
+		if err == nil {
+			ev = r.endEvent(got)
+		}
 		return got, false, nil, nil
 	}
 	got, err := k.endHoldRecord(name, r, end)
 	if err != nil {
 		return semaphore.HoldEnd{}, false, nil, fmt.Errorf("end a hold of key %q: %w", key, err)
 	}
+	ev = r.endEvent(got)
 	return got, true, seats, nil
+}
+
+// endEvent is the event of the hold r's end, end: a loss, or its permit
+// given back; nil for a revoke, which Revoke notes.
+func (r holdRecord) endEvent(end semaphore.HoldEnd) *semaphore.Event {
+	e := semaphore.Event{
+		Kind: semaphore.EventRelease, Key: r.Key, Holder: r.ID, HolderInfo: r.keeper(), Permits: r.Permits, Weight: r.Weight,
+		Token: r.Token, Held: end.At.Sub(time.UnixMilli(r.SinceMS)),
+	}
+	switch end.State {
+	case semaphore.HoldRevoked:
+		return nil
+	case semaphore.HoldLost:
+		// When it lapsed is not known: its last process went unseen.
+		e.Kind, e.Held = semaphore.EventLost, 0
+	}
+	return &e
 }
 
 // boundWhy is why as a record keeps it: valid UTF-8, at most

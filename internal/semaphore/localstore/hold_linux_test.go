@@ -134,14 +134,6 @@ func attachKeeper(t *testing.T, dir string, h semaphore.Handle) *holderProcess {
 	return p
 }
 
-// abandon drops a lease as a process that exits does: unreleased, its
-// files closed.
-func abandon(l semaphore.Lease) {
-	for _, f := range l.Files() {
-		f.Close()
-	}
-}
-
 // makeHold takes a permit of req and makes it a hold kept by keeperInfo.
 func makeHold(t *testing.T, st semaphore.Store, req semaphore.Request) (semaphore.Handle, semaphore.Lease) {
 	t.Helper()

@@ -26,6 +26,7 @@ type lease struct {
 	key             string
 	permits, weight int
 	sinceMS         int64
+	granted         time.Time // sinceMS, with the monotonic clock, for how long it was held
 	holder          semaphore.HolderInfo
 	minHold         time.Duration
 	// k is the key's directory, through a descriptor of the lease's own;
@@ -96,7 +97,8 @@ func (l *lease) Finish(_ context.Context, exitStatus int) error { return l.giveB
 
 func (l *lease) Release(context.Context) error { return l.giveBack(false, -1) }
 
-// giveBack gives the permit back, cooling first when cool is set.
+// giveBack gives the permit back, cooling first when cool is set, and
+// notes it; exitStatus is how its command ended, -1 when none ran.
 func (l *lease) giveBack(cool bool, exitStatus int) error {
 	l.once.Do(func() {
 		l.mu.Lock()
@@ -108,26 +110,47 @@ func (l *lease) giveBack(cool bool, exitStatus int) error {
 		if l.id != "" && l.k != nil {
 			_ = unix.Unlinkat(int(l.k.dir.Fd()), revokePrefix+l.id, 0) // its revoke, if any, has done its work
 		}
+		var cooling time.Duration
 		var err error
 		if cool && !l.held.Load() {
 			// Visible before the seats are unlocked, never after: see
 			// cool.go.
-			err = l.cool(exitStatus)
+			cooling, err = l.cool(exitStatus)
 		}
 		l.err = errors.Join(err, l.seats.release())
 		if l.k != nil {
+			// Once the seats are free, so that the next holder need not
+			// wait for it; a hold's permit is given back when the hold
+			// ends (EndHold).
+			if !l.held.Load() {
+				e := l.event(semaphore.EventRelease, 0)
+				e.Held, e.Cooling = time.Since(l.granted), cooling
+				if exitStatus >= 0 {
+					e.ExitStatus = &exitStatus
+				}
+				l.k.note(e)
+			}
 			l.k.close()
 		}
 	})
 	return l.err
 }
 
+// event is an event of kind of the lease's holder, after waited.
+func (l *lease) event(kind semaphore.EventKind, waited time.Duration) semaphore.Event {
+	return semaphore.Event{
+		Kind: kind, Key: l.key, Holder: l.id, HolderInfo: l.holder, Permits: l.permits, Weight: l.weight,
+		Token: l.token, Waited: waited,
+	}
+}
+
 // cool leaves the permit cooling until its min hold after its grant,
-// unless that has passed.
-func (l *lease) cool(exitStatus int) error {
+// unless that has passed, and says how long it cools.
+func (l *lease) cool(exitStatus int) (time.Duration, error) {
 	ends := l.sinceMS + l.minHold.Milliseconds()
-	if l.minHold <= 0 || time.Now().UnixMilli() >= ends {
-		return nil
+	now := time.Now().UnixMilli()
+	if l.minHold <= 0 || now >= ends {
+		return 0, nil
 	}
 	r := coolRecord{
 		record:     record{ID: l.id, HolderInfo: l.holder, Permits: l.permits, Weight: l.weight, Token: l.token, SinceMS: l.sinceMS},
@@ -135,9 +158,9 @@ func (l *lease) cool(exitStatus int) error {
 		ExitStatus: min(max(exitStatus, -1), 255),
 	}
 	if err := l.k.publishCooling(r); err != nil {
-		return fmt.Errorf("key %q: given back at once, not kept for its min hold: %w", l.key, err)
+		return 0, fmt.Errorf("key %q: given back at once, not kept for its min hold: %w", l.key, err)
 	}
-	return nil
+	return time.Duration(ends-now) * time.Millisecond, nil
 }
 
 // dropRecord removes the holder's record, if any: at a release, or when

@@ -54,7 +54,7 @@ func (s *Store) SetCapacity(ctx context.Context, key string, n int) error {
 	if err := semaphore.CheckCapacity(n); err != nil {
 		return err
 	}
-	return s.setPolicy(ctx, key, n > 0, func(p *policy) { p.Capacity = n })
+	return s.setPolicy(ctx, key, n > 0, func(p *policy) { p.Capacity = n }, semaphore.Event{Kind: semaphore.EventCapacity, Capacity: n})
 }
 
 // Pause implements semaphore.Operator. The end is on the wall clock, as
@@ -67,23 +67,23 @@ func (s *Store) Pause(ctx context.Context, key, reason string, d time.Duration) 
 	if d > 0 {
 		pause.UntilMS = time.Now().Add(d).UnixMilli()
 	}
-	return s.setPolicy(ctx, key, true, func(p *policy) { p.Pause = pause })
+	return s.setPolicy(ctx, key, true, func(p *policy) { p.Pause = pause }, semaphore.Event{Kind: semaphore.EventPause, Reason: reason, Until: d})
 }
 
 // Resume implements semaphore.Operator.
 func (s *Store) Resume(ctx context.Context, key string) error {
-	return s.setPolicy(ctx, key, false, func(p *policy) { p.Pause = nil })
+	return s.setPolicy(ctx, key, false, func(p *policy) { p.Pause = nil }, semaphore.Event{Kind: semaphore.EventResume})
 }
 
 // setPolicy changes key's settings with change, under its grant lock,
-// and wakes its first waiter. A key never used is made when keep is set
-// (a setting to keep), and left alone otherwise.
-func (s *Store) setPolicy(ctx context.Context, key string, keep bool, change func(*policy)) error {
+// wakes its first waiter and notes the event e. A key never used is made
+// when keep is set (a setting to keep), and left alone otherwise.
+func (s *Store) setPolicy(ctx context.Context, key string, keep bool, change func(*policy), e semaphore.Event) error {
 	if err := semaphore.CheckKey(key); err != nil {
 		return &semaphore.SettingError{Setting: semaphore.KeySetting, Value: fmt.Sprintf("%q", key), Err: err}
 	}
 	for range maxPublish {
-		err := s.setPolicyOnce(ctx, key, keep, change)
+		err := s.setPolicyOnce(ctx, key, keep, change, e)
 		if !errors.Is(err, errKeyMoved) {
 			return err
 		}
@@ -91,7 +91,7 @@ func (s *Store) setPolicy(ctx context.Context, key string, keep bool, change fun
 	return fmt.Errorf("key %q: its directory in %s was replaced each time semrun looked", key, s.path)
 }
 
-func (s *Store) setPolicyOnce(ctx context.Context, key string, keep bool, change func(*policy)) error {
+func (s *Store) setPolicyOnce(ctx context.Context, key string, keep bool, change func(*policy), e semaphore.Event) error {
 	var k *keyDir
 	var err error
 	if keep {
@@ -104,6 +104,15 @@ func (s *Store) setPolicyOnce(ctx context.Context, key string, keep bool, change
 		return fmt.Errorf("key %q: %w", key, err)
 	}
 	defer k.close()
+	if err := s.setPolicyIn(ctx, k, key, change); err != nil {
+		return err
+	}
+	k.note(e) // once the grant lock is dropped
+	return nil
+}
+
+// setPolicyIn is setPolicyOnce in k, under its grant lock.
+func (s *Store) setPolicyIn(ctx context.Context, k *keyDir, key string, change func(*policy)) error {
 	unlock, err := k.lockGrant(ctx, operateWait)
 	if err != nil {
 		return fmt.Errorf("key %q: %w", key, err)
@@ -146,8 +155,11 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 	if err != nil {
 		return fmt.Errorf("revoke a holder of key %q: %w", key, err)
 	}
-	defer unlock()
 	who, cooled, err := k.revoke(key, id, reason)
+	unlock()
+	if who != nil && err == nil {
+		k.note(semaphore.Event{Kind: semaphore.EventRevoke, Holder: id, HolderInfo: *who, Reason: reason, Forced: cooled})
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("revoke a holder of key %q: %w", key, err)

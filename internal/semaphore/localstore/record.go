@@ -240,8 +240,12 @@ func (k *keyDir) removeUnlocked(names []string) {
 		}
 		// Removed only under its lock: a caller locks its file before it
 		// checks that the file is still there.
-		if free, _ := flock(f, unix.LOCK_EX|unix.LOCK_NB); free {
-			_ = unix.Unlinkat(int(k.dir.Fd()), name, 0)
+		if free, _ := flock(f, unix.LOCK_EX|unix.LOCK_NB); free && unix.Unlinkat(int(k.dir.Fd()), name, 0) == nil &&
+			strings.HasPrefix(name, heldPrefix) {
+			// A holder gives its permit back after its file is gone: one
+			// left is a holder's that vanished. Whoever removes it, once,
+			// notes the loss.
+			k.note(lostEvent(f))
 		}
 		f.Close()
 	}
@@ -280,4 +284,17 @@ func (k *keyDir) namesOf(a, b string) (as, bs []string) {
 func pick(names []string, n int) []string {
 	mathrand.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
 	return names[:min(len(names), n)]
+}
+
+// lostEvent is the loss of the holder whose file, left behind, is f; how
+// long it held is not known.
+func lostEvent(f *os.File) semaphore.Event {
+	e := semaphore.Event{Kind: semaphore.EventLost}
+	if r, err := readRecord(f); err == nil {
+		if validID(r.ID) {
+			e.Holder = r.ID
+		}
+		e.HolderInfo, e.Permits, e.Weight, e.Token = r.HolderInfo, r.Permits, r.Weight, r.Token
+	}
+	return e
 }

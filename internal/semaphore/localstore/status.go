@@ -206,7 +206,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 	if grant != nil {
 		k.sweepHolds(sweepFew)
 		k.sweepRevokes(live)
-		for _, prefix := range []string{coolDraftPrefix, policyDraftPrefix, revokeDraftPrefix} {
+		for _, prefix := range []string{coolDraftPrefix, policyDraftPrefix, revokeDraftPrefix, eventsDraftPrefix} {
 			k.sweepDrafts(prefix, sweepFew)
 		}
 		_, _ = flock(grant, unix.LOCK_UN)
@@ -214,6 +214,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 	for _, r := range k.lockedRecords(waitPrefix, s.warnf) {
 		st.Waiters = append(st.Waiters, semaphore.Waiter{HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight, Waited: now.Sub(time.UnixMilli(r.SinceMS))})
 	}
+	st.Counts = k.counts(s.warnf)
 	slices.SortStableFunc(st.Holders, func(a, b semaphore.Holder) int { return int(b.Age - a.Age) })
 	slices.SortStableFunc(st.Waiters, func(a, b semaphore.Waiter) int { return int(b.Waited - a.Waited) })
 	slices.SortStableFunc(st.Cooling, func(a, b semaphore.Cooling) int { return int(a.EndsIn - b.EndsIn) })

@@ -20,7 +20,8 @@ import (
 // holders and waiters each have a file of their own, "held.*" and
 // "wait.*", locked while they hold or wait, that says who they are; a
 // hold has a record, "hold.*", that outlives it by a day (hold.go); a
-// permit cooling, one that says until when, "cool.*" (cool.go).
+// permit cooling, one that says until when, "cool.*" (cool.go); what
+// happened to the key is "events" and "stats" (eventlog.go).
 const (
 	grantFile    = "grant"    // held while seats are counted or taken: 0.1ms with 20 holders, 0.3ms with 200
 	queueFile    = "queue"    // held by the first waiter in line while it waits for a seat
@@ -55,6 +56,10 @@ type Options struct {
 	Warnf func(format string, args ...any)
 	// Names name the settings in messages; semaphore.OwnNames when nil.
 	Names semaphore.Names
+	// NoEvents: write nothing in the keys' event logs (eventlog.go),
+	// for a caller that wants no file to grow with its runs; the keys'
+	// counters are still kept.
+	NoEvents bool
 }
 
 // Store is a semaphore.Store whose permits are kernel file locks in a lock
@@ -72,6 +77,7 @@ type Store struct {
 	// each other's keys (see keyDirFault).
 	sharedByRoot bool
 	gid          uint32 // the lock directory's group
+	noEvents     bool   // Options.NoEvents
 
 	// attached counts this store's leases attached to each hold (see
 	// holdID), which EndHold need not wait for.
@@ -110,7 +116,7 @@ func New(o Options) (*Store, error) {
 	if o.Dir == "" {
 		return nil, &semaphore.SettingError{Setting: DirSetting, Err: errors.New("must not be empty")}
 	}
-	s := &Store{path: filepath.Clean(o.Dir), warnf: o.Warnf, names: o.Names}
+	s := &Store{path: filepath.Clean(o.Dir), warnf: o.Warnf, names: o.Names, noEvents: o.NoEvents}
 	if s.warnf == nil {
 		s.warnf = func(string, ...any) {}
 	}

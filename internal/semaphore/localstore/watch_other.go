@@ -25,3 +25,21 @@ func (*seatWatch) wait(ctx context.Context, _ time.Duration) (bool, error) {
 
 // ring has no one to wake: waiters look again on their own.
 func ring(*os.File) {}
+
+// logWatch, without inotify, has a follower of key logs (Events) read
+// them all every pollLogs.
+type logWatch struct{}
+
+const pollLogs = 250 * time.Millisecond
+
+func newLogWatch() *logWatch { return &logWatch{} }
+
+func (*logWatch) live() bool { return false }
+
+func (*logWatch) add(*os.File) int { return -1 }
+
+func (*logWatch) wait(ctx context.Context, d time.Duration) (map[int]bool, bool, error) {
+	return nil, true, clock.Sleep(ctx, min(d, pollLogs))
+}
+
+func (*logWatch) close() {}

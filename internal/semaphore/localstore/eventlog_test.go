@@ -1,0 +1,141 @@
+//go:build unix
+
+package localstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// A reader that finds the log rewritten in place and grown past where it
+// was, unseen in between, reads it whole: the line it took last is not
+// where it was. It takes every line that came since, once.
+func TestReadLogAfterRewriteInPlaceUnseen(t *testing.T) {
+	s, err := New(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, err := s.openKey("k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	note := func(from, n int) {
+		for i := range n {
+			k.note(semaphore.Event{Kind: semaphore.EventCapacity, Capacity: from + i})
+		}
+	}
+	read := func(pos *logPos) []int {
+		t.Helper()
+		events, err := k.readLog(pos, "k")
+		if err != nil {
+			t.Fatalf("readLog: %v", err)
+		}
+		var got []int
+		for _, e := range events {
+			got = append(got, e.Capacity)
+		}
+		return got
+	}
+	want := func(from, n int) string {
+		var w []int
+		for i := range n {
+			w = append(w, from+i)
+		}
+		return fmt.Sprint(w)
+	}
+	note(1, 200)
+	pos := logPos{start: -1}
+	if got := read(&pos); fmt.Sprint(got) != want(1, 200) {
+		t.Fatalf("first read: got %v, want 1 to 200", got)
+	}
+	// Its last 10 lines, in place, as a member who may not replace it
+	// writes them, then 300 more: past where the reader was.
+	path := filepath.Join(k.path, eventsFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, n := newestLines(b, false, 10, len(b))
+	if n != 10 {
+		t.Fatalf("newestLines: got %d lines, want 10", n)
+	}
+	if err := k.writeInPlace(eventsFile, kept); err != nil {
+		t.Fatal(err)
+	}
+	note(201, 300)
+	if fi, _ := os.Stat(path); fi.Size() < pos.end {
+		t.Fatalf("the log: %d bytes, want more than the %d read before", fi.Size(), pos.end)
+	}
+	if got := read(&pos); fmt.Sprint(got) != want(201, 300) {
+		t.Errorf("read after the rewrite: got %v, want 201 to 500", got)
+	}
+	if got := read(&pos); len(got) != 0 {
+		t.Errorf("read again: got %v, want nothing new", got)
+	}
+}
+
+// newestLines keeps whole lines only, the newest, within its bounds.
+func TestNewestLines(t *testing.T) {
+	for _, c := range []struct {
+		in        string
+		cut       bool
+		n, most   int
+		want      string
+		wantCount int
+	}{
+		{"a\nbb\nccc\n", false, 5, 100, "a\nbb\nccc\n", 3},
+		{"a\nbb\nccc\n", false, 2, 100, "bb\nccc\n", 2},
+		{"a\nbb\nccc\n", true, 5, 100, "bb\nccc\n", 2},
+		{"a\nbb\nccc\nhalf", false, 5, 100, "a\nbb\nccc\n", 3},
+		{"a\nbb\nccc\n", false, 5, 7, "bb\nccc\n", 2},
+		{"no newline at all", true, 5, 100, "", 0},
+		{"", false, 5, 100, "", 0},
+	} {
+		got, count := newestLines([]byte(c.in), c.cut, c.n, c.most)
+		if !bytes.Equal(got, []byte(c.want)) || count != c.wantCount {
+			t.Errorf("newestLines(%q, cut %v, %d, %d): got %q, %d, want %q, %d", c.in, c.cut, c.n, c.most, got, count, c.want, c.wantCount)
+		}
+	}
+}
+
+// Stats read back are what were written; a file that is not semrun's
+// stats, or has a count below 0, is none.
+func TestStatsRoundTrip(t *testing.T) {
+	var st stats
+	st.Last, st.Lines = 1764659143123456, 1001
+	for range 3 {
+		count(&st.Counts, semaphore.Event{Kind: semaphore.EventGrant, Waited: 7 * time.Second})
+		count(&st.Counts, semaphore.Event{Kind: semaphore.EventRelease, Held: time.Hour})
+	}
+	count(&st.Counts, semaphore.Event{Kind: semaphore.EventBusy})
+	count(&st.Counts, semaphore.Event{Kind: semaphore.EventLost})
+	got, err := decodeStats(st.encode(), "stats")
+	if err != nil || !reflect.DeepEqual(got, st) {
+		t.Errorf("decodeStats(encode(%+v)): got %+v, %v, want it back", st, got, err)
+	}
+	if got, err := decodeStats(nil, "stats"); err != nil || !reflect.DeepEqual(got, stats{}) {
+		t.Errorf("decodeStats of an empty file: got %+v, %v, want none", got, err)
+	}
+	b := st.encode()
+	for _, bad := range [][]byte{
+		[]byte("2" + string(b[1:])),                           // another version
+		bytes.Replace(b, []byte(" 1001 "), []byte(" -1 "), 1), // below 0
+		b[:len(b)-3], // a number short
+		[]byte(`{"v":1,"grants":3}`),
+	} {
+		var e *badFileError
+		if _, err := decodeStats(bad, "stats"); !errors.As(err, &e) {
+			t.Errorf("decodeStats(%q): got %v, want a *badFileError", bad, err)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package localstore_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// A hold is one grant and, once it ends, one release, of its keeper,
+// however many runs attach to it; a hold whose processes all went is one
+// loss, however often it is found so.
+func TestLocalHoldEvents(t *testing.T) {
+	t.Parallel()
+	hk := newHeldKey(t, 1, 1)
+	attach(t, hk.st, hk.h)
+	release(t, hk.l) // semrun acquire exits: the permit is the hold's
+	id := statusOf(t, hk.st, hk.req.Key).Holders[0].ID
+	end, now, err := hk.st.EndHold(ctxTimeout(t, 5*time.Second), hk.h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun release"})
+	if err != nil || !now || end.State != semaphore.HoldReleased {
+		t.Fatalf("EndHold: got (%+v, %v, %v), want it released now", end, now, err)
+	}
+	got := eventsOf(t, hk.st, semaphore.EventQuery{Keys: []string{hk.req.Key}})
+	keeper := keeperInfo
+	keeper.Hold = true
+	if !slices.Equal(kindsOf(got), []semaphore.EventKind{semaphore.EventGrant, semaphore.EventRelease}) ||
+		got[1].Holder != id || got[1].HolderInfo != keeper || got[1].Token != hk.l.Token() || got[1].Held <= 0 {
+		t.Errorf("events of a hold released: got %+v, want a grant, then a release by its keeper %+v, id %s, token %d, held a while", got, keeper, id, hk.l.Token())
+	}
+
+	lapsed := newHeldKey(t, 1, 1)
+	abandon(lapsed.l) // its only process gone
+	_, _, err = lapsed.st.Attach(ctxTimeout(t, 5*time.Second), lapsed.h, false)
+	lostAs(t, "Attach to a hold whose processes are gone", err, "had gone")
+	endLost(t, lapsed.st, lapsed.h, "of a hold whose processes are gone")
+	got = eventsOf(t, lapsed.st, semaphore.EventQuery{Keys: []string{lapsed.req.Key}})
+	if !slices.Equal(kindsOf(got), []semaphore.EventKind{semaphore.EventGrant, semaphore.EventLost}) || got[1].HolderInfo != keeper {
+		t.Errorf("events of a hold lapsed: got %+v, want a grant, then a loss of its keeper", got)
+	}
+	if c := countsOf(t, lapsed.st, lapsed.req.Key); c.Losses != 1 || c.Held.Count() != 0 {
+		t.Errorf("counts of a hold lapsed: got %+v, want 1 loss, no hold given back", c)
+	}
+}
+
+func kindsOf(events []semaphore.Event) []semaphore.EventKind {
+	var k []semaphore.EventKind
+	for _, e := range events {
+		k = append(k, e.Kind)
+	}
+	return k
+}
