@@ -42,6 +42,7 @@ var envNames = map[string]string{
 	"redis":               "SEMRUN_REDIS_URL",
 	"prefix":              "SEMRUN_PREFIX",
 	"connect-timeout":     "SEMRUN_CONNECT_TIMEOUT",
+	"events":              "SEMRUN_EVENTS",
 	"cluster":             "SEMRUN_CLUSTER",
 	"sentinel-master":     "SEMRUN_SENTINEL_MASTER",
 	"tls-ca":              "SEMRUN_TLS_CA",

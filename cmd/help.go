@@ -19,7 +19,7 @@ var flagGroups = []struct {
 	forStore bool // status and doctor take these too
 }{
 	{"Flags", []string{"key", "permits", "timeout", "no-wait", "busy-exit-code", "weight", "label", "verbose", "quiet", "config", "log-format"}, false},
-	{"Store (Redis by default, or --local)", []string{"redis", "local", "lock-dir", "cluster", "sentinel-master", "prefix", "connect-timeout"}, true},
+	{"Store (Redis by default, or --local)", []string{"redis", "local", "lock-dir", "cluster", "sentinel-master", "prefix", "connect-timeout", "events"}, true},
 	{"TLS and passwords", []string{"tls-ca", "tls-cert", "tls-key", "tls-server-name", "tls-insecure", "redis-password-file"}, true},
 	{"Leases and lost permits", []string{"ttl", "restart-fence", "min-replicas", "on-lost", "lost-exit-code", "revoked-exit-code", "kill-after"}, false},
 	{"How long, and holds", []string{"max-runtime", "warn-after", "min-hold", "handle"}, false},

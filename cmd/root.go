@@ -28,6 +28,9 @@ type storeValues struct {
 	passwordFile   string
 	prefix         string
 	connectTimeout time.Duration
+	// events: write the events of this process's calls in the keys'
+	// logs (semrun events).
+	events bool
 }
 
 // outputValues are the flag values of what semrun says, which every
@@ -153,6 +156,7 @@ func newCmdRoot(common *commonOptions) *cobra.Command {
 	pf.StringVar(&common.passwordFile, "redis-password-file", "", "read the Redis password from this file (readable by its owner only), when the URL has none")
 	pf.StringVar(&common.prefix, "prefix", "semrun:", "namespace of semrun's keys in the store")
 	pf.Var(newDuration(&common.connectTimeout, 10*time.Second), "connect-timeout", "give up on an unreachable store after this")
+	pf.BoolVar(&common.events, "events", true, "log this call's grant, release or busy answer in the key's events (semrun events); counters are kept either way")
 	pf.StringVar(&common.config, "config", "", "config file (YAML), instead of ~/.config/semrun/config.yaml; "+common.f.SystemConfigFile+" still applies under it")
 	pf.BoolVarP(&common.verbose, "verbose", "v", false, "say what happens on stderr")
 	pf.BoolVarP(&common.quiet, "quiet", "q", false, "say nothing but errors")

@@ -9,7 +9,7 @@ import (
 
 // openLocal opens the lock directory the settings name.
 func (c *commonOptions) openLocal(warnf func(string, ...any), n names) (semaphore.Store, error) {
-	s, err := localstore.New(localstore.Options{Dir: c.lockDirectory(), Warnf: warnf, Names: n})
+	s, err := localstore.New(localstore.Options{Dir: c.lockDirectory(), Warnf: warnf, Names: n, NoEvents: !c.events})
 	if err != nil {
 		return nil, c.refused(err)
 	}
