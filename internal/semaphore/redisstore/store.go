@@ -86,6 +86,11 @@ type Options struct {
 	// retried for the connect timeout, once a call, with the store's
 	// address as messages show it (no password).
 	Retrying func(addr string, err error)
+	// NoEvents: the store logs no events of the keys it serves (a
+	// stream a key, capped near semaphore.MaxEvents entries, written by
+	// each grant, release...; see Events). It still keeps their counters
+	// (KeyStatus.Counts), and Events still reads what others logged.
+	NoEvents bool
 }
 
 func (o *Options) names() semaphore.Names {
@@ -115,12 +120,14 @@ type Store struct {
 	// caller that waits on one again (a run whose permit aged before its
 	// command could start) rides out an outage as before.
 	waitedOn sync.Map
-	// unnamed, retrying, restartFence, minReplicas and verbose are Options'.
+	// unnamed, retrying, restartFence, minReplicas, verbose and
+	// noEvents are Options'.
 	unnamed      bool
 	retrying     func(addr string, err error)
 	restartFence time.Duration
 	minReplicas  int
 	verbose      bool
+	noEvents     bool
 }
 
 var _ semaphore.Store = (*Store)(nil)
@@ -226,7 +233,8 @@ func (o *Options) settle(opt *redis.UniversalOptions) {
 
 // NewWithClient returns a store over c; addr names it in messages and must
 // hold no secret. Of o, only Prefix, ConnectTimeout, Warnf, Infof, Cluster,
-// Names, MinReplicas and Verbose are used: c is connected as it is. Tests use it to wrap a client.
+// Names, MinReplicas, Verbose and NoEvents are used: c is connected as it
+// is. Tests use it to wrap a client.
 func NewWithClient(c Client, addr string, o Options) *Store {
 	warnf, infof := o.Warnf, o.Infof
 	if warnf == nil {
@@ -240,7 +248,7 @@ func NewWithClient(c Client, addr string, o Options) *Store {
 	}
 	return &Store{client: c, prefix: o.Prefix, addr: addr, connectTimeout: o.ConnectTimeout,
 		cluster: o.Cluster, warnf: warnf, infof: infof, names: o.names(), maxLine: MaxLine,
-		minReplicas: o.MinReplicas, verbose: o.Verbose}
+		minReplicas: o.MinReplicas, verbose: o.Verbose, noEvents: o.NoEvents}
 }
 
 // Addr is the store's address with any password redacted.
