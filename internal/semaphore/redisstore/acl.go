@@ -87,6 +87,7 @@ func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
 		// a member it never had removed.
 		{args: []any{"SADD", k.Stats, "doctor"}, writes: true, optional: unlisted},
 		{args: []any{"SSCAN", protocol.Index(s.prefix), 0, "COUNT", 1}, optional: unlisted},
+		{args: []any{"SCARD", protocol.Index(s.prefix)}, optional: unlisted},
 		{args: []any{"SREM", protocol.Index(s.prefix), k.Name}, optional: unlisted},
 	}
 }

@@ -48,8 +48,9 @@ const (
 	// 50,000 entries, within what the guard lets a reply declare.
 	followCount    = 100
 	streamsPerRead = 500
-	// relistEvery is how often a follower of every key looks for new keys.
-	relistEvery = 10 * time.Second
+	// relistEvery is how often a follower of every key looks whether the
+	// index changed (SCARD), and then for new keys (Keys).
+	relistEvery = time.Second
 )
 
 // indexed adds k to the store's index when a script renewed its counters
@@ -417,49 +418,49 @@ type entry struct {
 	event semaphore.Event
 }
 
-// readPages reads the next page of each reader's log: up to n entries.
+// readPages reads the next page of each reader's log, up to n entries: a
+// page of entries that are no events is skipped, and the next read, until
+// a reader has events to tell or none is left to read.
 func (s *Store) readPages(ctx context.Context, readers []*logReader, n int64) error {
-	if len(readers) == 0 {
-		return nil
-	}
-	cmds, err := s.pipelined(ctx, func(ctx context.Context, p redis.Pipeliner) {
-		for _, r := range readers {
-			p.XRangeN(ctx, r.cursor.keys.Events, r.from.String(), r.end.String(), n)
+	for len(readers) > 0 {
+		cmds, err := s.pipelined(ctx, func(ctx context.Context, p redis.Pipeliner) {
+			for _, r := range readers {
+				p.XRangeN(ctx, r.cursor.keys.Events, r.from.String(), r.end.String(), n)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("read the events of %d keys on %s: %w", len(readers), s.addr, err)
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("read the events of %d keys on %s: %w", len(readers), s.addr, err)
-	}
-	for i, r := range readers {
-		got, err := cmds[i].(*redis.XMessageSliceCmd).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			if wrongType(err) {
+		var again []*logReader
+		for i, r := range readers {
+			got, err := cmds[i].(*redis.XMessageSliceCmd).Result()
+			switch {
+			case wrongType(err):
 				// Replaced meanwhile by someone else's key.
 				r.cursor.broken, r.done = true, true
 				continue
+			case err != nil && !errors.Is(err, redis.Nil):
+				return fmt.Errorf("read the events of key %q on %s: %w", r.cursor.keys.Name, s.addr, err)
 			}
-			return fmt.Errorf("read the events of key %q on %s: %w", r.cursor.keys.Name, s.addr, err)
-		}
-		r.page = r.page[:0]
-		for _, m := range got {
-			id, ok := protocol.ParseStreamID(m.ID)
-			if !ok || id.Compare(r.from) < 0 || id.Compare(r.end) > 0 {
-				continue // not the entries asked for: the reply is not to be trusted
+			r.page = r.page[:0]
+			moved := false
+			for _, m := range got {
+				id, ok := protocol.ParseStreamID(m.ID)
+				if !ok || id.Compare(r.from) < 0 || id.Compare(r.end) > 0 {
+					continue // not the entries asked for: the reply is not to be trusted
+				}
+				r.from, moved = id.Next(), true
+				if e, ok := protocol.DecodeEvent(r.cursor.keys.Name, m); ok {
+					r.page = append(r.page, entry{id, e})
+				}
 			}
-			r.from = id.Next()
-			if e, ok := protocol.DecodeEvent(r.cursor.keys.Name, m); ok {
-				r.page = append(r.page, entry{id, e})
-			}
-		}
-		// A short page, or one of entries that were no events, may leave
-		// more: done only when nothing was read or the end was reached.
-		r.done = len(got) == 0 || r.from.Compare(r.end) > 0
-		if len(r.page) == 0 && !r.done {
-			// Only entries that are no events: read on.
-			if err := s.readPages(ctx, []*logReader{r}, n); err != nil {
-				return err
+			// Each read that is not the last moves from on: the loop ends.
+			r.done = !moved || r.from.Compare(r.end) > 0
+			if len(r.page) == 0 && !r.done {
+				again = append(again, r)
 			}
 		}
+		readers = again
 	}
 	return nil
 }
@@ -493,11 +494,11 @@ func (h *eventHeap) Pop() any {
 func (s *Store) follow(ctx context.Context, cursors []*logCursor, listed bool, began protocol.StreamID, tell func(semaphore.Event) error) error {
 	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
 	failed := false
-	relist := time.Now().Add(relistEvery)
+	relist, indexed := time.Now().Add(relistEvery), int64(-1)
 	for ctx.Err() == nil {
 		if listed && time.Now().After(relist) {
 			relist = time.Now().Add(relistEvery)
-			cursors = s.relist(ctx, cursors, began)
+			cursors, indexed = s.relist(ctx, cursors, began, indexed)
 		}
 		var err error
 		if failed {
@@ -526,11 +527,17 @@ func (s *Store) follow(ctx context.Context, cursors []*logCursor, listed bool, b
 	return nil
 }
 
-// relist adds the keys new to the index to cursors, read from began.
-func (s *Store) relist(ctx context.Context, cursors []*logCursor, began protocol.StreamID) []*logCursor {
+// relist adds the keys new to the index to cursors, read from began,
+// when its size changed from indexed: the keys are listed once a key
+// joins it or leaves it, not every time. It returns the size listed.
+func (s *Store) relist(ctx context.Context, cursors []*logCursor, began protocol.StreamID, indexed int64) ([]*logCursor, int64) {
+	size, err := s.client.Do(ctx, "SCARD", protocol.Index(s.prefix)).Int64()
+	if err != nil || size == indexed {
+		return cursors, indexed // looked at again later
+	}
 	keys, err := s.Keys(ctx)
 	if err != nil {
-		return cursors // looked for again later
+		return cursors, indexed
 	}
 	known := map[string]bool{}
 	for _, c := range cursors {
@@ -541,7 +548,7 @@ func (s *Store) relist(ctx context.Context, cursors []*logCursor, began protocol
 			cursors = append(cursors, &logCursor{keys: protocol.NewKeys(s.prefix, key), last: began})
 		}
 	}
-	return cursors
+	return cursors, size
 }
 
 // rejoin looks, after a failure, whether each log went back: one that is

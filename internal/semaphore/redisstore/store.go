@@ -3,7 +3,8 @@
 // share one hash tag, touched only by the Lua scripts of package protocol,
 // which also owns their keys, arguments, replies and records; waiters
 // block on wake lists of their own (wait.go); a permit is a lease on the
-// server's clock (lease.go).
+// server's clock (lease.go). What happens to each key is logged and
+// counted by the scripts, and read back by Events and Status (events.go).
 package redisstore
 
 import (

@@ -91,7 +91,7 @@ end
 -- refused records the busy answer of this caller, for why ('' when every
 -- permit is held).
 local function refused(why)
-  event({e = 'busy', m = metaOf(meta), n = int(n), w = int(weight), why = why})
+  event({e = 'busy', m = metaOf(meta), n = n, w = weight, why = why})
 end
 
 -- record keeps the caller's place in line with a fresh waiter lease.
@@ -183,7 +183,7 @@ if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= capaci
   if not token then return redis.error_reply(err) end
   busy = busy + weight
   keepalive(math.max(ttl, longest))
-  event({e = 'grant', id = publicID(id), m = metaOf(meta), n = int(n), w = int(weight), t = int(token), wait = int(waited)},
+  event({e = 'grant', id = publicID(id), m = metaOf(meta), n = n, w = weight, t = token, wait = waited},
     'w', waited)
   return answer(1, token, left, 0, earliest(), 0, now)
 end

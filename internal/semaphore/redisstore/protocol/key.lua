@@ -47,7 +47,7 @@ if op == 'set' then
   local cap = num(a.cap, 1, MAXPERMITS)
   if not cap then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
   redis.call('HSET', policyKey, 'cap', cap)
-  event({e = 'capacity', cap = int(cap)})
+  event({e = 'capacity', cap = cap})
 elseif op == 'unset' then
   redis.call('HDEL', policyKey, 'cap')
   event({e = 'capacity', cap = '0'})
@@ -55,7 +55,7 @@ elseif op == 'pause' then
   local d = num(a['for'] or '0', 0, MAXPAUSE)
   if not d then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
   redis.call('HSET', policyKey, 'paused', 1, 'until', d > 0 and now + d or 0, 'reason', reason)
-  event({e = 'pause', why = reason, ['until'] = int(d)})
+  event({e = 'pause', why = reason, ['until'] = d})
 elseif op == 'resume' then
   redis.call('HDEL', policyKey, 'paused', 'until', 'reason')
   event({e = 'resume'})

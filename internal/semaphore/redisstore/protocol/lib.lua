@@ -60,11 +60,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- BUCKETS; ms for spans) come before this file, written from the Go
 -- constants of limits.go, which say what each is.
 
--- args reads ARGV's names and values into a table.
+-- args reads ARGV's names and values into a table, once.
+local argsRead = nil
 local function args()
-  local a = {}
-  for i = 1, #ARGV - 1, 2 do a[ARGV[i]] = ARGV[i + 1] end
-  return a
+  if not argsRead then
+    argsRead = {}
+    for i = 1, #ARGV - 1, 2 do argsRead[ARGV[i]] = ARGV[i + 1] end
+  end
+  return argsRead
 end
 
 -- num reads a whole number from lo to hi, or nil for anything else.
@@ -213,19 +216,13 @@ local fresh = 0
 -- newLog: this script started the key's log, which has no TTL yet.
 local newLog = false
 
--- Every event has these fields, in this order, '' where it has none, so
--- that a stream keeps their names once a node (a hundred entries), not
--- once an entry: e, its kind; id, the holder's public id; m, its record
--- (meta, at most MAXMETA bytes); n, the capacity it asked; w, its weight;
--- t, its token; x, a release's exit status; held, wait and cool, ms; cap,
--- a capacity stored (0: unset); why, a reason; until, a pause's length,
--- ms (0: until resumed); f, 1 for a forced revoke. DecodeEvent
--- (events.go) reads them.
-local EVENTFIELDS = {'e', 'id', 'm', 'n', 'w', 't', 'x', 'held', 'wait', 'cool', 'cap', 'why', 'until', 'f'}
-
--- int writes a whole number as Redis and the reader expect it.
-local function int(n)
-  return string.format('%d', n)
+-- counted is a whole number as the scripts read it back: a count Redis
+-- answered, bounded; 0 for one that is none (see num, which also reads
+-- records: this one is cheaper, for the counters each event reads).
+local function counted(v)
+  v = tonumber(v)
+  if not v or v < 0 or v > MAXINT or v ~= math.floor(v) then return 0 end
+  return v
 end
 
 -- metaOf is a record's meta as an event keeps it: bounded.
@@ -240,52 +237,56 @@ local function wrongType(err)
   return string.find(msg or '', 'WRONGTYPE', 1, true) ~= nil
 end
 
--- log appends e to the key's log, trimmed to about MAXEVENTS: to whole
--- nodes, which keeps the cost flat. NOMKSTREAM tells a new log, which
--- count gives its life; a Redis before 6.2 refuses it, and then every
--- event renews the life.
-local function log(e)
-  if quiet then return end
-  local argv = {}
-  for i, name in ipairs(EVENTFIELDS) do
-    argv[2 * i - 1], argv[2 * i] = name, e[name] or ''
-  end
-  local ok, added = pcall(redis.call, 'XADD', eventsKey, 'NOMKSTREAM', 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
-  if ok and added then return end
-  if not ok and wrongType(added) then
-    -- A log that is no stream (someone else wrote it) makes way.
-    pcall(redis.call, 'DEL', eventsKey)
-  end
-  newLog = pcall(redis.call, 'XADD', eventsKey, 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
-end
-
--- bucket is the histogram bucket of ms (see BUCKETS).
-local function bucket(ms)
-  for i, bound in ipairs(BUCKETS) do
-    if ms <= bound then return i end
-  end
-  return #BUCKETS + 1
-end
-
 -- The counter each kind of event raises; the others raise none.
 local COUNTERS = {grant = 'grants', busy = 'busy', timeout = 'timeouts', lost = 'losses', revoke = 'revokes'}
 
--- count counts an event of kind: its counter, and, with hist, ms in a
--- histogram: 'w' a grant's wait, 'h' a release's hold, which also moves
--- the recent hold. Two commands whatever it counts: HMGET, then HSET. A
--- count read back that is none, or too large to count on, counts anew
--- from 0, as after a loss of the data. The first count, a new log, and
--- one an hour push the end of both keys' life to EVENTLIFE from now.
-local function count(kind, hist, ms)
-  local names, adds = {'#until'}, {0}
-  local function also(name, by)
-    names[#names + 1], adds[#adds + 1] = name, by
+-- record logs and counts e (see event): one function, as every function
+-- lib.lua defines is made anew by each call of a script.
+local function record(e, hist, ms)
+  -- The log, trimmed to about MAXEVENTS: to whole nodes, which keeps the
+  -- cost flat. Every event has the same fields, in the same order, ''
+  -- where it has none, so that a stream keeps their names once a node (a
+  -- hundred entries), not once an entry: e, its kind; id, the holder's
+  -- public id; m, its record (meta, at most MAXMETA bytes); n, the
+  -- capacity it asked; w, its weight; t, its token; x, a release's exit
+  -- status; held, wait and cool, ms; cap, a capacity stored (0: unset);
+  -- why, a reason; until, a pause's length, ms (0: until resumed); f, 1
+  -- for a forced revoke. DecodeEvent (events.go) reads them. NOMKSTREAM
+  -- tells a new log, which the count below gives its life; a Redis before
+  -- 6.2 refuses it, and then every event renews the life.
+  if not quiet then
+    local argv = {'e', e.e, 'id', e.id or '', 'm', e.m or '', 'n', e.n or '', 'w', e.w or '', 't', e.t or '',
+      'x', e.x or '', 'held', e.held or '', 'wait', e.wait or '', 'cool', e.cool or '', 'cap', e.cap or '',
+      'why', e.why or '', 'until', e['until'] or '', 'f', e.f or ''}
+    local ok, added = pcall(redis.call, 'XADD', eventsKey, 'NOMKSTREAM', 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
+    if not (ok and added) then
+      if not ok and wrongType(added) then
+        -- A log that is no stream (someone else wrote it) makes way.
+        pcall(redis.call, 'DEL', eventsKey)
+      end
+      newLog = pcall(redis.call, 'XADD', eventsKey, 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
+    end
   end
-  if COUNTERS[kind] then also(COUNTERS[kind], 1) end
+
+  -- The counters: the event's own, and, with hist, ms in a histogram ('w'
+  -- a grant's wait, 'h' a release's hold, which also moves the recent
+  -- hold), in BUCKETS' bucket. Two commands whatever it counts: HMGET,
+  -- then HSET. A count read back that is none, or too large to count on,
+  -- counts anew from 0, as after a loss of the data. The first count, a
+  -- new log, and one an hour push the end of both keys' life to EVENTLIFE
+  -- from now.
+  local names, adds = {'#until'}, {0} -- the fields read, and what each adds (false: the recent hold)
+  if COUNTERS[e.e] then names[2], adds[2] = COUNTERS[e.e], 1 end
   if hist then
-    also(hist .. bucket(ms), 1)
-    also(hist .. 'sum', ms)
-    if hist == 'h' then also('recent', false) end
+    ms = math.max(ms, 0)
+    local b = #BUCKETS + 1
+    for i = #BUCKETS, 1, -1 do
+      if ms <= BUCKETS[i] then b = i end
+    end
+    local i = #names
+    names[i + 1], adds[i + 1] = hist .. b, 1
+    names[i + 2], adds[i + 2] = hist .. 'sum', ms
+    if hist == 'h' then names[i + 3], adds[i + 3] = 'recent', false end
   end
   local ok, got = pcall(redis.call, 'HMGET', statsKey, unpack(names))
   if not ok then
@@ -296,7 +297,7 @@ local function count(kind, hist, ms)
   end
   local set = {}
   for i = 2, #names do
-    local v = num(got[i], 0, MAXINT) or 0
+    local v = counted(got[i])
     if adds[i] then
       v = v + adds[i]
       if v > MAXINT then v = adds[i] end
@@ -305,12 +306,12 @@ local function count(kind, hist, ms)
     else
       v = ms
     end
-    set[#set + 1], set[#set + 2] = names[i], int(v)
+    set[#set + 1], set[#set + 2] = names[i], v
   end
-  local ends = num(got[1], 0, MAXINT)
-  local renew = newLog or not ends or ends < now + EVENTLIFE - EVENTREFRESH or ends > now + EVENTLIFE
+  local ends = counted(got[1])
+  local renew = newLog or ends < now + EVENTLIFE - EVENTREFRESH or ends > now + EVENTLIFE
   if renew then
-    set[#set + 1], set[#set + 2] = '#until', int(now + EVENTLIFE)
+    set[#set + 1], set[#set + 2] = '#until', now + EVENTLIFE
   end
   if #set > 0 then pcall(redis.call, 'HSET', statsKey, unpack(set)) end
   if renew then
@@ -320,13 +321,10 @@ local function count(kind, hist, ms)
   end
 end
 
--- event writes e, an event (its fields by EVENTFIELDS' names; e.e is its
--- kind), and counts it (hist and ms: see count).
+-- event writes e, an event (its fields by record's names; e.e is its
+-- kind), and counts it, with hist and ms (see record).
 local function event(e, hist, ms)
-  pcall(function()
-    log(e)
-    count(e.e, hist, ms and math.max(ms, 0))
-  end)
+  pcall(record, e, hist, ms)
 end
 
 -- holderEvent is the event of kind of holder id, h its record (nil when
@@ -335,7 +333,7 @@ local function holderEvent(kind, id, h, more)
   local e = more or {}
   e.e, e.id = kind, publicID(id)
   if h then
-    e.m, e.n, e.w, e.t = metaOf(h.meta), int(h.permits), int(h.weight), int(h.token)
+    e.m, e.n, e.w, e.t = metaOf(h.meta), h.permits, h.weight, h.token
   end
   return e
 end
@@ -344,8 +342,8 @@ end
 -- status of its command (-1: unknown) and the ms it stays taken.
 local function released(id, h, exit, cooling)
   local held = h and math.max(now - h.since, 0)
-  event(holderEvent('release', id, h, {x = exit >= 0 and int(exit) or '', held = held and int(held) or '',
-    cool = cooling > 0 and int(cooling) or ''}), held and 'h', held)
+  event(holderEvent('release', id, h, {x = exit >= 0 and exit or '', held = held or '', cool = cooling > 0 and cooling or ''}),
+    held and 'h', held)
 end
 
 -- lost records the loss of id, whose record was h (read when nil), found
@@ -354,7 +352,7 @@ local function lost(id, h, at)
   pcall(function()
     h = h or readHolder(redis.call('HGET', infoKey, id))
     local held = h and math.max(math.min(at, now) - h.since, 0)
-    event(holderEvent('lost', id, h, {held = held and int(held) or ''}))
+    event(holderEvent('lost', id, h, {held = held or ''}))
   end)
 end
 
@@ -728,8 +726,8 @@ local function handoff(wake, busy)
       -- Granted here, once: its waiter takes the turn without a call.
       -- It waited since its call began (its record's since).
       local waited = math.max(now - w.since, 0)
-      event({e = 'grant', id = publicID(head), m = metaOf(w.meta), n = int(w.permits), w = int(w.weight), t = int(token),
-        wait = int(waited)}, 'w', waited)
+      event({e = 'grant', id = publicID(head), m = metaOf(w.meta), n = w.permits, w = w.weight, t = token, wait = waited},
+        'w', waited)
     end
   end
   return longest, given, nil

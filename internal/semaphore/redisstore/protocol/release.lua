@@ -57,8 +57,8 @@ if redis.call('ZSCORE', queueKey, a.id) then
   removed = 1
   if w then
     local waited = math.max(now - w.since, 0)
-    event({e = a.timeout == '1' and 'timeout' or 'leave', m = metaOf(w.meta), n = int(w.permits), w = int(w.weight),
-      wait = int(waited)})
+    event({e = a.timeout == '1' and 'timeout' or 'leave', m = metaOf(w.meta), n = w.permits, w = w.weight,
+      wait = waited})
   end
 end
 if removed > 0 then
