@@ -13,7 +13,9 @@
 //   - handoff: 30 processes for 1 permit, each child holding 50ms; the gaps
 //     from one child's end to the next one's start, p50 and p99, and where
 //     their time goes.
-//   - commands: Redis commands per grant, 100 semruns started at once.
+//   - commands: Redis commands per grant, 100 semruns started at once; and
+//     what logging events costs Redis per grant and release, events on and
+//     off (NoEvents) A/B, and the memory of a key's whole log.
 //   - utilization: 60 jobs of 200ms from 20 processes under 3 permits,
 //     against the same jobs run in 3 lanes with no lock.
 //   - rss: resident memory of a waiting and of a holding semrun.

@@ -74,8 +74,29 @@ func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
 		{args: []any{"BLPOP", wake, "0.01"}},
 		{args: []any{"SCAN", 0, "MATCH", protocol.KeyPattern(s.prefix), "COUNT", 10},
 			optional: "semrun status without a KEY would fail"},
+		// What happened to a key (events.go): the scripts log it in a pcall,
+		// so a refusal loses the events, never a grant.
+		{args: []any{"XADD", k.Events, "MAXLEN", "~", protocol.MaxEvents, "*", "e", "doctor"}, writes: true,
+			optional: "no events would be logged (semrun events)"},
+		{args: []any{"XLEN", k.Events}, optional: eventsFail},
+		{args: []any{"XRANGE", k.Events, "-", "+", "COUNT", 1}, optional: eventsFail},
+		{args: []any{"XREVRANGE", k.Events, "+", "-", "COUNT", 1}, optional: eventsFail},
+		{args: []any{"XREAD", "COUNT", 1, "STREAMS", k.Events, "0-0"}, optional: eventsFail},
+		// The index: every key's, whose life a probe must not change, so
+		// SADD is tried on a throw-away key, and the index is only read, and
+		// a member it never had removed.
+		{args: []any{"SADD", k.Stats, "doctor"}, writes: true, optional: unlisted},
+		{args: []any{"SSCAN", protocol.Index(s.prefix), 0, "COUNT", 1}, optional: unlisted},
+		{args: []any{"SCARD", protocol.Index(s.prefix)}, optional: unlisted},
+		{args: []any{"SREM", protocol.Index(s.prefix), k.Name}, optional: unlisted},
 	}
 }
+
+// What fails without the commands that read events, or keep the index.
+const (
+	eventsFail = "semrun events would fail"
+	unlisted   = "semrun events and metrics without a KEY would find no key"
+)
 
 // name is the command's name, as ACL names it.
 func (p aclProbe) name() string { return strings.ToLower(p.args[0].(string)) }
@@ -164,7 +185,7 @@ type aclFindings struct {
 func (s *Store) acl(ctx context.Context) (semaphore.Check, bool) {
 	k := protocol.NewKeys(s.prefix, doctorKey())
 	id := newPermitID()
-	all := append(k.List(), k.WakeList(id))
+	all := append(k.All(), k.WakeList(id))
 	f, err := s.runProbes(ctx, k, id)
 	if f != nil && !f.runsOnly {
 		all = append(all, k.Policy) // written: by a user that may

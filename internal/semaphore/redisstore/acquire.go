@@ -167,6 +167,12 @@ func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
 		limit = time.Until(deadline)
 	}
 	for waits := 0; ; waits++ {
+		// A fence it would wait out is no busy answer yet; on the last
+		// try, any is.
+		a.args.FenceWait = limit
+		if waits == maxFenceWaits {
+			a.args.FenceWait = 0
+		}
 		l, _, err := a.ask(ctx)
 		if l == nil && err == nil {
 			// Granted, but too late to start on, and given back.
@@ -209,6 +215,8 @@ type asker struct {
 	// held is how many seats the last ask found taken.
 	held int
 	last semaphore.WaitState
+	// began is when Acquire began: a grant's wait counts from it.
+	began clock.Instant
 	// inLine is the last ask that left the caller in line: when it sent it,
 	// when the reply came, and the server's clock as the script ran, in
 	// between. A permit handed over later lapses at a server time, which
@@ -222,14 +230,14 @@ type asker struct {
 
 func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 	a := &asker{s: s, req: req, keys: protocol.NewKeys(s.prefix, req.Key), id: newPermitID(),
-		garbage: backoff{next: 50 * time.Millisecond, max: 2 * time.Second}}
+		garbage: backoff{next: 50 * time.Millisecond, max: 2 * time.Second}, began: clock.Now()}
 	meta, err := json.Marshal(req.Holder)
 	if err != nil {
 		return nil, fmt.Errorf("encode holder info: %w", err)
 	}
 	a.args = protocol.AcquireArgs{
 		ID: a.id, Permits: req.Permits, TTL: req.TTL, Meta: meta, Weight: req.Takes(),
-		Fence: req.RestartFence, Line: s.maxLine, Bound: asked(req), Cool: req.MinHold,
+		Fence: req.RestartFence, Line: s.maxLine, Bound: asked(req), Cool: req.MinHold, Quiet: s.noEvents,
 	}
 	if !req.NoWait {
 		a.args.Wait = min(req.TTL, WaiterLease)
@@ -243,6 +251,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error) {
 	s, req := a.s, a.req
 	sent := clock.Now()
+	a.args.Waited = sent.Sub(a.began)
 	res, err := s.call(ctx, a.keys, a.args)
 	recv := clock.Now()
 	if limit := protocol.AtLimit(err, a.keys); limit != nil {
@@ -266,6 +275,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	a.warn(r)
 	a.held = int(r.Held)
 	s.dropped(req.Key, r.Bad)
+	s.indexed(ctx, a.keys, r.Fresh)
 	// A turn of its own, handed by its own script, it has just taken.
 	s.watch(ctx, a.keys, slices.DeleteFunc(r.Handed, func(l string) bool { return l == a.wake.key }))
 	if r.Granted {
@@ -291,7 +301,8 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	}
 	a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.Now
 	// The fence is shown to the second, so that the line is not redrawn for less.
-	st := semaphore.WaitState{Held: int(r.Held), Capacity: capacityOf(req, r.Policy), Position: int(r.Position), Waiting: int(r.Waiting), Fenced: fenced.Round(time.Second)}
+	st := semaphore.WaitState{Held: int(r.Held), Capacity: capacityOf(req, r.Policy), Position: int(r.Position), Waiting: int(r.Waiting), Fenced: fenced.Round(time.Second),
+		RecentHold: protocol.Elapsed(r.Recent)}
 	if p := r.Policy.Pause(); p != nil {
 		st.Paused, st.Pause = true, semaphore.Pause{Reason: p.Reason, EndsIn: p.EndsIn.Round(time.Second)}
 	}
@@ -449,14 +460,18 @@ func (s *Store) watch(ctx context.Context, k protocol.Keys, handed []string) {
 	}
 }
 
-// abandon releases id after ctx ended, under a short deadline of its own.
+// abandon releases id after ctx ended, under a short deadline of its own:
+// a waiter's wait ends as a timeout when ctx's deadline passed, else it
+// leaves (events).
 func (s *Store) abandon(ctx context.Context, k protocol.Keys, id string) {
+	args := protocol.ReleaseArgs{ID: id, Timeout: errors.Is(ctx.Err(), context.DeadlineExceeded), Quiet: s.noEvents}
 	// Short: a caller who gave up on waiting, or was signalled, wants out now.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
 	defer cancel()
-	if res, err := protocol.Run(ctx, s.client, k, protocol.ReleaseArgs{ID: id}); err == nil {
+	if res, err := protocol.Run(ctx, s.client, k, args); err == nil {
 		if r, err := protocol.DecodeRelease(res); err == nil {
 			s.watch(ctx, k, r.Handed)
+			s.indexed(ctx, k, r.Fresh)
 		}
 	}
 }

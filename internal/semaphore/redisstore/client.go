@@ -20,6 +20,9 @@ type Client interface {
 	redis.Scripter
 	// Do sends one command where its key lives (BLPOP, doctor's probes).
 	Do(ctx context.Context, args ...any) *redis.Cmd
+	// Pipelined sends fn's commands in one round trip to each server
+	// that serves one of their keys (reading many keys' events).
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	// Node is the server that serves key: the one server, or in a cluster
 	// the master of the key's slot, as WAIT names no key to route by.
 	Node(ctx context.Context, key string) (Node, error)
@@ -59,6 +62,7 @@ type ServerCommands interface {
 type commands interface {
 	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	Close() error
 }
 

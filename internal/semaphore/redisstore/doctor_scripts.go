@@ -3,6 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
@@ -26,7 +29,7 @@ type scriptCheck struct {
 func (s *Store) scripts(ctx context.Context, aclFailed bool) semaphore.Check {
 	c := &scriptCheck{s: s, key: doctorKey(), holder: newPermitID(), waiter: newPermitID()}
 	c.keys = protocol.NewKeys(s.prefix, c.key)
-	defer s.cleanup(ctx, append(c.keys.List(), c.keys.WakeList(c.holder), c.keys.WakeList(c.waiter)))
+	defer s.cleanup(ctx, append(c.keys.All(), c.keys.WakeList(c.holder), c.keys.WakeList(c.waiter)))
 	step, err := c.run(ctx)
 	if err == nil {
 		how := "already loaded: EVALSHA"
@@ -46,14 +49,30 @@ func (s *Store) scripts(ctx context.Context, aclFailed bool) semaphore.Check {
 	return check
 }
 
-// call runs a script with EVALSHA, and with EVAL when Redis lacks it.
+// call runs a script with EVALSHA, and with EVAL when Redis lacks it,
+// each in one round trip with a PEXPIRE of the key's log and counters,
+// which a script gives a week's life: wherever doctor stops, what it
+// wrote expires within a minute.
 func (c *scriptCheck) call(ctx context.Context, args protocol.Args) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.s.connectTimeout)
 	defer cancel()
-	res, err := protocol.EvalSha(ctx, c.s.client, c.keys, args).Result()
+	run := func(send func(redis.Scripter) *redis.Cmd) (any, error) {
+		var cmd *redis.Cmd
+		_, err := c.s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = send(p)
+			p.PExpire(ctx, c.keys.Events, time.Minute)
+			p.PExpire(ctx, c.keys.Stats, time.Minute)
+			return nil
+		})
+		if cmd == nil {
+			return nil, err
+		}
+		return cmd.Result()
+	}
+	res, err := run(func(p redis.Scripter) *redis.Cmd { return protocol.EvalSha(ctx, p, c.keys, args) })
 	if protocol.IsNoScript(err) {
 		c.loaded = true
-		res, err = protocol.Eval(ctx, c.s.client, c.keys, args).Result()
+		res, err = run(func(p redis.Scripter) *redis.Cmd { return protocol.Eval(ctx, p, c.keys, args) })
 	}
 	return res, protocol.Wrap(args, err)
 }

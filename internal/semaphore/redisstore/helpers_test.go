@@ -151,6 +151,13 @@ func scanKeys(t testing.TB, c *redis.Client, pattern string) []string {
 	return slices.Compact(keys)
 }
 
+// stateKeys are keys less those of what happened to semaphores (their
+// logs and counters, which outlive them by protocol.EventLife) and the
+// index of them, under prefix.
+func stateKeys(prefix string, keys []string) []string {
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return protocol.IsPast(k) || k == protocol.Index(prefix) })
+}
+
 // serverMicros is the server's clock in microseconds.
 func serverMicros(t testing.TB, c *redis.Client) int64 {
 	t.Helper()

@@ -103,6 +103,7 @@ func (s *Store) EndHold(ctx context.Context, h semaphore.Handle, end semaphore.H
 // hands on the seats an end gave back. Retried within ctx, as a release
 // is: each op is safe to repeat.
 func (s *Store) runHold(ctx context.Context, key string, k protocol.Keys, what string, args protocol.HoldArgs) (protocol.HoldReply, error) {
+	args.Quiet = s.noEvents
 	res, err := s.call(ctx, k, args)
 	if err != nil {
 		return protocol.HoldReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
@@ -113,6 +114,7 @@ func (s *Store) runHold(ctx context.Context, key string, k protocol.Keys, what s
 	}
 	s.dropped(key, r.Bad)
 	s.watch(ctx, k, r.Handed)
+	s.indexed(ctx, k, r.Fresh)
 	return r, nil
 }
 

@@ -33,7 +33,9 @@ func (s *Store) semaphores(ctx context.Context) ([]string, error) {
 		wg.Go(func() {
 			iter := m.Scan(ctx, 0, pattern, 1000).Iterator()
 			for iter.Next(ctx) {
-				if name, ok := protocol.SemaphoreOf(s.prefix, iter.Val()); ok {
+				// A key whose state is gone but whose past is kept is held
+				// by nobody: Keys lists those.
+				if name, ok := protocol.SemaphoreOf(s.prefix, iter.Val()); ok && !protocol.IsPast(iter.Val()) {
 					mu.Lock()
 					found[name] = true
 					mu.Unlock()

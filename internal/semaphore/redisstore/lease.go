@@ -314,7 +314,7 @@ func (l *lease) release(ctx context.Context, cool time.Duration, exitStatus int)
 	}
 	// Retried within ctx, as a release is safe to repeat: a failover or a
 	// dropped connection need not leave the seat held for a whole TTL.
-	args := protocol.ReleaseArgs{ID: l.id, Cool: cool, Exit: exitStatus}
+	args := protocol.ReleaseArgs{ID: l.id, Cool: cool, Exit: exitStatus, Quiet: l.s.noEvents}
 	if cool > 0 && l.minReplicas > 0 {
 		// A cooling counts, as a grant does, once replicas have it: a
 		// failover must not lose it and run the job again.
@@ -337,6 +337,7 @@ func (l *lease) released(ctx context.Context, res any) (time.Duration, error) {
 	}
 	l.s.dropped(l.key, r.Bad)
 	l.s.watch(ctx, l.keys, r.Handed)
+	l.s.indexed(ctx, l.keys, r.Fresh)
 	return time.Duration(max(r.Cooling, 0)) * time.Millisecond, nil
 }
 

@@ -58,6 +58,7 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 		return protocol.KeyReply{}, err
 	}
 	k := protocol.NewKeys(s.prefix, key)
+	args.Quiet = s.noEvents
 	res, err := s.call(ctx, k, args)
 	if _, _, perm := refusal(err); perm {
 		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: this Redis user may not change key %q's settings: an operator's needs to write %s, which a run's may only read (%w)",
@@ -72,5 +73,6 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 	}
 	s.dropped(key, r.Bad)
 	s.watch(ctx, k, r.Handed)
+	s.indexed(ctx, k, r.Fresh)
 	return r, nil
 }

@@ -3,7 +3,8 @@
 // share one hash tag, touched only by the Lua scripts of package protocol,
 // which also owns their keys, arguments, replies and records; waiters
 // block on wake lists of their own (wait.go); a permit is a lease on the
-// server's clock (lease.go).
+// server's clock (lease.go). What happens to each key is logged and
+// counted by the scripts, and read back by Events and Status (events.go).
 package redisstore
 
 import (
@@ -86,6 +87,11 @@ type Options struct {
 	// retried for the connect timeout, once a call, with the store's
 	// address as messages show it (no password).
 	Retrying func(addr string, err error)
+	// NoEvents: the store logs no events of the keys it serves (a
+	// stream a key, capped near semaphore.MaxEvents entries, written by
+	// each grant, release...; see Events). It still keeps their counters
+	// (KeyStatus.Counts), and Events still reads what others logged.
+	NoEvents bool
 }
 
 func (o *Options) names() semaphore.Names {
@@ -115,12 +121,14 @@ type Store struct {
 	// caller that waits on one again (a run whose permit aged before its
 	// command could start) rides out an outage as before.
 	waitedOn sync.Map
-	// unnamed, retrying, restartFence, minReplicas and verbose are Options'.
+	// unnamed, retrying, restartFence, minReplicas, verbose and
+	// noEvents are Options'.
 	unnamed      bool
 	retrying     func(addr string, err error)
 	restartFence time.Duration
 	minReplicas  int
 	verbose      bool
+	noEvents     bool
 }
 
 var _ semaphore.Store = (*Store)(nil)
@@ -226,7 +234,8 @@ func (o *Options) settle(opt *redis.UniversalOptions) {
 
 // NewWithClient returns a store over c; addr names it in messages and must
 // hold no secret. Of o, only Prefix, ConnectTimeout, Warnf, Infof, Cluster,
-// Names, MinReplicas and Verbose are used: c is connected as it is. Tests use it to wrap a client.
+// Names, MinReplicas, Verbose and NoEvents are used: c is connected as it
+// is. Tests use it to wrap a client.
 func NewWithClient(c Client, addr string, o Options) *Store {
 	warnf, infof := o.Warnf, o.Infof
 	if warnf == nil {
@@ -240,7 +249,7 @@ func NewWithClient(c Client, addr string, o Options) *Store {
 	}
 	return &Store{client: c, prefix: o.Prefix, addr: addr, connectTimeout: o.ConnectTimeout,
 		cluster: o.Cluster, warnf: warnf, infof: infof, names: o.names(), maxLine: MaxLine,
-		minReplicas: o.MinReplicas, verbose: o.Verbose}
+		minReplicas: o.MinReplicas, verbose: o.Verbose, noEvents: o.NoEvents}
 }
 
 // Addr is the store's address with any password redacted.

@@ -23,6 +23,11 @@
 --            0: none
 --   cool     its min hold, ms after its grant; 0: none (see terms in
 --            lib.lua)
+--   waited   ms since the caller's call began: a grant's wait, and where
+--            a waiter's wait is counted from (its record's since)
+--   fencewait  ms of a restart fence a caller that does not wait waits
+--            out before it asks again: a longer fence is its busy answer
+--   quiet    1: no event is logged (counted still; see event in lib.lua)
 -- Reply (AcquireReply in args.go):
 --   granted   1 when the caller holds a permit
 --   token     its fencing token (0 when not granted)
@@ -46,6 +51,13 @@
 --   pausedfor ms until the pause ends (0: until resumed)
 --   over      1 when the caller's weight exceeds the stored capacity: it
 --             is neither granted nor in line
+--   recent    the key's recent hold, ms, for a caller in line (0 otherwise,
+--             or when none was counted)
+--   fresh     1 when the key's counters were renewed: the caller lists
+--             the key in the index (see count in lib.lua)
+-- Events: a grant, by this call or the hand-over it makes (once: a
+-- repeat of the call writes none); busy, for a caller that would not wait
+-- and gets nothing, or one refused a place in a full line.
 -- Running it twice with the same permit id (a client retry, or a waiter
 -- that asks after it was handed its permit) grants once and returns the
 -- same token.
@@ -55,7 +67,8 @@ local n, ttl = num(a.permits, 1, MAXPERMITS), num(a.ttl, MINTTL, MAXTTL)
 local weight, wlease = num(a.weight, 1, MAXPERMITS), num(a.wait, 0, MAXTTL)
 local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, MAXLINE)
 local asked, coolFor = num(a.bound or '0', 0, MAXBOUND), num(a.cool or '0', 0, MAXCOOL)
-if not (id and wake and n and ttl and weight and wlease and fence and line and asked and coolFor) then
+local waited, fenceWait = num(a.waited or '0', 0, MAXINT), num(a.fencewait or '0', 0, MAXINT)
+if not (id and wake and n and ttl and weight and wlease and fence and line and asked and coolFor and waited and fenceWait) then
   return redis.error_reply('ERR semrun: acquire.lua: bad arguments')
 end
 
@@ -73,6 +86,12 @@ local function wakeIn()
   local e, p = earliest(), policy().paused
   if p and p.left > 0 and (e <= 0 or p.left < e) then return p.left end
   return e
+end
+
+-- refused records the busy answer of this caller, for why ('' when every
+-- permit is held).
+local function refused(why)
+  event({e = 'busy', m = metaOf(meta), n = n, w = weight, why = why})
 end
 
 -- record keeps the caller's place in line with a fresh waiter lease.
@@ -103,12 +122,18 @@ end
 
 local function answer(granted, token, left, position, lapse, full, since, over)
   local p = policy()
+  local recent = 0
+  if position > 0 then
+    -- For the waiter's estimate of its wait: read only when it waits.
+    local ok, v = pcall(redis.call, 'HGET', statsKey, 'recent')
+    recent = ok and num(v, 0, MAXINT) or 0
+  end
   return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
     position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
     fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed,
     wait = position > 0 and wlease or 0, since = since or 0, stored = p.cap or 0,
     paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
-    pausedfor = p.paused and p.paused.left or 0, over = over or 0}
+    pausedfor = p.paused and p.paused.left or 0, over = over or 0, recent = recent, fresh = fresh}
 end
 
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
@@ -158,17 +183,32 @@ if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= capaci
   if not token then return redis.error_reply(err) end
   busy = busy + weight
   keepalive(math.max(ttl, longest))
+  event({e = 'grant', id = publicID(id), m = metaOf(meta), n = n, w = weight, t = token, wait = waited},
+    'w', waited)
   return answer(1, token, left, 0, earliest(), 0, now)
 end
 
 if wlease == 0 then
   keepalive(longest)
+  -- The answer the caller hears (acquire.go's ask): a fence it waits out
+  -- is none yet.
+  local f = fenceLeft()
+  if f > 0 then
+    if f > fenceWait then refused('restart fence') end
+  elseif policy().paused then
+    refused(policy().paused.reason ~= '' and policy().paused.reason or 'paused')
+  elseif busy + weight > capacity(n) then
+    refused('')
+  else
+    refused('others wait in line')
+  end
   return answer(0, 0, 0, 0, wakeIn())
 end
 
 if not inline then
   if redis.call('ZCARD', queueKey) >= line then
     keepalive(longest)
+    refused('line full')
     return answer(0, 0, 0, 0, wakeIn(), 1)
   end
   local last = redis.call('HGET', waitersKey, '#seq')
@@ -178,7 +218,8 @@ if not inline then
   end
   redis.call('HSET', waitersKey, '#seq', seq + 1)
   redis.call('ZADD', queueKey, seq + 1, id)
-  record(now)
+  -- Its wait counts from when its call began.
+  record(math.max(now - waited, 0))
   -- A permit handed over before, which lapsed unused, left its turn there.
   redis.call('DEL', wakekey(wake, id))
 end

@@ -36,6 +36,23 @@ type AcquireArgs struct {
 	// (semaphore.Request.MaxRuntime and semaphore.Overrun); 0: no bound.
 	// Cool is its min hold (semaphore.Request.MinHold); 0: none.
 	Bound, Cool time.Duration
+	// Waited is how long ago the caller's Acquire began: a grant's wait,
+	// and where a waiter's is counted from.
+	Waited time.Duration
+	// FenceWait is how much of a restart fence a caller that does not
+	// wait waits out before it asks again: a longer fence is its busy
+	// answer (an event), a shorter one not yet.
+	FenceWait time.Duration
+	// Quiet: no event is logged; it is still counted (Options.NoEvents).
+	Quiet bool
+}
+
+// flag is a bool as the scripts read it.
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (AcquireArgs) script() *Script { return acquireScript }
@@ -48,6 +65,7 @@ func (a AcquireArgs) argv(k Keys) []any {
 		"id", a.ID, "permits", a.Permits, "ttl", a.TTL.Milliseconds(), "meta", a.Meta,
 		"weight", a.Weight, "wait", a.Wait.Milliseconds(), "wake", k.Wake, "fence", max(a.Fence, 0).Milliseconds(), "line", a.Line,
 		"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds(),
+		"waited", max(a.Waited, 0).Milliseconds(), "fencewait", max(a.FenceWait, 0).Milliseconds(), "quiet", flag(a.Quiet),
 	}
 }
 
@@ -74,6 +92,12 @@ type AcquireReply struct {
 	// Over: the caller's weight exceeds the stored capacity; it is
 	// neither granted nor in line.
 	Over bool
+	// Recent is the key's recent hold, ms, told a caller in line; 0 when
+	// unknown.
+	Recent int64
+	// Fresh: the key's counters were renewed, and the store lists the
+	// key in its index (Index).
+	Fresh bool
 }
 
 // Policy is what an operator set on a key, as a script answers it.
@@ -114,16 +138,16 @@ func (p *Policy) set(paused int64) {
 // DecodeAcquire reads acquire.lua's reply.
 func DecodeAcquire(res any) (AcquireReply, error) {
 	var r AcquireReply
-	var granted, full, paused, over int64
+	var granted, full, paused, over, fresh int64
 	fields := r.Policy.fields(&paused)
 	maps.Copy(fields, map[string]any{
 		"granted": &granted, "token": &r.Token, "held": &r.Held, "previous": &r.Previous,
 		"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
 		"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
-		"since": &r.Since, "over": &over,
+		"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh,
 	})
 	err := decodeReply(acquireScript.name, res, fields)
-	r.Granted, r.Full, r.Over = granted == 1, full == 1, over == 1
+	r.Granted, r.Full, r.Over, r.Fresh = granted == 1, full == 1, over == 1, fresh == 1
 	r.Policy.set(paused)
 	if err == nil && r.Granted && r.Token <= 0 {
 		err = fmt.Errorf("%s: unexpected reply %s (token %d)", acquireScript.name, shortReply(res), r.Token)
@@ -174,17 +198,21 @@ func DecodeRenew(res any) (RenewReply, error) {
 // ReleaseArgs are release.lua's arguments: Cool keeps the permit taken
 // until this long after its grant (semaphore.Request.MinHold), when a
 // command ran under it (0: give it back at once); Exit is how its command
-// ended, -1 when unknown.
+// ended, -1 when unknown; Timeout says that a waiter leaves because its
+// wait reached its deadline (an event of its own); Quiet is
+// AcquireArgs'.
 type ReleaseArgs struct {
-	ID   string
-	Cool time.Duration
-	Exit int
+	ID             string
+	Cool           time.Duration
+	Exit           int
+	Timeout, Quiet bool
 }
 
 func (ReleaseArgs) script() *Script { return releaseScript }
 
 func (a ReleaseArgs) argv(k Keys) []any {
-	return []any{"id", a.ID, "wake", k.Wake, "cool", max(a.Cool, 0).Milliseconds(), "exit", min(max(a.Exit, -1), 255)}
+	return []any{"id", a.ID, "wake", k.Wake, "cool", max(a.Cool, 0).Milliseconds(), "exit", min(max(a.Exit, -1), 255),
+		"timeout", flag(a.Timeout), "quiet", flag(a.Quiet)}
 }
 
 // ReleaseReply is release.lua's reply.
@@ -196,14 +224,17 @@ type ReleaseReply struct {
 	// Bad are the records the script dropped, which were not records;
 	// Handed the wake lists of the waiters it handed a seat to.
 	Bad, Handed []string
+	// Fresh is AcquireReply's.
+	Fresh bool
 }
 
 // DecodeRelease reads release.lua's reply.
 func DecodeRelease(res any) (ReleaseReply, error) {
 	var r ReleaseReply
-	var released int64
-	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "cooling": &r.Cooling, "bad": &r.Bad, "handed": &r.Handed})
-	r.Released = released == 1
+	var released, fresh int64
+	err := decodeReply(releaseScript.name, res, map[string]any{"released": &released, "cooling": &r.Cooling, "bad": &r.Bad, "handed": &r.Handed,
+		"fresh": &fresh})
+	r.Released, r.Fresh = released == 1, fresh == 1
 	return r, err
 }
 
@@ -229,12 +260,14 @@ type HoldArgs struct {
 	Bound time.Duration
 	// end: how the hold ended; empty to leave it as it is.
 	State, Why string
+	// Quiet is AcquireArgs'.
+	Quiet bool
 }
 
 func (HoldArgs) script() *Script { return holdScript }
 
 func (a HoldArgs) argv(k Keys) []any {
-	argv := []any{"op", a.Op, "id", a.ID, "hold", k.Hold, "wake", k.Wake, "share", a.Share}
+	argv := []any{"op", a.Op, "id", a.ID, "hold", k.Hold, "wake", k.Wake, "share", a.Share, "quiet", flag(a.Quiet)}
 	switch a.Op {
 	case "begin":
 		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "replicas", a.Replicas, "meta", a.Meta,
@@ -256,18 +289,20 @@ type HoldReply struct {
 	Left, Hard    int64
 	Now, Released bool
 	Bad, Handed   []string
+	// Fresh is AcquireReply's.
+	Fresh bool
 }
 
 // DecodeHold reads hold.lua's reply.
 func DecodeHold(res any) (HoldReply, error) {
 	var r HoldReply
-	var now, released int64
+	var now, released, fresh int64
 	err := decodeReply(holdScript.name, res, map[string]any{
 		"state": &r.State, "why": &r.Why, "meta": &r.Meta, "at": &r.At, "permits": &r.Permits, "weight": &r.Weight,
 		"token": &r.Token, "ttl": &r.TTL, "replicas": &r.Replicas, "now": &now, "released": &released, "bad": &r.Bad, "handed": &r.Handed,
-		"left": &r.Left, "hard": &r.Hard,
+		"left": &r.Left, "hard": &r.Hard, "fresh": &fresh,
 	})
-	r.Now, r.Released = now == 1, released == 1
+	r.Now, r.Released, r.Fresh = now == 1, released == 1, fresh == 1
 	return r, err
 }
 
@@ -331,12 +366,13 @@ func shortReply(res any) string {
 }
 
 // KeyArgs are key.lua's arguments: Op is set (Cap), unset, pause (Reason,
-// For), resume or revoke (Holder, a public id; Reason; Force).
+// For), resume or revoke (Holder, a public id; Reason; Force); Quiet is
+// AcquireArgs'.
 type KeyArgs struct {
 	Op, Reason, Holder string
 	Cap                int
 	For                time.Duration
-	Force              bool
+	Force, Quiet       bool
 }
 
 func (KeyArgs) script() *Script { return keyScript }
@@ -347,25 +383,25 @@ func (a KeyArgs) argv(k Keys) []any {
 		force = 1
 	}
 	return []any{"op", a.Op, "wake", k.Wake, "reason", a.Reason, "holder", a.Holder, "cap", a.Cap,
-		"for", max(a.For, 0).Milliseconds(), "force", force}
+		"for", max(a.For, 0).Milliseconds(), "force", force, "quiet", flag(a.Quiet)}
 }
 
 // KeyReply is key.lua's reply: the key's policy after the op; Found, for
-// a revoke, when a holder had the id.
+// a revoke, when a holder had the id; Fresh is AcquireReply's.
 type KeyReply struct {
 	Policy
-	Found       bool
-	Bad, Handed []string
+	Found, Fresh bool
+	Bad, Handed  []string
 }
 
 // DecodeKey reads key.lua's reply.
 func DecodeKey(res any) (KeyReply, error) {
 	var r KeyReply
-	var paused, found int64
+	var paused, found, fresh int64
 	fields := r.Policy.fields(&paused)
-	maps.Copy(fields, map[string]any{"found": &found, "bad": &r.Bad, "handed": &r.Handed})
+	maps.Copy(fields, map[string]any{"found": &found, "bad": &r.Bad, "handed": &r.Handed, "fresh": &fresh})
 	err := decodeReply(keyScript.name, res, fields)
-	r.Found = found == 1
+	r.Found, r.Fresh = found == 1, fresh == 1
 	r.Policy.set(paused)
 	return r, err
 }

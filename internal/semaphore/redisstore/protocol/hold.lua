@@ -22,7 +22,10 @@
 -- Reply: state, why, at (ms; 0 when unknown), now (1 when this call ended
 -- the hold), permits, weight, token, ttl, replicas, meta, released (1 when
 -- this call gave the permit back), left (renew: ms left of the share's
--- lease), hard (ms until the hold's bound; 0: none), bad, handed.
+-- lease), hard (ms until the hold's bound; 0: none), bad, handed, fresh
+-- (see acquire.lua's reply). ARGV quiet: see event in lib.lua.
+-- Events: the permit's release (or loss) when the last one out gives it
+-- back.
 local a = args()
 local op, id, prefix, wake = a.op, a.id, a.hold, a.wake
 if not (op and id and prefix and wake) then
@@ -30,7 +33,7 @@ if not (op and id and prefix and wake) then
 end
 local hk = wakekey(prefix, id)
 local out = {state = 'lost', why = '', at = 0, now = 0, permits = 0, weight = 0, token = 0, ttl = 0, replicas = 0, meta = '',
-  released = 0, left = 0, hard = 0, bad = bad, handed = handed}
+  released = 0, left = 0, hard = 0, bad = bad, handed = handed, fresh = 0}
 
 -- alive is the permit's lease expiry while it has not lapsed, else nil.
 local function alive()
@@ -171,9 +174,16 @@ else
     for s, exp in pairs(shares) do
       if exp > now and string.sub(s, 1, 2) ~= 'k.' then live = true end
     end
-    -- The last one out gives the permit back, as release.lua does.
-    if not live and redis.call('ZSCORE', holdersKey, id) then
-      removeHolder(id)
+    -- The last one out gives the permit back, as release.lua does: a
+    -- release, or a loss when its lease lapsed.
+    local at = redis.call('ZSCORE', holdersKey, id)
+    if not live and at then
+      local h, cooled = removeHolder(id)
+      if not cooled and score then
+        released(id, h, -1, 0)
+      elseif not cooled then
+        lost(id, h, tonumber(at) or now)
+      end
       out.released = 1
       sweep(wake)
       local longest = handoff(wake, used())
@@ -184,4 +194,5 @@ else
   redis.call('PEXPIRE', hk, HOLDLIFE)
 end
 out.state, out.why, out.at = rec.state, string.sub(rec.why or '', 1, MAXWHY), num(rec.at or '0', 0, MAXINT) or 0
+out.fresh = fresh
 return reply(out)

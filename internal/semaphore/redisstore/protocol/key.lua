@@ -9,9 +9,12 @@
 --   revoke   holder, a holder's public id (publicID); reason; force: 1
 --            frees its seat at once (a holder known to be dead); a
 --            cooling with that id ends at once
--- and wake, the prefix of the key's wake lists.
+-- and wake, the prefix of the key's wake lists; quiet (see event in
+-- lib.lua).
 -- Reply: found (revoke: 1 when a holder has that id), stored, paused,
--- reason, pausedfor (as status.lua's, after the op), bad, handed.
+-- reason, pausedfor (as status.lua's, after the op), bad, handed, fresh
+-- (see acquire.lua's reply).
+-- Events: each op's (capacity, pause, resume, revoke).
 -- A resume, a higher capacity or a forced revoke hands the seats that
 -- frees to the line at once.
 local a = args()
@@ -44,14 +47,18 @@ if op == 'set' then
   local cap = num(a.cap, 1, MAXPERMITS)
   if not cap then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
   redis.call('HSET', policyKey, 'cap', cap)
+  event({e = 'capacity', cap = cap})
 elseif op == 'unset' then
   redis.call('HDEL', policyKey, 'cap')
+  event({e = 'capacity', cap = '0'})
 elseif op == 'pause' then
   local d = num(a['for'] or '0', 0, MAXPAUSE)
   if not d then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
   redis.call('HSET', policyKey, 'paused', 1, 'until', d > 0 and now + d or 0, 'reason', reason)
+  event({e = 'pause', why = reason, ['until'] = d})
 elseif op == 'resume' then
   redis.call('HDEL', policyKey, 'paused', 'until', 'reason')
+  event({e = 'resume'})
 elseif op == 'revoke' then
   local pub = a.holder or ''
   if not string.match(pub, '^%x+$') or #pub ~= 10 then
@@ -64,14 +71,19 @@ elseif op == 'revoke' then
       found = 1
       if select(3, terms(id)) then
         -- A cooling: no process holds it, so it ends at once.
-        removeHolder(id)
+        local h = removeHolder(id)
+        event(holderEvent('revoke', id, h, {why = reason, f = '1'}))
         break
       end
       pruneRevoked()
       redis.call('HSET', policyKey, 'revoked ' .. pub, string.format('%d ', now) .. reason)
+      local h
       if a.force == '1' then
-        removeHolder(id)
+        h = removeHolder(id)
+      else
+        h = readHolder(redis.call('HGET', infoKey, id))
       end
+      event(holderEvent('revoke', id, h, {why = reason, f = a.force == '1' and '1' or ''}))
       break
     end
   end
@@ -88,4 +100,4 @@ keepalive(longest)
 if moved > 0 then keepalive(0) end
 local p = policy()
 return reply{found = found, stored = p.cap or 0, paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
-  pausedfor = p.paused and p.paused.left or 0, bad = bad, handed = handed}
+  pausedfor = p.paused and p.paused.left or 0, bad = bad, handed = handed, fresh = fresh}

@@ -10,6 +10,8 @@ import (
 // holds). They share one hash tag, so one Cluster slot; braces in the
 // prefix and the key are escaped so that neither can break the tag.
 type Keys struct {
+	// Name is the semaphore's key, as its callers name it.
+	Name                                         string
 	Holders, Info, Token, Queue, Waiters, Leases string
 	// Policy is what an operator set on the key (semrun key): it never
 	// expires, and only an operator writes it. No script names it among
@@ -21,6 +23,10 @@ type Keys struct {
 	Wake string
 	// Hold is the prefix of the holds' records (HoldRecord).
 	Hold string
+	// Events and Stats are what happened to the key (lib.lua says what
+	// each holds): its capped event log, and its counters. They outlive
+	// the others, EventLife after the last event, and are not in List.
+	Events, Stats string
 }
 
 var keyEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
@@ -32,15 +38,34 @@ var keyUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
 func NewKeys(prefix, key string) Keys {
 	base := keyEscaper.Replace(prefix) + "{" + keyEscaper.Replace(key) + "}:"
 	return Keys{
+		Name:    key,
 		Holders: base + "holders", Info: base + "info", Token: base + "token",
 		Queue: base + "queue", Waiters: base + "waiters", Leases: base + "leases", Wake: base + "wake", Hold: base + "hold",
-		Policy: base + "policy",
+		Policy: base + "policy", Events: base + "events", Stats: base + "stats",
 	}
 }
 
-// List is KEYS of every script, in the order lib.lua takes them.
+// List is the keys of the semaphore's state, which live as long as its
+// leases (lib.lua's keepalive), in the order lib.lua takes them.
 func (k Keys) List() []string {
 	return []string{k.Holders, k.Info, k.Token, k.Queue, k.Waiters, k.Leases}
+}
+
+// All is KEYS of every script, in the order lib.lua takes them: List,
+// then Events and Stats. A script writes those too, so they are KEYS,
+// checked for the run's ACL user and routed in a cluster as the others:
+// while the slot migrates, Redis refuses the script before it runs
+// rather than after a grant.
+func (k Keys) All() []string {
+	return append(k.List(), k.Events, k.Stats)
+}
+
+// Index is the set of the semaphores under prefix whose events or
+// counters the store keeps (Store.Keys): outside any semaphore's hash
+// tag, so a client, not a script, adds to it, when a script says it
+// renewed a key's counters (once an hour at most).
+func Index(prefix string) string {
+	return keyEscaper.Replace(prefix) + "keys"
 }
 
 // WakeList is the wake list of the waiter whose permit id is id: named
@@ -80,6 +105,12 @@ func SemaphoreOf(prefix, redisKey string) (string, bool) {
 		return "", false
 	}
 	return keyUnescaper.Replace(name), true
+}
+
+// IsPast tells a key of what happened to a semaphore (Events, Stats),
+// which outlives its state.
+func IsPast(redisKey string) bool {
+	return strings.HasSuffix(redisKey, "}:events") || strings.HasSuffix(redisKey, "}:stats")
 }
 
 // PrefixPattern is an ACL key pattern, or SCAN's MATCH, for every key the

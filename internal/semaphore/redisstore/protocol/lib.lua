@@ -18,6 +18,16 @@
 --   waiters: hash, waiter id -> waiter record; "#seq" -> the last ticket
 --   leases:  sorted set, waiter id -> waiter lease expiry, so that lapsed
 --            waiters are found in expiry order
+--   events:  stream, what happened to the key (log): its events, oldest
+--            first, trimmed to about MAXEVENTS; the entry id's ms is when
+--   stats:   hash, its counters (count): "grants", "busy", "timeouts",
+--            "losses", "revokes" -> the events of those kinds; "w<i>",
+--            "h<i>" -> the grants' waits and the releases' holds in
+--            bucket i (BUCKETS, ms; the one after the last: longer);
+--            "wsum", "hsum" -> their sums, ms; "recent" -> a moving
+--            average of the holds, ms (RECENTWEIGHT); "#until" -> when
+--            both expire
+--            These two outlive the others: EVENTLIFE after the last event.
 -- and, not among KEYS, beside them (its name is info's, ending "policy"):
 --   policy:  hash, what an operator set (key.lua): "cap" -> the stored
 --            capacity; "paused" -> 1, "until" -> its end (ms; 0: none),
@@ -35,6 +45,7 @@
 -- whole set. Everything read back is checked (num, readHolder,
 -- readWaiter): anyone who can write these keys may have written anything.
 local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local eventsKey, statsKey = KEYS[7], KEYS[8]
 -- The policy is named as info is, in the same hash slot; it is not among
 -- KEYS (see keys.go), so that a run's ACL user may read it only.
 local policyKey = string.sub(infoKey, 1, -5) .. 'policy'
@@ -45,14 +56,18 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The limits (MAXTTL, MINTTL, MAXPERMITS, PERWAITER, MAXWAIT, MAXLINE,
 -- CLAIM, WAKELIFE, MAXLIST, SWEEP, MAXBOUND, MAXCOOL, MAXREASON, MAXPAUSE,
--- MAXINT; ms for spans) come before this file, written from the Go
+-- MAXINT, MAXEVENTS, EVENTLIFE, EVENTREFRESH, MAXMETA, RECENTWEIGHT,
+-- BUCKETS; ms for spans) come before this file, written from the Go
 -- constants of limits.go, which say what each is.
 
--- args reads ARGV's names and values into a table.
+-- args reads ARGV's names and values into a table, once.
+local argsRead = nil
 local function args()
-  local a = {}
-  for i = 1, #ARGV - 1, 2 do a[ARGV[i]] = ARGV[i + 1] end
-  return a
+  if not argsRead then
+    argsRead = {}
+    for i = 1, #ARGV - 1, 2 do argsRead[ARGV[i]] = ARGV[i + 1] end
+  end
+  return argsRead
 end
 
 -- num reads a whole number from lo to hi, or nil for anything else.
@@ -148,13 +163,17 @@ end
 
 -- removeHolder ends a holder's permit and frees its seats; one whose
 -- record is not one took one seat. The count is read before the holder
--- goes, as a count counted anew must include it.
+-- goes, as a count counted anew must include it. It returns the holder
+-- (nil for a record that is not one), and whether it was cooling: given
+-- back already.
 local function removeHolder(id)
   local u = used()
-  local h = readHolder(redis.call('HGET', infoKey, id))
+  local f = redis.call('HMGET', infoKey, id, '#cool ' .. id)
+  local h = readHolder(f[1])
   redis.call('ZREM', holdersKey, id)
   redis.call('HDEL', infoKey, id, '#claim ' .. id, '#bound ' .. id, '#min ' .. id, '#cool ' .. id)
   redis.call('HSET', infoKey, '#used', math.max(u - (h and h.weight or 1), 0))
+  return h, num(f[2], -1, 255) ~= nil
 end
 
 -- claimed makes a permit handed over a lease in full: its waiter took its
@@ -175,6 +194,166 @@ local function dropWaiter(id)
   redis.call('ZREM', queueKey, id)
   redis.call('ZREM', leasesKey, id)
   redis.call('HDEL', waitersKey, id)
+end
+
+-- publicID is the id status shows of a holder, and an operator revokes
+-- it by: a hash of its permit id, which tells nothing of it.
+local function publicID(id)
+  return string.sub(redis.sha1hex(id), 1, 10)
+end
+
+-- What happened to the key: each event goes to its log (events), unless
+-- the caller keeps none (quiet: semaphore's NoEvents), and is counted
+-- (stats). Writing them can never stop a script half way: event runs in a
+-- pcall, after the state it tells of is written, so a failure (a key
+-- someone else wrote, an ACL user not allowed XADD) loses the event or the
+-- count, never a grant or a release.
+local quiet = args().quiet == '1'
+-- fresh is 1 once this script pushed the end of the log's and the
+-- counters' life (count): the caller then lists the key in the store's
+-- index, outside the key's hash slot (keys.go's Index).
+local fresh = 0
+-- newLog: this script started the key's log, which has no TTL yet.
+local newLog = false
+
+-- counted is a whole number as the scripts read it back: a count Redis
+-- answered, bounded; 0 for one that is none (see num, which also reads
+-- records: this one is cheaper, for the counters each event reads).
+local function counted(v)
+  v = tonumber(v)
+  if not v or v < 0 or v > MAXINT or v ~= math.floor(v) then return 0 end
+  return v
+end
+
+-- metaOf is a record's meta as an event keeps it: bounded.
+local function metaOf(meta)
+  if type(meta) ~= 'string' or #meta > MAXMETA then return '' end
+  return meta
+end
+
+-- wrongType tells the error of a command on a key of another type.
+local function wrongType(err)
+  local msg = type(err) == 'table' and err.err or tostring(err)
+  return string.find(msg or '', 'WRONGTYPE', 1, true) ~= nil
+end
+
+-- The counter each kind of event raises; the others raise none.
+local COUNTERS = {grant = 'grants', busy = 'busy', timeout = 'timeouts', lost = 'losses', revoke = 'revokes'}
+
+-- record logs and counts e (see event): one function, as every function
+-- lib.lua defines is made anew by each call of a script.
+local function record(e, hist, ms)
+  -- The log, trimmed to about MAXEVENTS: to whole nodes, which keeps the
+  -- cost flat. Every event has the same fields, in the same order, ''
+  -- where it has none, so that a stream keeps their names once a node (a
+  -- hundred entries), not once an entry: e, its kind; id, the holder's
+  -- public id; m, its record (meta, at most MAXMETA bytes); n, the
+  -- capacity it asked; w, its weight; t, its token; x, a release's exit
+  -- status; held, wait and cool, ms; cap, a capacity stored (0: unset);
+  -- why, a reason; until, a pause's length, ms (0: until resumed); f, 1
+  -- for a forced revoke. DecodeEvent (events.go) reads them. NOMKSTREAM
+  -- tells a new log, which the count below gives its life; a Redis before
+  -- 6.2 refuses it, and then every event renews the life.
+  if not quiet then
+    local argv = {'e', e.e, 'id', e.id or '', 'm', e.m or '', 'n', e.n or '', 'w', e.w or '', 't', e.t or '',
+      'x', e.x or '', 'held', e.held or '', 'wait', e.wait or '', 'cool', e.cool or '', 'cap', e.cap or '',
+      'why', e.why or '', 'until', e['until'] or '', 'f', e.f or ''}
+    local ok, added = pcall(redis.call, 'XADD', eventsKey, 'NOMKSTREAM', 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
+    if not (ok and added) then
+      if not ok and wrongType(added) then
+        -- A log that is no stream (someone else wrote it) makes way.
+        pcall(redis.call, 'DEL', eventsKey)
+      end
+      newLog = pcall(redis.call, 'XADD', eventsKey, 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
+    end
+  end
+
+  -- The counters: the event's own, and, with hist, ms in a histogram ('w'
+  -- a grant's wait, 'h' a release's hold, which also moves the recent
+  -- hold), in BUCKETS' bucket. Two commands whatever it counts: HMGET,
+  -- then HSET. A count read back that is none, or too large to count on,
+  -- counts anew from 0, as after a loss of the data. The first count, a
+  -- new log, and one an hour push the end of both keys' life to EVENTLIFE
+  -- from now.
+  local names, adds = {'#until'}, {0} -- the fields read, and what each adds (false: the recent hold)
+  if COUNTERS[e.e] then names[2], adds[2] = COUNTERS[e.e], 1 end
+  if hist then
+    ms = math.max(ms, 0)
+    local b = #BUCKETS + 1
+    for i = #BUCKETS, 1, -1 do
+      if ms <= BUCKETS[i] then b = i end
+    end
+    local i = #names
+    names[i + 1], adds[i + 1] = hist .. b, 1
+    names[i + 2], adds[i + 2] = hist .. 'sum', ms
+    if hist == 'h' then names[i + 3], adds[i + 3] = 'recent', false end
+  end
+  local ok, got = pcall(redis.call, 'HMGET', statsKey, unpack(names))
+  if not ok then
+    if not wrongType(got) then return end
+    -- Counters that are no hash (someone else wrote them) make way.
+    pcall(redis.call, 'DEL', statsKey)
+    got = {}
+  end
+  local set = {}
+  for i = 2, #names do
+    local v = counted(got[i])
+    if adds[i] then
+      v = v + adds[i]
+      if v > MAXINT then v = adds[i] end
+    elseif v > 0 then
+      v = math.floor(v * (1 - RECENTWEIGHT) + ms * RECENTWEIGHT)
+    else
+      v = ms
+    end
+    set[#set + 1], set[#set + 2] = names[i], v
+  end
+  local ends = counted(got[1])
+  local renew = newLog or ends < now + EVENTLIFE - EVENTREFRESH or ends > now + EVENTLIFE
+  if renew then
+    set[#set + 1], set[#set + 2] = '#until', now + EVENTLIFE
+  end
+  if #set > 0 then pcall(redis.call, 'HSET', statsKey, unpack(set)) end
+  if renew then
+    pcall(redis.call, 'PEXPIRE', statsKey, EVENTLIFE)
+    pcall(redis.call, 'PEXPIRE', eventsKey, EVENTLIFE)
+    fresh = 1
+  end
+end
+
+-- event writes e, an event (its fields by record's names; e.e is its
+-- kind), and counts it, with hist and ms (see record).
+local function event(e, hist, ms)
+  pcall(record, e, hist, ms)
+end
+
+-- holderEvent is the event of kind of holder id, h its record (nil when
+-- it is not one), with fields more.
+local function holderEvent(kind, id, h, more)
+  local e = more or {}
+  e.e, e.id = kind, publicID(id)
+  if h then
+    e.m, e.n, e.w, e.t = metaOf(h.meta), h.permits, h.weight, h.token
+  end
+  return e
+end
+
+-- released records the release of id, whose record was h, with the exit
+-- status of its command (-1: unknown) and the ms it stays taken.
+local function released(id, h, exit, cooling)
+  local held = h and math.max(now - h.since, 0)
+  event(holderEvent('release', id, h, {x = exit >= 0 and exit or '', held = held or '', cool = cooling > 0 and cooling or ''}),
+    held and 'h', held)
+end
+
+-- lost records the loss of id, whose record was h (read when nil), found
+-- lapsed since at.
+local function lost(id, h, at)
+  pcall(function()
+    h = h or readHolder(redis.call('HGET', infoKey, id))
+    local held = h and math.max(math.min(at, now) - h.since, 0)
+    event(holderEvent('lost', id, h, {held = held or ''}))
+  end)
 end
 
 -- A permit's terms, kept beside its lease: '#bound <id>', the server
@@ -212,18 +391,24 @@ end
 -- can give someone else their turn.
 local function sweep(wake)
   local changed = false
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'LIMIT', 0, SWEEP)) do
-    local f = redis.call('HMGET', infoKey, '#claim ' .. id, '#min ' .. id)
+  local lapsed = redis.call('ZRANGEBYSCORE', holdersKey, '-inf', now, 'WITHSCORES', 'LIMIT', 0, SWEEP)
+  for i = 1, #lapsed, 2 do
+    local id, at = lapsed[i], tonumber(lapsed[i + 1]) or now
+    local f = redis.call('HMGET', infoKey, '#claim ' .. id, '#min ' .. id, '#cool ' .. id)
     local k = f[1] and wake and wakekey(wake, id)
     local minEnd = num(f[2], 0, now + MAXCOOL)
+    -- A cooling was given back: its end is no loss.
+    local cooled = num(f[3], -1, 255) ~= nil
     if k and redis.call('EXISTS', k) == 0 and (claimed(id) or 0) > now then
       -- taken: a lease in full from now on
     elseif minEnd and minEnd > now then
       if k then redis.call('DEL', k) end
       cool(id, minEnd, -1)
+      if not cooled then lost(id, nil, at) end
     else
       if k then redis.call('DEL', k) end
-      removeHolder(id)
+      local h = removeHolder(id)
+      if not cooled then lost(id, h, at) end
       changed = true
     end
   end
@@ -237,12 +422,6 @@ end
 -- Bounded readings of the key's own fields.
 local function field(name, lo, hi)
   return num(redis.call('HGET', infoKey, name), lo, hi)
-end
-
--- publicID is the id status shows of a holder, and an operator revokes
--- it by: a hash of its permit id, which tells nothing of it.
-local function publicID(id)
-  return string.sub(redis.sha1hex(id), 1, 10)
 end
 
 -- revokedMark is the revoke an operator recorded for id ("<ms>
@@ -544,6 +723,11 @@ local function handoff(wake, busy)
       longest = math.max(longest, w.ttl)
       given = given + w.weight
       busy = busy + w.weight
+      -- Granted here, once: its waiter takes the turn without a call.
+      -- It waited since its call began (its record's since).
+      local waited = math.max(now - w.since, 0)
+      event({e = 'grant', id = publicID(head), m = metaOf(w.meta), n = w.permits, w = w.weight, t = token, wait = waited},
+        'w', waited)
     end
   end
   return longest, given, nil
@@ -565,7 +749,8 @@ local function keepalive(ms)
   local last = redis.call('ZRANGE', holdersKey, -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
   ms = math.min(ms, math.max(2 * MAXTTL, MAXCOOL))
-  for _, key in ipairs(KEYS) do
+  -- The log and the counters live on their own (count).
+  for _, key in ipairs({holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey}) do
     local left = redis.call('PTTL', key)
     if left == -1 or (left >= 0 and left < ms + 1000) then
       redis.call('PEXPIRE', key, ms + 1000)

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -77,6 +78,25 @@ const (
 	MaxPause = semaphore.MaxPause
 	// MaxInt is the largest integer a Lua number (a double) holds exactly.
 	MaxInt = 1<<53 - 1
+	// MaxEvents is about how many events a key's log keeps: XADD trims
+	// it to this, approximately (whole nodes of a hundred), which keeps
+	// the cost of a write flat.
+	MaxEvents = semaphore.MaxEvents
+	// EventLife is how long a key's event log and counters outlive the
+	// last event written: a shared Redis keeps no key's past for ever,
+	// and a week and a day keeps a weekly job's counters rising. The
+	// scripts keep its end in the counters ("#until") and push it, and
+	// the keys' TTL, when it is older than EventRefresh: one PEXPIRE an
+	// hour, not one an event.
+	EventLife    = 8 * 24 * time.Hour
+	EventRefresh = time.Hour
+	// MaxMeta bounds the holder's record (a semaphore.HolderInfo, as JSON)
+	// an event keeps, and that a reader decodes: a host name and a label
+	// of MaxLabel bytes fit, each byte escaped in JSON as six (\u003c).
+	MaxMeta = 4096
+	// MaxIndexed is the most keys Store.Keys reads from the index: a set
+	// that anyone who can write the keys may have filled.
+	MaxIndexed = 100_000
 )
 
 // limit is one constant as the scripts name it.
@@ -108,17 +128,30 @@ var limits = []limit{
 	{"MAXREASON", MaxReason},
 	{"MAXPAUSE", MaxPause.Milliseconds()},
 	{"MAXINT", MaxInt},
+	{"MAXEVENTS", MaxEvents},
+	{"EVENTLIFE", EventLife.Milliseconds()},
+	{"EVENTREFRESH", EventRefresh.Milliseconds()},
+	{"MAXMETA", MaxMeta},
 }
 
 // limitsLua declares the limits as Lua locals, on one line: Redis counts
-// it as line 1 of every script (see Script.Wrap).
+// it as line 1 of every script (see Script.Wrap). Besides the integers:
+// RECENTWEIGHT, semaphore.RecentWeight, and BUCKETS, the upper bounds of
+// a histogram's buckets (semaphore.Buckets), in ms.
 func limitsLua() string {
-	names := make([]string, len(limits))
-	values := make([]string, len(limits))
+	names := make([]string, len(limits), len(limits)+1)
+	values := make([]string, len(limits), len(limits)+1)
 	for i, l := range limits {
 		names[i], values[i] = l.name, fmt.Sprint(l.value)
 	}
-	return "local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") + " -- limits.go\n"
+	names = append(names, "RECENTWEIGHT")
+	values = append(values, strconv.FormatFloat(semaphore.RecentWeight, 'g', -1, 64))
+	bounds := make([]string, len(semaphore.Buckets))
+	for i, b := range semaphore.Buckets {
+		bounds[i] = fmt.Sprint(b.Milliseconds())
+	}
+	return "local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") +
+		"; local BUCKETS = {" + strings.Join(bounds, ", ") + "} -- limits.go\n"
 }
 
 // Span is a span of time a script answered, in milliseconds, bounded by

@@ -4,12 +4,14 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/semrun/semrun/internal/redistest"
+	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // TestLimitsAreTheGoConstants: the limits every script reads, as Lua
@@ -27,6 +29,7 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 		"CLAIM": Claim.Milliseconds(), "ROLLCALL": RollCall.Milliseconds(), "ROLLMAX": RollCallMax, "WAKELIFE": WakeListLife.Milliseconds(), "MAXLIST": MaxStatusList,
 		"SWEEP": Sweep, "HOLDLIFE": 86400000, "MAXSHARES": 64, "MAXWHY": 200, "MAXREPLICAS": 1000, "MAXINT": 9007199254740991,
 		"MAXBOUND": (31*24 + 24) * 3600_000, "MAXCOOL": 31 * 24 * 3600_000, "MAXREASON": 200, "MAXPAUSE": 31 * 24 * 3600_000,
+		"MAXEVENTS": semaphore.MaxEvents, "EVENTLIFE": 8 * 24 * 3600_000, "EVENTREFRESH": 3600_000, "MAXMETA": 4096,
 	}
 	if len(limits) != len(want) {
 		t.Errorf("limits: got %d, want %d", len(limits), len(want))
@@ -41,6 +44,18 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 			if err != nil || got != strconv.FormatInt(value, 10) {
 				t.Errorf("%s in the scripts on %s: got (%s, %v), want %d", name, addr, got, err, value)
 			}
+		}
+		var bounds []string
+		for _, b := range semaphore.Buckets {
+			bounds = append(bounds, strconv.FormatInt(b.Milliseconds(), 10))
+		}
+		got, err := c.Eval(context.Background(), chunk+"local out = {} for i, b in ipairs(BUCKETS) do out[i] = string.format('%d', b) end return table.concat(out, ' ')", nil).Text()
+		if want := strings.Join(bounds, " "); err != nil || got != want {
+			t.Errorf("BUCKETS in the scripts on %s: got (%s, %v), want %s (ms)", addr, got, err, want)
+		}
+		got, err = c.Eval(context.Background(), chunk+"return string.format('%.6f', RECENTWEIGHT)", nil).Text()
+		if want := strconv.FormatFloat(semaphore.RecentWeight, 'f', 6, 64); err != nil || got != want {
+			t.Errorf("RECENTWEIGHT in the scripts on %s: got (%s, %v), want %s", addr, got, err, want)
 		}
 	}
 }

@@ -74,6 +74,10 @@ func readWaiter(rec string, now int64) (semaphore.Waiter, error) {
 // span is ms as a duration, from 0 to 100 years: records are anyone's.
 func span(ms int64) time.Duration { return within(ms, 100*365*24*time.Hour) }
 
+// Elapsed is a span of ms a script answered that may be longer than any
+// lease (how long holds last), from 0 to 100 years.
+func Elapsed(ms int64) time.Duration { return span(ms) }
+
 // readRecord reads count integers, then the holder JSON, from a record.
 func readRecord(rec string, count int, info *semaphore.HolderInfo) ([]int64, error) {
 	f := strings.SplitN(rec, " ", count+1)

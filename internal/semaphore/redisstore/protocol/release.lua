@@ -7,11 +7,15 @@
 -- KEYS: see lib.lua. ARGV (ReleaseArgs in args.go): id, the permit id;
 -- wake, the prefix of the key's wake lists; cool, the min hold, ms, when
 -- a command ran (0: none, or no command ran: give it back at once); exit,
--- the command's exit status (-1: unknown).
+-- the command's exit status (-1: unknown); timeout, 1 when a waiter's wait
+-- ended at its deadline (else it left); quiet (see event in lib.lua).
 -- Reply: released, 1 when the permit was held or the caller waited, 0
 -- otherwise; cooling, ms the permit stays taken (0: none); bad, the
 -- records this call dropped, which were not records; handed, the wake
--- lists of the waiters it handed a seat to (see handoff).
+-- lists of the waiters it handed a seat to (see handoff); fresh (see
+-- acquire.lua's reply).
+-- Events: the release, once (a permit cooling was given back already), or
+-- the waiter's timeout or leave.
 -- The wake list goes first: while its slot migrates, Redis refuses a key
 -- the node no longer has, and refused before any write, a retry finds
 -- everything as it was, the seat to hand over included.
@@ -25,12 +29,14 @@ local moved = rebase()
 local removed, cooling = 0, 0
 if redis.call('ZSCORE', holdersKey, a.id) then
   local ends = 0
+  local h, cooled
   if coolFor > 0 then
     -- As recorded at its grant, or from the grant's time when the first
     -- call of a permit handed over never came.
-    local _, minEnd = terms(a.id)
+    local _, minEnd
+    _, minEnd, cooled = terms(a.id)
+    h = readHolder(redis.call('HGET', infoKey, a.id))
     if not minEnd then
-      local h = readHolder(redis.call('HGET', infoKey, a.id))
       minEnd = h and h.since + coolFor
     end
     ends = minEnd or 0
@@ -40,13 +46,20 @@ if redis.call('ZSCORE', holdersKey, a.id) then
     cool(a.id, ends, exit)
     keepalive(cooling)
   else
-    removeHolder(a.id)
+    h, cooled = removeHolder(a.id)
     removed = 1
   end
+  if not cooled then released(a.id, h, exit, cooling) end
 end
 if redis.call('ZSCORE', queueKey, a.id) then
+  local w = readWaiter(redis.call('HGET', waitersKey, a.id))
   dropWaiter(a.id)
   removed = 1
+  if w then
+    local waited = math.max(now - w.since, 0)
+    event({e = a.timeout == '1' and 'timeout' or 'leave', m = metaOf(w.meta), n = w.permits, w = w.weight,
+      wait = waited})
+  end
 end
 if removed > 0 then
   sweep(a.wake)
@@ -57,4 +70,4 @@ if removed > 0 then
 end
 if moved > 0 then keepalive(0) end
 if cooling > 0 then removed = 1 end
-return reply{released = removed, cooling = cooling, bad = bad, handed = handed}
+return reply{released = removed, cooling = cooling, bad = bad, handed = handed, fresh = fresh}

@@ -27,7 +27,7 @@ func (a StatusArgs) argv(Keys) []any {
 // statusReply is status.lua's reply, as it comes.
 type statusReply struct {
 	now, capacity, held, holding, waiting, fenced int64
-	holders, waiters                              []any
+	holders, waiters, counts                      []any
 	Policy
 }
 
@@ -39,7 +39,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	fields := r.Policy.fields(&paused)
 	maps.Copy(fields, map[string]any{
 		"now": &r.now, "capacity": &r.capacity, "held": &r.held, "holding": &r.holding, "waiting": &r.waiting,
-		"holders": &r.holders, "waiters": &r.waiters, "fenced": &r.fenced,
+		"holders": &r.holders, "waiters": &r.waiters, "fenced": &r.fenced, "counts": &r.counts,
 	})
 	err := decodeReply(statusScript.name, res, fields)
 	r.Policy.set(paused)
@@ -51,7 +51,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	}
 	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
 		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Cooling: []semaphore.Cooling{}, Fenced: within(r.fenced, MaxTTL),
-		StoredCapacity: int(r.Stored), Paused: r.Policy.Pause()}
+		StoredCapacity: int(r.Stored), Paused: r.Policy.Pause(), Counts: readCounts(r.counts)}
 	for _, e := range r.holders {
 		entry, _ := e.([]any)
 		if len(entry) != 4 {

@@ -16,6 +16,8 @@
 --   fenced    ms left of the restart fence, 0 for none (fencePeek)
 --   stored, paused, reason, pausedfor: what an operator set (see
 --             acquire.lua's reply)
+--   counts    the key's counters (stats; see lib.lua), name, value, ...:
+--             those it has, values of at most 20 bytes
 local a = args()
 local list = num(a.list, 0, MAXLIST)
 if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
@@ -44,8 +46,24 @@ if list > 0 then
     if w and lease and lease > now then waiters[#waiters + 1] = rec end
   end
 end
+-- The counters, bounded: read by name, never all of a hash anyone may
+-- have filled.
+local names = {'grants', 'busy', 'timeouts', 'losses', 'revokes', 'wsum', 'hsum', 'recent'}
+for i = 1, #BUCKETS + 1 do
+  names[#names + 1], names[#names + 2] = 'w' .. i, 'h' .. i
+end
+local counts = {}
+local ok, got = pcall(redis.call, 'HMGET', statsKey, unpack(names))
+if ok then
+  for i = 1, #names do
+    if type(got[i]) == 'string' and #got[i] <= 20 then
+      counts[#counts + 1], counts[#counts + 2] = names[i], got[i]
+    end
+  end
+end
 local p = policy()
 return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or -1, held = seats,
   holding = holding, waiting = redis.call('ZCARD', queueKey),
   holders = holders, waiters = waiters, fenced = fencePeek(), stored = p.cap or 0,
-  paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '', pausedfor = p.paused and p.paused.left or 0}
+  paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '', pausedfor = p.paused and p.paused.left or 0,
+  counts = counts}

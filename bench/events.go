@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore/protocol"
+)
+
+// Events: what logging and counting a key's events costs Redis.
+const (
+	// eventsRuns is how many uncontended grants and releases each side of
+	// the A/B makes, in eventsRounds rounds that alternate the sides, so
+	// that a machine busy for a while weighs on both.
+	eventsRuns   = 4000
+	eventsRounds = 16
+	// eventsExtraTarget is the most commands logging and counting may add
+	// to an uncontended grant and release, in all (the scripts' included).
+	eventsExtraTarget = 8.0
+)
+
+// eventsHolder is what a run tells of itself, as cmd fills it: the
+// events log it whole.
+var eventsHolder = semaphore.HolderInfo{Host: "build-agent-17.example.com", PID: 123456, Command: "render.sh",
+	Label: "https://ci.example.com/org/repo/-/jobs/1234567"}
+
+// eventsCost measures, A/B in one run, what one uncontended grant and
+// release cost Redis on a store that logs events and on one with
+// NoEvents: the commands and the µs Redis spent in those semrun sent
+// (INFO commandstats), in process, so that only the store's work counts.
+// Then the memory of one key's whole log (MEMORY USAGE).
+func (b *bench) eventsCost(scripted map[string]bool) (*table, error) {
+	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	type side struct {
+		name     string
+		noEvents bool
+		store    *redisstore.Store
+		key      string
+		top, all int64
+		// usec is the µs per run of each round: their median says less
+		// of a round the machine was busy for.
+		usec []float64
+	}
+	sides := []*side{{name: "events on"}, {name: "events off (NoEvents)", noEvents: true}}
+	for _, s := range sides {
+		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: "bench-events:", NoEvents: s.noEvents})
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		s.store = st
+		s.key, _ = b.key("events")
+		if err := grantAndRelease(b, st, s.key); err != nil { // loads the scripts, makes the keys
+			return nil, err
+		}
+	}
+	for r := range eventsRounds {
+		for i := range sides {
+			s := sides[(r+i)%len(sides)] // each side first in half the rounds
+			if err := c.ConfigResetStat(b.ctx).Err(); err != nil {
+				return nil, err
+			}
+			for range eventsRuns / eventsRounds {
+				if err := grantAndRelease(b, s.store, s.key); err != nil {
+					return nil, err
+				}
+			}
+			info, err := c.Info(b.ctx, "commandstats").Result()
+			if err != nil {
+				return nil, err
+			}
+			calls, usec := commandStats(info), commandUsec(info)
+			delete(calls, "config|resetstat")
+			_, top, all := topLevelOf(calls, scripted)
+			s.top, s.all = s.top+top, s.all+all
+			var spent int64
+			for name, u := range usec {
+				if base, _, _ := strings.Cut(name, "|"); topLevel[base] || (scripted != nil && !scripted[base]) {
+					if name != "config|resetstat" && name != "info" {
+						spent += u
+					}
+				}
+			}
+			s.usec = append(s.usec, float64(spent)/float64(eventsRuns/eventsRounds))
+		}
+	}
+	t := &table{
+		title: fmt.Sprintf("events: what logging a key's events costs Redis, per uncontended grant and release (%d each side, A/B alternated in %d rounds)", eventsRuns, eventsRounds),
+		head:  []string{"store", "commands sent", "commands in all", "Redis µs", "target"},
+	}
+	per := func(n int64) float64 { return float64(n) / eventsRuns }
+	for _, s := range sides {
+		t.add(s.name, fmt.Sprintf("%.2f", per(s.top)), fmt.Sprintf("%.1f", per(s.all)), fmt.Sprintf("%.1f", median(s.usec)), "")
+	}
+	on, off := sides[0], sides[1]
+	extra := per(on.all - off.all)
+	// Each round's pair: both sides ran then, on the same machine.
+	diffs := make([]float64, eventsRounds)
+	for r := range diffs {
+		diffs[r] = on.usec[r] - off.usec[r]
+	}
+	t.add("events on − off", fmt.Sprintf("%+.2f", per(on.top-off.top)), fmt.Sprintf("%+.1f", extra), fmt.Sprintf("%+.1f", median(diffs)),
+		fmt.Sprintf("≤ %.0f more in all: %s", eventsExtraTarget, verdict(extra <= eventsExtraTarget)))
+	k := protocol.NewKeys("bench-events:", on.key)
+	bytes, err := c.MemoryUsage(b.ctx, k.Events, 0).Result()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := c.XLen(b.ctx, k.Events).Result()
+	if err != nil {
+		return nil, err
+	}
+	stats, err := c.MemoryUsage(b.ctx, k.Stats, 0).Result()
+	if err != nil {
+		return nil, err
+	}
+	t.note("One key's whole log after %d runs (%d events): %d entries, %.0f KiB (MEMORY USAGE %s SAMPLES 0), %.0f bytes an entry; its counters %d bytes. Each event tells the holder as cmd does: host, pid, command and a label of %d bytes.",
+		eventsRuns+1, 2*(eventsRuns+1), entries, float64(bytes)/1024, k.Events, float64(bytes)/float64(max(entries, 1)), stats, len(eventsHolder.Label))
+	t.note("In process, Acquire (NoWait) then Release on one key, nothing waiting: only the store's own commands count, not a process's start. Redis µs is the usec INFO commandstats gives the commands semrun sent (the scripts' time included), not the ones the scripts ran, which it also counts: the median of the rounds, and of the rounds' differences.")
+	return t, nil
+}
+
+// median is the median of v.
+func median(v []float64) float64 {
+	v = slices.Sorted(slices.Values(v))
+	if len(v) == 0 {
+		return 0
+	}
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// grantAndRelease takes key's one permit and gives it back.
+func grantAndRelease(b *bench, st *redisstore.Store, key string) error {
+	l, err := st.Acquire(b.ctx, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, NoWait: true, Holder: eventsHolder})
+	if err != nil {
+		return err
+	}
+	return l.Release(b.ctx)
+}
+
+// commandUsec reads the µs each command took from INFO commandstats.
+func commandUsec(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, l := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, stats, _ := strings.Cut(rest, ":")
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[name] = n
+			}
+		}
+	}
+	return out
+}
