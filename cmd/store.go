@@ -147,6 +147,7 @@ func (c *commonOptions) openStore(log *logger, doctor runAsks) (semaphore.Store,
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: log.Warnf, Infof: log.Infof,
 		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
 		Unnamed: c.src.origin("redis") == fromDefault, RestartFence: doctor.fence, MinReplicas: doctor.minReplicas,
+		NoEvents: !c.events,
 		// -q silences what -v would say.
 		Verbose: c.verbose && !c.quiet,
 	}
