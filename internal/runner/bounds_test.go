@@ -142,3 +142,23 @@ func TestBoundPassedWhileStopped(t *testing.T) {
 		t.Fatalf("got %+v, %v; want the child stopped as at MaxRuntime, late", res, err)
 	}
 }
+
+// A lease at its bound whose bound itself passed while semrun could not
+// look (stopped past the lease's end) may be another holder's by now: a
+// loss, not a run-out, whichever of the two overdue alarms is read first.
+func TestBoundAndLeasePassedWhileStopped(t *testing.T) {
+	for range 10 { // the order of two due alarms is the runtime's choice
+		h := newHarness(t, "cat")
+		h.spec.MaxRuntime = 2 * time.Second
+		bound := 20 * time.Second
+		h.lease.bound = h.start.Add(bound)
+		h.lease.deadline = h.start.Add(bound)
+		h.run()
+		h.alarmAt(2 * time.Second)
+		h.advanceTo(bound + 5*time.Second)
+		res, err := h.wait()
+		if err != nil || res.RanOut || res.Lost == nil {
+			t.Fatalf("got %+v, %v; want the permit lost (the lease ended while semrun was stopped), not a run-out", res, err)
+		}
+	}
+}

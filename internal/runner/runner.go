@@ -385,6 +385,12 @@ func (s *supervisor) ranOutOfTime() {
 	if s.kill != nil || s.res.Terminated || s.res.RanOut || !s.killedAt.IsZero() {
 		return // being stopped already, or stopped
 	}
+	if s.lapses && s.lost != nil && until(s.spec.Clock, s.lease.Deadline().Add(-semaphore.BoundMargin(s.spec.TTL)/2)) <= 0 {
+		// Reached so late (semrun was stopped) that the lease may have
+		// ended: the permit may be another holder's, which is a loss.
+		s.onLost(presumedLost(s.spec))
+		return
+	}
 	// A child that exited keeps its status; what it left in its group
 	// is stopped all the same.
 	s.res.RanOut = !s.exited
