@@ -69,7 +69,7 @@ func (l *waitLine) draw() {
 	}
 	text := "semrun: " + waitText(l.key, *l.state, time.Since(l.began))
 	if est := estimate(*l.state, time.Since(l.told)); est > 0 {
-		text += ", about " + roughly(est) + " to go"
+		text += ", " + roughly(est) + " to go"
 	}
 	if width := l.term.Width(); width > 1 && len(text) >= width {
 		text = text[:width-1]
@@ -129,18 +129,18 @@ func estimate(st semaphore.WaitState, since time.Duration) time.Duration {
 	return time.Duration(rounds)*st.RecentHold - since
 }
 
-// roughly says a guessed duration as roughly as it is known: 40s, 2m,
-// 1h30m.
+// roughly says a guessed duration as roughly as it is known: "a few
+// seconds", "about 40s", "about 2m", "about 1h30m".
 func roughly(d time.Duration) string {
 	switch {
 	case d < 10*time.Second:
 		return "a few seconds"
 	case d < time.Minute:
-		return d.Round(10 * time.Second).String()
+		return "about " + d.Round(10*time.Second).String()
 	case d < time.Hour:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+		return "about " + strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 	}
-	return strings.TrimSuffix(d.Round(10*time.Minute).String(), "0s")
+	return "about " + strings.TrimSuffix(d.Round(10*time.Minute).String(), "0s")
 }
 
 func ordinal(n int) string {

@@ -20,11 +20,11 @@ func TestEstimate(t *testing.T) {
 		want  time.Duration
 		text  string
 	}{
-		{recent, 0, 3 * time.Minute, "3m"},
-		{recent, 50 * time.Second, 130 * time.Second, "2m"},
+		{recent, 0, 3 * time.Minute, "about 3m"},
+		{recent, 50 * time.Second, 130 * time.Second, "about 2m"},
 		{recent, 3 * time.Minute, 0, ""},
-		{semaphore.WaitState{Capacity: 1, Position: 1, RecentHold: 25 * time.Second}, 0, 25 * time.Second, "30s"},
-		{semaphore.WaitState{Capacity: 2, Position: 80, RecentHold: 5 * time.Minute}, 0, 200 * time.Minute, "3h20m"},
+		{semaphore.WaitState{Capacity: 1, Position: 1, RecentHold: 25 * time.Second}, 0, 25 * time.Second, "about 30s"},
+		{semaphore.WaitState{Capacity: 2, Position: 80, RecentHold: 5 * time.Minute}, 0, 200 * time.Minute, "about 3h20m"},
 		{semaphore.WaitState{Capacity: 1, Position: 1, RecentHold: 3 * time.Second}, 0, 3 * time.Second, "a few seconds"},
 		{paused, 0, 0, ""},
 		{fenced, 0, 0, ""},
