@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -381,9 +382,14 @@ func observe(h *semaphore.Histogram, d time.Duration) {
 // no log (Options.NoEvents). It never fails: an event that cannot be
 // recorded is dropped. It uses bare descriptors, as every grant and
 // release does it (openFd).
-func (k *keyDir) note(e semaphore.Event) {
+func (k *keyDir) note(e semaphore.Event) { k.noteAll([]semaphore.Event{e}) }
+
+// noteAll notes events, in order, under one lock of the stats file: a
+// sweep that finds many holders gone (or files planted to look like
+// theirs) waits at most eventLockWait for it, not that for each.
+func (k *keyDir) noteAll(events []semaphore.Event) {
 	logged := !k.noEvents
-	if !logged && !counted(e.Kind) {
+	if len(events) == 0 || !logged && !slices.ContainsFunc(events, func(e semaphore.Event) bool { return counted(e.Kind) }) {
 		return
 	}
 	fd, err := k.openFd(statsFile, k.logFlags(), false, nil)
@@ -392,9 +398,11 @@ func (k *keyDir) note(e semaphore.Event) {
 	}
 	defer unix.Close(fd) // and drops the lock
 	st, size := readStats(fd, k.path+"/"+statsFile)
-	count(&st.Counts, e)
-	if logged {
-		k.appendEvent(&st, e)
+	for _, e := range events {
+		count(&st.Counts, e)
+		if logged {
+			k.appendEvent(&st, e)
+		}
 	}
 	_ = st.write(fd, size)
 }

@@ -536,3 +536,39 @@ func eventsAs(t *testing.T, bin string, uid int, dir, key, op string) string {
 	}
 	return got
 }
+
+// A grant's sweep that finds many holders' files left behind (or files
+// a member planted to look like theirs) notes their losses under one
+// lock of the stats file: with that lock kept by a stopped process, the
+// grant, and the line behind it, wait for it once, not once a file (64
+// times 100ms, before). Not parallel: a process waits for at most 64
+// such locks at once, which other tests' stopped writers would take.
+func TestLocalSweepWaitsOnceForStatsLock(t *testing.T) {
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second}
+	release(t, acquire(t, st, req)) // makes the key's files
+	const planted = 100
+	for i := range planted {
+		write(t, filepath.Join(dir, key, fmt.Sprintf("held.planted%03d", i)), `{"id":"AAAAAAAAAA","permits":1,"weight":1}`+"\n")
+	}
+	stats, err := os.Open(filepath.Join(dir, key, "stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	if err := syscall.Flock(int(stats.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l := acquire(t, st, req)
+	took := time.Since(start)
+	release(t, l)
+	if took > 3*time.Second {
+		t.Errorf("a grant that swept %d holders' files, the stats file locked: took %v, want it to wait for the lock once (100ms)", planted, took)
+	}
+	if left := slices.ContainsFunc(dirNames(t, filepath.Join(dir, key)), func(n string) bool { return strings.HasPrefix(n, "held.planted") }); left {
+		t.Errorf("holders' files left after the sweep: want them all removed")
+	}
+}
