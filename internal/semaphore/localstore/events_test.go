@@ -572,3 +572,28 @@ func TestLocalSweepWaitsOnceForStatsLock(t *testing.T) {
 		t.Errorf("holders' files left after the sweep: want them all removed")
 	}
 }
+
+// A holder revoked twice is one revoke, as the first reason stands: one
+// event, with it, and one count.
+func TestLocalRevokedTwiceIsOneRevoke(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
+	defer release(t, l)
+	id := statusOf(t, st, key).Holders[0].ID
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, reason := range []string{"first", "second"} {
+		if err := st.Revoke(ctx, key, id, reason, false); err != nil {
+			t.Fatalf("Revoke (%s): %v", reason, err)
+		}
+	}
+	revokes := ofKind(eventsOf(t, st, semaphore.EventQuery{Keys: []string{key}}), semaphore.EventRevoke)
+	if len(revokes) != 1 || revokes[0].Reason != "first" {
+		t.Errorf("revoke events of a holder revoked twice: got %+v, want one, of reason %q", revokes, "first")
+	}
+	if c := countsOf(t, st, key); c.Revokes != 1 {
+		t.Errorf("revokes counted: got %d, want 1", c.Revokes)
+	}
+}
