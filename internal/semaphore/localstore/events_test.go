@@ -597,3 +597,28 @@ func TestLocalRevokedTwiceIsOneRevoke(t *testing.T) {
 		t.Errorf("revokes counted: got %d, want 1", c.Revokes)
 	}
 }
+
+// Keys lists only names that can be keys: a directory named after a key
+// with control characters, or bytes not UTF-8, which semrun never makes,
+// is someone else's, and Events of every key does not show it.
+func TestLocalKeysAreKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	release(t, acquire(t, st, semaphore.Request{Key: "real", Permits: 1, TTL: time.Second}))
+	for _, name := range []string{"%1B%5D0%3Bowned%07", "%FF%FE", "%0Afake"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, name, "events"), fmt.Sprintf(`{"t":%d,"e":"busy"}`+"\n", time.Now().UnixMicro()))
+	}
+	keys, err := st.Keys(ctxTimeout(t, 10*time.Second))
+	if err != nil || !slices.Equal(keys, []string{"real"}) {
+		t.Errorf("Keys: got %q (%v), want [real]", keys, err)
+	}
+	for _, e := range eventsOf(t, st, semaphore.EventQuery{}) {
+		if e.Key != "real" {
+			t.Errorf("Events of every key: got %+v, want only key real's", e)
+		}
+	}
+}
