@@ -80,9 +80,10 @@ const eventTime = "2006-01-02T15:04:05.000Z07:00"
 
 // printEvent prints one event on one line: its time, key and kind, who
 // (holder id, host:pid, command, label) and what came of it. Everything
-// but the time and the kind was read from the store, so is escaped.
+// but the time was read from the store, so is escaped: the kind too,
+// which a store checks, but a store's bug must not drive a terminal.
 func printEvent(w io.Writer, e semaphore.Event) error {
-	parts := []string{e.Time.Local().Format(eventTime), printable.String(e.Key), string(e.Kind)}
+	parts := []string{e.Time.Local().Format(eventTime), printable.String(e.Key), printable.String(string(e.Kind))}
 	add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
 	if e.Holder != "" {
 		add("holder %s", printable.String(e.Holder))

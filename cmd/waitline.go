@@ -125,9 +125,18 @@ func estimate(st semaphore.WaitState, since time.Duration) time.Duration {
 	if st.RecentHold <= 0 || st.Position <= 0 || st.Capacity <= 0 || st.Paused || st.Fenced > 0 {
 		return 0
 	}
-	rounds := (st.Position + st.Capacity - 1) / st.Capacity
-	return time.Duration(rounds)*st.RecentHold - since
+	rounds := time.Duration((st.Position-1)/st.Capacity + 1)
+	// The recent hold is the store's, which whoever may write to it may
+	// have made anything: a guess past maxGuess (or past what a Duration
+	// holds) says nothing.
+	if st.RecentHold > maxGuess/rounds {
+		return 0
+	}
+	return rounds*st.RecentHold - since
 }
+
+// maxGuess bounds a waiter's estimate.
+const maxGuess = 366 * 24 * time.Hour
 
 // roughly says a guessed duration as roughly as it is known: "a few
 // seconds", "about 40s", "about 2m", "about 1h30m".

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -30,6 +31,12 @@ func TestEstimate(t *testing.T) {
 		{fenced, 0, 0, ""},
 		{unplaced, 0, 0, ""},
 		{unknown, 0, 0, ""},
+		// What a store says is not trusted: no guess past a year, nor
+		// one that does not fit in a Duration.
+		{semaphore.WaitState{Capacity: 1, Position: 1, RecentHold: math.MaxInt64}, 0, 0, ""},
+		{semaphore.WaitState{Capacity: 1, Position: 5, RecentHold: 1 << 62}, 0, 0, ""},
+		{semaphore.WaitState{Capacity: math.MaxInt, Position: math.MaxInt, RecentHold: time.Minute}, 0, time.Minute, "about 1m"},
+		{semaphore.WaitState{Capacity: 1, Position: math.MaxInt, RecentHold: time.Minute}, 0, 0, ""},
 	} {
 		got := estimate(c.st, c.since)
 		if got != c.want || (got > 0 && roughly(got) != c.text) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -114,15 +115,21 @@ type eventLine struct {
 	Forced   bool                `json:"forced,omitempty"`
 }
 
-// lineOf is e as a line of the log says it, its texts bounded.
+// lineOf is e as a line of the log says it, its texts and numbers
+// bounded as readers check them (check): a loss is told from the file
+// its holder left, which any member may have written, and a line readers
+// skip would hide it. A number out of bounds is unknown (0).
 func lineOf(e semaphore.Event) eventLine {
 	l := eventLine{
-		Kind: e.Kind, ID: e.Holder, Host: boundText(e.Host, maxInfoText), PID: e.PID,
+		Kind: e.Kind, Host: boundText(e.Host, maxInfoText), PID: within(e.PID, math.MaxInt32),
 		Cmd: boundText(e.Command, maxInfoText), Hold: e.Hold, Label: boundText(e.Label, semaphore.MaxLabel),
-		Permits: e.Permits, Weight: e.Weight, Token: e.Token,
+		Permits: within(e.Permits, semaphore.MaxPermits), Weight: within(e.Weight, semaphore.MaxPermits), Token: max(e.Token, 0),
 		HeldMS: max(e.Held, 0).Milliseconds(), WaitedMS: max(e.Waited, 0).Milliseconds(),
 		CoolMS: max(e.Cooling, 0).Milliseconds(), UntilMS: max(e.Until, 0).Milliseconds(),
-		Capacity: e.Capacity, Reason: boundText(e.Reason, semaphore.MaxReason), Forced: e.Forced,
+		Capacity: within(e.Capacity, semaphore.MaxPermits), Reason: boundText(e.Reason, semaphore.MaxReason), Forced: e.Forced,
+	}
+	if validID(e.Holder) {
+		l.ID = e.Holder
 	}
 	if x := e.ExitStatus; x != nil && *x >= 0 && *x <= 255 {
 		status := *x
@@ -145,6 +152,14 @@ func (l eventLine) event(key string) semaphore.Event {
 		e.ExitStatus = &status
 	}
 	return e
+}
+
+// within is n when it is from 0 to most, else 0.
+func within(n, most int) int {
+	if n < 0 || n > most {
+		return 0
+	}
+	return n
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -381,9 +396,14 @@ func observe(h *semaphore.Histogram, d time.Duration) {
 // no log (Options.NoEvents). It never fails: an event that cannot be
 // recorded is dropped. It uses bare descriptors, as every grant and
 // release does it (openFd).
-func (k *keyDir) note(e semaphore.Event) {
+func (k *keyDir) note(e semaphore.Event) { k.noteAll([]semaphore.Event{e}) }
+
+// noteAll notes events, in order, under one lock of the stats file: a
+// sweep that finds many holders gone (or files planted to look like
+// theirs) waits at most eventLockWait for it, not that for each.
+func (k *keyDir) noteAll(events []semaphore.Event) {
 	logged := !k.noEvents
-	if !logged && !counted(e.Kind) {
+	if len(events) == 0 || !logged && !slices.ContainsFunc(events, func(e semaphore.Event) bool { return counted(e.Kind) }) {
 		return
 	}
 	fd, err := k.openFd(statsFile, k.logFlags(), false, nil)
@@ -392,9 +412,11 @@ func (k *keyDir) note(e semaphore.Event) {
 	}
 	defer unix.Close(fd) // and drops the lock
 	st, size := readStats(fd, k.path+"/"+statsFile)
-	count(&st.Counts, e)
-	if logged {
-		k.appendEvent(&st, e)
+	for _, e := range events {
+		count(&st.Counts, e)
+		if logged {
+			k.appendEvent(&st, e)
+		}
 	}
 	_ = st.write(fd, size)
 }

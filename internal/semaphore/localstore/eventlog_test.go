@@ -139,3 +139,22 @@ func TestStatsRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A line the log's writer makes is one its readers take, whatever the
+// event says: a loss is told from the file its holder left, which any
+// member of a group may have written.
+func TestLineOfIsReadBack(t *testing.T) {
+	exit := 300
+	e := semaphore.Event{
+		Kind: semaphore.EventLost, Holder: "../../etc",
+		HolderInfo: semaphore.HolderInfo{Host: "h\x1b[31m\u202e", PID: -5, Command: "x\u2028y", Label: "\xff"},
+		Permits:    semaphore.MaxPermits + 1, Weight: -3, Token: -7, Capacity: -1, ExitStatus: &exit,
+		Held: -time.Second, Reason: string(bytes.Repeat([]byte("x"), 5000)),
+	}
+	now := time.Now().UnixMicro()
+	l := lineOf(e)
+	l.T = now
+	if err := l.check(now); err != nil {
+		t.Errorf("the line of a loss told by a planted file: readers skip it (%v), want them to take it", err)
+	}
+}

@@ -47,6 +47,8 @@ func (s *Store) Keys(ctx context.Context) ([]string, error) {
 }
 
 // keyOf is the key whose directory is name, when the caller may use it.
+// A name no key could have (a control character, bytes not UTF-8) is a
+// directory someone else made there: semrun makes none for such a key.
 func (s *Store) keyOf(name string) (string, bool) {
 	k, err := s.openKeyDir(name)
 	if err != nil {
@@ -57,7 +59,7 @@ func (s *Store) keyOf(name string) (string, bool) {
 	if !ok && strings.HasPrefix(name, "#") {
 		key, ok = k.readKey()
 	}
-	return key, ok
+	return key, ok && semaphore.CheckKey(key) == nil
 }
 
 // How often a follower reads every log it follows, though no watch said

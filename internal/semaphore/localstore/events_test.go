@@ -536,3 +536,89 @@ func eventsAs(t *testing.T, bin string, uid int, dir, key, op string) string {
 	}
 	return got
 }
+
+// A grant's sweep that finds many holders' files left behind (or files
+// a member planted to look like theirs) notes their losses under one
+// lock of the stats file: with that lock kept by a stopped process, the
+// grant, and the line behind it, wait for it once, not once a file (64
+// times 100ms, before). Not parallel: a process waits for at most 64
+// such locks at once, which other tests' stopped writers would take.
+func TestLocalSweepWaitsOnceForStatsLock(t *testing.T) {
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second}
+	release(t, acquire(t, st, req)) // makes the key's files
+	const planted = 100
+	for i := range planted {
+		write(t, filepath.Join(dir, key, fmt.Sprintf("held.planted%03d", i)), `{"id":"AAAAAAAAAA","permits":1,"weight":1}`+"\n")
+	}
+	stats, err := os.Open(filepath.Join(dir, key, "stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	if err := syscall.Flock(int(stats.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l := acquire(t, st, req)
+	took := time.Since(start)
+	release(t, l)
+	if took > 3*time.Second {
+		t.Errorf("a grant that swept %d holders' files, the stats file locked: took %v, want it to wait for the lock once (100ms)", planted, took)
+	}
+	if left := slices.ContainsFunc(dirNames(t, filepath.Join(dir, key)), func(n string) bool { return strings.HasPrefix(n, "held.planted") }); left {
+		t.Errorf("holders' files left after the sweep: want them all removed")
+	}
+}
+
+// A holder revoked twice is one revoke, as the first reason stands: one
+// event, with it, and one count.
+func TestLocalRevokedTwiceIsOneRevoke(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
+	defer release(t, l)
+	id := statusOf(t, st, key).Holders[0].ID
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, reason := range []string{"first", "second"} {
+		if err := st.Revoke(ctx, key, id, reason, false); err != nil {
+			t.Fatalf("Revoke (%s): %v", reason, err)
+		}
+	}
+	revokes := ofKind(eventsOf(t, st, semaphore.EventQuery{Keys: []string{key}}), semaphore.EventRevoke)
+	if len(revokes) != 1 || revokes[0].Reason != "first" {
+		t.Errorf("revoke events of a holder revoked twice: got %+v, want one, of reason %q", revokes, "first")
+	}
+	if c := countsOf(t, st, key); c.Revokes != 1 {
+		t.Errorf("revokes counted: got %d, want 1", c.Revokes)
+	}
+}
+
+// Keys lists only names that can be keys: a directory named after a key
+// with control characters, or bytes not UTF-8, which semrun never makes,
+// is someone else's, and Events of every key does not show it.
+func TestLocalKeysAreKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	release(t, acquire(t, st, semaphore.Request{Key: "real", Permits: 1, TTL: time.Second}))
+	for _, name := range []string{"%1B%5D0%3Bowned%07", "%FF%FE", "%0Afake"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, name, "events"), fmt.Sprintf(`{"t":%d,"e":"busy"}`+"\n", time.Now().UnixMicro()))
+	}
+	keys, err := st.Keys(ctxTimeout(t, 10*time.Second))
+	if err != nil || !slices.Equal(keys, []string{"real"}) {
+		t.Errorf("Keys: got %q (%v), want [real]", keys, err)
+	}
+	for _, e := range eventsOf(t, st, semaphore.EventQuery{}) {
+		if e.Key != "real" {
+			t.Errorf("Events of every key: got %+v, want only key real's", e)
+		}
+	}
+}

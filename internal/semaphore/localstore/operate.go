@@ -155,9 +155,9 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 	if err != nil {
 		return fmt.Errorf("revoke a holder of key %q: %w", key, err)
 	}
-	who, cooled, err := k.revoke(key, id, reason)
+	who, cooled, again, err := k.revoke(key, id, reason)
 	unlock()
-	if who != nil && err == nil {
+	if who != nil && err == nil && !again {
 		k.note(semaphore.Event{Kind: semaphore.EventRevoke, Holder: id, HolderInfo: *who, Reason: reason, Forced: cooled})
 	}
 	switch {
@@ -174,8 +174,9 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 
 // revoke revokes k's holder id, under the grant lock, and says who it
 // is; nil when no live holder has that id. cooled: it was a cooling,
-// ended at once.
-func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cooled bool, err error) {
+// ended at once; again: it was revoked before, which stands, and is the
+// one event and count of its revoke.
+func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cooled, again bool, err error) {
 	var holder *record
 	k.eachLocked(heldPrefix, nil, func(f *os.File) bool {
 		if r, err := readRecord(f); err == nil && r.ID == id {
@@ -186,13 +187,14 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 	if holder != nil {
 		b, err := json.Marshal(revokeMark{Reason: reason, AtMS: time.Now().UnixMilli()})
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		// Revoked twice: the first reason stands.
-		if err := k.publishWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n')); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, false, fmt.Errorf("revoke file in %s: %w", k.path, err)
+		err = k.publishWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n'))
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, false, false, fmt.Errorf("revoke file in %s: %w", k.path, err)
 		}
-		return &holder.HolderInfo, false, nil
+		return &holder.HolderInfo, false, err != nil, nil
 	}
 	for _, name := range k.names(holdPrefix) {
 		r, err := k.readHold(name)
@@ -204,21 +206,21 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 			continue
 		}
 		if _, err := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldRevoked, Why: boundWhy(reason), At: time.Now()}); err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		keeper := r.keeper()
-		return &keeper, false, nil
+		return &keeper, false, false, nil
 	}
 	// A cooling: no process holds it, so it ends at once.
 	for _, name := range k.names(coolPrefix) {
 		if r, err := k.readCool(name); err == nil && r.ID == id && r.check(time.Now().UnixMilli()) == nil {
 			if err := unix.Unlinkat(int(k.dir.Fd()), name, 0); err != nil {
-				return nil, false, fmt.Errorf("end the cooling %s in %s: %w", name, k.path, err)
+				return nil, false, false, fmt.Errorf("end the cooling %s in %s: %w", name, k.path, err)
 			}
-			return &r.HolderInfo, true, nil
+			return &r.HolderInfo, true, false, nil
 		}
 	}
-	return nil, false, nil
+	return nil, false, false, nil
 }
 
 // revoked is a *semaphore.RevokedError when k's holder id was revoked.

@@ -233,6 +233,7 @@ func (k *keyDir) removeStale(prefix string) {
 // removeUnlocked removes those of k's files names that nobody holds
 // locked.
 func (k *keyDir) removeUnlocked(names []string) {
+	var lost []semaphore.Event
 	for _, name := range names {
 		f, err := k.open(name, os.O_RDONLY)
 		if err != nil {
@@ -245,10 +246,12 @@ func (k *keyDir) removeUnlocked(names []string) {
 			// A holder gives its permit back after its file is gone: one
 			// left is a holder's that vanished. Whoever removes it, once,
 			// notes the loss.
-			k.note(lostEvent(f))
+			lost = append(lost, lostEvent(f))
 		}
 		f.Close()
 	}
+	// At once: the sweep after a grant runs before the line is left.
+	k.noteAll(lost)
 }
 
 // sweepFew bounds the files of holders to be looked at a grant sweeps
