@@ -32,6 +32,11 @@ type EventQuery struct {
 // first.
 const MaxEvents = 1000
 
+// EventLife is how long a key's log and counters outlive its last event:
+// a store keeps no unused key's past for ever, and a week and a day keeps
+// a weekly job's counters rising.
+const EventLife = 8 * 24 * time.Hour
+
 // EventKind names what happened.
 type EventKind string
 

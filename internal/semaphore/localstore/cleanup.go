@@ -149,6 +149,16 @@ func (k *keyDir) lastUse() time.Time {
 	return time.Unix(last.Unix())
 }
 
+// lastEvent is when k's counters were last written (an event), or the
+// zero time when it has none.
+func (k *keyDir) lastEvent() time.Time {
+	var st unix.Stat_t
+	if unix.Fstatat(int(k.dir.Fd()), statsFile, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size == 0 {
+		return time.Time{}
+	}
+	return time.Unix(st.Mtim.Unix())
+}
+
 // removeHidden removes the hidden directory name of the lock directory
 // and the files in it, never following a symbolic link. In a sticky lock
 // directory, only the caller's own go.

@@ -124,7 +124,7 @@ func TestLocalCoolingKeepsKeyDirectory(t *testing.T) {
 	if err := l.Finish(ctxTimeout(t, 5*time.Second), 0); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
-	age(t, filepath.Join(dir, key), localstore.StaleAfter+time.Minute)
+	age(t, filepath.Join(dir, key), semaphore.EventLife+time.Minute)
 	status, err := st.Status(ctxTimeout(t, 5*time.Second), nil)
 	if err != nil {
 		t.Fatalf("Status: %v", err)

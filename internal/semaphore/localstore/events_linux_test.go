@@ -17,6 +17,7 @@ func TestLocalHoldEvents(t *testing.T) {
 	attach(t, hk.st, hk.h)
 	release(t, hk.l) // semrun acquire exits: the permit is the hold's
 	id := statusOf(t, hk.st, hk.req.Key).Holders[0].ID
+	time.Sleep(5 * time.Millisecond) // held counts whole milliseconds
 	end, now, err := hk.st.EndHold(ctxTimeout(t, 5*time.Second), hk.h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun release"})
 	if err != nil || !now || end.State != semaphore.HoldReleased {
 		t.Fatalf("EndHold: got (%+v, %v, %v), want it released now", end, now, err)

@@ -622,3 +622,30 @@ func TestLocalKeysAreKeys(t *testing.T) {
 		}
 	}
 }
+
+// A key unused for an hour keeps its events and counters until they are
+// EventLife old: last night's job is still there in the morning.
+func TestLocalIdleKeyKeepsItsEvents(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second}))
+	age(t, filepath.Join(dir, key), localstore.StaleAfter+time.Minute)
+	if _, err := st.Status(ctxTimeout(t, 5*time.Second), nil); err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if got := eventsOf(t, st, semaphore.EventQuery{Keys: []string{key}}); len(got) != 2 {
+		t.Errorf("events of a key unused for an hour, after Status: got %+v, want its grant and release", got)
+	}
+	if keys, err := st.Keys(ctxTimeout(t, 5*time.Second)); err != nil || !slices.Contains(keys, key) {
+		t.Errorf("Keys of a key unused for an hour: got (%q, %v), want it listed", keys, err)
+	}
+	age(t, filepath.Join(dir, key), semaphore.EventLife+time.Minute)
+	if _, err := st.Status(ctxTimeout(t, 5*time.Second), nil); err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, key)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("directory of a key whose events are EventLife old, after Status: got %v, want it removed", err)
+	}
+}

@@ -472,17 +472,18 @@ func TestLocalHoldRecordsKeptADay(t *testing.T) {
 	if end, now, err := st.EndHold(ctxTimeout(t, 5*time.Second), old, semaphore.HoldEnd{State: semaphore.HoldLost}); err != nil || now || end.State != semaphore.HoldReleased {
 		t.Fatalf("EndHold of a hold ended over an hour ago: got (%+v, %v, %v), want it released, as it was", end, now, err)
 	}
-	// Status removes the record, and the key's directory an hour later.
+	// Status removes the record, and the key's directory once its events
+	// are old.
 	age(t, filepath.Join(dir, old.Key), localstore.HoldKept+time.Minute)
 	statusAll()
 	if _, err := os.Stat(filepath.Join(dir, old.Key, localstore.HoldFileName(old.Secret))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("record of a hold ended over a day ago, after Status: got %v, want it removed", err)
 	}
 	endLost(t, st, old, "of a hold ended over a day ago")
-	age(t, filepath.Join(dir, old.Key), localstore.StaleAfter+time.Minute)
+	age(t, filepath.Join(dir, old.Key), semaphore.EventLife+time.Minute)
 	statusAll()
 	if _, err := os.Stat(filepath.Join(dir, old.Key)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("directory of a key unused for an hour after its hold's record went: got %v, want it removed", err)
+		t.Errorf("directory of a key unused for EventLife after its hold's record went: got %v, want it removed", err)
 	}
 
 	const key = "live"

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
-	"github.com/semrun/semrun/internal/semaphore/localstore"
 	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 	"golang.org/x/sys/unix"
 )
@@ -100,7 +99,7 @@ func TestLocalOlderSemrunsSeatsCount(t *testing.T) {
 				t.Errorf("Status, an older semrun holding the key's only seat: got %+v, want it held by the older one", s)
 			}
 
-			age(t, kdir, localstore.StaleAfter+time.Minute)
+			age(t, kdir, semaphore.EventLife+time.Minute)
 			if _, err := st.Status(ctxTimeout(t, 5*time.Second), nil); err != nil {
 				t.Fatalf("Status: %v", err)
 			}
@@ -167,7 +166,7 @@ func TestLocalNewKeysAreFencedFromOlderSemruns(t *testing.T) {
 	}
 	// Status of every key removes the fence with the directory.
 	release(t, acquire(t, st, semaphore.Request{Key: "unused", Permits: 1, TTL: time.Second}))
-	age(t, filepath.Join(dir, "unused"), localstore.StaleAfter+time.Minute)
+	age(t, filepath.Join(dir, "unused"), semaphore.EventLife+time.Minute)
 	if _, err := st.Status(ctxTimeout(t, 5*time.Second), nil); err != nil {
 		t.Fatalf("Status: %v", err)
 	}
@@ -226,7 +225,7 @@ func TestLocalStatusKeepsKeysItCannotCount(t *testing.T) {
 	if err := syscall.Mkfifo(seats, 0o600); err != nil {
 		t.Fatalf("mkfifo seats: %v", err)
 	}
-	age(t, filepath.Join(dir, key), localstore.StaleAfter+time.Minute)
+	age(t, filepath.Join(dir, key), semaphore.EventLife+time.Minute)
 	if _, err := st.Status(ctxTimeout(t, 5*time.Second), nil); err != nil {
 		t.Fatalf("Status: %v", err)
 	}

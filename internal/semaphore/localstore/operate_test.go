@@ -139,7 +139,7 @@ func TestLocalSettingsKeepKeyDirectory(t *testing.T) {
 	listed := func() []string {
 		t.Helper()
 		for _, name := range dirNames(t, dir) {
-			age(t, filepath.Join(dir, name), localstore.StaleAfter+time.Minute)
+			age(t, filepath.Join(dir, name), semaphore.EventLife+time.Minute)
 		}
 		status, err := st.Status(ctxTimeout(t, 5*time.Second), nil)
 		if err != nil {

@@ -408,7 +408,7 @@ func TestLocalStatusForgetsKeysLongUnused(t *testing.T) {
 	waitFor(t, 10*time.Second, "a waiter for key \"waited\"", func() bool { return len(statusOf(t, st, "waited").Waiters) == 1 })
 	for _, name := range dirNames(t, dir) {
 		if name != "fresh" {
-			age(t, filepath.Join(dir, name), localstore.StaleAfter+time.Minute)
+			age(t, filepath.Join(dir, name), semaphore.EventLife+time.Minute)
 		}
 	}
 	// Left behind by a semrun that died making or removing a key's directory.
@@ -496,7 +496,7 @@ func TestLocalRemovingUnusedKeysNeverLetsTwoHold(t *testing.T) {
 				}
 				last = ino
 			}
-			age(t, filepath.Join(dir, key), localstore.StaleAfter+time.Minute)
+			age(t, filepath.Join(dir, key), semaphore.EventLife+time.Minute)
 		}
 		_, _ = remover.Status(context.Background(), nil)
 	}

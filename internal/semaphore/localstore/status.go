@@ -101,7 +101,12 @@ func (s *Store) statusOfDir(ctx context.Context, k *keyDir) (semaphore.KeyStatus
 		return st, false, fmt.Errorf("status of key %q: %w", key, err)
 	}
 	if st.Held == 0 && len(st.Waiters) == 0 && st.StoredCapacity == 0 && st.Paused == nil && time.Since(k.lastUse()) >= StaleAfter {
-		s.removeUnused(k, StaleAfter)
+		// Its past stays for semrun events and metrics as long as a
+		// Redis keeps it: last night's job is still there in the
+		// morning.
+		if time.Since(k.lastEvent()) >= semaphore.EventLife {
+			s.removeUnused(k, StaleAfter)
+		}
 		return st, false, nil
 	}
 	return st, true, nil

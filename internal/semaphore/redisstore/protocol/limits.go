@@ -82,13 +82,10 @@ const (
 	// it to this, approximately (whole nodes of a hundred), which keeps
 	// the cost of a write flat.
 	MaxEvents = semaphore.MaxEvents
-	// EventLife is how long a key's event log and counters outlive the
-	// last event written: a shared Redis keeps no key's past for ever,
-	// and a week and a day keeps a weekly job's counters rising. The
-	// scripts keep its end in the counters ("#until") and push it, and
-	// the keys' TTL, when it is older than EventRefresh: one PEXPIRE an
-	// hour, not one an event.
-	EventLife    = 8 * 24 * time.Hour
+	// EventLife is semaphore.EventLife. The scripts keep its end in the
+	// counters ("#until") and push it, and the keys' TTL, when it is
+	// older than EventRefresh: one PEXPIRE an hour, not one an event.
+	EventLife    = semaphore.EventLife
 	EventRefresh = time.Hour
 	// MaxMeta bounds the holder's record (a semaphore.HolderInfo, as JSON)
 	// an event keeps, and that a reader decodes: a host name and a label
