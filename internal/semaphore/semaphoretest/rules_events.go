@@ -176,6 +176,9 @@ func ruleEventsOfAnOperator(t *testing.T, _ *Backend, st semaphore.Store) {
 	l := Hold(t, st, req)
 	id := StatusOf(t, st, key).Holders[0].ID
 	operated(t, "Revoke", st.Revoke(ctx, key, id, "stuck", false))
+	// Revoked again before it let go: still one revoke, for the first
+	// reason, which the holder hears.
+	operated(t, "Revoke again", st.Revoke(ctx, key, id, "stuck, really", false))
 	WaitFor(t, 5*time.Second, "the revoked holder's Renew failing", func() bool {
 		return errors.Is(l.Renew(Context(t, 5*time.Second)), semaphore.ErrLost)
 	})

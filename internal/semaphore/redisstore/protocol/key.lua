@@ -76,6 +76,10 @@ elseif op == 'revoke' then
         break
       end
       pruneRevoked()
+      if a.force ~= '1' and redis.call('HGET', policyKey, 'revoked ' .. pub) then
+        -- Revoked already: one revoke, whose reason the holder hears.
+        break
+      end
       redis.call('HSET', policyKey, 'revoked ' .. pub, string.format('%d ', now) .. reason)
       local h
       if a.force == '1' then
