@@ -649,7 +649,16 @@ func (s *Store) readNew(ctx context.Context, cursors []*logCursor, tell func(sem
 			}
 			for _, m := range stream.Messages {
 				id, ok := protocol.ParseStreamID(m.ID)
-				if !ok || id.Compare(c.last) <= 0 {
+				if !ok {
+					// An id past what a cursor holds (someone else wrote
+					// it): the cursor could not move past it, and every
+					// read would return it at once, for ever. The entries
+					// after it are as far out, so the log is skipped, as
+					// history skips one that ends so.
+					c.broken = true
+					break
+				}
+				if id.Compare(c.last) <= 0 {
 					continue
 				}
 				c.last = id

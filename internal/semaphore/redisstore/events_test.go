@@ -298,6 +298,60 @@ func TestRedisRejoinAfterALoss(t *testing.T) {
 	}
 }
 
+// TestRedisFollowerSkipsALogItCannotFollow: an entry whose id no cursor
+// holds (past MaxInt ms: someone else wrote it) ends the following of
+// its log, which would otherwise hand it back to every XREAD at once, in
+// a loop that never blocks; the other keys are still followed.
+func TestRedisFollowerSkipsALogItCannotFollow(t *testing.T) {
+	t.Parallel()
+	_, st, raw := setup(t, Options{})
+	poisoned, clean := uniqueKey(t)+"-poisoned", uniqueKey(t)+"-clean"
+	for _, key := range []string{poisoned, clean} {
+		release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second}))
+	}
+	var mu sync.Mutex
+	var got []semaphore.Event
+	told := func(n int) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Events(ctx, semaphore.EventQuery{Keys: []string{poisoned, clean}, Follow: true}, func(e semaphore.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, e)
+			return nil
+		})
+	}()
+	waitFor(t, 10*time.Second, "the history told", told(4))
+	bg := context.Background()
+	if err := raw.XAdd(bg, &redis.XAddArgs{Stream: protocol.NewKeys(testPrefix, poisoned).Events, ID: "9007199254740993-0",
+		Values: []any{"e", "grant"}}).Err(); err != nil {
+		t.Fatalf("XADD: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // the follower reads it
+	before := commandCalls(t, raw, "xread")
+	time.Sleep(1500 * time.Millisecond)
+	// Blocking a second a read, it makes a few; spinning, thousands.
+	if n := commandCalls(t, raw, "xread") - before; n > 20 {
+		t.Errorf("XREADs in 1.5s after an entry it cannot follow: got %d, want a few (reads that block)", n)
+	}
+	release(t, acquire(t, st, semaphore.Request{Key: clean, Permits: 1, TTL: 5 * time.Second}))
+	waitFor(t, 10*time.Second, "the clean key's new run told", told(6))
+	cancel()
+	if err := receiveErr(t, done); err != nil {
+		t.Errorf("Events following, once its context ended: got %v, want nil", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range got[4:] {
+		if e.Key != clean {
+			t.Errorf("followed after the entry: got %+v, want the clean key's events only", e)
+		}
+	}
+}
+
 // TestRedisKeysWithoutScan: Keys lists the keys used, from the index and
 // never by SCAN, and prunes those whose log and counters are gone and
 // members that are no key.
