@@ -531,7 +531,9 @@ func (s *Store) follow(ctx context.Context, cursors []*logCursor, listed bool, b
 // when its size changed from indexed: the keys are listed once a key
 // joins it or leaves it, not every time. It returns the size listed.
 func (s *Store) relist(ctx context.Context, cursors []*logCursor, began protocol.StreamID, indexed int64) ([]*logCursor, int64) {
-	size, err := s.client.Do(ctx, "SCARD", protocol.Index(s.prefix)).Int64()
+	call, cancel := context.WithTimeout(ctx, s.connectTimeout) // see rejoin
+	size, err := s.client.Do(call, "SCARD", protocol.Index(s.prefix)).Int64()
+	cancel()
 	if err != nil || size == indexed {
 		return cursors, indexed // looked at again later
 	}
@@ -556,6 +558,12 @@ func (s *Store) relist(ctx context.Context, cursors []*logCursor, began protocol
 // back; one whose last entry is before the cursor's (a failover lost the
 // last entries) from that entry on.
 func (s *Store) rejoin(ctx context.Context, cursors []*logCursor) error {
+	// Bounded as every read of the follower: go-redis waits for a reply
+	// until the deadline, not until ctx is cancelled, and a server that
+	// stopped answering (paused, cut off) would hold the follower past
+	// ctx's end, and retry nothing.
+	ctx, cancel := context.WithTimeout(ctx, s.connectTimeout)
+	defer cancel()
 	cmds, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range cursors {
 			p.XRevRangeN(ctx, c.keys.Events, "+", "-", 1)
@@ -688,6 +696,8 @@ func (s *Store) readNew(ctx context.Context, cursors []*logCursor, tell func(sem
 
 // markBroken marks the cursors whose log is no stream.
 func (s *Store) markBroken(ctx context.Context, group []*logCursor) {
+	ctx, cancel := context.WithTimeout(ctx, s.connectTimeout) // see rejoin
+	defer cancel()
 	cmds, _ := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range group {
 			p.XLen(ctx, c.keys.Events)
