@@ -119,6 +119,49 @@ func TestRedisForcedRevokeEvents(t *testing.T) {
 	}
 }
 
+// TestRedisEventKeysRefusedStillGrant: a Redis user that may not use the
+// log's and the counters' keys (the run's user of the docs before there
+// were events, on an upgrade) still takes, renews and gives back permits
+// and waits in line: what it cannot write is lost, as an event someone
+// may not XADD is.
+func TestRedisEventKeysRefusedStillGrant(t *testing.T) {
+	t.Parallel()
+	srv, _, raw := setup(t, Options{})
+	ctx := ctxTimeout(t, 10*time.Second)
+	// The run's user of docs/configuration.md before events.
+	if err := raw.Do(ctx, "ACL", "SETUSER", "runner", "on", ">pw", "resetkeys", "~semrun:*:holders", "~semrun:*:info", "~semrun:*:token",
+		"~semrun:*:queue", "~semrun:*:waiters", "~semrun:*:leases", "~semrun:*:wake:*", "~semrun:*:hold:*", "%R~semrun:*:policy",
+		"resetchannels", "-@all", "+hello", "+evalsha", "+eval", "+blpop", "+wait", "+time", "+info", "+hget", "+hgetall", "+hset",
+		"+hdel", "+hmget", "+zrange", "+zrem", "+zcard", "+zadd", "+zscore", "+zrangebyscore", "+zrank", "+del", "+exists", "+rpush",
+		"+pexpire", "+pttl", "+get", "+set", "+scan", "+xadd").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	st := newStore(t, "redis://runner:pw@"+srv.Addr+"/0", Options{Prefix: "semrun:"})
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 2 * time.Second}
+	l, err := st.Acquire(ctxTimeout(t, 5*time.Second), req)
+	if err != nil {
+		t.Fatalf("Acquire as a user that may not write the log: got %v, want a permit", err)
+	}
+	waiter, _ := startAcquire(t, st, req, 10*time.Second)
+	time.Sleep(200 * time.Millisecond) // in line
+	if err := l.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Errorf("Renew: got %v, want renewed", err)
+	}
+	if err := l.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Errorf("Release: got %v, want nil", err)
+	}
+	got := receive(t, waiter, 10*time.Second, "the waiter")
+	if got.Err != nil {
+		t.Fatalf("the waiter, handed the seat: got %v, want a permit", got.Err)
+	}
+	release(t, got.L)
+	k := protocol.NewKeys("semrun:", key)
+	if n := exists(t, raw, k.Events, k.Stats); n != 0 {
+		t.Errorf("the log and counters of a user that may not write them: got %d keys, want none", n)
+	}
+}
+
 // TestRedisNoEventsStillCounts: a store with NoEvents logs nothing, and
 // still counts, and lists the key.
 func TestRedisNoEventsStillCounts(t *testing.T) {

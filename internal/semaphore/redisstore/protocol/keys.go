@@ -25,7 +25,8 @@ type Keys struct {
 	Hold string
 	// Events and Stats are what happened to the key (lib.lua says what
 	// each holds): its capped event log, and its counters. They outlive
-	// the others, EventLife after the last event, and are not in List.
+	// the others, EventLife after the last event, and are not in List:
+	// not KEYS of the scripts (see All).
 	Events, Stats string
 }
 
@@ -46,16 +47,20 @@ func NewKeys(prefix, key string) Keys {
 }
 
 // List is the keys of the semaphore's state, which live as long as its
-// leases (lib.lua's keepalive), in the order lib.lua takes them.
+// leases (lib.lua's keepalive): KEYS of every script, in the order
+// lib.lua takes them.
 func (k Keys) List() []string {
 	return []string{k.Holders, k.Info, k.Token, k.Queue, k.Waiters, k.Leases}
 }
 
-// All is KEYS of every script, in the order lib.lua takes them: List,
-// then Events and Stats. A script writes those too, so they are KEYS,
-// checked for the run's ACL user and routed in a cluster as the others:
-// while the slot migrates, Redis refuses the script before it runs
-// rather than after a grant.
+// All is every key the scripts write: List, then Events and Stats. Those
+// two are not KEYS (lib.lua names them from Info, as it does Policy):
+// Redis refuses a script one of whose KEYS the ACL user may not use
+// before it runs, so a user refused the log (the run's user of a release
+// before events) could take no permit at all; not KEYS, an XADD refused
+// fails inside the script's pcall, and only the event is lost. While the
+// slot migrates, a script run where its state is may find its log moved
+// already: the event is lost alike, never written where the key is not.
 func (k Keys) All() []string {
 	return append(k.List(), k.Events, k.Stats)
 }

@@ -18,6 +18,11 @@
 --   waiters: hash, waiter id -> waiter record; "#seq" -> the last ticket
 --   leases:  sorted set, waiter id -> waiter lease expiry, so that lapsed
 --            waiters are found in expiry order
+-- and, not among KEYS, beside them (named as info is, with their own
+-- ending; see keys.go's Keys.All): what happened to the key, which an
+-- ACL user may be refused (on an upgrade, the run's user of a release
+-- before events): writing them fails then inside a pcall (event), and
+-- loses the event, not the grant, as a KEY refused would fail the script.
 --   events:  stream, what happened to the key (log): its events, oldest
 --            first, trimmed to about MAXEVENTS; the entry id's ms is when
 --   stats:   hash, its counters (count): "grants", "busy", "timeouts",
@@ -28,7 +33,7 @@
 --            average of the holds, ms (RECENTWEIGHT); "#until" -> when
 --            both expire
 --            These two outlive the others: EVENTLIFE after the last event.
--- and, not among KEYS, beside them (its name is info's, ending "policy"):
+-- and, not among KEYS either (its name is info's, ending "policy"):
 --   policy:  hash, what an operator set (key.lua): "cap" -> the stored
 --            capacity; "paused" -> 1, "until" -> its end (ms; 0: none),
 --            "reason"; "revoked <public id>" -> "<ms> <reason>". It never
@@ -45,10 +50,11 @@
 -- whole set. Everything read back is checked (num, readHolder,
 -- readWaiter): anyone who can write these keys may have written anything.
 local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local eventsKey, statsKey = KEYS[7], KEYS[8]
 -- The policy is named as info is, in the same hash slot; it is not among
--- KEYS (see keys.go), so that a run's ACL user may read it only.
+-- KEYS (see keys.go), so that a run's ACL user may read it only. Nor are
+-- the log and the counters, so that a user refused them still runs.
 local policyKey = string.sub(infoKey, 1, -5) .. 'policy'
+local eventsKey, statsKey = string.sub(infoKey, 1, -5) .. 'events', string.sub(infoKey, 1, -5) .. 'stats'
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')

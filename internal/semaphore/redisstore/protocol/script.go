@@ -84,19 +84,19 @@ func (s *Script) Hash() string { s.Build(); return s.lua.Hash() }
 func Run(ctx context.Context, c redis.Scripter, k Keys, a Args) (any, error) {
 	sc := a.script()
 	sc.Build()
-	res, err := sc.lua.Run(ctx, c, k.All(), a.argv(k)...).Result()
+	res, err := sc.lua.Run(ctx, c, k.List(), a.argv(k)...).Result()
 	return res, sc.Wrap(err)
 }
 
 // Eval sends a with EVAL, the whole script: in a pipeline, a NOSCRIPT
 // reply to EVALSHA could not be answered with a load in time.
 func Eval(ctx context.Context, c redis.Scripter, k Keys, a Args) *redis.Cmd {
-	return c.Eval(ctx, a.script().Source(), k.All(), a.argv(k)...)
+	return c.Eval(ctx, a.script().Source(), k.List(), a.argv(k)...)
 }
 
 // EvalSha sends a with EVALSHA only: NOSCRIPT when Redis lacks the script.
 func EvalSha(ctx context.Context, c redis.Scripter, k Keys, a Args) *redis.Cmd {
-	return c.EvalSha(ctx, a.script().Hash(), k.All(), a.argv(k)...)
+	return c.EvalSha(ctx, a.script().Hash(), k.List(), a.argv(k)...)
 }
 
 // Command is a as the arguments of one EVAL or EVALSHA (verb) command,
@@ -106,7 +106,7 @@ func Command(verb string, k Keys, a Args) []any {
 	if verb == "EVALSHA" {
 		script = a.script().Hash()
 	}
-	keys := k.All()
+	keys := k.List()
 	out := []any{verb, script, len(keys)}
 	for _, key := range keys {
 		out = append(out, key)
