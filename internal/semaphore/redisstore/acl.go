@@ -30,6 +30,11 @@ type aclProbe struct {
 	// operator: only an operator's user needs it on its key (semrun key);
 	// a run's may lack it.
 	operator bool
+	// keys is the ACL key pattern of its key, for an optional probe whose
+	// key the user may be refused alone: what to grant then (not every
+	// key under the prefix, which would let a run's user write the
+	// policy).
+	keys string
 }
 
 // aclProbes are every command semrun sends, itself or from its scripts,
@@ -39,6 +44,8 @@ type aclProbe struct {
 // them); and COMMAND in a cluster (acl tries it there).
 func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
 	wake := k.WakeList(noHolder)
+	events, stats := protocol.PrefixPattern(s.prefix)+":events", protocol.PrefixPattern(s.prefix)+":stats"
+	index := protocol.IndexPattern(s.prefix)
 	// The renewal of a permit nobody holds reads the keys and writes nothing.
 	renew := protocol.RenewArgs{ID: noHolder, TTL: time.Second}
 	return []aclProbe{
@@ -77,18 +84,20 @@ func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
 		// What happened to a key (events.go): the scripts log it in a pcall,
 		// so a refusal loses the events, never a grant.
 		{args: []any{"XADD", k.Events, "MAXLEN", "~", protocol.MaxEvents, "*", "e", "doctor"}, writes: true,
-			optional: "no events would be logged (semrun events)"},
-		{args: []any{"XLEN", k.Events}, optional: eventsFail},
-		{args: []any{"XRANGE", k.Events, "-", "+", "COUNT", 1}, optional: eventsFail},
-		{args: []any{"XREVRANGE", k.Events, "+", "-", "COUNT", 1}, optional: eventsFail},
-		{args: []any{"XREAD", "COUNT", 1, "STREAMS", k.Events, "0-0"}, optional: eventsFail},
+			optional: "no events would be logged (semrun events)", keys: events},
+		{args: []any{"XLEN", k.Events}, optional: eventsFail, keys: events},
+		{args: []any{"XRANGE", k.Events, "-", "+", "COUNT", 1}, optional: eventsFail, keys: events},
+		{args: []any{"XREVRANGE", k.Events, "+", "-", "COUNT", 1}, optional: eventsFail, keys: events},
+		{args: []any{"XREAD", "COUNT", 1, "STREAMS", k.Events, "0-0"}, optional: eventsFail, keys: events},
+		// The counters, which the scripts write as the log, in a pcall.
+		{args: []any{"HMGET", k.Stats, "grants"}, optional: "no counters would be kept (semrun metrics)", keys: stats},
 		// The index: every key's, whose life a probe must not change, so
 		// SADD is tried on a throw-away key, and the index is only read, and
 		// a member it never had removed.
-		{args: []any{"SADD", k.Stats, "doctor"}, writes: true, optional: unlisted},
-		{args: []any{"SSCAN", protocol.Index(s.prefix), 0, "COUNT", 1}, optional: unlisted},
-		{args: []any{"SCARD", protocol.Index(s.prefix)}, optional: unlisted},
-		{args: []any{"SREM", protocol.Index(s.prefix), k.Name}, optional: unlisted},
+		{args: []any{"SADD", k.Stats, "doctor"}, writes: true, optional: unlisted, keys: stats},
+		{args: []any{"SSCAN", protocol.Index(s.prefix), 0, "COUNT", 1}, optional: unlisted, keys: index},
+		{args: []any{"SCARD", protocol.Index(s.prefix)}, optional: unlisted, keys: index},
+		{args: []any{"SREM", protocol.Index(s.prefix), k.Name}, optional: unlisted, keys: index},
 	}
 }
 
@@ -168,6 +177,9 @@ func (s *Store) probe(ctx context.Context, p aclProbe) error {
 // aclFindings are what the probes found.
 type aclFindings struct {
 	missing, optional, costs, keyRefused []string
+	// keysOptional are the patterns of the optional keys refused (see
+	// aclProbe's keys).
+	keysOptional []string
 	// odd are the answers that are no refusal, each with the commands
 	// that got it, in the order they came.
 	odd map[string][]string
@@ -245,6 +257,11 @@ func (f *aclFindings) sort(p aclProbe, err error) {
 		f.odd[msg] = append(f.odd[msg], strings.ToUpper(name))
 	case key && p.operator:
 		f.runsOnly = true
+	case key && p.keys != "":
+		if !slices.Contains(f.keysOptional, p.keys) {
+			f.keysOptional = append(f.keysOptional, p.keys)
+			f.costs = append(f.costs, fmt.Sprintf("not keys %s: %s", p.keys, p.optional))
+		}
 	case key:
 		f.keyRefused = append(f.keyRefused, strings.ToUpper(name))
 	case command == "" && !strings.HasPrefix(err.Error(), "NOPERM"):
@@ -272,6 +289,8 @@ func (s *Store) aclCheck(f *aclFindings, cleaned bool) (semaphore.Check, bool) {
 	}
 	if len(f.keyRefused) > 0 {
 		fixes = append(fixes, "ACL SETUSER "+user+" ~"+protocol.PrefixPattern(s.prefix))
+	} else if len(f.keysOptional) > 0 {
+		fixes = append(fixes, "ACL SETUSER "+user+" ~"+strings.Join(f.keysOptional, " ~"))
 	}
 	if len(f.missing) > 0 {
 		problems = append(problems, fmt.Sprintf("user %s may not run %s, which semrun sends", user, strings.ToUpper(strings.Join(f.missing, ", "))))
@@ -292,7 +311,7 @@ func (s *Store) aclCheck(f *aclFindings, cleaned bool) (semaphore.Check, bool) {
 	switch {
 	case len(problems) > 0:
 		return semaphore.Check{Name: "acl", Status: semaphore.CheckFail, Detail: strings.Join(problems, "; "), Fix: strings.Join(fixes, "; ")}, true
-	case len(f.optional) > 0:
+	case len(f.optional) > 0 || len(f.keysOptional) > 0:
 		return semaphore.Check{Name: "acl", Status: semaphore.CheckWarn, Fix: strings.Join(fixes, "; "),
 			Detail: fmt.Sprintf("user %s may run every command semrun needs on keys under %s, but %s", user, s.prefix, strings.Join(f.costs, "; "))}, false
 	case len(f.oddMsgs) > 0:

@@ -73,6 +73,11 @@ func Index(prefix string) string {
 	return keyEscaper.Replace(prefix) + "keys"
 }
 
+// IndexPattern is an ACL key pattern for Index alone.
+func IndexPattern(prefix string) string {
+	return globEscaper.Replace(Index(prefix))
+}
+
 // WakeList is the wake list of the waiter whose permit id is id: named
 // after a hash of the id, so that the list tells nobody a permit id. It
 // shares the semaphore's hash tag. lib.lua's wakekey names it alike.
