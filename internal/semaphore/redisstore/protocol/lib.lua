@@ -259,7 +259,8 @@ local function record(e, hist, ms)
   -- why, a reason; until, a pause's length, ms (0: until resumed); f, 1
   -- for a forced revoke. DecodeEvent (events.go) reads them. NOMKSTREAM
   -- tells a new log, which the count below gives its life; a Redis before
-  -- 6.2 refuses it, and then every event renews the life.
+  -- 6.2 refuses it, and then a log with no life yet is a new one (PTTL),
+  -- so that it does not renew the life, and the index, at every event.
   if not quiet then
     local argv = {'e', e.e, 'id', e.id or '', 'm', e.m or '', 'n', e.n or '', 'w', e.w or '', 't', e.t or '',
       'x', e.x or '', 'held', e.held or '', 'wait', e.wait or '', 'cool', e.cool or '', 'cap', e.cap or '',
@@ -270,7 +271,10 @@ local function record(e, hist, ms)
         -- A log that is no stream (someone else wrote it) makes way.
         pcall(redis.call, 'DEL', eventsKey)
       end
-      newLog = pcall(redis.call, 'XADD', eventsKey, 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
+      if pcall(redis.call, 'XADD', eventsKey, 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv)) then
+        local okTTL, ttl = pcall(redis.call, 'PTTL', eventsKey)
+        newLog = not okTTL or ttl == -1
+      end
     end
   end
 
