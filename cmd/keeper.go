@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"runtime"
 	"strings"
 	"syscall"
@@ -288,9 +287,8 @@ func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *l
 	if err != nil {
 		return err
 	}
-	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(signals)
+	signals, stopSignals := runner.UntilStopped(syscall.SIGHUP)
+	defer stopSignals()
 	lease, info, err := store.Attach(ctx, h, true)
 	if err != nil {
 		return err

@@ -142,13 +142,13 @@ func (t *try) giveUp(giveBack func(semaphore.Lease)) {
 	}
 }
 
-// UntilStopped catches what stops a command of semrun's own that serves
-// until stopped (metrics --listen): SIGTERM, and SIGINT unless semrun
-// started with it ignored (nohup). stopped receives the first; stop ends
-// the catch.
-func UntilStopped() (stopped <-chan os.Signal, stop func()) {
+// UntilStopped catches what stops a process of semrun's own that serves
+// until stopped (metrics --listen, a hold's keeper): SIGTERM, and SIGINT
+// unless semrun started with it ignored (nohup), and also. stopped
+// receives the first; stop ends the catch.
+func UntilStopped(also ...os.Signal) (stopped <-chan os.Signal, stop func()) {
 	c := make(chan os.Signal, 1)
-	stoppers := []os.Signal{syscall.SIGTERM}
+	stoppers := append([]os.Signal{syscall.SIGTERM}, also...)
 	if !signal.Ignored(os.Interrupt) {
 		stoppers = append(stoppers, os.Interrupt)
 	}
