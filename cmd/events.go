@@ -32,14 +32,7 @@ interrupted.`,
 		Example: `  semrun events pdf --since 1h
   semrun events --follow
   semrun events nightly --json | jq 'select(.event == "release")'`,
-		Args: func(_ *cobra.Command, args []string) error {
-			for _, k := range args {
-				if err := semaphore.CheckKey(k); err != nil {
-					return usageErrorf("key %q: %v", k, err)
-				}
-			}
-			return nil
-		},
+		Args: keyArgs,
 		RunE: func(cmd *cobra.Command, keys []string) error {
 			if err := common.validate(cmd); err != nil {
 				return err

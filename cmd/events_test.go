@@ -13,6 +13,7 @@ import (
 // An event is one line, whatever a store read back: nothing in it can
 // drive a terminal or start a line of its own, in text or in JSON.
 func TestEventPrintedEscaped(t *testing.T) {
+	t.Parallel()
 	const evil = "\x1b]0;owned\a\x1b[2J\u202e\u2028\n\x9b31m\xff"
 	exit := 1
 	e := semaphore.Event{

@@ -56,14 +56,7 @@ a key that could not be: the other metrics are then missing, and a line on
 stderr says why. It exits 125 for bad flags or values.`,
 		Example: `  semrun metrics --listen 127.0.0.1:9750
   semrun metrics --textfile /var/lib/node_exporter/textfile/semrun.prom pdf db`,
-		Args: func(_ *cobra.Command, args []string) error {
-			for _, k := range args {
-				if err := semaphore.CheckKey(k); err != nil {
-					return usageErrorf("key %q: %v", k, err)
-				}
-			}
-			return nil
-		},
+		Args: keyArgs,
 		RunE: func(cmd *cobra.Command, keys []string) error {
 			if err := o.validate(cmd); err != nil {
 				return err

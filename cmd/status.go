@@ -22,14 +22,7 @@ func newCmdStatus(common *commonOptions) *cobra.Command {
 		Short: "Show the holders, waiters and capacity of keys",
 		Long: `status shows who holds and who waits for each KEY. Without a KEY, it shows
 every key the store knows (with --local: every key in the lock directory).`,
-		Args: func(_ *cobra.Command, args []string) error {
-			for _, k := range args {
-				if err := semaphore.CheckKey(k); err != nil {
-					return usageErrorf("key %q: %v", k, err)
-				}
-			}
-			return nil
-		},
+		Args: keyArgs,
 		RunE: func(cmd *cobra.Command, keys []string) error {
 			if err := common.validate(cmd); err != nil {
 				return err
@@ -78,6 +71,17 @@ every key the store knows (with --local: every key in the lock directory).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().Var(newDuration(&olderThan, 0), "older-than", "only the holders that have held longer than this, and exit 1 when there is any (an alert)")
 	return cmd
+}
+
+// keyArgs refuses a command's KEY arguments that are no keys: status,
+// events and metrics take any number of them.
+func keyArgs(_ *cobra.Command, args []string) error {
+	for _, k := range args {
+		if err := semaphore.CheckKey(k); err != nil {
+			return usageErrorf("key %q: %v", k, err)
+		}
+	}
+	return nil
 }
 
 // heldLonger is keys cut down to the holders that have held longer than

@@ -12,6 +12,7 @@ import (
 // time, each as long as the recent ones, less the time since it was told;
 // nothing without a recent hold, a place, or while paused or fenced.
 func TestEstimate(t *testing.T) {
+	t.Parallel()
 	recent := semaphore.WaitState{Held: 3, Capacity: 3, Position: 7, Waiting: 9, RecentHold: time.Minute}
 	paused, fenced, unplaced, unknown := recent, recent, recent, recent
 	paused.Paused, fenced.Fenced, unplaced.Position, unknown.RecentHold = true, time.Second, 0, 0
