@@ -350,25 +350,40 @@ func (s *Store) history(ctx context.Context, cursors []*logCursor, from protocol
 			long = append(long, r)
 		}
 	}
-	// A log longer than it should be (someone else wrote it) is told from
-	// its maxHistory-th last entry.
-	if len(long) > 0 {
-		cmds, err := s.pipelined(ctx, func(ctx context.Context, p redis.Pipeliner) {
-			for _, r := range long {
-				p.XRevRangeN(ctx, r.cursor.keys.Events, r.end.String(), "-", maxHistory)
-			}
-		})
-		if err != nil {
-			return fmt.Errorf("read the events of %d keys on %s: %w", len(long), s.addr, err)
+	if err := s.fromRecent(ctx, long); err != nil {
+		return err
+	}
+	return s.merge(ctx, readers, tell)
+}
+
+// fromRecent starts each of long, logs longer than they should be
+// (someone else wrote them), at its maxHistory-th last entry.
+func (s *Store) fromRecent(ctx context.Context, long []*logReader) error {
+	if len(long) == 0 {
+		return nil
+	}
+	cmds, err := s.pipelined(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		for _, r := range long {
+			p.XRevRangeN(ctx, r.cursor.keys.Events, r.end.String(), "-", maxHistory)
 		}
-		for i, r := range long {
-			if got, _ := cmds[i].(*redis.XMessageSliceCmd).Result(); len(got) > 0 {
-				if first, ok := protocol.ParseStreamID(got[len(got)-1].ID); ok && first.Compare(r.from) > 0 {
-					r.from = first
-				}
+	})
+	if err != nil {
+		return fmt.Errorf("read the events of %d keys on %s: %w", len(long), s.addr, err)
+	}
+	for i, r := range long {
+		if got, _ := cmds[i].(*redis.XMessageSliceCmd).Result(); len(got) > 0 {
+			if first, ok := protocol.ParseStreamID(got[len(got)-1].ID); ok && first.Compare(r.from) > 0 {
+				r.from = first
 			}
 		}
 	}
+	return nil
+}
+
+// merge tells the events the readers' logs hold, oldest first, a page of
+// each log at a time, so that what is held stays bounded however many
+// logs there are.
+func (s *Store) merge(ctx context.Context, readers []*logReader, tell func(semaphore.Event) error) error {
 	page := int64(min(max(heldEvents/max(len(readers), 1), 1), 500))
 	// The first pages in one round trip each server; the next as needed.
 	if err := s.readPages(ctx, readers, page); err != nil {
@@ -593,22 +608,9 @@ func (s *Store) rejoin(ctx context.Context, cursors []*logCursor) error {
 // a log (a cluster: each key is in a slot of its own), pipelined, every
 // pollEvery.
 func (s *Store) readNew(ctx context.Context, cursors []*logCursor, tell func(semaphore.Event) error) error {
-	var groups [][]*logCursor
-	var live []*logCursor
-	for _, c := range cursors {
-		if !c.broken {
-			live = append(live, c)
-		}
-	}
+	live, groups := s.readGroups(cursors)
 	if len(live) == 0 {
 		return clock.Sleep(ctx, pollEvery)
-	}
-	per := streamsPerRead
-	if s.cluster {
-		per = 1
-	}
-	for g := range slices.Chunk(live, per) {
-		groups = append(groups, g)
 	}
 	block := time.Duration(-1)
 	if len(groups) == 1 {
@@ -655,25 +657,7 @@ func (s *Store) readNew(ctx context.Context, cursors []*logCursor, tell func(sem
 			if c == nil {
 				continue // not a log asked for
 			}
-			for _, m := range stream.Messages {
-				id, ok := protocol.ParseStreamID(m.ID)
-				if !ok {
-					// An id past what a cursor holds (someone else wrote
-					// it): the cursor could not move past it, and every
-					// read would return it at once, for ever. The entries
-					// after it are as far out, so the log is skipped, as
-					// history skips one that ends so.
-					c.broken = true
-					break
-				}
-				if id.Compare(c.last) <= 0 {
-					continue
-				}
-				c.last = id
-				if e, ok := protocol.DecodeEvent(c.keys.Name, m); ok {
-					found = append(found, entry{id, e})
-				}
-			}
+			found = append(found, c.take(stream.Messages)...)
 		}
 	}
 	slices.SortStableFunc(found, func(a, b entry) int { return a.id.Compare(b.id) })
@@ -692,6 +676,50 @@ func (s *Store) readNew(ctx context.Context, cursors []*logCursor, tell func(sem
 		return clock.Sleep(ctx, pollEvery)
 	}
 	return nil
+}
+
+// readGroups are the cursors whose logs can be read, and how many one
+// XREAD names: as many as it may, or one in a cluster, where each key is
+// in a slot of its own.
+func (s *Store) readGroups(cursors []*logCursor) (live []*logCursor, groups [][]*logCursor) {
+	for _, c := range cursors {
+		if !c.broken {
+			live = append(live, c)
+		}
+	}
+	per := streamsPerRead
+	if s.cluster {
+		per = 1
+	}
+	for g := range slices.Chunk(live, per) {
+		groups = append(groups, g)
+	}
+	return live, groups
+}
+
+// take moves c past msgs, what its log holds after it, and returns their
+// events.
+func (c *logCursor) take(msgs []redis.XMessage) []entry {
+	var found []entry
+	for _, m := range msgs {
+		id, ok := protocol.ParseStreamID(m.ID)
+		if !ok {
+			// An id past what a cursor holds (someone else wrote it): the
+			// cursor could not move past it, and every read would return
+			// it at once, for ever. The entries after it are as far out,
+			// so the log is skipped, as history skips one that ends so.
+			c.broken = true
+			break
+		}
+		if id.Compare(c.last) <= 0 {
+			continue
+		}
+		c.last = id
+		if e, ok := protocol.DecodeEvent(c.keys.Name, m); ok {
+			found = append(found, entry{id, e})
+		}
+	}
+	return found
 }
 
 // markBroken marks the cursors whose log is no stream.
