@@ -3,6 +3,7 @@
 package localstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,27 +133,41 @@ func (k *keyDir) readKey() (string, bool) {
 // seats under; past it (a holder stopped there), it looks without.
 const statusGrantWait = 50 * time.Millisecond
 
+// lockForStatus takes k's grant lock for a status, waiting at most
+// statusGrantWait: nil, and no error, when the key has no grant file or
+// its lock is held longer (status then reads without it).
+func lockForStatus(ctx context.Context, k *keyDir) (*os.File, error) {
+	grant, err := k.open(grantFile, os.O_RDONLY)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, statusGrantWait)
+	err = lockWait(waitCtx, grant)
+	cancel()
+	switch {
+	case err == nil:
+		return grant, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err() // lockWait closed grant
+	case waitCtx.Err() != nil:
+		return nil, nil // lockWait closed it
+	}
+	return nil, err // lockWait closed grant
+}
+
+// statusIn reports on key, whose directory k is.
 func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.KeyStatus, error) {
 	st := emptyStatus(key)
 	// Under the grant lock, the seats held and the holders' files agree.
-	grant, err := k.open(grantFile, os.O_RDONLY)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
+	grant, err := lockForStatus(ctx, k)
+	if err != nil {
 		return st, err
 	}
 	if grant != nil {
-		waitCtx, cancel := context.WithTimeout(ctx, statusGrantWait)
-		err := lockWait(waitCtx, grant)
-		cancel()
-		switch {
-		case err == nil:
-			defer grant.Close()
-		case ctx.Err() != nil:
-			return st, ctx.Err() // lockWait closed grant
-		case waitCtx.Err() != nil:
-			grant = nil // lockWait closed it
-		default:
-			return st, err // lockWait closed grant
-		}
+		defer grant.Close()
 	}
 	if b, err := k.readSmall(capacityFile); err == nil {
 		st.Capacity, _ = strconv.Atoi(strings.TrimSpace(string(b)))
@@ -162,11 +177,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 	st.StoredCapacity, st.Paused = p.Capacity, p.paused(now)
 	// A hold is one holder, its keeper, however many are attached to it.
 	recs := append(k.lockedRecords(heldPrefix, s.warnf), k.holdHolders(key, s.warnf)...)
-	capacity := st.Capacity
-	if st.StoredCapacity > 0 {
-		capacity = st.StoredCapacity
-	}
-	held, err := k.countHeld(s.warnf, capacity)
+	held, err := k.countHeld(s.warnf, cmp.Or(max(st.StoredCapacity, 0), st.Capacity))
 	old, oldRecs := k.olderHolders()
 	if err != nil && !(errors.Is(err, unix.ENOENT) && len(recs) == 0) {
 		// Never a silent 0: the holders' records say who holds.
