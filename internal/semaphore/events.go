@@ -65,7 +65,7 @@ const (
 	// died), Held after its grant.
 	EventLost EventKind = "lost"
 	// EventRevoke: an operator revoked a holder (Operator.Revoke), for
-	// Reason; Forced when its seat was freed at once.
+	// Reason; Forced when its permit was freed at once.
 	EventRevoke EventKind = "revoke"
 	// EventPause and EventResume: an operator paused the key, for Reason
 	// and until Until when set, or resumed it.
@@ -108,7 +108,7 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	// Until is how long a pause lasts; 0 until resumed.
 	Until time.Duration `json:"until_ns,omitempty"`
-	// Forced marks a revoke that freed the seat at once.
+	// Forced marks a revoke that freed the permit at once.
 	Forced bool `json:"forced,omitempty"`
 }
 

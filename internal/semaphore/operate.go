@@ -25,8 +25,8 @@ type Operator interface {
 	Resume(ctx context.Context, key string) error
 	// Revoke tells the holder of key whose public id (Holder.ID) is id
 	// to stop: it learns of it at its next renewal, stops its command and
-	// lets go, and its seat is free only then or once its lease lapsed.
-	// force frees the seat at once, for a holder known to be dead. A
+	// lets go, and its permit is free only then or once its lease lapsed.
+	// force frees the permit at once, for a holder known to be dead. A
 	// cooling with that id (Cooling.ID) ends at once: no process holds
 	// it. It returns ErrNoHolder when no holder nor cooling has that id.
 	Revoke(ctx context.Context, key, id, reason string, force bool) error

@@ -144,7 +144,7 @@ func TestRedisEventKeysRefusedStillGrant(t *testing.T) {
 		t.Fatalf("Acquire as a user that may not write the log: got %v, want a permit", err)
 	}
 	waiter, _ := startAcquire(t, st, req, 10*time.Second)
-	time.Sleep(200 * time.Millisecond) // in line
+	waitBlocked(t, raw, 1) // in line
 	if err := l.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Errorf("Renew: got %v, want renewed", err)
 	}
