@@ -155,7 +155,14 @@ func commandsTable(n int, took time.Duration, calls map[string]int64, scripted m
 }
 
 // commandStats reads the calls of each command from INFO commandstats.
-func commandStats(info string) map[string]int64 {
+func commandStats(info string) map[string]int64 { return commandField(info, "calls") }
+
+// commandUsec reads the µs each command took from INFO commandstats.
+func commandUsec(info string) map[string]int64 { return commandField(info, "usec") }
+
+// commandField reads one field of each command's line of INFO
+// commandstats ("cmdstat_get:calls=2,usec=10,...").
+func commandField(info, field string) map[string]int64 {
 	out := map[string]int64{}
 	for _, l := range strings.Split(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_")
@@ -164,7 +171,7 @@ func commandStats(info string) map[string]int64 {
 		}
 		name, stats, _ := strings.Cut(rest, ":")
 		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+			if v, ok := strings.CutPrefix(kv, field+"="); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				out[name] = n
 			}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -147,23 +146,4 @@ func grantAndRelease(b *bench, st *redisstore.Store, key string) error {
 		return err
 	}
 	return l.Release(b.ctx)
-}
-
-// commandUsec reads the µs each command took from INFO commandstats.
-func commandUsec(info string) map[string]int64 {
-	out := map[string]int64{}
-	for _, l := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, stats, _ := strings.Cut(rest, ":")
-		for _, kv := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				out[name] = n
-			}
-		}
-	}
-	return out
 }
