@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -126,26 +125,7 @@ func TestLocalFollowerSeesEveryEventOnceAcrossRewrites(t *testing.T) {
 	st := newLocal(t, dir, nil)
 	key := uniqueKey(t)
 	log := filepath.Join(dir, key, "events")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var mu sync.Mutex
-	var got []semaphore.Event
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Events(ctx, semaphore.EventQuery{Keys: []string{key}, Follow: true}, func(e semaphore.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, e)
-			return nil
-		})
-	}()
-	seen := func(n int) func() bool {
-		return func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(got) >= n
-		}
-	}
+	f := semaphoretest.Follow(t, st, semaphore.EventQuery{Keys: []string{key}})
 	req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second}
 	runs := 0
 	run := func(n int) {
@@ -154,10 +134,10 @@ func TestLocalFollowerSeesEveryEventOnceAcrossRewrites(t *testing.T) {
 			release(t, acquire(t, st, req))
 			// The follower may lag, by less than the log keeps.
 			if runs++; runs%100 == 0 {
-				waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), seen(2*runs))
+				waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
 			}
 		}
-		waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), seen(2*runs))
+		waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
 	}
 	// Past two rewrites by its writers.
 	run(3 * semaphore.MaxEvents / 2)
@@ -211,17 +191,10 @@ func TestLocalFollowerSeesEveryEventOnceAcrossRewrites(t *testing.T) {
 	if after := inode(); after != before {
 		t.Fatalf("inode of the log: got %d, want %d: the rewrites in place must have been in place", after, before)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Events following, once its context ended: got %v, want nil", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Events following: still running 10s after its context ended")
+	if err := f.Stop(t); err != nil {
+		t.Errorf("Events following, once its context ended: got %v, want nil", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := f.Told()
 	if len(got) != 2*runs {
 		t.Fatalf("events followed: got %d, want %d, each grant and release once", len(got), 2*runs)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -238,36 +237,12 @@ func TestRedisHostileLogIsSkipped(t *testing.T) {
 		t.Errorf("the run's grant: got %+v, want token %d", got[2], l.Token())
 	}
 	// Followed, too: the broken log is skipped, the other's new events told.
-	var mu sync.Mutex
-	var followed []semaphore.Event
-	fctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Events(fctx, semaphore.EventQuery{Keys: []string{broken, key}, Follow: true}, func(e semaphore.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			followed = append(followed, e)
-			return nil
-		})
-	}()
-	waitFor(t, 10*time.Second, "the history told", func() bool { mu.Lock(); defer mu.Unlock(); return len(followed) == 4 })
+	f := semaphoretest.Follow(t, st, semaphore.EventQuery{Keys: []string{broken, key}})
+	waitFor(t, 10*time.Second, "the history told", func() bool { return f.Count() == 4 })
 	release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second}))
-	waitFor(t, 10*time.Second, "a new run told", func() bool { mu.Lock(); defer mu.Unlock(); return len(followed) == 6 })
-	cancel()
-	if err := receiveErr(t, done); err != nil {
+	waitFor(t, 10*time.Second, "a new run told", func() bool { return f.Count() == 6 })
+	if err := f.Stop(t); err != nil {
 		t.Errorf("Events following, once its context ended: got %v, want nil", err)
-	}
-}
-
-// receiveErr is what Events returned, within 10s.
-func receiveErr(t *testing.T, done <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Events: still running 10s after its context ended")
-		return nil
 	}
 }
 
@@ -279,22 +254,8 @@ func TestRedisFollowerSurvivesRestart(t *testing.T) {
 	key := uniqueKey(t)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second}
 	release(t, acquire(t, st, req))
-	var mu sync.Mutex
-	var got []semaphore.Event
-	seen := func(n int) func() bool {
-		return func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n }
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Events(ctx, semaphore.EventQuery{Keys: []string{key}, Follow: true}, func(e semaphore.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, e)
-			return nil
-		})
-	}()
-	waitFor(t, 10*time.Second, "the history told", seen(2))
+	f := semaphoretest.Follow(t, st, semaphore.EventQuery{Keys: []string{key}})
+	waitFor(t, 10*time.Second, "the history told", f.AtLeast(2))
 	if err := srv.Restart(); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
@@ -306,14 +267,11 @@ func TestRedisFollowerSurvivesRestart(t *testing.T) {
 		return err == nil
 	})
 	release(t, l)
-	waitFor(t, 15*time.Second, "the follower told of the run after the restart", seen(4))
-	cancel()
-	if err := receiveErr(t, done); err != nil {
+	waitFor(t, 15*time.Second, "the follower told of the run after the restart", f.AtLeast(4))
+	if err := f.Stop(t); err != nil {
 		t.Errorf("Events following, once its context ended: got %v, want nil", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 4 || got[2].Kind != semaphore.EventGrant || got[2].Token != l.Token() {
+	if got := f.Told(); len(got) != 4 || got[2].Kind != semaphore.EventGrant || got[2].Token != l.Token() {
 		t.Errorf("followed: got %+v, want the run before and the one after the restart", got)
 	}
 }
@@ -354,22 +312,8 @@ func TestRedisFollowerSkipsALogItCannotFollow(t *testing.T) {
 	for _, key := range []string{poisoned, clean} {
 		release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second}))
 	}
-	var mu sync.Mutex
-	var got []semaphore.Event
-	told := func(n int) func() bool {
-		return func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= n }
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Events(ctx, semaphore.EventQuery{Keys: []string{poisoned, clean}, Follow: true}, func(e semaphore.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, e)
-			return nil
-		})
-	}()
-	waitFor(t, 10*time.Second, "the history told", told(4))
+	f := semaphoretest.Follow(t, st, semaphore.EventQuery{Keys: []string{poisoned, clean}})
+	waitFor(t, 10*time.Second, "the history told", f.AtLeast(4))
 	bg := context.Background()
 	if err := raw.XAdd(bg, &redis.XAddArgs{Stream: protocol.NewKeys(testPrefix, poisoned).Events, ID: "9007199254740993-0",
 		Values: []any{"e", "grant"}}).Err(); err != nil {
@@ -383,14 +327,11 @@ func TestRedisFollowerSkipsALogItCannotFollow(t *testing.T) {
 		t.Errorf("XREADs in 1.5s after an entry it cannot follow: got %d, want a few (reads that block)", n)
 	}
 	release(t, acquire(t, st, semaphore.Request{Key: clean, Permits: 1, TTL: 5 * time.Second}))
-	waitFor(t, 10*time.Second, "the clean key's new run told", told(6))
-	cancel()
-	if err := receiveErr(t, done); err != nil {
+	waitFor(t, 10*time.Second, "the clean key's new run told", f.AtLeast(6))
+	if err := f.Stop(t); err != nil {
 		t.Errorf("Events following, once its context ended: got %v, want nil", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, e := range got[4:] {
+	for _, e := range f.Told()[4:] {
 		if e.Key != clean {
 			t.Errorf("followed after the entry: got %+v, want the clean key's events only", e)
 		}
@@ -519,25 +460,13 @@ func TestRedisClusterEvents(t *testing.T) {
 	if want := []string{keys[0], keys[0], keys[1], keys[1], keys[2], keys[2], keys[0], keys[0]}; !slices.Equal(order, want) {
 		t.Fatalf("events of every key: got %q, want %q", order, want)
 	}
-	var mu sync.Mutex
-	var followed []semaphore.Event
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Events(ctx, semaphore.EventQuery{Keys: keys, Follow: true}, func(e semaphore.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			followed = append(followed, e)
-			return nil
-		})
-	}()
-	waitFor(t, 10*time.Second, "the history told", func() bool { mu.Lock(); defer mu.Unlock(); return len(followed) == 8 })
+	f := semaphoretest.Follow(t, st, semaphore.EventQuery{Keys: keys})
+	waitFor(t, 10*time.Second, "the history told", func() bool { return f.Count() == 8 })
 	for _, key := range keys {
 		release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second}))
 	}
-	waitFor(t, 10*time.Second, "the new runs told", func() bool { mu.Lock(); defer mu.Unlock(); return len(followed) == 14 })
-	cancel()
-	if err := receiveErr(t, done); err != nil {
+	waitFor(t, 10*time.Second, "the new runs told", func() bool { return f.Count() == 14 })
+	if err := f.Stop(t); err != nil {
 		t.Errorf("Events following, once its context ended: got %v, want nil", err)
 	}
 }
@@ -575,28 +504,14 @@ func TestRedisFollowEveryKeyFindsNewKeys(t *testing.T) {
 	_, st, _ := setup(t, Options{})
 	old, fresh := uniqueKey(t)+"-old", uniqueKey(t)+"-new"
 	release(t, acquire(t, st, semaphore.Request{Key: old, Permits: 1, TTL: 5 * time.Second}))
-	var mu sync.Mutex
-	var got []semaphore.Event
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Events(ctx, semaphore.EventQuery{Follow: true}, func(e semaphore.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, e)
-			return nil
-		})
-	}()
-	waitFor(t, 10*time.Second, "the history told", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
+	f := semaphoretest.Follow(t, st, semaphore.EventQuery{})
+	waitFor(t, 10*time.Second, "the history told", func() bool { return f.Count() == 2 })
 	release(t, acquire(t, st, semaphore.Request{Key: fresh, Permits: 1, TTL: 5 * time.Second}))
-	waitFor(t, 10*time.Second, "the new key's events told", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 4 })
-	cancel()
-	if err := receiveErr(t, done); err != nil {
+	waitFor(t, 10*time.Second, "the new key's events told", func() bool { return f.Count() == 4 })
+	if err := f.Stop(t); err != nil {
 		t.Errorf("Events following, once its context ended: got %v, want nil", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got[2].Key != fresh || got[3].Key != fresh {
+	if got := f.Told(); got[2].Key != fresh || got[3].Key != fresh {
 		t.Errorf("followed: got %+v, want the new key's grant and release", got)
 	}
 }

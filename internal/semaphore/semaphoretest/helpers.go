@@ -5,6 +5,7 @@ package semaphoretest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,4 +211,69 @@ func Signal() (func(), <-chan struct{}) {
 	ch := make(chan struct{})
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }, ch
+}
+
+// Follower is Events with Follow running in the background, keeping what
+// it is told.
+type Follower struct {
+	mu     sync.Mutex
+	told   []semaphore.Event
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	ended  bool
+}
+
+// Follow starts st.Events(q), following, until Stop or the end of t.
+func Follow(t testing.TB, st semaphore.Store, q semaphore.EventQuery) *Follower {
+	t.Helper()
+	q.Follow = true
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Follower{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		f.done <- st.Events(ctx, q, func(e semaphore.Event) error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.told = append(f.told, e)
+			return nil
+		})
+	}()
+	t.Cleanup(func() { _ = f.Stop(t) })
+	return f
+}
+
+// Told is what the follower was told so far.
+func (f *Follower) Told() []semaphore.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.told)
+}
+
+// Count is how many events the follower was told so far.
+func (f *Follower) Count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.told)
+}
+
+// AtLeast is a condition for WaitFor: the follower was told n events.
+func (f *Follower) AtLeast(n int) func() bool {
+	return func() bool { return f.Count() >= n }
+}
+
+// Stop ends the follower and returns what Events returned, failing t
+// when it has not returned 10s after its context ended.
+func (f *Follower) Stop(t testing.TB) error {
+	t.Helper()
+	f.cancel()
+	if f.ended {
+		return f.err
+	}
+	select {
+	case f.err = <-f.done:
+		f.ended = true
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Events following: still running 10s after its context ended")
+	}
+	return f.err
 }

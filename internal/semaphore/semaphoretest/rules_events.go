@@ -254,43 +254,18 @@ func ruleEventsFollow(t *testing.T, _ *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
 	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second}
 	Release(t, Acquire(t, st, req))
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var got []semaphore.Event
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Events(ctx, semaphore.EventQuery{Keys: []string{key}, Follow: true}, func(e semaphore.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, e)
-			return nil
-		})
-	}()
-	seen := func(n int) func() bool {
-		return func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(got) >= n
-		}
-	}
-	WaitFor(t, 10*time.Second, "the follower told of the 2 events kept", seen(2))
+	f := Follow(t, st, semaphore.EventQuery{Keys: []string{key}})
+	WaitFor(t, 10*time.Second, "the follower told of the 2 events kept", f.AtLeast(2))
 	l := Acquire(t, st, req)
-	WaitFor(t, 10*time.Second, "the follower told of a new grant", seen(3))
+	WaitFor(t, 10*time.Second, "the follower told of a new grant", f.AtLeast(3))
 	Release(t, l)
-	WaitFor(t, 10*time.Second, "the follower told of a new release", seen(4))
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Events following, once its context ended: got %v, want nil", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("Events following: still running 10s after its context ended")
+	WaitFor(t, 10*time.Second, "the follower told of a new release", f.AtLeast(4))
+	if err := f.Stop(t); err != nil {
+		t.Errorf("Events following, once its context ended: got %v, want nil", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := f.Told()
 	if want := []semaphore.EventKind{semaphore.EventGrant, semaphore.EventRelease, semaphore.EventGrant, semaphore.EventRelease}; !slices.Equal(kinds(got), want) {
-		t.Errorf("followed: got %+v, want %v", got, want)
+		t.Fatalf("followed: got %+v, want %v", got, want)
 	}
 	if got[2].Token != l.Token() {
 		t.Errorf("followed grant: got %+v, want token %d", got[2], l.Token())
