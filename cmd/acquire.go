@@ -50,23 +50,16 @@ SIGHUP to the keeper. Whoever has the handle can run under the permit
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.command = []string{"semrun acquire"}
-			if err := o.commonOptions.validate(cmd); err != nil {
-				return err
+			check := func() error {
+				o.logAttrs = append(o.logAttrs, "key", o.key)
+				return o.validate()
 			}
-			o.logAttrs = append(o.logAttrs, "key", o.key)
-			log := o.logger(o.f.Streams.ErrOut)
-			if err := o.validate(); err != nil {
-				return err
-			}
-			store, err := o.openStore(log, runAsks{})
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			if o.keeper != nil {
-				return o.keep(cmd.Context(), store, log)
-			}
-			return o.acquireHold(cmd.Context(), store, log)
+			return o.withStore(cmd, check, func(store semaphore.Store, log *logger) error {
+				if o.keeper != nil {
+					return o.keep(cmd.Context(), store, log)
+				}
+				return o.acquireHold(cmd.Context(), store, log)
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -34,24 +34,21 @@ interrupted.`,
   semrun events nightly --json | jq 'select(.event == "release")'`,
 		Args: keyArgs,
 		RunE: func(cmd *cobra.Command, keys []string) error {
-			if err := common.validate(cmd); err != nil {
-				return err
+			checkSince := func() error {
+				if since < 0 || since > maxSince {
+					return usageErrorf("%s: must be from 0 to %v", common.src.show("since", since), maxSince)
+				}
+				return nil
 			}
-			if since < 0 || since > maxSince {
-				return usageErrorf("%s: must be from 0 to %v", common.src.show("since", since), maxSince)
-			}
-			store, err := common.openStore(common.logger(cmd.ErrOrStderr()), runAsks{})
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			out := cmd.OutOrStdout()
-			print := func(e semaphore.Event) error { return printEvent(out, e) }
-			if asJSON {
-				enc := json.NewEncoder(printable.JSON(out))
-				print = func(e semaphore.Event) error { return enc.Encode(eventJSON{Event: e, Label: e.Label}) }
-			}
-			return store.Events(cmd.Context(), semaphore.EventQuery{Keys: keys, Since: since, Follow: follow}, print)
+			return common.withStore(cmd, checkSince, func(store semaphore.Store, _ *logger) error {
+				out := cmd.OutOrStdout()
+				print := func(e semaphore.Event) error { return printEvent(out, e) }
+				if asJSON {
+					enc := json.NewEncoder(printable.JSON(out))
+					print = func(e semaphore.Event) error { return enc.Encode(eventJSON{Event: e, Label: e.Label}) }
+				}
+				return store.Events(cmd.Context(), semaphore.EventQuery{Keys: keys, Since: since, Follow: follow}, print)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object a line")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/semrun/semrun/internal/clock"
 	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -39,6 +38,16 @@ until unset. Each prints one line, or --json.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.PersistentFlags().BoolVar(&o.json, "json", false, "print JSON")
+	cmd.AddCommand(o.newCmdShow(), o.newCmdSet(), o.newCmdUnset(), o.newCmdPause(), o.newCmdResume(), o.newCmdDrain(), o.newCmdRevoke())
+	return cmd
+}
+
+func (o *keyOptions) newCmdShow() *cobra.Command {
+	return o.sub("show KEY", "Show KEY's stored capacity, pause and holders",
+		func(ctx context.Context, store semaphore.Store, key string) error { return o.say(ctx, store, key, "") })
+}
+
+func (o *keyOptions) newCmdSet() *cobra.Command {
 	var permits int
 	set := o.sub("set KEY --permits N", "Keep a capacity for KEY in the store, which every caller is admitted against",
 		func(ctx context.Context, store semaphore.Store, key string) error {
@@ -54,15 +63,22 @@ until unset. Each prints one line, or --json.`,
 		}
 		return nil
 	}
-	unset := o.sub("unset KEY", "Forget KEY's stored capacity: each caller's --permits counts again",
+	return set
+}
+
+func (o *keyOptions) newCmdUnset() *cobra.Command {
+	return o.sub("unset KEY", "Forget KEY's stored capacity: each caller's --permits counts again",
 		func(ctx context.Context, store semaphore.Store, key string) error {
 			if err := store.SetCapacity(ctx, key, 0); err != nil {
 				return err
 			}
 			return o.say(ctx, store, key, fmt.Sprintf("key %q: no stored capacity: each caller's --permits counts", key))
 		})
+}
+
+func (o *keyOptions) newCmdPause() *cobra.Command {
 	var reason string
-	var pauseFor, drainTimeout time.Duration
+	var pauseFor time.Duration
 	pause := o.sub("pause KEY [--reason TEXT] [--for D]", "Grant KEY to nobody until resumed: holders run on, waiters keep their places",
 		func(ctx context.Context, store semaphore.Store, key string) error {
 			if err := store.Pause(ctx, key, reason, pauseFor); err != nil {
@@ -70,51 +86,72 @@ until unset. Each prints one line, or --json.`,
 			}
 			return o.say(ctx, store, key, fmt.Sprintf("key %q: %s", key, pausedText(&semaphore.Pause{Reason: reason, EndsIn: pauseFor})))
 		})
-	resume := o.sub("resume KEY", "End KEY's pause: its line is served again",
+	addReasonFlag(pause, &reason)
+	pause.Flags().Var(newDuration(&pauseFor, 0), "for", "resume on its own after this, so that a forgotten pause heals (0: until resumed)")
+	return pause
+}
+
+func (o *keyOptions) newCmdResume() *cobra.Command {
+	return o.sub("resume KEY", "End KEY's pause: its line is served again",
 		func(ctx context.Context, store semaphore.Store, key string) error {
 			if err := store.Resume(ctx, key); err != nil {
 				return err
 			}
 			return o.say(ctx, store, key, fmt.Sprintf("key %q: resumed", key))
 		})
+}
+
+func (o *keyOptions) newCmdDrain() *cobra.Command {
+	var reason string
+	var timeout time.Duration
 	drain := o.sub("drain KEY [--timeout D]", "Pause KEY, then wait until nobody holds it (it stays paused)",
 		func(ctx context.Context, store semaphore.Store, key string) error {
-			return o.drain(ctx, store, key, reason, drainTimeout)
+			return o.drain(ctx, store, key, reason, timeout)
 		})
-	var holder string
+	addReasonFlag(drain, &reason)
+	drain.Flags().Var(newDuration(&timeout, 0), "timeout", "give up waiting after this, with the busy status; the key stays paused (0: wait for ever)")
+	return drain
+}
+
+func (o *keyOptions) newCmdRevoke() *cobra.Command {
+	var holder, reason string
 	var force bool
 	revoke := o.sub("revoke KEY --holder ID [--reason TEXT] [--force]", "Stop one holder's command: it lets go at its next renewal",
 		func(ctx context.Context, store semaphore.Store, key string) error {
-			cooling := false
-			if st, err := store.Status(ctx, []string{key}); err == nil && len(st) == 1 {
-				cooling = slices.ContainsFunc(st[0].Cooling, func(c semaphore.Cooling) bool { return c.ID == holder })
-			}
-			if err := store.Revoke(ctx, key, holder, reason, force); err != nil {
-				if errors.Is(err, semaphore.ErrNoHolder) {
-					return &noHolderError{key: key, id: holder}
-				}
-				return err
-			}
-			line := fmt.Sprintf("key %q: holder %s revoked: it stops its command at its next renewal, then its permit is free", key, printable.String(holder))
-			switch {
-			case cooling:
-				line = fmt.Sprintf("key %q: the cooling of %s ended: its permit is free", key, printable.String(holder))
-			case force && !o.local: // a lock directory cannot take a live lock: the store said so
-				line = fmt.Sprintf("key %q: holder %s revoked, and its permit freed at once (--force): if it is alive, its command may run beside the next holder's until its next renewal", key, printable.String(holder))
-			}
-			return o.say(ctx, store, key, line)
+			return o.revoke(ctx, store, key, holder, reason, force)
 		})
-	for _, c := range []*cobra.Command{pause, drain, revoke} {
-		c.Flags().StringVar(&reason, "reason", "", "why, shown to waiters, busy callers and the holder revoked (at most 200 bytes)")
-	}
-	pause.Flags().Var(newDuration(&pauseFor, 0), "for", "resume on its own after this, so that a forgotten pause heals (0: until resumed)")
-	drain.Flags().Var(newDuration(&drainTimeout, 0), "timeout", "give up waiting after this, with the busy status; the key stays paused (0: wait for ever)")
+	addReasonFlag(revoke, &reason)
 	revoke.Flags().StringVar(&holder, "holder", "", "the holder's ID, as semrun status shows it (required)")
 	revoke.Flags().BoolVar(&force, "force", false, "free the permit at once, for a holder known to be dead: one alive could run beside the next")
-	show := o.sub("show KEY", "Show KEY's stored capacity, pause and holders",
-		func(ctx context.Context, store semaphore.Store, key string) error { return o.say(ctx, store, key, "") })
-	cmd.AddCommand(show, set, unset, pause, resume, drain, revoke)
-	return cmd
+	return revoke
+}
+
+// addReasonFlag adds --reason to c: pause, drain and revoke say why.
+func addReasonFlag(c *cobra.Command, reason *string) {
+	c.Flags().StringVar(reason, "reason", "", "why, shown to waiters, busy callers and the holder revoked (at most 200 bytes)")
+}
+
+// revoke revokes key's holder, and says what came of it: a cooling ended,
+// a holder told to stop, or a permit freed at once (force).
+func (o *keyOptions) revoke(ctx context.Context, store semaphore.Store, key, holder, reason string, force bool) error {
+	cooling := false
+	if st, err := store.Status(ctx, []string{key}); err == nil && len(st) == 1 {
+		cooling = slices.ContainsFunc(st[0].Cooling, func(c semaphore.Cooling) bool { return c.ID == holder })
+	}
+	if err := store.Revoke(ctx, key, holder, reason, force); err != nil {
+		if errors.Is(err, semaphore.ErrNoHolder) {
+			return &noHolderError{key: key, id: holder}
+		}
+		return err
+	}
+	line := fmt.Sprintf("key %q: holder %s revoked: it stops its command at its next renewal, then its permit is free", key, printable.String(holder))
+	switch {
+	case cooling:
+		line = fmt.Sprintf("key %q: the cooling of %s ended: its permit is free", key, printable.String(holder))
+	case force && !o.local: // a lock directory cannot take a live lock: the store said so
+		line = fmt.Sprintf("key %q: holder %s revoked, and its permit freed at once (--force): if it is alive, its command may run beside the next holder's until its next renewal", key, printable.String(holder))
+	}
+	return o.say(ctx, store, key, line)
 }
 
 // sub is one subcommand of semrun key, on one KEY: run does it with the
@@ -133,19 +170,9 @@ func (o *keyOptions) sub(use, short string, run func(ctx context.Context, store 
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.validate(cmd); err != nil {
-				return err
-			}
-			if err := o.checkFlags(cmd); err != nil {
-				return err
-			}
-			log := o.logger(cmd.ErrOrStderr())
-			store, err := o.openStore(log, runAsks{})
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			return o.refusedStore(run(cmd.Context(), store, args[0]))
+			return o.withStore(cmd, func() error { return o.checkFlags(cmd) }, func(store semaphore.Store, _ *logger) error {
+				return o.refusedStore(run(cmd.Context(), store, args[0]))
+			})
 		},
 	}
 }
@@ -242,60 +269,6 @@ func pausedText(p *semaphore.Pause) string {
 	}
 	return s
 }
-
-// drain pauses key, then waits until nobody holds it, looking every
-// drainLook; at timeout (0: never) it gives up with the busy status. The
-// key stays paused either way.
-func (o *keyOptions) drain(ctx context.Context, store semaphore.Store, key, reason string, timeout time.Duration) error {
-	if reason == "" {
-		reason = "draining"
-	}
-	var giveUp clock.Instant
-	if timeout > 0 {
-		// A store that does not answer must not keep drain past it.
-		giveUp = clock.Now().Add(timeout)
-		var cancel context.CancelFunc
-		ctx, cancel = clock.System.WithDeadline(ctx, giveUp)
-		defer cancel()
-	}
-	timedOut := func(held int) error {
-		return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: %s still hold it after %v (--timeout); it stays paused", key, semaphore.Count(held, "holder"), timeout)}
-	}
-	if err := store.Pause(ctx, key, reason, 0); err != nil {
-		if ctx.Err() != nil {
-			return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: not paused within %v (--timeout): %v", key, timeout, err)}
-		}
-		return err
-	}
-	held := 0 // at the last look
-	for {
-		st, err := store.Status(ctx, []string{key})
-		if err != nil && ctx.Err() != nil {
-			return timedOut(held)
-		}
-		if err != nil {
-			return err
-		}
-		if len(st) == 1 {
-			held = len(st[0].Holders)
-		}
-		if len(st) == 1 && st[0].Error == "" && len(st[0].Holders) == 0 && st[0].Unlisted == 0 {
-			return o.say(ctx, store, key, fmt.Sprintf("key %q: drained: nobody holds it, and it stays paused (semrun key resume)", key))
-		}
-		if !giveUp.IsZero() && !clock.Now().Before(giveUp) {
-			return timedOut(held)
-		}
-		if err := clock.Sleep(ctx, drainLook); err != nil {
-			if !giveUp.IsZero() && ctx.Err() != nil {
-				return timedOut(held)
-			}
-			return err
-		}
-	}
-}
-
-// drainLook is how often drain looks whether the holders are gone.
-const drainLook = 250 * time.Millisecond
 
 // noHolderError means no holder of the key has the id given.
 type noHolderError struct{ key, id string }

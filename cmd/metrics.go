@@ -19,6 +19,7 @@ import (
 
 	"github.com/semrun/semrun/internal/metrics"
 	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // metricsOptions are semrun metrics's: where the metrics go.
@@ -50,23 +51,13 @@ stderr says why. It exits 125 for bad flags or values.`,
   semrun metrics --textfile /var/lib/node_exporter/textfile/semrun.prom pdf db`,
 		Args: keyArgs,
 		RunE: func(cmd *cobra.Command, keys []string) error {
-			if err := o.validate(cmd); err != nil {
-				return err
-			}
-			if err := o.checkWhere(); err != nil {
-				return err
-			}
-			log := o.logger(cmd.ErrOrStderr())
-			store, err := o.openStore(log, runAsks{})
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			reg := metrics.Registry(metrics.NewCollector(store, keys, log.Warnf))
-			if o.textfile != "" {
-				return o.writeTextfile(reg, log)
-			}
-			return o.serve(cmd.Context(), reg, log)
+			return o.withStore(cmd, o.checkWhere, func(store semaphore.Store, log *logger) error {
+				reg := metrics.Registry(metrics.NewCollector(store, keys, log.Warnf))
+				if o.textfile != "" {
+					return o.writeTextfile(reg, log)
+				}
+				return o.serve(cmd.Context(), reg, log)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&o.listen, "listen", "", "serve the metrics on http://`ADDR`/metrics (host:port; port 0 picks a free one) until interrupted")

@@ -33,24 +33,20 @@ of why, since the steps under it may have run without the permit: 112 lost,
 			} else {
 				return usageErrorf("no handle: give one, or set %s (semrun acquire prints it)", envHandle)
 			}
-			if err := o.commonOptions.validate(cmd); err != nil {
-				return err
+			var h semaphore.Handle
+			checkHandle := func() (err error) {
+				if h, err = o.parseHandle(flag, text); err != nil {
+					return err
+				}
+				if err := o.sameStore(h); err != nil {
+					return err
+				}
+				o.logAttrs = append(o.logAttrs, "key", h.Key)
+				return nil
 			}
-			h, err := o.parseHandle(flag, text)
-			if err != nil {
-				return err
-			}
-			if err := o.sameStore(h); err != nil {
-				return err
-			}
-			o.logAttrs = append(o.logAttrs, "key", h.Key)
-			log := o.logger(o.f.Streams.ErrOut)
-			store, err := o.openStore(log, runAsks{})
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			return o.releaseHold(cmd.Context(), store, h, log)
+			return o.withStore(cmd, checkHandle, func(store semaphore.Store, log *logger) error {
+				return o.releaseHold(cmd.Context(), store, h, log)
+			})
 		},
 	}
 }

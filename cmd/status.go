@@ -24,48 +24,43 @@ func newCmdStatus(common *commonOptions) *cobra.Command {
 every key the store knows (with --local: every key in the lock directory).`,
 		Args: keyArgs,
 		RunE: func(cmd *cobra.Command, keys []string) error {
-			if err := common.validate(cmd); err != nil {
-				return err
-			}
-			store, err := common.openStore(common.logger(cmd.ErrOrStderr()), runAsks{})
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			if olderThan < 0 {
-				return usageErrorf("%s: must not be negative", common.src.show("older-than", olderThan))
-			}
-			st, err := store.Status(cmd.Context(), keys)
-			if err != nil {
-				return err
-			}
-			semaphore.Deadlines(st)
-			for i := range st {
-				if st[i].Cooling == nil {
-					st[i].Cooling = []semaphore.Cooling{} // a list in JSON, as holders
+			return common.withStore(cmd, nil, func(store semaphore.Store, _ *logger) error {
+				// After the store opened: a store setting it refuses is said first.
+				if olderThan < 0 {
+					return usageErrorf("%s: must not be negative", common.src.show("older-than", olderThan))
 				}
-			}
-			old := 0
-			if common.src.origin("older-than") != fromDefault {
-				st, old = heldLonger(st, olderThan)
-			}
-			if asJSON {
-				enc := json.NewEncoder(printable.JSON(cmd.OutOrStdout()))
-				enc.SetIndent("", "  ")
-				err = enc.Encode(st)
-			} else {
-				err = printStatus(cmd.OutOrStdout(), st)
-			}
-			if err != nil {
-				return err
-			}
-			if err := unreadable(st); err != nil {
-				return err
-			}
-			if old > 0 {
-				return &olderError{holders: old, than: olderThan}
-			}
-			return nil
+				st, err := store.Status(cmd.Context(), keys)
+				if err != nil {
+					return err
+				}
+				semaphore.Deadlines(st)
+				for i := range st {
+					if st[i].Cooling == nil {
+						st[i].Cooling = []semaphore.Cooling{} // a list in JSON, as holders
+					}
+				}
+				old := 0
+				if common.src.origin("older-than") != fromDefault {
+					st, old = heldLonger(st, olderThan)
+				}
+				if asJSON {
+					enc := json.NewEncoder(printable.JSON(cmd.OutOrStdout()))
+					enc.SetIndent("", "  ")
+					err = enc.Encode(st)
+				} else {
+					err = printStatus(cmd.OutOrStdout(), st)
+				}
+				if err != nil {
+					return err
+				}
+				if err := unreadable(st); err != nil {
+					return err
+				}
+				if old > 0 {
+					return &olderError{holders: old, than: olderThan}
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -156,6 +151,8 @@ func labelColumn(info semaphore.HolderInfo) string {
 	return printable.String(info.Label)
 }
 
+// printStatus prints each key: a line of its counts, then a table of its
+// holders, its coolings, and a table of its line.
 func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for i, k := range keys {
@@ -166,92 +163,113 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 			fmt.Fprintf(tw, "key %q: could not be read: %s\n", k.Key, printable.String(k.Error))
 			continue
 		}
-		capacity := "?"
-		if k.Capacity > 0 {
-			capacity = fmt.Sprint(k.Capacity)
-		}
-		if k.StoredCapacity > 0 {
-			capacity = fmt.Sprintf("%d (kept in the store)", k.StoredCapacity)
-		}
-		fmt.Fprintf(tw, "key %q: %d held, capacity %s", k.Key, k.Held, capacity)
-		if len(k.Waiters) > 0 {
-			fmt.Fprintf(tw, ", %d waiting", len(k.Waiters))
-		}
-		if k.Unlisted > 0 {
-			fmt.Fprintf(tw, ", %d more not listed", k.Unlisted)
-		}
-		if k.Fenced > 0 {
-			fmt.Fprintf(tw, "; Redis started or failed over less than the restart fence ago: no grant for %v more", k.Fenced.Round(time.Second))
-		}
-		if k.Paused != nil {
-			fmt.Fprintf(tw, "; %s", pausedText(k.Paused))
-		}
-		fmt.Fprintln(tw)
-		deadlines := slices.ContainsFunc(k.Holders, func(h semaphore.Holder) bool { return h.MaxRuntime > 0 })
-		// A LABEL column, last as it is the widest, where some row has one.
-		holderLabels := slices.ContainsFunc(k.Holders, func(h semaphore.Holder) bool { return h.Label != "" })
-		waiterLabels := slices.ContainsFunc(k.Waiters, func(w semaphore.Waiter) bool { return w.Label != "" })
-		if len(k.Holders) > 0 {
-			// HOLDS: the permits this holder takes (its weight), OF N: the
-			// capacity it asked for. A lone "PERMITS 3" read as "holds 3".
-			header := "  ID\tHOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN"
-			if deadlines {
-				header += "\tMAX-RUNTIME IN" // only where some holder has one
-			}
-			if holderLabels {
-				header += "\tLABEL"
-			}
-			fmt.Fprintln(tw, header)
-		}
-		for _, h := range k.Holders {
-			expires := "-" // held for as long as the holder lives
-			if h.ExpiresIn > 0 {
-				expires = h.ExpiresIn.Round(time.Millisecond).String()
-			}
-			command := printable.String(h.Command)
-			if h.Hold {
-				command = "(hold: semrun acquire)" // the PID is its keeper's
-			}
-			id := "-" // a store that names none
-			if h.ID != "" {
-				id = printable.String(h.ID)
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\t%s\t%d", id, printable.String(h.Host), h.PID, command, h.Weight, h.Permits,
-				h.Age.Round(time.Millisecond), expires, h.Token)
-			if deadlines {
-				deadline := "-"
-				if h.MaxRuntime > 0 {
-					deadline = h.DeadlineIn.Round(time.Millisecond).String()
-				}
-				fmt.Fprintf(tw, "\t%s", deadline)
-			}
-			if holderLabels {
-				fmt.Fprintf(tw, "\t%s", labelColumn(h.HolderInfo))
-			}
-			fmt.Fprintln(tw)
-		}
+		printKeyLine(tw, k)
+		printHolders(tw, k.Holders)
 		for _, c := range k.Cooling {
 			fmt.Fprintf(tw, "  %s\n", coolingText(c, time.Now()))
 		}
-		if len(k.Waiters) > 0 {
-			_ = tw.Flush() // the line's columns are not the holders'
-			header := "  IN LINE\tHOST\tPID\tCOMMAND\tWANTS\tOF N\tWAITED"
-			if waiterLabels {
-				header += "\tLABEL"
-			}
-			fmt.Fprintln(tw, header)
-		}
-		for _, q := range k.Waiters {
-			place := "-" // a store that keeps no line
-			if q.Position > 0 {
-				place = fmt.Sprint(q.Position)
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Weight, q.Permits, q.Waited.Round(time.Millisecond))
-			if waiterLabels {
-				fmt.Fprintf(tw, "\t%s", labelColumn(q.HolderInfo))
-			}
-			fmt.Fprintln(tw)
-		}
+		printWaiters(tw, k.Waiters)
 	}
 	return tw.Flush()
+}
+
+// printKeyLine prints the line that opens a key: held, capacity, the
+// line's length, and what keeps it from granting.
+func printKeyLine(w io.Writer, k semaphore.KeyStatus) {
+	capacity := "?"
+	if k.Capacity > 0 {
+		capacity = fmt.Sprint(k.Capacity)
+	}
+	if k.StoredCapacity > 0 {
+		capacity = fmt.Sprintf("%d (kept in the store)", k.StoredCapacity)
+	}
+	fmt.Fprintf(w, "key %q: %d held, capacity %s", k.Key, k.Held, capacity)
+	if len(k.Waiters) > 0 {
+		fmt.Fprintf(w, ", %d waiting", len(k.Waiters))
+	}
+	if k.Unlisted > 0 {
+		fmt.Fprintf(w, ", %d more not listed", k.Unlisted)
+	}
+	if k.Fenced > 0 {
+		fmt.Fprintf(w, "; Redis started or failed over less than the restart fence ago: no grant for %v more", k.Fenced.Round(time.Second))
+	}
+	if k.Paused != nil {
+		fmt.Fprintf(w, "; %s", pausedText(k.Paused))
+	}
+	fmt.Fprintln(w)
+}
+
+// printHolders prints the table of a key's holders, with a MAX-RUNTIME IN
+// and a LABEL column where some holder has one.
+func printHolders(w io.Writer, holders []semaphore.Holder) {
+	if len(holders) == 0 {
+		return
+	}
+	deadlines := slices.ContainsFunc(holders, func(h semaphore.Holder) bool { return h.MaxRuntime > 0 })
+	// A LABEL column, last as it is the widest, where some row has one.
+	labels := slices.ContainsFunc(holders, func(h semaphore.Holder) bool { return h.Label != "" })
+	// HOLDS: the permits this holder takes (its weight), OF N: the
+	// capacity it asked for. A lone "PERMITS 3" read as "holds 3".
+	header := "  ID\tHOST\tPID\tCOMMAND\tHOLDS\tOF N\tAGE\tEXPIRES IN\tTOKEN"
+	if deadlines {
+		header += "\tMAX-RUNTIME IN" // only where some holder has one
+	}
+	if labels {
+		header += "\tLABEL"
+	}
+	fmt.Fprintln(w, header)
+	for _, h := range holders {
+		expires := "-" // held for as long as the holder lives
+		if h.ExpiresIn > 0 {
+			expires = h.ExpiresIn.Round(time.Millisecond).String()
+		}
+		command := printable.String(h.Command)
+		if h.Hold {
+			command = "(hold: semrun acquire)" // the PID is its keeper's
+		}
+		id := "-" // a store that names none
+		if h.ID != "" {
+			id = printable.String(h.ID)
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%d\t%s\t%d\t%d\t%v\t%s\t%d", id, printable.String(h.Host), h.PID, command, h.Weight, h.Permits,
+			h.Age.Round(time.Millisecond), expires, h.Token)
+		if deadlines {
+			deadline := "-"
+			if h.MaxRuntime > 0 {
+				deadline = h.DeadlineIn.Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(w, "\t%s", deadline)
+		}
+		if labels {
+			fmt.Fprintf(w, "\t%s", labelColumn(h.HolderInfo))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// printWaiters prints the table of a key's line, with a LABEL column
+// where some waiter has one. Its columns are not the holders': tw is
+// flushed first.
+func printWaiters(tw *tabwriter.Writer, waiters []semaphore.Waiter) {
+	if len(waiters) == 0 {
+		return
+	}
+	_ = tw.Flush()
+	labels := slices.ContainsFunc(waiters, func(w semaphore.Waiter) bool { return w.Label != "" })
+	header := "  IN LINE\tHOST\tPID\tCOMMAND\tWANTS\tOF N\tWAITED"
+	if labels {
+		header += "\tLABEL"
+	}
+	fmt.Fprintln(tw, header)
+	for _, q := range waiters {
+		place := "-" // a store that keeps no line
+		if q.Position > 0 {
+			place = fmt.Sprint(q.Position)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Weight, q.Permits, q.Waited.Round(time.Millisecond))
+		if labels {
+			fmt.Fprintf(tw, "\t%s", labelColumn(q.HolderInfo))
+		}
+		fmt.Fprintln(tw)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -172,6 +173,27 @@ func (c *commonOptions) openStore(log *logger, doctor runAsks) (semaphore.Store,
 		log.Warnf("--redis: a password on the command line can be seen by other users (ps); use --redis-password-file or SEMRUN_REDIS_PASSWORD")
 	}
 	return s, nil
+}
+
+// withStore is how a command that talks to a store starts: it checks the
+// settings, then the command's own (check, when not nil), before it opens
+// the store the settings chose; do runs with it, and it is closed after.
+func (c *commonOptions) withStore(cmd *cobra.Command, check func() error, do func(store semaphore.Store, log *logger) error) error {
+	if err := c.validate(cmd); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	log := c.logger(cmd.ErrOrStderr())
+	store, err := c.openStore(log, runAsks{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return do(store, log)
 }
 
 // secretVariables are the variables that may hold a secret of semrun's.
