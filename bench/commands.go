@@ -116,14 +116,22 @@ type commandCount struct {
 func topLevelOf(calls map[string]int64, scripted map[string]bool) (top []commandCount, topTotal, all int64) {
 	for name, n := range calls {
 		all += n
-		base, _, _ := strings.Cut(name, "|")
-		if topLevel[base] || (scripted != nil && !scripted[base]) {
+		if sentBySemrun(name, scripted) {
 			top = append(top, commandCount{name, n})
 			topTotal += n
 		}
 	}
 	slices.SortFunc(top, func(a, b commandCount) int { return cmp.Compare(b.calls, a.calls) })
 	return top, topTotal, all
+}
+
+// sentBySemrun tells whether a command, named as INFO commandstats names
+// it ("config|resetstat"), is one a client sends itself rather than one a
+// script runs: scripted is the commands the scripts call, or nil when
+// their sources were not found.
+func sentBySemrun(name string, scripted map[string]bool) bool {
+	base, _, _ := strings.Cut(name, "|")
+	return topLevel[base] || (scripted != nil && !scripted[base])
 }
 
 // commandsTable shows the calls of n grants that took took, per grant.

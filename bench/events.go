@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +29,19 @@ const (
 var eventsHolder = semaphore.HolderInfo{Host: "build-agent-17.example.com", PID: 123456, Command: "render.sh",
 	Label: "https://ci.example.com/org/repo/-/jobs/1234567"}
 
+// eventsSide is one side of the events A/B: a store that logs events or
+// one with NoEvents, its key, and what its runs cost Redis.
+type eventsSide struct {
+	name     string
+	noEvents bool
+	store    *redisstore.Store
+	key      string
+	top, all int64
+	// usec is the µs per run of each round: their median says less of a
+	// round the machine was busy for.
+	usec []float64
+}
+
 // eventsCost measures, A/B in one run, what one uncontended grant and
 // release cost Redis on a store that logs events and on one with
 // NoEvents: the commands and the µs Redis spent in those semrun sent
@@ -38,17 +50,7 @@ var eventsHolder = semaphore.HolderInfo{Host: "build-agent-17.example.com", PID:
 func (b *bench) eventsCost(scripted map[string]bool) (*table, error) {
 	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	type side struct {
-		name     string
-		noEvents bool
-		store    *redisstore.Store
-		key      string
-		top, all int64
-		// usec is the µs per run of each round: their median says less
-		// of a round the machine was busy for.
-		usec []float64
-	}
-	sides := []*side{{name: "events on"}, {name: "events off (NoEvents)", noEvents: true}}
+	sides := []*eventsSide{{name: "events on"}, {name: "events off (NoEvents)", noEvents: true}}
 	for _, s := range sides {
 		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: "bench-events:", NoEvents: s.noEvents})
 		if err != nil {
@@ -63,43 +65,60 @@ func (b *bench) eventsCost(scripted map[string]bool) (*table, error) {
 	}
 	for r := range eventsRounds {
 		for i := range sides {
-			s := sides[(r+i)%len(sides)] // each side first in half the rounds
-			if err := c.ConfigResetStat(b.ctx).Err(); err != nil {
+			// Each side first in half the rounds.
+			if err := b.eventsRound(c, sides[(r+i)%len(sides)], scripted); err != nil {
 				return nil, err
 			}
-			for range eventsRuns / eventsRounds {
-				if err := grantAndRelease(b, s.store, s.key); err != nil {
-					return nil, err
-				}
-			}
-			info, err := c.Info(b.ctx, "commandstats").Result()
-			if err != nil {
-				return nil, err
-			}
-			calls, usec := commandStats(info), commandUsec(info)
-			delete(calls, "config|resetstat")
-			_, top, all := topLevelOf(calls, scripted)
-			s.top, s.all = s.top+top, s.all+all
-			var spent int64
-			for name, u := range usec {
-				if base, _, _ := strings.Cut(name, "|"); topLevel[base] || (scripted != nil && !scripted[base]) {
-					if name != "config|resetstat" && name != "info" {
-						spent += u
-					}
-				}
-			}
-			s.usec = append(s.usec, float64(spent)/float64(eventsRuns/eventsRounds))
 		}
 	}
+	t := eventsTable(sides[0], sides[1])
+	if err := b.eventsLogSize(c, t, sides[0].key); err != nil {
+		return nil, err
+	}
+	t.note("In process, Acquire (NoWait) then Release on one key, nothing waiting: only the store's own commands count, not a process's start. Redis µs is the usec INFO commandstats gives the commands semrun sent (the scripts' time included), not the ones the scripts ran, which it also counts: the median of the rounds, and of the rounds' differences.")
+	return t, nil
+}
+
+// eventsRound makes one round's grants and releases on s, and adds to s
+// the commands they cost and the µs Redis spent in those semrun sent.
+func (b *bench) eventsRound(c *redis.Client, s *eventsSide, scripted map[string]bool) error {
+	if err := c.ConfigResetStat(b.ctx).Err(); err != nil {
+		return err
+	}
+	for range eventsRuns / eventsRounds {
+		if err := grantAndRelease(b, s.store, s.key); err != nil {
+			return err
+		}
+	}
+	info, err := c.Info(b.ctx, "commandstats").Result()
+	if err != nil {
+		return err
+	}
+	calls, usec := commandStats(info), commandUsec(info)
+	delete(calls, "config|resetstat")
+	_, top, all := topLevelOf(calls, scripted)
+	s.top, s.all = s.top+top, s.all+all
+	var spent int64
+	for name, u := range usec {
+		if sentBySemrun(name, scripted) && name != "config|resetstat" && name != "info" {
+			spent += u
+		}
+	}
+	s.usec = append(s.usec, float64(spent)/float64(eventsRuns/eventsRounds))
+	return nil
+}
+
+// eventsTable shows what each side cost per run, and what logging events
+// adds: on's cost less off's.
+func eventsTable(on, off *eventsSide) *table {
 	t := &table{
 		title: fmt.Sprintf("events: what logging a key's events costs Redis, per uncontended grant and release (%d each side, A/B alternated in %d rounds)", eventsRuns, eventsRounds),
 		head:  []string{"store", "commands sent", "commands in all", "Redis µs", "target"},
 	}
 	per := func(n int64) float64 { return float64(n) / eventsRuns }
-	for _, s := range sides {
+	for _, s := range []*eventsSide{on, off} {
 		t.add(s.name, fmt.Sprintf("%.2f", per(s.top)), fmt.Sprintf("%.1f", per(s.all)), fmt.Sprintf("%.1f", median(s.usec)), "")
 	}
-	on, off := sides[0], sides[1]
 	extra := per(on.all - off.all)
 	// Each round's pair: both sides ran then, on the same machine.
 	diffs := make([]float64, eventsRounds)
@@ -108,23 +127,28 @@ func (b *bench) eventsCost(scripted map[string]bool) (*table, error) {
 	}
 	t.add("events on − off", fmt.Sprintf("%+.2f", per(on.top-off.top)), fmt.Sprintf("%+.1f", extra), fmt.Sprintf("%+.1f", median(diffs)),
 		fmt.Sprintf("≤ %.0f more in all: %s", eventsExtraTarget, verdict(extra <= eventsExtraTarget)))
-	k := protocol.NewKeys("bench-events:", on.key)
+	return t
+}
+
+// eventsLogSize notes on t the memory of key's whole log and counters,
+// after every run of the events-on side.
+func (b *bench) eventsLogSize(c *redis.Client, t *table, key string) error {
+	k := protocol.NewKeys("bench-events:", key)
 	bytes, err := c.MemoryUsage(b.ctx, k.Events, 0).Result()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	entries, err := c.XLen(b.ctx, k.Events).Result()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	stats, err := c.MemoryUsage(b.ctx, k.Stats, 0).Result()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	t.note("One key's whole log after %d runs (%d events): %d entries, %.0f KiB (MEMORY USAGE %s SAMPLES 0), %.0f bytes an entry; its counters %d bytes. Each event tells the holder as cmd does: host, pid, command and a label of %d bytes.",
 		eventsRuns+1, 2*(eventsRuns+1), entries, float64(bytes)/1024, k.Events, float64(bytes)/float64(max(entries, 1)), stats, len(eventsHolder.Label))
-	t.note("In process, Acquire (NoWait) then Release on one key, nothing waiting: only the store's own commands count, not a process's start. Redis µs is the usec INFO commandstats gives the commands semrun sent (the scripts' time included), not the ones the scripts ran, which it also counts: the median of the rounds, and of the rounds' differences.")
-	return t, nil
+	return nil
 }
 
 // median is the median of v.
