@@ -1,8 +1,8 @@
 // Package metrics turns the status of keys into Prometheus metrics: a
 // collector that reads a store at each collection, one function from a
 // key's status to its metrics, and a writer of the text format to a file
-// for node_exporter's textfile collector. Serving them, and what is said
-// to the user, are semrun metrics's (cmd).
+// for node_exporter's textfile collector. Serving them, and the flags
+// that choose how, are semrun metrics's (cmd).
 package metrics
 
 import (
