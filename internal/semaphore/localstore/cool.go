@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -80,7 +79,7 @@ func (k *keyDir) publishCooling(r coolRecord) error {
 		return err
 	}
 	// The suffix is 80 random bits: no other cooling's has it.
-	if err := k.publishWhole(coolPrefix+rand.Text()[:16], coolDraftPrefix, append(b, '\n')); err != nil {
+	if err := k.writeWhole(coolPrefix+rand.Text()[:16], coolDraftPrefix, append(b, '\n'), renameNoReplace); err != nil {
 		return fmt.Errorf("cooling record in %s: %w", k.path, err)
 	}
 	return nil
@@ -94,17 +93,8 @@ func (k *keyDir) readCool(name string) (coolRecord, error) {
 		return r, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCoolRecord+1))
-	switch {
-	case err != nil:
-		return r, fmt.Errorf("read %s: %w", f.Name(), err)
-	case len(b) > maxCoolRecord:
-		return r, &badFileError{msg: fmt.Sprintf("cooling record %s: longer than %d bytes", f.Name(), maxCoolRecord)}
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, &badFileError{msg: fmt.Sprintf("cooling record %s: %v", f.Name(), err)}
-	}
-	return r, nil
+	err = decodeBounded(f, maxCoolRecord, "cooling record", &r)
+	return r, err
 }
 
 // coolings are k's coolings that have not ended at now. With sweep, under

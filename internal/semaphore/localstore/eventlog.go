@@ -493,7 +493,7 @@ func (k *keyDir) rewriteLog(fd int, size int64, line []byte) (int, error) {
 	}
 	kept, n := newestLines(b, from > 0, semaphore.MaxEvents-1, keepBytes-len(line))
 	out := append(append(make([]byte, 0, len(kept)+len(line)), kept...), line...)
-	err := k.replaceWhole(eventsFile, eventsDraftPrefix, out)
+	err := k.writeWhole(eventsFile, eventsDraftPrefix, out, renameOver)
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 		err = k.writeInPlace(eventsFile, out)
 	}

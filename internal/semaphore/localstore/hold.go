@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -238,15 +237,12 @@ func (k *keyDir) readHold(name string) (holdRecord, error) {
 		return r, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxHoldRecord+1))
-	switch {
-	case err != nil:
-		return r, fmt.Errorf("read %s: %w", f.Name(), err)
-	case len(b) > maxHoldRecord:
-		return r, &badHoldError{fmt.Sprintf("hold record %s: longer than %d bytes", f.Name(), maxHoldRecord)}
+	err = decodeBounded(f, maxHoldRecord, "hold record", &r)
+	if errors.As(err, &bad) {
+		return r, &badHoldError{bad.msg}
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, &badHoldError{fmt.Sprintf("hold record %s: %v", f.Name(), err)}
+	if err != nil {
+		return r, err
 	}
 	if err := r.check(); err != nil {
 		return r, &badHoldError{fmt.Sprintf("hold record %s: %v", f.Name(), err)}
@@ -279,7 +275,7 @@ func (k *keyDir) publishHold(name string, r holdRecord) error {
 	if err != nil {
 		return err
 	}
-	if err := k.publishWhole(name, holdDraftPrefix, b); err != nil {
+	if err := k.writeWhole(name, holdDraftPrefix, b, renameNoReplace); err != nil {
 		return fmt.Errorf("hold record in %s: %w", k.path, err)
 	}
 	return nil

@@ -190,7 +190,7 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 			return nil, false, false, err
 		}
 		// Revoked twice: the first reason stands.
-		err = k.publishWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n'))
+		err = k.writeWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n'), renameNoReplace)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, false, false, fmt.Errorf("revoke file in %s: %w", k.path, err)
 		}

@@ -3,7 +3,6 @@
 package localstore
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,7 +170,7 @@ func (k *keyDir) writePolicy(p policy) error {
 			err = nil
 		}
 	} else {
-		err = k.replaceWhole(policyFile, policyDraftPrefix, b)
+		err = k.writeWhole(policyFile, policyDraftPrefix, b, renameOver)
 	}
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 		err = k.writeInPlace(policyFile, b)
@@ -180,27 +179,6 @@ func (k *keyDir) writePolicy(p policy) error {
 		return fmt.Errorf("settings file in %s: %w", k.path, err)
 	}
 	return nil
-}
-
-// replaceWhole makes b k's file name, replacing the one there: written
-// under a name of draftPrefix and a random suffix, then renamed in place.
-func (k *keyDir) replaceWhole(name, draftPrefix string, b []byte) error {
-	draft := draftPrefix + rand.Text()[:16]
-	w, err := createFile(int(k.dir.Fd()), draft, k.path, k.fileMode())
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(int(k.dir.Fd()), draft, int(k.dir.Fd()), name)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(int(k.dir.Fd()), draft, 0)
-	}
-	return err
 }
 
 // writeInPlace writes b into k's file name, whoever's it is, and cuts

@@ -50,14 +50,9 @@ func emptyStatus(key string) semaphore.KeyStatus {
 // was lately. Directories the caller may not use (another user's) are
 // left out, as are names no key has.
 func (s *Store) statusAll(ctx context.Context) ([]semaphore.KeyStatus, error) {
-	d, err := reopenDir(s.dir)
+	entries, err := s.entries()
 	if err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
-	}
-	entries, err := d.ReadDir(-1)
-	d.Close()
-	if err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
+		return nil, err
 	}
 	out := []semaphore.KeyStatus{}
 	for _, e := range entries {

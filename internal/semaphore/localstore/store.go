@@ -182,3 +182,18 @@ func (s *Store) String() string { return "the lock directory " + s.path }
 func (s *Store) Close() error { return s.dir.Close() }
 
 func (s *Store) fd() int { return int(s.dir.Fd()) }
+
+// entries lists the lock directory, through a descriptor of its own
+// (reopenDir).
+func (s *Store) entries() ([]os.DirEntry, error) {
+	d, err := reopenDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
+	}
+	return entries, nil
+}

@@ -421,6 +421,16 @@ func (s *Store) replicated(ctx context.Context, req semaphore.Request, l *lease)
 // rounded down to the millisecond, which can add up to 1ms to the span.
 func serverSpan(ms int64) time.Duration { return protocol.Span(ms - 1) }
 
+// followUp does what a script's reply on key, at k, leaves to the store:
+// it says which records the script dropped (bad), watches the turns it
+// handed over (handed), and lists the key in the index when its counters
+// were renewed (fresh).
+func (s *Store) followUp(ctx context.Context, key string, k protocol.Keys, bad, handed []string, fresh bool) {
+	s.dropped(key, bad)
+	s.watch(ctx, k, handed)
+	s.indexed(ctx, k, fresh)
+}
+
 // dropped says, with --verbose, which records of key a script dropped
 // because they were not records.
 func (s *Store) dropped(key string, bad []string) {

@@ -112,9 +112,7 @@ func (s *Store) runHold(ctx context.Context, key string, k protocol.Keys, what s
 	if err != nil {
 		return protocol.HoldReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
 	}
-	s.dropped(key, r.Bad)
-	s.watch(ctx, k, r.Handed)
-	s.indexed(ctx, k, r.Fresh)
+	s.followUp(ctx, key, k, r.Bad, r.Handed, r.Fresh)
 	return r, nil
 }
 

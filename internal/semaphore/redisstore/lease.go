@@ -335,9 +335,7 @@ func (l *lease) released(ctx context.Context, res any) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("release key %q: %w", l.key, err)
 	}
-	l.s.dropped(l.key, r.Bad)
-	l.s.watch(ctx, l.keys, r.Handed)
-	l.s.indexed(ctx, l.keys, r.Fresh)
+	l.s.followUp(ctx, l.key, l.keys, r.Bad, r.Handed, r.Fresh)
 	return time.Duration(max(r.Cooling, 0)) * time.Millisecond, nil
 }
 

@@ -25,13 +25,7 @@ func ruleWaiterGetsReleasedSeat(t *testing.T, b *Backend, st semaphore.Store) {
 			onWait()
 		},
 	}, 30*time.Second)
-	select {
-	case r := <-got:
-		t.Fatalf("waiting Acquire with the only seat held: got (%v, %v), want it to wait", r.L, r.Err)
-	case <-waiting:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("waiting Acquire with the only seat held: OnWait not called after 10s, want it called")
-	}
+	MustWait(t, got, waiting, "waiting Acquire with the only permit held")
 
 	Release(t, a)
 	r := Receive(t, got, 10*time.Second, "waiting Acquire after the holder released")
