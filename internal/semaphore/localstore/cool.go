@@ -26,15 +26,15 @@ import (
 // one that is not a cooling's, or ends further off than the longest min
 // hold, is skipped.
 //
-// No grant may let coolings and held seats take more than N, and a
+// No grant may let coolings and held permits take more than N, and a
 // release takes no grant lock. So a releaser makes its cooling visible
-// before it unlocks its seats (lease.giveBack), and a taker, under the
-// grant lock, counts coolings after it has looked at the seats (take):
-// a seat it found free was unlocked before it looked, so that seat's
+// before it unlocks its permits (lease.giveBack), and a taker, under the
+// grant lock, counts coolings after it has looked at the permits (take):
+// a permit it found free was unlocked before it looked, so that permit's
 // cooling, if any, is counted; a release between the look and the count
-// is counted twice, as a held seat and a cooling, which is busy for an
+// is counted twice, as a held permit and a cooling, which is busy for an
 // instant, never one too many. Whoever removes a key's directory counts
-// them after the seats too (removeUnused).
+// them after the permits too (removeUnused).
 //
 // The end is on the wall clock, as the records' times are: the grant's
 // time (lease.sinceMS) and MinHold. A step of the clock moves it.

@@ -15,7 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// record is what a seat's or a waiter's file says about who holds or waits.
+// record is what a permit's or a waiter's file says about who holds or
+// waits.
 type record struct {
 	// ID is a holder's public id (semaphore.Holder.ID): random, drawn at
 	// its grant, and nothing else; a waiter has none.
@@ -40,7 +41,7 @@ func (r record) write(f *os.File) error {
 	return f.Truncate(int64(len(b)))
 }
 
-// readRecord reads a record, bounded: a seat's file is anyone's in the
+// readRecord reads a record, bounded: a permit's file is anyone's in the
 // group to write.
 func readRecord(f *os.File) (record, error) {
 	var r record
@@ -123,7 +124,7 @@ func (k *keyDir) makeLocked(prefix string) (w, f *os.File, name string, err erro
 
 // A holder's record is made before the caller takes the grant lock, as a
 // draft that status and the sweeps of held.* files do not look at, and
-// only written and renamed held.* under the lock once seats are taken:
+// only written and renamed held.* under the lock once permits are taken:
 // making and locking a file there would hold every other caller up.
 const draftPrefix = "taking."
 
@@ -271,7 +272,7 @@ const sweepFew = 2
 
 // sweepRecords removes the files of holders that are gone, and of callers
 // that died before they held, after a grant and outside the grant lock:
-// all of them when there are more holders' files than the limit seats
+// all of them when there are more holders' files than the limit permits
 // (no more holders can be), else a few of each, picked at random.
 func (k *keyDir) sweepRecords(limit int) {
 	held, drafts := k.namesOf(heldPrefix, draftPrefix)

@@ -125,7 +125,7 @@ func (k *keyDir) readKey() (string, bool) {
 }
 
 // statusGrantWait bounds the wait for the grant lock status looks at the
-// seats under; past it (a holder stopped there), it looks without.
+// permits under; past it (a holder stopped there), it looks without.
 const statusGrantWait = 50 * time.Millisecond
 
 // lockForStatus takes k's grant lock for a status, waiting at most
@@ -156,7 +156,7 @@ func lockForStatus(ctx context.Context, k *keyDir) (*os.File, error) {
 // statusIn reports on key, whose directory k is.
 func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.KeyStatus, error) {
 	st := emptyStatus(key)
-	// Under the grant lock, the seats held and the holders' files agree.
+	// Under the grant lock, the permits held and the holders' files agree.
 	grant, err := lockForStatus(ctx, k)
 	if err != nil {
 		return st, err
@@ -181,7 +181,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		case errors.As(err, &bad):
 			s.warnf("skipped %s", err)
 		case errors.Is(err, unix.ENOENT):
-			s.warnf("key %q: key directory %s: %v", key, k.path, errSeatsGone)
+			s.warnf("key %q: key directory %s: %v", key, k.path, errPermitsGone)
 		default:
 			s.warnf("key %q: %v", key, err)
 		}
@@ -202,7 +202,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
-	// After the seats, as a grant counts them (cool.go).
+	// After the permits, as a grant counts them (cool.go).
 	for _, r := range k.coolings(now, grant != nil, s.warnf) {
 		st.Held += r.Weight
 		c := semaphore.Cooling{

@@ -36,7 +36,7 @@ const MaxWaiterLease = protocol.MaxWaiterLease
 const MaxLine = protocol.MaxLine
 
 // watchers is how many waiters at the head of the line ask again when the
-// earliest lease can lapse: only a seat that lapses needs them, and the
+// earliest lease can lapse: only a permit that lapses needs them, and the
 // rest of the line need not wake with them.
 const watchers = 8
 
@@ -212,7 +212,7 @@ type asker struct {
 	// timeout. down: the store stopped answering while the caller waited,
 	// and that was said.
 	unreachable, down bool
-	// held is how many seats the last ask found taken.
+	// held is how many permits the last ask found taken.
 	held int
 	last semaphore.WaitState
 	// began is when Acquire began: a grant's wait counts from it.
@@ -361,7 +361,7 @@ func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, err
 // stalled, or the waiter was stopped), or whose bound the store has yet
 // to record, is renewed first. It returns nil to
 // ask again when the lease lapsed unused or its renewal came back late
-// too; the permit is then given back, so that nobody waits for a seat
+// too; the permit is then given back, so that nobody waits for a permit
 // this caller cannot start on.
 func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	s, req := a.s, a.req

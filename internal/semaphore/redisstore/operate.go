@@ -47,7 +47,7 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 	return nil
 }
 
-// operate runs key.lua with args, checked first, and hands on the seats
+// operate runs key.lua with args, checked first, and hands on the permits
 // it freed. Retried within ctx: each op is safe to repeat.
 func (s *Store) operate(ctx context.Context, key, what string, args protocol.KeyArgs) (protocol.KeyReply, error) {
 	switch {
