@@ -152,7 +152,7 @@ func ParseHandle(s string) (Handle, error) {
 	if h.Store != RedisStore && h.Store != LocalStore {
 		return Handle{}, ErrBadHandle
 	}
-	if !validSecret(h.Secret) {
+	if !IsRandText(h.Secret, secretLen) {
 		return Handle{}, ErrBadHandle
 	}
 	key, err := base64.RawURLEncoding.Strict().DecodeString(parts[2])
@@ -163,9 +163,10 @@ func ParseHandle(s string) (Handle, error) {
 	return h, nil
 }
 
-// validSecret tells whether s could be NewSecret's.
-func validSecret(s string) bool {
-	if len(s) != secretLen {
+// IsRandText tells whether s could be the first n digits of a
+// rand.Text: n base32 digits, A to Z and 2 to 7.
+func IsRandText(s string, n int) bool {
+	if len(s) != n {
 		return false
 	}
 	for _, r := range s {

@@ -19,8 +19,9 @@ import (
 )
 
 // Acquire implements semaphore.Store. The first waiter in line holds the
-// key's queue lock and is woken by inotify when a seat's file is closed or
-// released; the waiters behind it sleep in the kernel on the queue lock.
+// key's queue lock and is woken by inotify when a permit's file is closed
+// or released; the waiters behind it sleep in the kernel on the queue
+// lock.
 func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -101,16 +102,16 @@ func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request)
 	a := &attempt{s: s, k: k, req: req, capacity: req.Permits}
 	defer a.close()
 	var err error
-	if a.seats, err = k.openSeats(); err != nil {
+	if a.permits, err = k.openPermits(); err != nil {
 		return nil, err
 	}
 	if a.queue, err = k.open(queueFile, os.O_RDWR|os.O_CREATE); err != nil {
 		return nil, err
 	}
 	// Without a draft, a holder has no record: status shows fewer holders
-	// than seats held, and that is all.
+	// than permits held, and that is all.
 	a.draft, _ = k.makeDraft()
-	// Nobody in line: take a free seat now, or be first in line.
+	// Nobody in line: take a free permit now, or be first in line.
 	lease, held, err := a.try(ctx, a.joinLine)
 	if lease != nil || err != nil {
 		return lease, err
@@ -121,7 +122,7 @@ func (s *Store) acquireIn(ctx context.Context, k *keyDir, req semaphore.Request)
 	return a.wait(ctx, held)
 }
 
-// attempt is one caller's try for a seat of a key.
+// attempt is one caller's try for a permit of a key.
 type attempt struct {
 	s     *Store
 	k     *keyDir
@@ -133,9 +134,9 @@ type attempt struct {
 	// unregister removes the caller's wait file (see register); nil
 	// while it has none.
 	unregister func()
-	seats      *seats // kept open while waiting
-	told       bool   // the capacity was checked
-	draft      *draft // the holder's record to be; nil when it could not be made
+	permits    *keyPermits // kept open while waiting
+	told       bool        // the capacity was checked
+	draft      *draft      // the holder's record to be; nil when it could not be made
 	granted    bool
 	// coolEnd is when the first cooling ends, as the last try found;
 	// zero with none.
@@ -156,11 +157,11 @@ type attempt struct {
 }
 
 // joinLine takes the queue lock, without waiting for it, and tells whether
-// the caller may take a free seat now: nobody was in line. A caller that
+// the caller may take a free permit now: nobody was in line. A caller that
 // will not wait also may when the lock is taken but nobody waits: a wait
 // given up inside a long-lived process holds the lock for an instant once
 // its turn comes (a blocked flock cannot be interrupted); a caller that
-// takes the lock and finds no seat registers as a waiter before it drops
+// takes the lock and finds no permit registers as a waiter before it drops
 // the grant lock (try).
 func (a *attempt) joinLine() (bool, error) {
 	ok, err := flock(a.queue, unix.LOCK_EX|unix.LOCK_NB)
@@ -171,7 +172,7 @@ func (a *attempt) joinLine() (bool, error) {
 	return !a.k.anyLocked(waitPrefix), nil
 }
 
-// wait waits in line for a seat, held being the seats held when it last
+// wait waits in line for a permit, held being the permits held when it last
 // looked.
 func (a *attempt) wait(ctx context.Context, held int) (*lease, error) {
 	onWait := a.req.OnWait
@@ -199,10 +200,10 @@ func (a *attempt) wait(ctx context.Context, held int) (*lease, error) {
 		st.Position = 1
 		onWait(st)
 	}
-	return a.waitForSeat(ctx, onWait, st)
+	return a.waitForPermit(ctx, onWait, st)
 }
 
-// waitState is what the caller waits for, held being the seats held when
+// waitState is what the caller waits for, held being the permits held when
 // it last looked.
 func (a *attempt) waitState(held int) semaphore.WaitState {
 	st := semaphore.WaitState{Held: held, Capacity: a.capacity, RecentHold: a.recentHold}
@@ -213,12 +214,12 @@ func (a *attempt) waitState(held int) semaphore.WaitState {
 	return st
 }
 
-// waitForSeat waits, first in line, for a seat, telling onWait when a
+// waitForPermit waits, first in line, for a permit, telling onWait when a
 // pause begins, ends or changes (last is what it was told last). The
-// watch starts before the seats are looked at, so no release between the
+// watch starts before the permits are looked at, so no release between the
 // two goes unnoticed; a change of settings rings it as a release does.
-func (a *attempt) waitForSeat(ctx context.Context, onWait func(semaphore.WaitState), last semaphore.WaitState) (*lease, error) {
-	w := watchSeats(a.k)
+func (a *attempt) waitForPermit(ctx context.Context, onWait func(semaphore.WaitState), last semaphore.WaitState) (*lease, error) {
+	w := watchPermits(a.k)
 	// Dropping the last inotify watch of a directory makes the kernel wait
 	// for a grace period (10ms and more measured): not before the child.
 	defer func() { go w.close() }()
@@ -256,8 +257,8 @@ func (a *attempt) waitForSeat(ctx context.Context, onWait func(semaphore.WaitSta
 }
 
 // try takes the key's grant lock and, when gate (if any) lets it, a free
-// seat, unless the key's settings hold it back. It returns the lease, or
-// nil and how many seats are held.
+// permit, unless the key's settings hold it back. It returns the lease, or
+// nil and how many permits are held.
 func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, int, error) {
 	if err := a.lockGrant(ctx); err != nil {
 		return nil, 0, err
@@ -280,12 +281,12 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, i
 	if gate != nil {
 		ok, err := gate()
 		if err != nil || !ok {
-			// Someone is in line: every seat was held when it last looked.
+			// Someone is in line: every permit was held when it last looked.
 			return nil, a.capacity, err
 		}
 	}
 	a.coolEnd = time.Time{}
-	// Paused, nothing is granted. Seats may be held past the capacity, where
+	// Paused, nothing is granted. Permits may be held past the capacity, where
 	// take does not look: a stored capacity lowered or unset, or callers
 	// that asked for more. Nothing is granted until fewer are held, as
 	// Redis does: the holders are counted wherever they sit.
@@ -293,7 +294,7 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, i
 	if err != nil || a.paused != nil || held+a.req.Takes() > a.capacity {
 		return a.notNow(held, err)
 	}
-	taken, held, err := a.seats.take(a.capacity, a.req.Takes(), a.queue, a.inLine, a.cooling)
+	taken, held, err := a.permits.take(a.capacity, a.req.Takes(), a.queue, a.inLine, a.cooling)
 	if err != nil || taken == nil {
 		return a.notNow(held, err)
 	}
@@ -301,7 +302,7 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, i
 	return l, held, err
 }
 
-// notNow is try's answer when no seat was taken, held being how many are
+// notNow is try's answer when no permit was taken, held being how many are
 // held. First in line, a caller that will wait has its wait file there
 // before the grant lock is dropped, so that a caller that will not wait
 // sees the line (joinLine).
@@ -327,10 +328,10 @@ func (a *attempt) readPolicy(now time.Time) {
 	a.paused, a.pauseEnd = p.paused(now), p.pauseEnd()
 }
 
-// heldNow counts the key's seats held, wherever they are, and its
+// heldNow counts the key's permits held, wherever they are, and its
 // coolings; under the grant lock.
 func (a *attempt) heldNow() (int, error) {
-	held, err := a.seats.held(a.capacity)
+	held, err := a.permits.held(a.capacity)
 	if err != nil {
 		return 0, err
 	}
@@ -380,7 +381,7 @@ func (a *attempt) lockGrant(ctx context.Context) error {
 // often. The lock is held for tens of microseconds a grant, up to a few
 // milliseconds with hundreds of holders, and callers queue for it: ten
 // tries in 10ms gave busy to 6% of four callers taking and giving back
-// seats that were free, and 100ms still gave busy to one in 400 on a
+// permits that were free, and 100ms still gave busy to one in 400 on a
 // loaded two-core host, whose scheduler left a holder of the lock off
 // the CPU that long. Only a process stopped inside a grant makes a
 // caller wait the whole second.
@@ -405,9 +406,9 @@ func (a *attempt) tryGrant(ctx context.Context) error {
 	}
 }
 
-// lease makes the seats taken a permit with the key's next token, and
+// lease makes the permits taken a lease with the key's next token, and
 // leaves a file saying who holds it; the grant lock is held.
-func (a *attempt) lease(taken *heldSeats) (*lease, error) {
+func (a *attempt) lease(taken *heldPermits) (*lease, error) {
 	token, err := a.nextToken()
 	if err != nil {
 		_ = taken.release()
@@ -415,11 +416,11 @@ func (a *attempt) lease(taken *heldSeats) (*lease, error) {
 	}
 	now := time.Now()
 	l := &lease{
-		seats: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: now.UnixMilli(),
+		locks: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: now.UnixMilli(),
 		granted: now, holder: a.req.Holder, minHold: a.req.MinHold,
 	}
 	a.granted = true
-	// The record is for status, and revokes: a seat is held by its lock.
+	// The record is for status, and revokes: a permit is held by its lock.
 	if a.draft != nil {
 		rec := record{ID: newID(), HolderInfo: a.req.Holder, Permits: l.permits, Weight: l.weight, Token: token, SinceMS: l.sinceMS}
 		if f, dir, name, err := a.draft.publish(rec); err == nil {
@@ -521,7 +522,7 @@ func (a *attempt) register() (func(), error) {
 	}, nil
 }
 
-// close gives back what the attempt holds and has open, but the seats of
+// close gives back what the attempt holds and has open, but the permits of
 // the lease it returned.
 func (a *attempt) close() {
 	if a.draft != nil {
@@ -539,8 +540,8 @@ func (a *attempt) close() {
 	if a.queue != nil {
 		a.queue.Close()
 	}
-	if a.seats != nil {
-		a.seats.close()
+	if a.permits != nil {
+		a.permits.close()
 	}
 	if a.grant != nil {
 		a.grant.Close()

@@ -28,7 +28,7 @@ const abandonedAfter = time.Minute
 // happened in it for idle, and tells whether it did.
 // It holds every lock of the key while it moves the directory aside, and
 // a caller checks, once it holds the grant lock, that its directory is
-// still the key's (keyDir.current): so no one ever takes a seat in a
+// still the key's (keyDir.current): so no one ever takes a permit in a
 // directory being removed.
 func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	var locked []*os.File
@@ -52,17 +52,17 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	if !lock(grantFile, os.O_RDWR|os.O_CREATE) || k.current() != nil || !lock(queueFile, os.O_RDWR|os.O_CREATE) {
 		return false
 	}
-	// No seat can be taken without the grant lock, by this semrun or an
+	// No permit can be taken without the grant lock, by this semrun or an
 	// older one. A count that fails keeps the directory: but for the
-	// seats file of a directory an older semrun made, whose seat.* files
-	// are locked below, no seat would be missed.
+	// permits file of a directory an older semrun made, whose seat.* files
+	// are locked below, no permit would be missed.
 	held, err := k.countHeld(nil, semaphore.MaxPermits)
 	switch {
-	case errors.Is(err, unix.ENOENT) && k.anyOldSeat():
+	case errors.Is(err, unix.ENOENT) && k.anyOldPermit():
 	case err != nil || held > 0:
 		return false
 	}
-	// Counted after the seats, as a grant counts them (cool.go).
+	// Counted after the permits, as a grant counts them (cool.go).
 	if n, _ := k.cooling(time.Now()); n > 0 {
 		return false
 	}
@@ -81,8 +81,8 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 			if !lock(name, os.O_RDONLY) {
 				return false
 			}
-		case strings.HasPrefix(name, seatFilePrefix):
-			// An older semrun's seat, held until the directory is aside;
+		case strings.HasPrefix(name, permitFilePrefix):
+			// An older semrun's permit, held until the directory is aside;
 			// the fence, no file, is none.
 			f := k.openRegular(name)
 			if f == nil {
@@ -120,9 +120,9 @@ func (k *keyDir) openRegular(name string) *os.File {
 	return os.NewFile(uintptr(fd), filepath.Join(k.path, name))
 }
 
-// anyOldSeat tells whether k has a seat.* regular file.
-func (k *keyDir) anyOldSeat() bool {
-	for _, name := range k.names(seatFilePrefix) {
+// anyOldPermit tells whether k has a seat.* regular file.
+func (k *keyDir) anyOldPermit() bool {
+	for _, name := range k.names(permitFilePrefix) {
 		if f := k.openRegular(name); f != nil {
 			f.Close()
 			return true
@@ -132,7 +132,7 @@ func (k *keyDir) anyOldSeat() bool {
 }
 
 // lastUse is when something last happened in k: a file made or removed
-// (a waiter came or went), a grant (the token), a release (a seat).
+// (a waiter came or went), a grant (the token), a release (a permit).
 func (k *keyDir) lastUse() time.Time {
 	var st unix.Stat_t
 	if unix.Fstat(int(k.dir.Fd()), &st) != nil {
@@ -140,7 +140,7 @@ func (k *keyDir) lastUse() time.Time {
 	}
 	last := st.Mtim
 	for _, name := range k.names("") {
-		// The fence (a symbolic link, seats_linux.go) was made with the
+		// The fence (a symbolic link, permits_linux.go) was made with the
 		// directory, or once, and says nothing of use.
 		if unix.Fstatat(int(k.dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Mtim.Nano() > last.Nano() {
 			last = st.Mtim

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,15 +26,15 @@ import (
 // one that is not a cooling's, or ends further off than the longest min
 // hold, is skipped.
 //
-// No grant may let coolings and held seats take more than N, and a
+// No grant may let coolings and held permits take more than N, and a
 // release takes no grant lock. So a releaser makes its cooling visible
-// before it unlocks its seats (lease.giveBack), and a taker, under the
-// grant lock, counts coolings after it has looked at the seats (take):
-// a seat it found free was unlocked before it looked, so that seat's
+// before it unlocks its permits (lease.giveBack), and a taker, under the
+// grant lock, counts coolings after it has looked at the permits (take):
+// a permit it found free was unlocked before it looked, so that permit's
 // cooling, if any, is counted; a release between the look and the count
-// is counted twice, as a held seat and a cooling, which is busy for an
+// is counted twice, as a held permit and a cooling, which is busy for an
 // instant, never one too many. Whoever removes a key's directory counts
-// them after the seats too (removeUnused).
+// them after the permits too (removeUnused).
 //
 // The end is on the wall clock, as the records' times are: the grant's
 // time (lease.sinceMS) and MinHold. A step of the clock moves it.
@@ -80,7 +79,7 @@ func (k *keyDir) publishCooling(r coolRecord) error {
 		return err
 	}
 	// The suffix is 80 random bits: no other cooling's has it.
-	if err := k.publishWhole(coolPrefix+rand.Text()[:16], coolDraftPrefix, append(b, '\n')); err != nil {
+	if err := k.writeWhole(coolPrefix+rand.Text()[:16], coolDraftPrefix, append(b, '\n'), renameNoReplace); err != nil {
 		return fmt.Errorf("cooling record in %s: %w", k.path, err)
 	}
 	return nil
@@ -94,17 +93,8 @@ func (k *keyDir) readCool(name string) (coolRecord, error) {
 		return r, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCoolRecord+1))
-	switch {
-	case err != nil:
-		return r, fmt.Errorf("read %s: %w", f.Name(), err)
-	case len(b) > maxCoolRecord:
-		return r, &badFileError{msg: fmt.Sprintf("cooling record %s: longer than %d bytes", f.Name(), maxCoolRecord)}
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, &badFileError{msg: fmt.Sprintf("cooling record %s: %v", f.Name(), err)}
-	}
-	return r, nil
+	err = decodeBounded(f, maxCoolRecord, "cooling record", &r)
+	return r, err
 }
 
 // coolings are k's coolings that have not ended at now. With sweep, under

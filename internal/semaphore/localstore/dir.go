@@ -205,7 +205,7 @@ func (s *Store) publishKey(name, key string, permits int) error {
 	if strings.HasPrefix(name, "#") {
 		files = append(files, keyFile) // a hashed name does not say its key
 	}
-	for _, file := range append(files, seatFiles(max(permits, 1))...) {
+	for _, file := range append(files, permitFiles(max(permits, 1))...) {
 		f, err := createFile(fd, file, dir.Name(), fileMode)
 		if err != nil {
 			return err

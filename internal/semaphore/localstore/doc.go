@@ -1,27 +1,27 @@
 // Package localstore keeps semaphores on this host, as locks on files in
-// a lock directory: the kernel frees a seat the moment its holder is gone,
-// and a child that inherits the lock keeps the seat held (as with
-// flock(1)). A key is a directory (dir.go) made whole, with all its files,
-// by its first caller. On Linux its seats are the bytes of one file of it,
-// "seats", seat i an open file description lock on byte i (seats_linux.go):
-// no caller ever makes a seat's file, so in a directory a group shares no
-// member can plant one that others must refuse, or rename one it holds to
-// free its number, and the key's owner is the only user who could move
-// the file; its seat.0, a dangling symbolic link, fences off a semrun
-// from before, whose seats were flocks on seat.* files. Elsewhere a seat
-// is a flock(2) on a file of its own (seats_other.go). The child inherits
-// its lock files read-only. A hold, a permit kept across processes
-// (semrun acquire), is held by the locks each process attached to it
-// takes on its seats, on Linux only (hold.go). A permit given back before
-// its min hold passed, with no process left, cools as a file (cool.go).
-// An operator's settings of a key are a file of it (policy.go); a revoke
-// is a file its holder looks for every second (operate.go). What
-// happened to a key, its capped log of events and its counters, are two
-// more files of it (eventlog.go), which a follower of the log reads as
-// they grow (events.go).
-// The first waiter in line is woken by inotify (watch_linux.go). Unix only: on Windows a lock
-// belongs to the process that took it, so a child could not inherit a
-// seat.
+// a lock directory: the kernel frees a permit the moment its holder is
+// gone, and a child that inherits the lock keeps the permit held (as with
+// flock(1)). A key is a directory (dir.go) made whole, with all its
+// files, by its first caller. On Linux its permits are the bytes of one
+// file of it, "seats", permit i an open file description lock on byte i
+// (permits_linux.go): no caller ever makes a permit's file, so in a
+// directory a group shares no member can plant one that others must
+// refuse, or rename one it holds to free its number, and the key's owner
+// is the only user who could move the file; its seat.0, a dangling
+// symbolic link, fences off a semrun from before, whose permits were
+// flocks on seat.* files. Elsewhere a permit is a flock(2) on a file of
+// its own (permits_other.go). The child inherits its lock files
+// read-only. A hold, a permit kept across processes (semrun acquire), is
+// held by the locks each process attached to it takes on its permits, on
+// Linux only (hold.go). A permit given back before its min hold passed,
+// with no process left, cools as a file (cool.go). An operator's settings
+// of a key are a file of it (policy.go); a revoke is a file its holder
+// looks for every second (operate.go). What happened to a key, its capped
+// log of events and its counters, are two more files of it (eventlog.go),
+// which a follower of the log reads as they grow (events.go). The first
+// waiter in line is woken by inotify (watch_linux.go). Unix only: on
+// Windows a lock belongs to the process that took it, so a child could
+// not inherit a permit.
 package localstore
 
 import "github.com/semrun/semrun/internal/semaphore"

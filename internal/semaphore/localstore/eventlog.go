@@ -37,7 +37,7 @@ import (
 //
 // Both are written under a flock of "stats", held for the microseconds
 // one event takes, never under the grant lock: a grant's event is
-// written once the grant lock is dropped, a release's once the seats
+// written once the grant lock is dropped, a release's once the permits
 // are free. A writer that cannot take that lock within eventLockWait (a
 // process stopped while it wrote), or write the files, drops the event:
 // what it records never fails nor waits longer for it.
@@ -423,7 +423,7 @@ func (k *keyDir) noteAll(events []semaphore.Event) {
 
 // logFlags are the flags a writer opens k's events and stats files with:
 // only the directory's owner makes one that is missing (in a directory
-// made before them), as only it makes a missing seats file, so that
+// made before them), as only it makes a missing permits file, so that
 // every member may write them (see open).
 func (k *keyDir) logFlags() int {
 	if k.owner == me() {
@@ -493,7 +493,7 @@ func (k *keyDir) rewriteLog(fd int, size int64, line []byte) (int, error) {
 	}
 	kept, n := newestLines(b, from > 0, semaphore.MaxEvents-1, keepBytes-len(line))
 	out := append(append(make([]byte, 0, len(kept)+len(line)), kept...), line...)
-	err := k.replaceWhole(eventsFile, eventsDraftPrefix, out)
+	err := k.writeWhole(eventsFile, eventsDraftPrefix, out, renameOver)
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 		err = k.writeInPlace(eventsFile, out)
 	}

@@ -21,14 +21,9 @@ import (
 // keeps their log and counters (eventlog.go), that the caller may use.
 // One read of the lock directory, and an open of each key's.
 func (s *Store) Keys(ctx context.Context) ([]string, error) {
-	d, err := reopenDir(s.dir)
+	entries, err := s.entries()
 	if err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
-	}
-	entries, err := d.ReadDir(-1)
-	d.Close()
-	if err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
+		return nil, err
 	}
 	keys := []string{}
 	for _, e := range entries {

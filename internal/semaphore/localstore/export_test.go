@@ -6,7 +6,7 @@ import "github.com/semrun/semrun/internal/semaphore"
 
 // FirstSeat is the file a key's first seat is in: "seats" on Linux,
 // "seat.0" elsewhere.
-const FirstSeat = firstSeat
+const FirstSeat = firstPermit
 
 // HoldFileName names the record of the hold whose secret is secret.
 var HoldFileName = holdName

@@ -40,7 +40,7 @@ func BenchmarkGrantLockHeld(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				a := &attempt{s: s, k: k, req: req, told: true}
-				a.seats, _ = k.openSeats()
+				a.permits, _ = k.openPermits()
 				if a.queue, err = k.open(queueFile, os.O_RDWR|os.O_CREATE); err != nil {
 					b.Fatal(err)
 				}

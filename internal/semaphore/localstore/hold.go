@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -24,16 +23,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A hold (semaphore.Holds) is a permit whose seats are held by every
+// A hold (semaphore.Holds) is a grant whose permits are held by every
 // process attached to it: each takes its own read locks on the hold's
-// seat bytes, which count seats, not lockers, so a hold takes its weight
-// however many are attached, and the kernel frees its seats once the
-// last of them is gone. Each also locks the hold's mark, one byte past
-// every seat at an offset drawn from the hold's record name and seats
-// (markOf): that its mark is held tells a live hold from one whose
-// seats, freed when its last process died, someone else was granted
-// since, and which no one may join. Its mark and seats are locked
-// through one open file and so dropped at once.
+// permit bytes, which count permits, not lockers, so a hold takes its
+// weight however many are attached, and the kernel frees its permits once
+// the last of them is gone. Each also locks the hold's mark, one byte
+// past every permit at an offset drawn from the hold's record name and
+// permits (markOf): that its mark is held tells a live hold from one
+// whose permits, freed when its last process died, someone else was
+// granted since, and which no one may join. Its mark and permits are
+// locked through one open file and so dropped at once.
 //
 // The key's directory keeps a record of each hold, "hold." and a hash of
 // its secret (holdName): whoever can read the directory learns nothing
@@ -54,21 +53,21 @@ import (
 // replace it (the directory is sticky). Every reader takes it for
 // untrusted: bounded, checked, and anything amiss is a lost hold. A
 // record forged, copied or changed by whoever may write the directory
-// names seats whose mark no one holds, unless someone took them with
-// locks of their own, as they could take seats: it can end a hold, never
-// let a process join seats that are not its hold's.
+// names permits whose mark no one holds, unless someone took them with
+// locks of their own, as they could take permits: it can end a hold,
+// never let a process join permits that are not its hold's.
 const (
 	holdPrefix      = "hold."
 	holdDraftPrefix = "hold-draft."
 	holdVersion     = 1
 	// maxHoldRecord bounds a record; a weight taken in more runs of
-	// seats than fit makes no hold.
+	// permits than fit makes no hold.
 	maxHoldRecord = 64 << 10
 	// holdCheck is HoldInfo.TTL: how often who is attached reads the
 	// record, at most, to learn of an end. A local lock never lapses.
 	holdCheck = 3 * time.Second
 	// holdKept is how long a hold's record stays once no one holds its
-	// seats, for release to learn how it ended.
+	// permits, for release to learn how it ended.
 	holdKept = 24 * time.Hour
 	// holdGrantWait bounds the wait for the grant lock a hold is read
 	// and ended under, held a fraction of a millisecond unless its
@@ -79,8 +78,8 @@ const (
 	endWait = 2 * time.Second
 )
 
-// The marks of holds are bytes of the seats file in [markBase,
-// markBase+markSpan): past every seat (semaphore.MaxPermits), inside
+// The marks of holds are bytes of the permits file in [markBase,
+// markBase+markSpan): past every permit (semaphore.MaxPermits), inside
 // what a lock can name.
 const (
 	markBase = 1 << 40
@@ -95,7 +94,7 @@ const (
 	goneWhy      = "its record is gone from the lock directory"
 )
 
-// span is a run of seats: n bytes of the seats file from start.
+// span is a run of permits: n bytes of the permits file from start.
 type span struct{ start, n int64 }
 
 // holdRecord is a hold's record, as written in its file.
@@ -108,8 +107,8 @@ type holdRecord struct {
 	Weight  int                 `json:"weight"`
 	Token   int64               `json:"token"`
 	SinceMS int64               `json:"since_ms"`
-	// Seats are the runs of seats held, [first, count], lowest first.
-	Seats   [][2]int64           `json:"seats"`
+	// Runs are the runs of permits held, [first, count], lowest first.
+	Runs    [][2]int64           `json:"seats"`
 	Keeper  semaphore.HolderInfo `json:"keeper"`
 	Why     string               `json:"why,omitempty"`
 	EndedMS int64                `json:"ended_ms,omitempty"`
@@ -122,13 +121,14 @@ func holdName(secret string) string {
 }
 
 // markOf is the byte that the processes attached to the hold whose record
-// is name, on seats, lock besides them. A record that names other seats
-// than its hold took, or copies another hold's, has a mark no one holds.
-func markOf(name string, seats []span) int64 {
+// is name, on the permits spans, lock besides them. A record that names
+// other permits than its hold took, or copies another hold's, has a mark
+// no one holds.
+func markOf(name string, spans []span) int64 {
 	h := sha256.New()
 	h.Write([]byte(name))
 	var b [16]byte
-	for _, sp := range seats {
+	for _, sp := range spans {
 		binary.BigEndian.PutUint64(b[:8], uint64(sp.start))
 		binary.BigEndian.PutUint64(b[8:], uint64(sp.n))
 		h.Write(b[:])
@@ -137,8 +137,8 @@ func markOf(name string, seats []span) int64 {
 }
 
 func (r holdRecord) spans() []span {
-	out := make([]span, len(r.Seats))
-	for i, s := range r.Seats {
+	out := make([]span, len(r.Runs))
+	for i, s := range r.Runs {
 		out[i] = span{s[0], s[1]}
 	}
 	return out
@@ -179,14 +179,14 @@ func (r holdRecord) check() error {
 		return errors.New("its why is too long, or not UTF-8")
 	}
 	next, total := int64(0), int64(0)
-	for _, s := range r.Seats {
+	for _, s := range r.Runs {
 		if s[0] < next || s[1] < 1 || s[1] > int64(r.Permits) || s[0]+s[1] > int64(r.Permits) {
-			return errors.New("its seats overlap or lie past its permits")
+			return errors.New("its permits overlap or lie past its capacity")
 		}
 		next, total = s[0]+s[1], total+s[1]
 	}
 	if total != int64(r.Weight) {
-		return fmt.Errorf("%d seats for a weight of %d", total, r.Weight)
+		return fmt.Errorf("%d permits for a weight of %d", total, r.Weight)
 	}
 	return nil
 }
@@ -205,7 +205,7 @@ func (r holdRecord) encode() ([]byte, error) {
 		return nil, err
 	}
 	if len(b) >= maxHoldRecord {
-		return nil, fmt.Errorf("its record would take %d bytes, more than %d (its seats are in too many pieces)", len(b), maxHoldRecord)
+		return nil, fmt.Errorf("its record would take %d bytes, more than %d (its permits are in too many runs)", len(b), maxHoldRecord)
 	}
 	return append(b, '\n'), nil
 }
@@ -238,15 +238,12 @@ func (k *keyDir) readHold(name string) (holdRecord, error) {
 		return r, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxHoldRecord+1))
-	switch {
-	case err != nil:
-		return r, fmt.Errorf("read %s: %w", f.Name(), err)
-	case len(b) > maxHoldRecord:
-		return r, &badHoldError{fmt.Sprintf("hold record %s: longer than %d bytes", f.Name(), maxHoldRecord)}
+	err = decodeBounded(f, maxHoldRecord, "hold record", &r)
+	if errors.As(err, &bad) {
+		return r, &badHoldError{bad.msg}
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, &badHoldError{fmt.Sprintf("hold record %s: %v", f.Name(), err)}
+	if err != nil {
+		return r, err
 	}
 	if err := r.check(); err != nil {
 		return r, &badHoldError{fmt.Sprintf("hold record %s: %v", f.Name(), err)}
@@ -279,7 +276,7 @@ func (k *keyDir) publishHold(name string, r holdRecord) error {
 	if err != nil {
 		return err
 	}
-	if err := k.publishWhole(name, holdDraftPrefix, b); err != nil {
+	if err := k.writeWhole(name, holdDraftPrefix, b, renameNoReplace); err != nil {
 		return fmt.Errorf("hold record in %s: %w", k.path, err)
 	}
 	return nil
@@ -352,7 +349,7 @@ func (s *Store) openHold(h semaphore.Handle) (*keyDir, string, error) {
 // holdID names a hold among those a store's leases are attached to.
 func holdID(k *keyDir, name string) string { return k.name + "/" + name }
 
-// Hold implements semaphore.Holds: the lease's seats become a hold's,
+// Hold implements semaphore.Holds: the lease's permits become a hold's,
 // whose mark its file locks, so that until a first process attaches
 // they stay held for as long as that file is open, in this process or a
 // child that inherited it. The lease's holder record makes way for the
@@ -374,7 +371,7 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 	defer k.close()
 	secret := semaphore.NewSecret()
 	name := holdName(secret)
-	seats := l.seats.seatSpans()
+	spans := l.locks.permitSpans()
 	r := holdRecord{
 		Version: holdVersion, State: semaphore.HoldHeld, Key: l.key, ID: l.id, Permits: l.permits, Weight: l.weight,
 		Token: l.token, SinceMS: l.sinceMS, Keeper: keeper,
@@ -383,11 +380,11 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 		r.ID = newID() // its permit had no record
 	}
 	r.Keeper.Hold = false // said by status, not written
-	for _, sp := range seats {
-		r.Seats = append(r.Seats, [2]int64{sp.start, sp.n})
+	for _, sp := range spans {
+		r.Runs = append(r.Runs, [2]int64{sp.start, sp.n})
 	}
 	// Marked first: a record no one can read as live is of no use.
-	if err := k.markHold(l.seats, markOf(name, seats)); err != nil {
+	if err := k.markHold(l.locks, markOf(name, spans)); err != nil {
 		return semaphore.Handle{}, fmt.Errorf("hold of key %q: %w", l.key, err)
 	}
 	l.mu.Lock()
@@ -401,8 +398,8 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 
 // Attach implements semaphore.Holds. Under the key's grant lock, so that
 // no grant comes between the look and the locks, it joins a hold whose
-// mark and seats someone holds, with locks of its own. A keeper's locks
-// hold the seats as any others' do: it lets go within a second of an end,
+// mark and permits someone holds, with locks of its own. A keeper's locks
+// hold the permits as any others' do: it lets go within a second of an end,
 // and EndHold waits for that.
 func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semaphore.Lease, semaphore.HoldInfo, error) {
 	sent := clock.Now()
@@ -438,8 +435,8 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semapho
 	if ended != nil {
 		return nil, semaphore.HoldInfo{}, ended
 	}
-	seats := r.spans()
-	held, err := k.joinHold(seats, markOf(name, seats))
+	spans := r.spans()
+	held, err := k.joinHold(spans, markOf(name, spans))
 	if err != nil {
 		return nil, semaphore.HoldInfo{}, fmt.Errorf("attach to a hold of key %q: %w", h.Key, err)
 	}
@@ -451,7 +448,7 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semapho
 		return nil, semaphore.HoldInfo{}, &semaphore.HoldEndedError{Key: h.Key, End: end}
 	}
 	kept = true
-	l := &holdLease{s: s, k: k, key: h.Key, name: name, id: holdID(k, name), r: r, seats: held, deadline: sent.Add(holdCheck)}
+	l := &holdLease{s: s, k: k, key: h.Key, name: name, id: holdID(k, name), r: r, locks: held, deadline: sent.Add(holdCheck)}
 	s.attach(l.id, 1)
 	info := semaphore.HoldInfo{Key: h.Key, Permits: r.Permits, Weight: r.Weight, Token: r.Token, TTL: holdCheck, Keeper: r.keeper()}
 	return l, info, nil
@@ -473,7 +470,7 @@ func (k *keyDir) liveHold(key, name string) (holdRecord, *semaphore.HoldEndedErr
 // first end is written and every later one finds it; a hold no process
 // holds any more had lapsed, and ends lost. It then waits, a little, for
 // the processes attached to let go, unless one of them is this store's
-// (a keeper ending its own hold): so that, once it returns, the seats
+// (a keeper ending its own hold): so that, once it returns, the permits
 // are free.
 func (s *Store) EndHold(ctx context.Context, h semaphore.Handle, end semaphore.HoldEnd) (semaphore.HoldEnd, bool, error) {
 	if end.State == semaphore.HoldHeld || !knownState(end.State) {
@@ -489,16 +486,16 @@ func (s *Store) EndHold(ctx context.Context, h semaphore.Handle, end semaphore.H
 		return semaphore.HoldEnd{}, false, fmt.Errorf("end a hold of key %q: %w", h.Key, err)
 	}
 	defer k.close()
-	got, now, seats, err := s.endHold(ctx, k, h.Key, name, end)
+	got, now, spans, err := s.endHold(ctx, k, h.Key, name, end)
 	if err != nil || !now || s.attachedTo(holdID(k, name)) {
 		return got, now, err
 	}
-	k.waitLetGo(ctx, seats, markOf(name, seats))
+	k.waitLetGo(ctx, spans, markOf(name, spans))
 	return got, true, nil
 }
 
 // endHold is EndHold under the key's grant lock; it returns the end that
-// counts, whether it was end, and the hold's seats.
+// counts, whether it was end, and the hold's permits.
 func (s *Store) endHold(ctx context.Context, k *keyDir, key, name string, end semaphore.HoldEnd) (semaphore.HoldEnd, bool, []span, error) {
 	unlock, err := k.lockGrant(ctx, holdGrantWait)
 	if err != nil {
@@ -519,8 +516,8 @@ func (s *Store) endHold(ctx context.Context, k *keyDir, key, name string, end se
 	if ended != nil {
 		return ended.End, false, nil, nil
 	}
-	seats := r.spans()
-	alive, err := k.holdAlive(seats, markOf(name, seats))
+	spans := r.spans()
+	alive, err := k.holdAlive(spans, markOf(name, spans))
 	if err != nil {
 		return semaphore.HoldEnd{}, false, nil, fmt.Errorf("end a hold of key %q: %w", key, err)
 	}
@@ -536,7 +533,7 @@ func (s *Store) endHold(ctx context.Context, k *keyDir, key, name string, end se
 		return semaphore.HoldEnd{}, false, nil, fmt.Errorf("end a hold of key %q: %w", key, err)
 	}
 	ev = r.endEvent(got)
-	return got, true, seats, nil
+	return got, true, spans, nil
 }
 
 // endEvent is the event of the hold r's end, end: a loss, or its permit
@@ -569,11 +566,11 @@ func boundWhy(why string) string {
 
 // waitLetGo waits, at most endWait, until no process holds the mark of a
 // hold that ended: they learn of the end within a second and let go.
-func (k *keyDir) waitLetGo(ctx context.Context, seats []span, mark int64) {
+func (k *keyDir) waitLetGo(ctx context.Context, spans []span, mark int64) {
 	ctx, cancel := context.WithTimeout(ctx, endWait)
 	defer cancel()
 	for {
-		if alive, err := k.holdAlive(seats, mark); err != nil || !alive {
+		if alive, err := k.holdAlive(spans, mark); err != nil || !alive {
 			return
 		}
 		if clock.Sleep(ctx, pollEvery) != nil {
@@ -602,14 +599,14 @@ func (s *Store) attachedTo(id string) bool {
 }
 
 // holdLease is a process's share of a hold (Attach): its own locks on
-// the hold's seats and mark.
+// the hold's permits and mark.
 type holdLease struct {
 	s        *Store
 	k        *keyDir // its own descriptor of the key's directory
 	key      string
 	name, id string
 	r        holdRecord // as attached
-	seats    *heldSeats
+	locks    *heldPermits
 
 	mu       sync.Mutex
 	deadline clock.Instant
@@ -635,9 +632,9 @@ func (l *holdLease) Bound() clock.Instant { return clock.Instant{} }
 // Finish leaves the hold, as Release does.
 func (l *holdLease) Finish(ctx context.Context, _ int) error { return l.Release(ctx) }
 
-// Files are the seats file, read-only, whose locks hold the hold's seats
-// and mark: a child that inherits it keeps them, as a run's.
-func (l *holdLease) Files() []*os.File { return l.seats.files() }
+// Files are the permits file, read-only, whose locks hold the hold's
+// permits and mark: a child that inherits it keeps them, as a run's.
+func (l *holdLease) Files() []*os.File { return l.locks.files() }
 
 // Renew reads the hold's record: a *HoldEndedError once the hold has
 // ended. A record that does not read as this hold's, held, is read again
@@ -678,23 +675,23 @@ func (l *holdLease) Renew(ctx context.Context) error {
 
 // same tells whether r is still the record of the hold attached to.
 func (l *holdLease) same(r holdRecord) bool {
-	return r.Key == l.r.Key && r.Token == l.r.Token && r.Weight == l.r.Weight && slices.Equal(r.Seats, l.r.Seats)
+	return r.Key == l.r.Key && r.Token == l.r.Token && r.Weight == l.r.Weight && slices.Equal(r.Runs, l.r.Runs)
 }
 
-// Release leaves the hold: its locks dropped, the hold's seats are free
+// Release leaves the hold: its locks dropped, the hold's permits are free
 // once no one else holds them. Files the caller closed first are no
 // error.
 func (l *holdLease) Release(context.Context) error {
 	l.once.Do(func() {
 		l.released.Store(true)
-		l.err = l.seats.release()
+		l.err = l.locks.release()
 		l.k.close()
 		l.s.attach(l.id, -1)
 	})
 	return l.err
 }
 
-// holdHolders are the holds whose seats someone holds, each one holder,
+// holdHolders are the holds whose permits someone holds, each one holder,
 // its keeper, however many processes are attached; under the grant lock.
 func (k *keyDir) holdHolders(key string, warnf func(string, ...any)) []record {
 	var out []record
@@ -707,8 +704,8 @@ func (k *keyDir) holdHolders(key string, warnf func(string, ...any)) []record {
 		if err != nil || r.Key != key {
 			continue
 		}
-		seats := r.spans()
-		if alive, err := k.holdAlive(seats, markOf(name, seats)); err != nil || !alive {
+		spans := r.spans()
+		if alive, err := k.holdAlive(spans, markOf(name, spans)); err != nil || !alive {
 			continue
 		}
 		out = append(out, record{ID: r.ID, HolderInfo: r.keeper(), Permits: r.Permits, Weight: r.Weight, Token: r.Token, SinceMS: r.SinceMS})
@@ -727,8 +724,8 @@ func (k *keyDir) sweepHolds(few int) {
 			continue
 		}
 		if r, err := k.readHold(name); err == nil {
-			seats := r.spans()
-			if alive, err := k.holdAlive(seats, markOf(name, seats)); err != nil || alive {
+			spans := r.spans()
+			if alive, err := k.holdAlive(spans, markOf(name, spans)); err != nil || alive {
 				continue
 			}
 		}

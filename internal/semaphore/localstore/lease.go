@@ -16,10 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lease is a held permit: locks on its seats, and a locked file that
+// lease is a grant held: locks on its permits, and a locked file that
 // says who holds it.
 type lease struct {
-	seats *heldSeats
+	locks *heldPermits
 	token int64
 	// What it was granted, for Hold to write in the hold's record and
 	// Finish in a cooling's.
@@ -49,7 +49,7 @@ type lease struct {
 	released atomic.Bool
 	err      error
 	// held: the permit was made a hold (Hold), once: two holds of one
-	// seat would each let their runs in.
+	// permit would each let their runs in.
 	held atomic.Bool
 }
 
@@ -76,11 +76,11 @@ func (l *lease) Renew(context.Context) error {
 	return l.revoked
 }
 
-// Files are the seats' file or files, and the holder's: with them, a
-// child keeps the seats held, and shown by status, until the last process
+// Files are the permits' file or files, and the holder's: with them, a
+// child keeps the permits held, and shown by status, until the last process
 // of its job has exited, even when semrun is killed. All are read-only.
 func (l *lease) Files() []*os.File {
-	files := l.seats.files()
+	files := l.locks.files()
 	if l.record != nil {
 		files = append(files, l.record)
 	}
@@ -104,7 +104,7 @@ func (l *lease) giveBack(cool bool, exitStatus int) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.released.Store(true)
-		// Removed before the seats are given back, never after, when the
+		// Removed before the permits are given back, never after, when the
 		// next holder's could be there.
 		l.dropRecord()
 		if l.id != "" && l.k != nil {
@@ -113,13 +113,13 @@ func (l *lease) giveBack(cool bool, exitStatus int) error {
 		var cooling time.Duration
 		var err error
 		if cool && !l.held.Load() {
-			// Visible before the seats are unlocked, never after: see
+			// Visible before the permits are unlocked, never after: see
 			// cool.go.
 			cooling, err = l.cool(exitStatus)
 		}
-		l.err = errors.Join(err, l.seats.release())
+		l.err = errors.Join(err, l.locks.release())
 		if l.k != nil {
-			// Once the seats are free, so that the next holder need not
+			// Once the permits are free, so that the next holder need not
 			// wait for it; a hold's permit is given back when the hold
 			// ends (EndHold).
 			if !l.held.Load() {

@@ -22,17 +22,17 @@ import (
 // a revoke tells the holder to let go. It leaves a file, "revoke." and
 // the holder's public id, saying why, written whole under a draft name,
 // "revoke-draft.*", then renamed in place; the holder's Renew, which its
-// semrun calls every second, finds it with one stat. The seat stays
+// semrun calls every second, finds it with one stat. The permit stays
 // held until the holder lets go, and the holder removes the mark then;
 // status removes those whose holder is gone. A hold is revoked by ending
 // it, as release does (HoldRevoked): each process attached learns of it
 // at its next renewal. In a lock directory a group shares, any member
 // may revoke, as it may set a key's settings.
 //
-// force cannot free a seat here: a holder that is dead let go of its lock
+// force cannot free a permit here: a holder that is dead let go of its lock
 // as it died, and is no holder any more (ErrNoHolder), and a live one's
 // lock is its own. So a revoke with force of a live holder is a revoke,
-// with a line to Warnf saying that its seat is free only once it let go.
+// with a line to Warnf saying that its permit is free only once it let go.
 const (
 	revokePrefix      = "revoke."
 	revokeDraftPrefix = "revoke-draft."
@@ -166,7 +166,7 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 	case who == nil:
 		return noHolder
 	case force && !cooled:
-		s.warnf("key %q: holder %s (pid %d on %s) is alive, and a lock directory cannot take a live process's lock: revoked as without force, it learns of it within a second, and its seat is free once it has let go",
+		s.warnf("key %q: holder %s (pid %d on %s) is alive, and a lock directory cannot take a live process's lock: revoked as without force, it learns of it within a second, and its permit is free once it has let go",
 			key, id, who.PID, who.Host)
 	}
 	return nil
@@ -190,7 +190,7 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 			return nil, false, false, err
 		}
 		// Revoked twice: the first reason stands.
-		err = k.publishWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n'))
+		err = k.writeWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n'), renameNoReplace)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, false, false, fmt.Errorf("revoke file in %s: %w", k.path, err)
 		}
@@ -201,8 +201,8 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 		if err != nil || r.Key != key || r.ID != id || r.State != semaphore.HoldHeld {
 			continue
 		}
-		seats := r.spans()
-		if alive, err := k.holdAlive(seats, markOf(name, seats)); err != nil || !alive {
+		spans := r.spans()
+		if alive, err := k.holdAlive(spans, markOf(name, spans)); err != nil || !alive {
 			continue
 		}
 		if _, err := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldRevoked, Why: boundWhy(reason), At: time.Now()}); err != nil {

@@ -3,7 +3,6 @@
 package localstore
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +23,7 @@ import (
 // end on the wall clock (absent: until resumed); each is absent when not
 // set, and a key with neither has no file. The settings stay until unset,
 // however long the key is unused (removeUnused keeps its directory).
-// Every try for a seat reads the file under the key's grant lock: where
+// Every try for a permit reads the file under the key's grant lock: where
 // there is none, that costs one failed open.
 //
 // Who may set them: whoever may use the key. In a lock directory a group
@@ -33,7 +32,7 @@ import (
 // and root, and a member who raises the capacity lets more hold the key
 // than its callers ask for (each caller is told, and status shows the
 // capacity in force). The group is trusted with its keys' settings as it
-// is with their seats.
+// is with their permits.
 //
 // The file is written under the grant lock, so that two operators
 // changing different settings do not undo each other: whole under a draft
@@ -171,7 +170,7 @@ func (k *keyDir) writePolicy(p policy) error {
 			err = nil
 		}
 	} else {
-		err = k.replaceWhole(policyFile, policyDraftPrefix, b)
+		err = k.writeWhole(policyFile, policyDraftPrefix, b, renameOver)
 	}
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
 		err = k.writeInPlace(policyFile, b)
@@ -180,27 +179,6 @@ func (k *keyDir) writePolicy(p policy) error {
 		return fmt.Errorf("settings file in %s: %w", k.path, err)
 	}
 	return nil
-}
-
-// replaceWhole makes b k's file name, replacing the one there: written
-// under a name of draftPrefix and a random suffix, then renamed in place.
-func (k *keyDir) replaceWhole(name, draftPrefix string, b []byte) error {
-	draft := draftPrefix + rand.Text()[:16]
-	w, err := createFile(int(k.dir.Fd()), draft, k.path, k.fileMode())
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(int(k.dir.Fd()), draft, int(k.dir.Fd()), name)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(int(k.dir.Fd()), draft, 0)
-	}
-	return err
 }
 
 // writeInPlace writes b into k's file name, whoever's it is, and cuts
@@ -221,9 +199,9 @@ func (k *keyDir) writeInPlace(name string, b []byte) error {
 }
 
 // wake wakes the first waiter in line after a change of settings, as a
-// release does: by the times of the file of the key's first seat.
+// release does: by the times of the file of the key's first permit.
 func (k *keyDir) wake() {
-	if f, err := k.openLock(firstSeat, false); err == nil {
+	if f, err := k.openLock(firstPermit, false); err == nil {
 		ring(f)
 		f.Close()
 	}

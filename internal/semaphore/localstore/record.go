@@ -15,7 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// record is what a seat's or a waiter's file says about who holds or waits.
+// record is what a permit's or a waiter's file says about who holds or
+// waits.
 type record struct {
 	// ID is a holder's public id (semaphore.Holder.ID): random, drawn at
 	// its grant, and nothing else; a waiter has none.
@@ -40,7 +41,7 @@ func (r record) write(f *os.File) error {
 	return f.Truncate(int64(len(b)))
 }
 
-// readRecord reads a record, bounded: a seat's file is anyone's in the
+// readRecord reads a record, bounded: a permit's file is anyone's in the
 // group to write.
 func readRecord(f *os.File) (record, error) {
 	var r record
@@ -54,6 +55,22 @@ func readRecord(f *os.File) (record, error) {
 	return r, json.Unmarshal(b, &r)
 }
 
+// decodeBounded reads f, at most most bytes, as the JSON of v. A file
+// longer, or no JSON, is a *badFileError that names it what.
+func decodeBounded(f *os.File, most int, what string, v any) error {
+	b, err := io.ReadAll(io.LimitReader(f, int64(most)+1))
+	switch {
+	case err != nil:
+		return fmt.Errorf("read %s: %w", f.Name(), err)
+	case len(b) > most:
+		return &badFileError{msg: fmt.Sprintf("%s %s: longer than %d bytes", what, f.Name(), most)}
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return &badFileError{msg: fmt.Sprintf("%s %s: %v", what, f.Name(), err)}
+	}
+	return nil
+}
+
 // idLen is the length of a holder's public id: ten base32 digits, 50
 // random bits, short enough to type, and telling nothing of any other
 // value (a hold's secret, a record's name).
@@ -63,17 +80,7 @@ const idLen = 10
 func newID() string { return rand.Text()[:idLen] }
 
 // validID tells whether s could be newID's.
-func validID(s string) bool {
-	if len(s) != idLen {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'A' && r <= 'Z' || r >= '2' && r <= '7') {
-			return false
-		}
-	}
-	return true
-}
+func validID(s string) bool { return semaphore.IsRandText(s, idLen) }
 
 // makeRecord leaves a file named prefix and a random suffix in k that
 // says r, locked for as long as the file returned is open. The file
@@ -117,7 +124,7 @@ func (k *keyDir) makeLocked(prefix string) (w, f *os.File, name string, err erro
 
 // A holder's record is made before the caller takes the grant lock, as a
 // draft that status and the sweeps of held.* files do not look at, and
-// only written and renamed held.* under the lock once seats are taken:
+// only written and renamed held.* under the lock once permits are taken:
 // making and locking a file there would hold every other caller up.
 const draftPrefix = "taking."
 
@@ -169,9 +176,11 @@ func (d *draft) close() {
 	}
 }
 
-// publishWhole makes b k's file name, whole or not at all: it is written
-// under a name of draftPrefix and a random suffix, then renamed in place.
-func (k *keyDir) publishWhole(name, draftPrefix string, b []byte) error {
+// writeWhole makes b k's file name, whole or not at all: it is written
+// under a name of draftPrefix and a random suffix, then renamed in place
+// by rename, renameOver to replace a file of that name, renameNoReplace
+// to fail with EEXIST.
+func (k *keyDir) writeWhole(name, draftPrefix string, b []byte, rename func(dirfd int, from, to string) error) error {
 	draft := draftPrefix + rand.Text()[:16]
 	w, err := createFile(int(k.dir.Fd()), draft, k.path, k.fileMode())
 	if err != nil {
@@ -182,13 +191,16 @@ func (k *keyDir) publishWhole(name, draftPrefix string, b []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = renameNoReplace(int(k.dir.Fd()), draft, name)
+		err = rename(int(k.dir.Fd()), draft, name)
 	}
 	if err != nil {
 		_ = unix.Unlinkat(int(k.dir.Fd()), draft, 0)
 	}
 	return err
 }
+
+// renameOver renames from to to in the directory dirfd, replacing to.
+func renameOver(dirfd int, from, to string) error { return unix.Renameat(dirfd, from, dirfd, to) }
 
 // maxRecordNames bounds the names tried for a holder's or waiter's file.
 const maxRecordNames = 8
@@ -260,7 +272,7 @@ const sweepFew = 2
 
 // sweepRecords removes the files of holders that are gone, and of callers
 // that died before they held, after a grant and outside the grant lock:
-// all of them when there are more holders' files than the limit seats
+// all of them when there are more holders' files than the limit permits
 // (no more holders can be), else a few of each, picked at random.
 func (k *keyDir) sweepRecords(limit int) {
 	held, drafts := k.namesOf(heldPrefix, draftPrefix)

@@ -50,14 +50,9 @@ func emptyStatus(key string) semaphore.KeyStatus {
 // was lately. Directories the caller may not use (another user's) are
 // left out, as are names no key has.
 func (s *Store) statusAll(ctx context.Context) ([]semaphore.KeyStatus, error) {
-	d, err := reopenDir(s.dir)
+	entries, err := s.entries()
 	if err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
-	}
-	entries, err := d.ReadDir(-1)
-	d.Close()
-	if err != nil {
-		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
+		return nil, err
 	}
 	out := []semaphore.KeyStatus{}
 	for _, e := range entries {
@@ -130,7 +125,7 @@ func (k *keyDir) readKey() (string, bool) {
 }
 
 // statusGrantWait bounds the wait for the grant lock status looks at the
-// seats under; past it (a holder stopped there), it looks without.
+// permits under; past it (a holder stopped there), it looks without.
 const statusGrantWait = 50 * time.Millisecond
 
 // lockForStatus takes k's grant lock for a status, waiting at most
@@ -161,7 +156,7 @@ func lockForStatus(ctx context.Context, k *keyDir) (*os.File, error) {
 // statusIn reports on key, whose directory k is.
 func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.KeyStatus, error) {
 	st := emptyStatus(key)
-	// Under the grant lock, the seats held and the holders' files agree.
+	// Under the grant lock, the permits held and the holders' files agree.
 	grant, err := lockForStatus(ctx, k)
 	if err != nil {
 		return st, err
@@ -186,7 +181,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		case errors.As(err, &bad):
 			s.warnf("skipped %s", err)
 		case errors.Is(err, unix.ENOENT):
-			s.warnf("key %q: key directory %s: %v", key, k.path, errSeatsGone)
+			s.warnf("key %q: key directory %s: %v", key, k.path, errPermitsGone)
 		default:
 			s.warnf("key %q: %v", key, err)
 		}
@@ -207,7 +202,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
-	// After the seats, as a grant counts them (cool.go).
+	// After the permits, as a grant counts them (cool.go).
 	for _, r := range k.coolings(now, grant != nil, s.warnf) {
 		st.Held += r.Weight
 		c := semaphore.Cooling{

@@ -15,36 +15,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A key's directory holds one file a role. The seats are locks in
-// "seats" on Linux, files "seat.0" to "seat.N-1" elsewhere (seats_*.go);
+// A key's directory holds one file a role. The permits are locks in
+// "seats" on Linux, files "seat.0" to "seat.N-1" elsewhere (permits_*.go);
 // holders and waiters each have a file of their own, "held.*" and
 // "wait.*", locked while they hold or wait, that says who they are; a
 // hold has a record, "hold.*", that outlives it by a day (hold.go); a
 // permit cooling, one that says until when, "cool.*" (cool.go); what
 // happened to the key is "events" and "stats" (eventlog.go).
 const (
-	grantFile    = "grant"    // held while seats are counted or taken: 0.1ms with 20 holders, 0.3ms with 200
-	queueFile    = "queue"    // held by the first waiter in line while it waits for a seat
+	grantFile    = "grant"    // held while permits are counted or taken: 0.1ms with 20 holders, 0.3ms with 200
+	queueFile    = "queue"    // held by the first waiter in line while it waits for a permit
 	tokenFile    = "token"    // the last fencing token handed out
 	capacityFile = "capacity" // the N the last caller asked for
 	heldPrefix   = "held."
-	// seat.* are the seats here but on Linux, where, made by an older
-	// semrun, they are what the fence keeps it from (seats_linux.go).
-	seatFilePrefix = "seat."
-	waitPrefix     = "wait."
+	// seat.* are the permits here but on Linux, where, made by an older
+	// semrun, they are what the fence keeps it from (permits_linux.go).
+	permitFilePrefix = "seat."
+	waitPrefix       = "wait."
 )
 
 // How long a waiter at the head of the line sleeps without a wake-up from
-// the kernel before it looks at the seats again anyway. Followups cover the
-// instant between a dying holder's close event and the kernel dropping its
-// lock; the slow re-check covers a missed event.
+// the kernel before it looks at the permits again anyway. Followups cover
+// the instant between a dying holder's close event and the kernel
+// dropping its lock; the slow re-check covers a missed event.
 const (
 	firstFollowup = 2 * time.Millisecond
 	slowRecheck   = 2 * time.Second
 )
 
-// errSeatsGone: a key's seats file is missing while someone holds it.
-var errSeatsGone = errors.New("its seats file is gone while the key is held (removed from under its holders?); no grant until they are gone, lest more than N hold it")
+// errPermitsGone: a key's permits file is missing while someone holds it.
+var errPermitsGone = errors.New("its seats file is gone while the key is held (removed from under its holders?); no grant until they are gone, lest more than N hold it")
 
 // Options configure a local store.
 type Options struct {
@@ -62,9 +62,10 @@ type Options struct {
 	NoEvents bool
 }
 
-// Store is a semaphore.Store whose permits are kernel file locks in a lock
-// directory on this host (seats_linux.go, seats_other.go), so the kernel
-// frees a seat the moment its holder is gone and no lease is needed.
+// Store is a semaphore.Store whose permits are kernel file locks in a
+// lock directory on this host (permits_linux.go, permits_other.go), so
+// the kernel frees a permit the moment its holder is gone and no lease is
+// needed.
 type Store struct {
 	dir   *os.File // the lock directory, opened without following a symlink
 	path  string
@@ -182,3 +183,18 @@ func (s *Store) String() string { return "the lock directory " + s.path }
 func (s *Store) Close() error { return s.dir.Close() }
 
 func (s *Store) fd() int { return int(s.dir.Fd()) }
+
+// entries lists the lock directory, through a descriptor of its own
+// (reopenDir).
+func (s *Store) entries() ([]os.DirEntry, error) {
+	d, err := reopenDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock directory %s: %w", s.path, err)
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return nil, fmt.Errorf("lock directory %s: %w", s.path, unwrapPath(err))
+	}
+	return entries, nil
+}

@@ -166,7 +166,7 @@ func (s *Store) keyDirFault(st *unix.Stat_t, shown string) error {
 
 // fileFault says why a key's file st cannot be used: it is not a regular
 // file, has other names (a hard link could be to any file), or, to be
-// written or locked as a seat, belongs to neither the caller nor the key
+// written or locked as a permit, belongs to neither the caller nor the key
 // directory's owner.
 func fileFault(st *unix.Stat_t, shown string, dirOwner uint32, writing bool) error {
 	if kind := fileKind(modeOf(st)); kind != "" {

@@ -13,47 +13,48 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// seatWatch tells the first waiter in line that a seat may have been freed:
-// inotify reports a close of the seats file (the last one of a holder gone,
-// the kernel dropping its locks) and the change of times a release makes. Without
-// inotify (no instance left), it looks at the seats every pollEvery.
-type seatWatch struct{ f *os.File }
+// permitWatch tells the first waiter in line that a permit may have been
+// freed: inotify reports a close of the permits file (the last one of a
+// holder gone, the kernel dropping its locks) and the change of times a
+// release makes. Without inotify (no instance left), it looks at the
+// permits every pollEvery.
+type permitWatch struct{ f *os.File }
 
 const pollEvery = 20 * time.Millisecond
 
-func watchSeats(k *keyDir) *seatWatch {
+func watchPermits(k *keyDir) *permitWatch {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return &seatWatch{}
+		return &permitWatch{}
 	}
 	// Through the descriptor, so the watch is on the directory checked.
 	dir := fmt.Sprintf("/proc/self/fd/%d", k.dir.Fd())
-	// The seats file is open read-only: its holder's last close is
-	// IN_CLOSE_NOWRITE. An older semrun's seat files (seats_linux.go) are
+	// The permits file is open read-only: its holder's last close is
+	// IN_CLOSE_NOWRITE. An older semrun's permit files (permits_linux.go) are
 	// open for writing.
 	mask := uint32(unix.IN_CLOSE_NOWRITE | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
 	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
 		unix.Close(fd)
-		return &seatWatch{}
+		return &permitWatch{}
 	}
 	// Non-blocking, so reads go through the runtime's poller and can time out.
-	return &seatWatch{f: os.NewFile(uintptr(fd), "inotify")}
+	return &permitWatch{f: os.NewFile(uintptr(fd), "inotify")}
 }
 
-func (w *seatWatch) close() {
+func (w *permitWatch) close() {
 	if w.f != nil {
 		w.f.Close()
 	}
 }
 
-// wait returns true when a seat file was closed or released, false when d
+// wait returns true when a permit file was closed or released, false when d
 // passed first, and ctx's error when ctx ends.
-func (w *seatWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
+func (w *permitWatch) wait(ctx context.Context, d time.Duration) (bool, error) {
 	if w.f == nil {
 		return false, clock.Sleep(ctx, pollEvery)
 	}
 	return readInotify(ctx, w.f, d, func(_ int, mask uint32, name string) bool {
-		return mask&unix.IN_Q_OVERFLOW != 0 || name == seatsFile || strings.HasPrefix(name, seatFilePrefix)
+		return mask&unix.IN_Q_OVERFLOW != 0 || name == permitsFile || strings.HasPrefix(name, permitFilePrefix)
 	})
 }
 
@@ -160,8 +161,8 @@ func (w *logWatch) close() {
 	}
 }
 
-// ring wakes the first waiter in line after a seat was unlocked: touching
-// the seats file's times is an event the watch reports.
-func ring(seat *os.File) {
-	_ = unix.Futimes(int(seat.Fd()), nil)
+// ring wakes the first waiter in line after a permit was unlocked: touching
+// the permits file's times is an event the watch reports.
+func ring(f *os.File) {
+	_ = unix.Futimes(int(f.Fd()), nil)
 }

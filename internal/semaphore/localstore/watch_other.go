@@ -10,16 +10,16 @@ import (
 	"github.com/semrun/semrun/internal/clock"
 )
 
-// seatWatch, without inotify, looks at the seats again every pollEvery.
-type seatWatch struct{}
+// permitWatch, without inotify, looks at the permits again every pollEvery.
+type permitWatch struct{}
 
 const pollEvery = 20 * time.Millisecond
 
-func watchSeats(*keyDir) *seatWatch { return &seatWatch{} }
+func watchPermits(*keyDir) *permitWatch { return &permitWatch{} }
 
-func (*seatWatch) close() {}
+func (*permitWatch) close() {}
 
-func (*seatWatch) wait(ctx context.Context, _ time.Duration) (bool, error) {
+func (*permitWatch) wait(ctx context.Context, _ time.Duration) (bool, error) {
 	return false, clock.Sleep(ctx, pollEvery)
 }
 

@@ -36,7 +36,7 @@ const MaxWaiterLease = protocol.MaxWaiterLease
 const MaxLine = protocol.MaxLine
 
 // watchers is how many waiters at the head of the line ask again when the
-// earliest lease can lapse: only a seat that lapses needs them, and the
+// earliest lease can lapse: only a permit that lapses needs them, and the
 // rest of the line need not wake with them.
 const watchers = 8
 
@@ -212,7 +212,7 @@ type asker struct {
 	// timeout. down: the store stopped answering while the caller waited,
 	// and that was said.
 	unreachable, down bool
-	// held is how many seats the last ask found taken.
+	// held is how many permits the last ask found taken.
 	held int
 	last semaphore.WaitState
 	// began is when Acquire began: a grant's wait counts from it.
@@ -361,7 +361,7 @@ func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, err
 // stalled, or the waiter was stopped), or whose bound the store has yet
 // to record, is renewed first. It returns nil to
 // ask again when the lease lapsed unused or its renewal came back late
-// too; the permit is then given back, so that nobody waits for a seat
+// too; the permit is then given back, so that nobody waits for a permit
 // this caller cannot start on.
 func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	s, req := a.s, a.req
@@ -420,6 +420,16 @@ func (s *Store) replicated(ctx context.Context, req semaphore.Request, l *lease)
 // as a local duration never longer than the true one: each reading is
 // rounded down to the millisecond, which can add up to 1ms to the span.
 func serverSpan(ms int64) time.Duration { return protocol.Span(ms - 1) }
+
+// followUp does what a script's reply on key, at k, leaves to the store:
+// it says which records the script dropped (bad), watches the turns it
+// handed over (handed), and lists the key in the index when its counters
+// were renewed (fresh).
+func (s *Store) followUp(ctx context.Context, key string, k protocol.Keys, bad, handed []string, fresh bool) {
+	s.dropped(key, bad)
+	s.watch(ctx, k, handed)
+	s.indexed(ctx, k, fresh)
+}
 
 // dropped says, with --verbose, which records of key a script dropped
 // because they were not records.

@@ -54,7 +54,7 @@ func (s *Store) persistence(ctx context.Context, n *doctorNode) semaphore.Check 
 }
 
 // maxmemory checks that Redis never evicts semrun's keys: a holder's
-// record evicted is a seat someone else is granted while it runs. Every
+// record evicted is a permit someone else is granted while it runs. Every
 // key semrun writes carries a TTL (so that an abandoned semaphore
 // vanishes), so volatile-* policies may evict them as much as allkeys-*:
 // only noeviction is safe. A full Redis under noeviction refuses writes,

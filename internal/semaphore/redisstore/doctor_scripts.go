@@ -24,7 +24,7 @@ type scriptCheck struct {
 
 // scripts runs semrun's own scripts as a run does, on a throw-away
 // semaphore: a grant, a waiter in line, a renewal, a release that hands
-// the seat over to the waiter (read with BLPOP), status, and the last
+// the permit over to the waiter (read with BLPOP), status, and the last
 // release. A missing permission the acl check found is not told again.
 func (s *Store) scripts(ctx context.Context, aclFailed bool) semaphore.Check {
 	c := &scriptCheck{s: s, key: doctorKey(), holder: newPermitID(), waiter: newPermitID()}
@@ -77,7 +77,7 @@ func (c *scriptCheck) call(ctx context.Context, args protocol.Args) (any, error)
 	return res, protocol.Wrap(args, err)
 }
 
-// acquire asks for a permit of the key's one seat for id.
+// acquire asks for the key's one permit for id.
 func (c *scriptCheck) acquire(ctx context.Context, id string, wait bool) (protocol.AcquireReply, error) {
 	a := protocol.AcquireArgs{ID: id, Permits: 1, TTL: doctorLease, Weight: 1}
 	if wait {
@@ -118,7 +118,7 @@ func (c *scriptCheck) run(ctx context.Context) (string, error) {
 	if _, err := c.call(ctx, protocol.ReleaseArgs{ID: c.holder}); err != nil {
 		return "release", err
 	}
-	// A whole second, which Redis before 6.0 takes too (the seat is there
+	// A whole second, which Redis before 6.0 takes too (the permit is there
 	// already): the acl check tries what waiters send.
 	kv, err := c.s.do(ctx, c.s.client.Do, "BLPOP", c.keys.WakeList(c.waiter), 1).StringSlice()
 	if err == nil && (len(kv) != 2 || !protocol.ReadTurn(kv[1]).Handed) {

@@ -100,7 +100,7 @@ func (s *Store) EndHold(ctx context.Context, h semaphore.Handle, end semaphore.H
 }
 
 // runHold runs hold.lua with args, what saying what for in an error, and
-// hands on the seats an end gave back. Retried within ctx, as a release
+// hands on the permits an end gave back. Retried within ctx, as a release
 // is: each op is safe to repeat.
 func (s *Store) runHold(ctx context.Context, key string, k protocol.Keys, what string, args protocol.HoldArgs) (protocol.HoldReply, error) {
 	args.Quiet = s.noEvents
@@ -112,9 +112,7 @@ func (s *Store) runHold(ctx context.Context, key string, k protocol.Keys, what s
 	if err != nil {
 		return protocol.HoldReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
 	}
-	s.dropped(key, r.Bad)
-	s.watch(ctx, k, r.Handed)
-	s.indexed(ctx, k, r.Fresh)
+	s.followUp(ctx, key, k, r.Bad, r.Handed, r.Fresh)
 	return r, nil
 }
 

@@ -313,7 +313,7 @@ func (l *lease) release(ctx context.Context, cool time.Duration, exitStatus int)
 		return err
 	}
 	// Retried within ctx, as a release is safe to repeat: a failover or a
-	// dropped connection need not leave the seat held for a whole TTL.
+	// dropped connection need not leave the permit held for a whole TTL.
 	args := protocol.ReleaseArgs{ID: l.id, Cool: cool, Exit: exitStatus, Quiet: l.s.noEvents}
 	if cool > 0 && l.minReplicas > 0 {
 		// A cooling counts, as a grant does, once replicas have it: a
@@ -328,16 +328,14 @@ func (l *lease) release(ctx context.Context, cool time.Duration, exitStatus int)
 	return err
 }
 
-// released reads release.lua's reply, res, and hands on the seats it
+// released reads release.lua's reply, res, and hands on the permits it
 // gave back; it returns how long the permit cools.
 func (l *lease) released(ctx context.Context, res any) (time.Duration, error) {
 	r, err := protocol.DecodeRelease(res)
 	if err != nil {
 		return 0, fmt.Errorf("release key %q: %w", l.key, err)
 	}
-	l.s.dropped(l.key, r.Bad)
-	l.s.watch(ctx, l.keys, r.Handed)
-	l.s.indexed(ctx, l.keys, r.Fresh)
+	l.s.followUp(ctx, l.key, l.keys, r.Bad, r.Handed, r.Fresh)
 	return time.Duration(max(r.Cooling, 0)) * time.Millisecond, nil
 }
 

@@ -47,7 +47,7 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 	return nil
 }
 
-// operate runs key.lua with args, checked first, and hands on the seats
+// operate runs key.lua with args, checked first, and hands on the permits
 // it freed. Retried within ctx: each op is safe to repeat.
 func (s *Store) operate(ctx context.Context, key, what string, args protocol.KeyArgs) (protocol.KeyReply, error) {
 	switch {
@@ -71,8 +71,6 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 	if err != nil {
 		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)
 	}
-	s.dropped(key, r.Bad)
-	s.watch(ctx, k, r.Handed)
-	s.indexed(ctx, k, r.Fresh)
+	s.followUp(ctx, key, k, r.Bad, r.Handed, r.Fresh)
 	return r, nil
 }

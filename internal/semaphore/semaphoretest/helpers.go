@@ -206,6 +206,20 @@ func Receive(t testing.TB, ch <-chan Acquired, bound time.Duration, what string)
 	}
 }
 
+// MustWait fails t unless the background Acquire whose result comes on
+// got waits: waiting, closed by its OnWait, must close first, within
+// 10s. what names the Acquire.
+func MustWait(t testing.TB, got <-chan Acquired, waiting <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case r := <-got:
+		t.Fatalf("%s: got (%v, %v), want it to wait", what, r.L, r.Err)
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: OnWait not called after 10s, want it called", what)
+	}
+}
+
 // Signal returns a func that closes the returned channel on its first call.
 func Signal() (func(), <-chan struct{}) {
 	ch := make(chan struct{})

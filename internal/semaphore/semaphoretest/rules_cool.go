@@ -99,13 +99,7 @@ func ruleWaiterServedAfterCooling(t *testing.T, _ *Backend, st semaphore.Store) 
 	onWait, waiting := Signal()
 	got, _ := StartAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second,
 		OnWait: func(semaphore.WaitState) { onWait() }}, 30*time.Second)
-	select {
-	case r := <-got:
-		t.Fatalf("waiting Acquire while the only permit cools: got (%v, %v), want it to wait", r.L, r.Err)
-	case <-waiting:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("waiting Acquire while the only permit cools: OnWait not called after 10s, want it called")
-	}
+	MustWait(t, got, waiting, "waiting Acquire while the only permit cools")
 	// A few seconds: the waiter must wake up when the cooling ends, not
 	// find out on a slow poll.
 	r := Receive(t, got, time.Until(start.Add(coolFor))+5*time.Second, "waiting Acquire once the cooling ended")

@@ -63,11 +63,12 @@ func ruleConcurrentHoldersNeverExceedN(t *testing.T, b *Backend, st semaphore.St
 
 // contend runs a worker for each weight (0 is 1), each taking a permit of
 // key, capacity n, rounds times in a row from the stores in turn, holding
-// it 2ms. It returns the most seats taken at once, and the tokens granted.
+// it 2ms. It returns the most permits taken at once, and the tokens
+// granted.
 func contend(t *testing.T, stores []semaphore.Store, key string, n int, weights []int, rounds int) (int64, []int64) {
 	t.Helper()
 	var (
-		seats, peak atomic.Int64
+		taken, peak atomic.Int64
 		mu          sync.Mutex
 		tokens      []int64
 		wg          sync.WaitGroup
@@ -84,14 +85,14 @@ func contend(t *testing.T, stores []semaphore.Store, key string, n int, weights 
 					errs <- fmt.Errorf("waiting acquire of weight %d: got %w, want a permit", weight, err)
 					return
 				}
-				c := seats.Add(int64(req.Takes()))
+				c := taken.Add(int64(req.Takes()))
 				for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
 				}
 				mu.Lock()
 				tokens = append(tokens, l.Token())
 				mu.Unlock()
 				time.Sleep(2 * time.Millisecond)
-				seats.Add(-int64(req.Takes()))
+				taken.Add(-int64(req.Takes()))
 				if err := l.Release(context.Background()); err != nil {
 					errs <- fmt.Errorf("release: got %w, want nil", err)
 					return
@@ -130,7 +131,7 @@ func ruleFencingTokensIncrease(t *testing.T, b *Backend, st semaphore.Store) {
 	a = grant(st, "after a release")
 	c := grant(other, "second concurrent holder, from another store")
 	Release(t, a)
-	a = grant(st, "in the seat just freed")
+	a = grant(st, "in the permit just freed")
 	Release(t, c)
 	Release(t, a)
 	Release(t, grant(other, "from another store, after all released"))
@@ -150,7 +151,7 @@ func ruleReleaseTwice(t *testing.T, b *Backend, st semaphore.Store) {
 		t.Fatalf("holders after releasing twice: got %d, want 0", got)
 	}
 	c := Hold(t, st, req)
-	Release(t, a) // a stale lease must not free c's seat
+	Release(t, a) // a stale lease must not free c's permit
 	if s := StatusOf(t, st, key); s.Held != 1 || s.Holders[0].Token != c.Token() {
 		t.Fatalf("holders after a stale release: got %+v, want only the new holder (token %d)", s.Holders, c.Token())
 	}
@@ -165,8 +166,8 @@ func ruleReleaseTwice(t *testing.T, b *Backend, st semaphore.Store) {
 	}
 }
 
-// ruleWeightsTakeSeats: a permit of weight K takes K of the N seats.
-func ruleWeightsTakeSeats(t *testing.T, b *Backend, st semaphore.Store) {
+// ruleWeightsTakePermits: a holder of weight K takes K of the N permits.
+func ruleWeightsTakePermits(t *testing.T, b *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
 	req := func(weight int) semaphore.Request {
 		return semaphore.Request{Key: key, Permits: 3, Weight: weight, TTL: 10 * time.Second, NoWait: true,
@@ -177,7 +178,7 @@ func ruleWeightsTakeSeats(t *testing.T, b *Backend, st semaphore.Store) {
 		t.Fatalf("Status with a holder of weight 2: got %+v, want held 2, one holder of weight 2", s)
 	}
 	if _, err := AcquireWithin(t, b.Open(nil), 5*time.Second, req(2)); !errors.Is(err, semaphore.ErrBusy) {
-		t.Errorf("no-wait weight 2 with 2 of 3 seats held: got %v, want ErrBusy", err)
+		t.Errorf("no-wait weight 2 with 2 of 3 permits held: got %v, want ErrBusy", err)
 	}
 	light := Hold(t, st, req(0)) // weight 0 is 1
 	s := StatusOf(t, st, key)
@@ -189,12 +190,12 @@ func ruleWeightsTakeSeats(t *testing.T, b *Backend, st semaphore.Store) {
 		t.Errorf("Status with holders of weight 2 and 0: got held %d, weights by token %v, want held 3, %v", s.Held, weights, want)
 	}
 	if _, err := AcquireWithin(t, st, 5*time.Second, req(1)); !errors.Is(err, semaphore.ErrBusy) {
-		t.Errorf("no-wait weight 1 with 3 of 3 seats held: got %v, want ErrBusy", err)
+		t.Errorf("no-wait weight 1 with 3 of 3 permits held: got %v, want ErrBusy", err)
 	}
 	Release(t, heavy)
 	full := req(3)
 	full.Key = UniqueKey(t)
-	Hold(t, st, full) // weight N: every seat
+	Hold(t, st, full) // weight N: every permit
 	if s := StatusOf(t, st, full.Key); s.Held != 3 || len(s.Holders) != 1 {
 		t.Errorf("Status with a holder of weight N: got %+v, want held 3 by one holder", s)
 	}
@@ -212,7 +213,7 @@ func ruleWeightedHoldersNeverExceedN(t *testing.T, b *Backend, st semaphore.Stor
 	const n, rounds = 4, 3
 	peak, _ := contend(t, []semaphore.Store{st, b.Open(nil)}, key, n, []int{1, 2, 3, 4, 1, 2, 3, 1}, rounds)
 	if peak > n || peak < 1 {
-		t.Errorf("most seats taken at once: got %d, want between 1 and %d", peak, n)
+		t.Errorf("most permits taken at once: got %d, want between 1 and %d", peak, n)
 	}
 	if got := StatusOf(t, st, key); got.Held != 0 || len(got.Waiters) != 0 {
 		t.Errorf("Status once every worker is done: got %+v, want no holder and no waiter", got)

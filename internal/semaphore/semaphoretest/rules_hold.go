@@ -50,7 +50,7 @@ func endedAs(t *testing.T, what string, err error, state semaphore.HoldState) {
 	}
 }
 
-// ruleHoldKeepsPermit: a hold takes its seats, tells who attaches what it
+// ruleHoldKeepsPermit: a hold takes its permits, tells who attaches what it
 // was granted, and status shows its keeper.
 func ruleHoldKeepsPermit(t *testing.T, _ *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
@@ -74,7 +74,7 @@ func ruleHoldKeepsPermit(t *testing.T, _ *Backend, st semaphore.Store) {
 	}
 }
 
-// ruleHoldEnd: an end with no one else attached gives the seat at once to
+// ruleHoldEnd: an end with no one else attached gives the permit at once to
 // a waiter; the first end counts; renewals and attaches after it report it.
 func ruleHoldEnd(t *testing.T, b *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
@@ -93,7 +93,7 @@ func ruleHoldEnd(t *testing.T, b *Backend, st semaphore.Store) {
 	}
 	var got Acquired
 	if b.Kind.Leases {
-		// A keeper runs no command: the seat is free at once, before it
+		// A keeper runs no command: the permit is free at once, before it
 		// heard of the end.
 		got = Receive(t, waiter, 10*time.Second, "the waiter's grant once the hold ended")
 	}
@@ -120,7 +120,7 @@ func ruleHoldEnd(t *testing.T, b *Backend, st semaphore.Store) {
 	}
 }
 
-// ruleHoldOutlivedByRuns: an end while a run is attached leaves the seat
+// ruleHoldOutlivedByRuns: an end while a run is attached leaves the permit
 // taken until that run lets go, never earlier; the run learns of the end
 // as it renews.
 func ruleHoldOutlivedByRuns(t *testing.T, _ *Backend, st semaphore.Store) {

@@ -94,7 +94,7 @@ func ruleWeightOverStoredCapacity(t *testing.T, _ *Backend, st semaphore.Store) 
 
 // ruleLoweredCapacityStopsNoHolder: lowering the stored capacity below
 // the holders stops none of them, and grants nothing until fewer hold
-// it than that, whichever seats they hold.
+// it than that, whichever permits they hold.
 func ruleLoweredCapacityStopsNoHolder(t *testing.T, _ *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
 	ctx := Context(t, 10*time.Second)
@@ -112,7 +112,7 @@ func ruleLoweredCapacityStopsNoHolder(t *testing.T, _ *Backend, st semaphore.Sto
 	}
 	for i, l := range holders {
 		busyNow(t, st, req, "with "+semaphore.Count(3-i, "holder")+" on a key lowered to 1")
-		Release(t, l) // the first one's seat first: a free seat is not enough
+		Release(t, l) // the first one's permit first: a free permit is not enough
 	}
 	Hold(t, st, req)
 }
@@ -134,7 +134,7 @@ func rulePausedKeyIsBusy(t *testing.T, _ *Backend, st semaphore.Store) {
 		if l != nil {
 			Release(t, l)
 		}
-		t.Fatalf("no-wait Acquire of a paused key with a seat free: got (%v, %v), want a *PausedError of key %q, reason %q, no end, wrapping ErrBusy", l, err, key, reason)
+		t.Fatalf("no-wait Acquire of a paused key with a permit free: got (%v, %v), want a *PausedError of key %q, reason %q, no end, wrapping ErrBusy", l, err, key, reason)
 	}
 	if err := h.Renew(Context(t, 5*time.Second)); err != nil {
 		t.Errorf("Renew of a holder while paused: got %v, want nil (holders run on)", err)
@@ -225,7 +225,7 @@ func rulePauseEndsByItself(t *testing.T, _ *Backend, st semaphore.Store) {
 }
 
 // ruleRevokeTellsTheHolder: every holder has a public id; revoking one
-// makes its Renew say so, with the reason, and its seat stays taken
+// makes its Renew say so, with the reason, and its permit stays taken
 // until it lets go: a revoke never makes two holders.
 func ruleRevokeTellsTheHolder(t *testing.T, _ *Backend, st semaphore.Store) {
 	key := UniqueKey(t)

@@ -64,13 +64,7 @@ func ruleCapacityDisagreement(t *testing.T, b *Backend, _ semaphore.Store) {
 	onWait, waiting := Signal()
 	first.OnWait = func(semaphore.WaitState) { onWait() }
 	firstDone, _ := StartAcquire(t, st, first, 30*time.Second)
-	select {
-	case <-waiting:
-	case r := <-firstDone:
-		t.Fatalf("waiting Acquire n=1 with 3 held: got (%v, %v), want it to wait", r.L, r.Err)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("waiting Acquire n=1 with 3 held: OnWait not called after 10s, want it called")
-	}
+	MustWait(t, firstDone, waiting, "waiting Acquire n=1 with 3 held")
 	second := req(2)
 	second.NoWait = false
 	if _, err := AcquireWithin(t, st, 300*time.Millisecond, second); !errors.Is(err, context.DeadlineExceeded) {

@@ -12,7 +12,7 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-func ruleWaiterGetsReleasedSeat(t *testing.T, b *Backend, st semaphore.Store) {
+func ruleWaiterGetsReleasedPermit(t *testing.T, b *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
 	a := Hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
 
@@ -25,13 +25,7 @@ func ruleWaiterGetsReleasedSeat(t *testing.T, b *Backend, st semaphore.Store) {
 			onWait()
 		},
 	}, 30*time.Second)
-	select {
-	case r := <-got:
-		t.Fatalf("waiting Acquire with the only seat held: got (%v, %v), want it to wait", r.L, r.Err)
-	case <-waiting:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("waiting Acquire with the only seat held: OnWait not called after 10s, want it called")
-	}
+	MustWait(t, got, waiting, "waiting Acquire with the only permit held")
 
 	Release(t, a)
 	r := Receive(t, got, 10*time.Second, "waiting Acquire after the holder released")
@@ -104,7 +98,7 @@ func ruleAcquireTimeoutWhileBusy(t *testing.T, _ *Backend, st semaphore.Store) {
 		t.Errorf("Status after the given-up waits: got %+v, want only the first holder (token %d) and no waiter", s, a.Token())
 	}
 	// The waits that gave up hold nothing: once the holder is gone,
-	// the seat is free at once.
+	// the permit is free at once.
 	Release(t, a)
 	b := Hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second})
 	if b.Token() <= a.Token() {
@@ -189,18 +183,19 @@ func ruleWaitersServedInOrder(t *testing.T, b *Backend, st semaphore.Store) {
 
 // ruleNoCallerPassesTheLine: a caller that came later never gets a permit
 // before one that came earlier and still waits, even when its smaller
-// weight would fit in the seats free meanwhile, and a caller that will not
-// wait is busy then. Every store keeps the first in line first; a store
-// that keeps the whole line (InLine) also serves the ones behind it in the
-// order they came, where one that does not may serve those in any order.
+// weight would fit in the permits free meanwhile, and a caller that will
+// not wait is busy then. Every store keeps the first in line first; a
+// store that keeps the whole line (InLine) also serves the ones behind it
+// in the order they came, where one that does not may serve those in any
+// order.
 func ruleNoCallerPassesTheLine(t *testing.T, b *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
 	req := func(weight, pid int) semaphore.Request {
 		return semaphore.Request{Key: key, Permits: 3, Weight: weight, TTL: 30 * time.Second, Holder: semaphore.HolderInfo{PID: pid}}
 	}
-	h := Hold(t, st, req(2, 1)) // 1 of the 3 seats free
+	h := Hold(t, st, req(2, 1)) // 1 of the 3 permits free
 	// A, B and C join in that order, each from a store of its own, as
-	// processes would: A needs 2 seats, B and C would fit in the free one.
+	// processes would: A needs 2 permits, B and C would fit in the free one.
 	var line []queued
 	for i, name := range []string{"A", "B", "C"} {
 		weight := 1
@@ -212,7 +207,7 @@ func ruleNoCallerPassesTheLine(t *testing.T, b *Backend, st semaphore.Store) {
 		waitInLine(t, st, key, line)
 	}
 	if _, err := AcquireWithin(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
-		t.Errorf("no-wait Acquire of 1 seat with 1 of 3 free and 3 callers waiting: got %v, want ErrBusy", err)
+		t.Errorf("no-wait Acquire of 1 permit with 1 of 3 free and 3 callers waiting: got %v, want ErrBusy", err)
 	}
 
 	Release(t, h)

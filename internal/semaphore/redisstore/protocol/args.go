@@ -81,7 +81,7 @@ type AcquireReply struct {
 	Full bool
 	// Bad are the records the script dropped, which were not records.
 	Bad []string
-	// Handed are the wake lists of the waiters it handed a seat to.
+	// Handed are the wake lists of the waiters it handed a permit to.
 	Handed []string
 	// Wait is the caller's waiter lease when it is in line.
 	Wait int64
@@ -222,7 +222,7 @@ type ReleaseReply struct {
 	// Cooling is how many ms the permit stays taken; 0: none.
 	Cooling int64
 	// Bad are the records the script dropped, which were not records;
-	// Handed the wake lists of the waiters it handed a seat to.
+	// Handed the wake lists of the waiters it handed a permit to.
 	Bad, Handed []string
 	// Fresh is AcquireReply's.
 	Fresh bool

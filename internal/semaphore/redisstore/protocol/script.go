@@ -62,7 +62,7 @@ func newScript(name, body string) *Script { return &Script{name: name, body: bod
 
 // Build makes the script's source and hash now, if not made yet: a caller
 // that will need it at a moment when every millisecond counts (a release
-// that hands a seat over) makes it beforehand.
+// that hands a permit over) makes it beforehand.
 func (s *Script) Build() {
 	s.once.Do(func() {
 		s.source = limitsLua() + libLua + s.body

@@ -10,47 +10,47 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// On Linux a key's seats are one file, "seats", made with the key's
-// directory and so its owner's: seat i is a lock on byte i of it, an open
+// On Linux a key's permits are one file, "seats", made with the key's
+// directory and so its owner's: permit i is a lock on byte i of it, an open
 // file description (OFD) lock, which like flock(2) belongs to the open
-// file, so that a child that inherits the descriptor keeps the seat. No
-// seat has a file of its own that a member could make first, or rename
-// while holding it to free its number: a caller asking for more seats
+// file, so that a child that inherits the descriptor keeps the permit. No
+// permit has a file of its own that a member could make first, or rename
+// while holding it to free its number: a caller asking for more permits
 // needs no new file, and only the directory's owner could move this one
 // (the directory is sticky), as it could move the directory itself.
 //
 // The locks are read locks, taken through a read-only descriptor, the one
-// the child inherits. Read locks do not exclude each other, so seats are
+// the child inherits. Read locks do not exclude each other, so permits are
 // counted and taken only under the key's grant lock; a probe for a write
 // lock (F_OFD_GETLK) finds the read locks of every other open file.
 
-const seatsFile = "seats"
+const permitsFile = "seats"
 
-// The locks semrun needs, and takes for a seat, as doctor names them.
+// The locks semrun needs, and takes for a permit, as doctor names them.
 const (
 	locksNeeded = "flock(2) and open file description byte locks (F_OFD_SETLK)"
 	locksTaken  = "flock, and an F_OFD_SETLK byte lock"
 )
 
-// firstSeat is the file a key's first seat is in.
-const firstSeat = seatsFile
+// firstPermit is the file a key's first permit is in.
+const firstPermit = permitsFile
 
-// seatFiles are the files a key's directory is made with for its seats.
-func seatFiles(int) []string { return []string{seatsFile} }
+// permitFiles are the files a key's directory is made with for its permits.
+func permitFiles(int) []string { return []string{permitsFile} }
 
-// A semrun from before this layout took seat i as a flock(2) on its own
+// A semrun from before this layout took permit i as a flock(2) on its own
 // file, "seat.i", which it made when missing, and sees nothing of the
-// seats file; this one sees nothing of its flocks unless it looks. So a
+// permits file; this one sees nothing of its flocks unless it looks. So a
 // key's directory is made with a fence, "seat.0" a symbolic link to
-// nowhere: an older semrun refuses a key whose first seat file is one
+// nowhere: an older semrun refuses a key whose first permit file is one
 // (status 125, naming it), and its status keeps the directory. In a
-// directory an older semrun made, seats are taken only once its owner
+// directory an older semrun made, permits are taken only once its owner
 // has put the fence up, which it does under the grant lock when no
 // seat.* file is held and no one is first in line (an older waiter first
-// in line keeps its seat files open across tries); until then the
+// in line keeps its permit files open across tries); until then the
 // seat.* files held count as held.
 const (
-	fenceFile   = seatFilePrefix + "0"
+	fenceFile   = permitFilePrefix + "0"
 	fenceTarget = "seats (this key needs a newer semrun)"
 )
 
@@ -68,39 +68,40 @@ func (k *keyDir) fenced() bool {
 		st.Mode&unix.S_IFMT == unix.S_IFLNK && st.Uid == k.owner
 }
 
-// seats are a key's seats as one caller sees them: the seats file, open
-// under the grant lock, then kept while it is still the one named seats.
-type seats struct {
+// keyPermits are a key's permits as one caller sees them: the permits
+// file, open under the grant lock, then kept while it is still the one of
+// that name.
+type keyPermits struct {
 	k        *keyDir
 	f        *os.File
 	dev, ino uint64
 }
 
-func (k *keyDir) openSeats() (*seats, error) { return &seats{k: k}, nil }
+func (k *keyDir) openPermits() (*keyPermits, error) { return &keyPermits{k: k}, nil }
 
-func (s *seats) close() {
+func (s *keyPermits) close() {
 	if s.f != nil {
 		s.f.Close()
 	}
 }
 
-// open makes s.f the file named seats, under the grant lock. A missing
-// one is made only where no one holds the key: one removed from under
-// its holders, made anew, would seat others beside them.
-func (s *seats) open() error {
+// open makes s.f the permits file, under the grant lock. A missing one
+// is made only where no one holds the key: one removed from under its
+// holders, made anew, would let others hold beside them.
+func (s *keyPermits) open() error {
 	var st unix.Stat_t
-	err := unix.Fstatat(int(s.k.dir.Fd()), seatsFile, &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := unix.Fstatat(int(s.k.dir.Fd()), permitsFile, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if err == nil && s.f != nil && uint64(st.Dev) == s.dev && uint64(st.Ino) == s.ino {
 		return nil
 	}
 	s.close()
 	s.f = nil
 	if errors.Is(err, unix.ENOENT) {
-		if err := s.k.makeSeats(); err != nil {
+		if err := s.k.makePermitsFile(); err != nil {
 			return err
 		}
 	}
-	f, err := s.k.openLock(seatsFile, false)
+	f, err := s.k.openLock(permitsFile, false)
 	if err != nil {
 		return err
 	}
@@ -112,17 +113,17 @@ func (s *seats) open() error {
 	return nil
 }
 
-// makeSeats makes k's missing seats file, under the grant lock. Only the
-// directory's owner does: one another member made could be renamed by
-// that member.
-func (k *keyDir) makeSeats() error {
+// makePermitsFile makes k's missing permits file, under the grant lock.
+// Only the directory's owner does: one another member made could be
+// renamed by that member.
+func (k *keyDir) makePermitsFile() error {
 	if k.anyLocked(heldPrefix) {
-		return fmt.Errorf("key directory %s: %w", k.path, errSeatsGone)
+		return fmt.Errorf("key directory %s: %w", k.path, errPermitsGone)
 	}
 	if k.owner != me() {
-		return fmt.Errorf("key directory %s: has no %s file (made by an older semrun?); its owner, %s, makes it on its next run, or, when no one holds the key, it or root can remove the directory", k.path, seatsFile, userName(k.owner))
+		return fmt.Errorf("key directory %s: has no %s file (made by an older semrun?); its owner, %s, makes it on its next run, or, when no one holds the key, it or root can remove the directory", k.path, permitsFile, userName(k.owner))
 	}
-	f, err := createFile(int(k.dir.Fd()), seatsFile, k.path, k.fileMode())
+	f, err := createFile(int(k.dir.Fd()), permitsFile, k.path, k.fileMode())
 	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return err
 	}
@@ -133,7 +134,7 @@ func (k *keyDir) makeSeats() error {
 }
 
 // fence puts the fence up in k, under the grant lock, when it is not. It
-// tells whether the fence is up, else how many seats an older semrun
+// tells whether the fence is up, else how many permits an older semrun
 // holds (0: someone else is first in line); it is an error when the
 // caller never could put it up.
 func (k *keyDir) fence(queue *os.File, inLine bool) (bool, int, error) {
@@ -141,7 +142,7 @@ func (k *keyDir) fence(queue *os.File, inLine bool) (bool, int, error) {
 		return true, 0, nil
 	}
 	old := 0
-	k.eachOldSeat(func(f *os.File) {
+	k.eachOldPermit(func(f *os.File) {
 		if free, err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err != nil || !free {
 			old++
 		}
@@ -153,14 +154,14 @@ func (k *keyDir) fence(queue *os.File, inLine bool) (bool, int, error) {
 		return false, 0, fmt.Errorf("key directory %s: has no %s fence against an older semrun (made by one, or by a semrun before the fence); its owner, %s, puts it up on its next run, or, when no one holds the key, it or root can remove the directory", k.path, fenceFile, userName(k.owner))
 	}
 	if !inLine {
-		// Someone first in line may be an older semrun, with seat files
+		// Someone first in line may be an older semrun, with permit files
 		// open that it would lock once unlinked: the fence waits for it.
 		if ok, err := flock(queue, unix.LOCK_EX|unix.LOCK_NB); err != nil || !ok {
 			return false, 0, err
 		}
 		defer func() { _, _ = flock(queue, unix.LOCK_UN) }()
 	}
-	for _, name := range k.names(seatFilePrefix) {
+	for _, name := range k.names(permitFilePrefix) {
 		if err := unix.Unlinkat(int(k.dir.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			return false, 0, fmt.Errorf("key directory %s: remove %s for the fence against an older semrun: %w", k.path, name, err)
 		}
@@ -171,11 +172,11 @@ func (k *keyDir) fence(queue *os.File, inLine bool) (bool, int, error) {
 	return true, 0, nil
 }
 
-// eachOldSeat calls fn with each seat.* regular file of k, opened
-// read-only: an older semrun's seats. The fence and anything else that is
-// not a regular file are no seat.
-func (k *keyDir) eachOldSeat(fn func(*os.File)) {
-	for _, name := range k.names(seatFilePrefix) {
+// eachOldPermit calls fn with each seat.* regular file of k, opened
+// read-only: an older semrun's permits. The fence and anything else that is
+// not a regular file are no permit.
+func (k *keyDir) eachOldPermit(fn func(*os.File)) {
+	for _, name := range k.names(permitFilePrefix) {
 		if f := k.openRegular(name); f != nil {
 			fn(f)
 			f.Close()
@@ -183,8 +184,8 @@ func (k *keyDir) eachOldSeat(fn func(*os.File)) {
 	}
 }
 
-// olderHolders counts the seats an older semrun holds in k, and reads
-// what its holders wrote in them (the same record in each of its seats).
+// olderHolders counts the permits an older semrun holds in k, and reads
+// what its holders wrote in them (the same record in each of its permits).
 func (k *keyDir) olderHolders() (int, []record) {
 	if k.fenced() {
 		return 0, nil
@@ -192,7 +193,7 @@ func (k *keyDir) olderHolders() (int, []record) {
 	held := 0
 	var recs []record
 	seen := map[int64]bool{}
-	k.eachOldSeat(func(f *os.File) {
+	k.eachOldPermit(func(f *os.File) {
 		if free, err := flock(f, unix.LOCK_SH|unix.LOCK_NB); err != nil || free {
 			return
 		}
@@ -205,33 +206,33 @@ func (k *keyDir) olderHolders() (int, []record) {
 	return held, recs
 }
 
-// take locks weight free seats among the first permits, under the grant
+// take locks weight free permits below capacity, under the grant
 // lock, besides those the coolings take, which cooling counts once the
-// seats were looked at (cool.go); queue is the key's queue file, whose
+// permits were looked at (cool.go); queue is the key's queue file, whose
 // lock the caller holds when inLine. It returns them, or nil and how
-// many of those seats are held or cooling.
-func (s *seats) take(permits, weight int, queue *os.File, inLine bool, cooling func() int) (*heldSeats, int, error) {
+// many of those permits are held or cooling.
+func (s *keyPermits) take(capacity, weight int, queue *os.File, inLine bool, cooling func() int) (*heldPermits, int, error) {
 	up, old, err := s.k.fence(queue, inLine)
 	if err != nil {
 		return nil, 0, err
 	}
 	if !up {
-		// Taken now, a seat would be one an older semrun cannot see.
+		// Taken now, a permit would be one an older semrun cannot see.
 		if old == 0 {
-			old = permits // someone else is in line
+			old = capacity // someone else is in line
 		}
-		return nil, min(old, permits), nil
+		return nil, min(old, capacity), nil
 	}
 	if err := s.open(); err != nil {
 		return nil, 0, err
 	}
-	// As many free seats as the caller takes, then, when some cool, as
+	// As many free permits as the caller takes, then, when some cool, as
 	// many more as they take: a cooling that comes meanwhile is busy.
 	want := int64(weight)
 	for pass := 0; ; pass++ {
 		var free []span
 		found := int64(0)
-		_, _, err = scan(s.f, 0, int64(permits), func(start, n int64) bool {
+		_, _, err = scan(s.f, 0, int64(capacity), func(start, n int64) bool {
 			n = min(n, want-found)
 			free = append(free, span{start, n})
 			found += n
@@ -243,16 +244,16 @@ func (s *seats) take(permits, weight int, queue *os.File, inLine bool, cooling f
 		cool := int64(cooling())
 		switch {
 		case found-cool >= int64(weight):
-			return s.lock(permits, firstSeats(free, int64(weight)))
-		case found < want || pass > 0: // found < want: every seat looked at
-			return nil, int(min(int64(permits)-found+cool, int64(permits))), nil
+			return s.lock(capacity, firstPermits(free, int64(weight)))
+		case found < want || pass > 0: // found < want: every permit looked at
+			return nil, int(min(int64(capacity)-found+cool, int64(capacity))), nil
 		}
 		want = int64(weight) + cool
 	}
 }
 
-// firstSeats are the first n seats of spans.
-func firstSeats(spans []span, n int64) []span {
+// firstPermits are the first n permits of spans.
+func firstPermits(spans []span, n int64) []span {
 	var out []span
 	for _, sp := range spans {
 		if n <= 0 {
@@ -265,8 +266,8 @@ func firstSeats(spans []span, n int64) []span {
 	return out
 }
 
-// lock locks the free seats spans as take found them.
-func (s *seats) lock(permits int, free []span) (*heldSeats, int, error) {
+// lock locks the free permits, spans, as take found them.
+func (s *keyPermits) lock(capacity int, free []span) (*heldPermits, int, error) {
 	for _, sp := range free {
 		lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart, Start: sp.start, Len: sp.n}
 		if err := fcntlLock(s.f, unix.F_OFD_SETLK, &lk); err != nil {
@@ -274,38 +275,38 @@ func (s *seats) lock(permits int, free []span) (*heldSeats, int, error) {
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
 				// A write lock came meanwhile: not semrun's, which takes
 				// none, but held all the same.
-				return nil, permits, nil
+				return nil, capacity, nil
 			}
 			return nil, 0, err
 		}
 	}
-	h := &heldSeats{f: s.f, spans: free}
+	h := &heldPermits{f: s.f, spans: free}
 	s.f = nil // the lease's now
 	return h, 0, nil
 }
 
-// unlock drops every seat this open file holds.
-func (s *seats) unlock() error {
+// unlock drops every permit this open file holds.
+func (s *keyPermits) unlock() error {
 	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart}
 	return fcntlLock(s.f, unix.F_OFD_SETLK, &lk)
 }
 
-// heldSeats are the seats a lease holds, the bytes of spans, in its open
-// seats file; a hold's also lock its mark there (hold_linux.go).
-type heldSeats struct {
+// heldPermits are the permits a lease holds, the bytes of spans, in its
+// open permits file; a hold's also lock its mark there (hold_linux.go).
+type heldPermits struct {
 	f     *os.File
 	spans []span
 }
 
-func (h *heldSeats) files() []*os.File { return []*os.File{h.f} }
+func (h *heldPermits) files() []*os.File { return []*os.File{h.f} }
 
-// release drops the seats, wakes the first waiter and closes the file.
+// release drops the permits, wakes the first waiter and closes the file.
 // A file the caller closed first, as a process that exits does, has
 // dropped them already: that is no error.
-func (h *heldSeats) release() error {
+func (h *heldPermits) release() error {
 	// Unlocked here, not by the close: processes the child left may still
 	// have the file open.
-	err := (&seats{f: h.f}).unlock()
+	err := (&keyPermits{f: h.f}).unlock()
 	ring(h.f)
 	cerr := h.f.Close()
 	if errors.Is(cerr, os.ErrClosed) {
@@ -314,12 +315,13 @@ func (h *heldSeats) release() error {
 	return errors.Join(err, cerr)
 }
 
-// countHeld counts the seats of k held, whatever the N their holders
+// countHeld counts the permits of k held, whatever the N their holders
 // asked for. Locks semrun does not take (write locks) count as no more
-// than the capacity seats, and are said to warnf. A missing seats file is
-// an error wrapping unix.ENOENT: never taken for a key no one holds.
+// than the capacity permits, and are said to warnf. A missing permits
+// file is an error wrapping unix.ENOENT: never taken for a key no one
+// holds.
 func (k *keyDir) countHeld(warnf func(string, ...any), capacity int) (int, error) {
-	f, err := k.openLock(seatsFile, false)
+	f, err := k.openLock(permitsFile, false)
 	if err != nil {
 		return 0, err
 	}
@@ -327,19 +329,19 @@ func (k *keyDir) countHeld(warnf func(string, ...any), capacity int) (int, error
 	return countIn(f, warnf, capacity)
 }
 
-// held is countHeld through the seats file s keeps open, under the grant
+// held is countHeld through the permits file s keeps open, under the grant
 // lock: the first waiter in line must not close it, which would wake
 // itself (watch_linux.go).
-func (s *seats) held(capacity int) (int, error) {
+func (s *keyPermits) held(capacity int) (int, error) {
 	if err := s.open(); err != nil {
 		return 0, err
 	}
 	return countIn(s.f, nil, capacity)
 }
 
-// countIn counts the seats held in the seats file f (see countHeld).
+// countIn counts the permits held in the permits file f (see countHeld).
 func countIn(f *os.File, warnf func(string, ...any), capacity int) (int, error) {
-	// Seats are the bytes a caller may ask for: locks past them are not
+	// Permits are the bytes a caller may ask for: locks past them are not
 	// semrun's.
 	held, foreign, err := scan(f, 0, semaphore.MaxPermits, func(int64, int64) bool { return true })
 	if err != nil {
@@ -347,7 +349,7 @@ func countIn(f *os.File, warnf func(string, ...any), capacity int) (int, error) 
 	}
 	if foreign > 0 {
 		if warnf != nil {
-			warnf("%s: a write lock, which semrun never takes, covers %d of its seats", f.Name(), foreign)
+			warnf("%s: a write lock, which semrun never takes, covers %d of its permits", f.Name(), foreign)
 		}
 		held = held - foreign + min(foreign, max(int64(capacity)-(held-foreign), 0))
 	}
