@@ -337,7 +337,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	fig.wall = time.Since(began)
 	t.Logf("%s: %d semruns, %d grants, %d faults (%s), %d overlaps, %d by token order, %d tokens reused, %d started after a larger token ended (at most %v after), "+
-		"%d leaked seats (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d revoked (113), %d unreachable (125), %d bad statuses, wall %v",
+		"%d leaked permits (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d revoked (113), %d unreachable (125), %d bad statuses, wall %v",
 		n.name, fig.runs, fig.grants, fig.faults, fig.faultNote, fig.overlaps, fig.tokenOrder, fig.reused, fig.reordered, fig.reorderedMax.Round(time.Millisecond),
 		fig.leaked, fig.seatsFree.Round(time.Millisecond), maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond),
 		fig.lost, fig.revoked, fig.failed, fig.bad, fig.wall.Round(100*time.Millisecond))
@@ -639,7 +639,7 @@ func table(all []figures) string {
 	})
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tholds\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked seats\tfree after\thold free max\tmax heal\t112\t113\t124\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
+	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tholds\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked permits\tfree after\thold free max\tmax heal\t112\t113\t124\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
 	var sum figures
 	for _, f := range all {
 		heal, holdFree, p50, p99, top := "-", "-", "-", "-", "-"

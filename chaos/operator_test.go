@@ -459,7 +459,7 @@ func (c *cluster) checkRevokes(fig *figures) {
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		ends = append(ends, fmt.Sprintf("%d %s", counts[k], k))
 	}
-	fig.faultNote = fmt.Sprintf("%d revokes (%s): %s; child stopped after the revoke (Redis answering) p50 %v, max %v; seat free after the exit p50 %v, max %v",
+	fig.faultNote = fmt.Sprintf("%d revokes (%s): %s; child stopped after the revoke (Redis answering) p50 %v, max %v; permit free after the exit p50 %v, max %v",
 		len(all), strings.Join(parts, ", "), strings.Join(ends, ", "),
 		quantile(stopped, 0.5).Round(time.Millisecond), maxDur(stopped).Round(time.Millisecond),
 		quantile(free, 0.5).Round(time.Millisecond), maxDur(free).Round(time.Millisecond))

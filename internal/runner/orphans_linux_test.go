@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,9 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
 // What the command leaves behind while it runs (a subshell's `&`, a
@@ -46,38 +47,29 @@ func TestOrphansAreReapedWhileTheCommandRuns(t *testing.T) {
 // orphanPids waits until path holds n pids, one a line, and returns them.
 func orphanPids(t *testing.T, path string, n int) []int {
 	t.Helper()
-	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
+	var lines []string
+	semaphoretest.WaitFor(t, slow, fmt.Sprintf("%d pids written to %s", n, filepath.Base(path)), func() bool {
 		b, _ := os.ReadFile(path)
-		if lines := strings.Fields(string(b)); len(lines) >= n {
-			var pids []int
-			for _, l := range lines {
-				pid, err := strconv.Atoi(l)
-				if err != nil {
-					t.Fatalf("%s: got %q, want pids", filepath.Base(path), b)
-				}
-				pids = append(pids, pid)
-			}
-			return pids
+		lines = strings.Fields(string(b))
+		return len(lines) >= n
+	})
+	var pids []int
+	for _, l := range lines {
+		pid, err := strconv.Atoi(l)
+		if err != nil {
+			t.Fatalf("%s: got %q, want pids", filepath.Base(path), l)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: got %q within %v, want %d pids", filepath.Base(path), b, slow, n)
-		}
+		pids = append(pids, pid)
 	}
+	return pids
 }
 
 // reaped waits until pid is gone and reaped: a zombie still answers kill 0.
 func reaped(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
-		err := syscall.Kill(pid, 0)
-		if errors.Is(err, syscall.ESRCH) {
-			return
-		}
-		if time.Now().After(deadline) {
-			state, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-			t.Fatalf("orphan %d: kill -0 still gave %v after %v, want ESRCH (exited and reaped); its stat: %q", pid, err, slow, state)
-		}
-	}
+	semaphoretest.WaitFor(t, slow, fmt.Sprintf("orphan %d exited and reaped (kill -0 gives ESRCH)", pid), func() bool {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	})
 }
 
 // zombieChildren lists the children of pid that have exited and not been

@@ -23,6 +23,7 @@ import (
 	"github.com/semrun/semrun/internal/clock/clocktest"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
 // The runner runs real children (sh, cat), but its lease is a fake and its
@@ -353,14 +354,10 @@ func (h *harness) expectNoWarning() {
 // waitFile waits, in real time and with a bound, for a child to create path.
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	for deadline := time.Now().Add(slow); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: got nothing within %v, want the child to create it", filepath.Base(path), slow)
-		}
-	}
+	semaphoretest.WaitFor(t, slow, "the child creating "+filepath.Base(path), func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
 }
 
 // stubborn is a shell script that survives SIGTERM and says so: it touches
@@ -1019,10 +1016,8 @@ func lingering(t *testing.T, childPid, bgPid string) int {
 	t.Helper()
 	child, bg := readPid(t, childPid), readPid(t, bgPid)
 	killGroupOnFailure(t, bg)
-	for deadline := time.Now().Add(slow); syscall.Kill(child, 0) == nil; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("child (pid %d): still there after %v, want it exited and reaped", child, slow)
-		}
-	}
+	semaphoretest.WaitFor(t, slow, fmt.Sprintf("child (pid %d) exited and reaped", child), func() bool {
+		return syscall.Kill(child, 0) != nil
+	})
 	return bg
 }

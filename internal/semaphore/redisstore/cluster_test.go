@@ -251,7 +251,7 @@ func TestRedisClusterSlotMigration(t *testing.T) {
 // migrates, a release's script touches the holder's wake list, which the
 // node does not have, and Redis fails the script ("non local key"),
 // before it wrote anything. That heals once the migration ends: the
-// release is retried until then, and the seat goes to the waiter.
+// release is retried until then, and the permit goes to the waiter.
 func TestRedisClusterReleaseDuringMigration(t *testing.T) {
 	t.Parallel()
 	nodes := redistest.NewCluster(t, 3, 0)
@@ -287,26 +287,22 @@ func TestRedisClusterReleaseDuringMigration(t *testing.T) {
 		return n
 	}
 	before := failedScripts()
-	stable := make(chan error, 1)
-	go func() {
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && failedScripts() <= before; time.Sleep(5 * time.Millisecond) {
+	released := make(chan error, 1)
+	releaseCtx := ctxTimeout(t, 10*time.Second)
+	go func() { released <- l.Release(releaseCtx) }()
+	waitFor(t, 10*time.Second, "the release's script failed on the migrating slot", func() bool { return failedScripts() > before })
+	for _, c := range []*redis.Client{src, dst} {
+		if err := c.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT STABLE: %v", err)
 		}
-		err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err()
-		if err == nil {
-			err = dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err()
-		}
-		stable <- err
-	}()
-	if err := l.Release(ctxTimeout(t, 10*time.Second)); err != nil {
+	}
+	if err := <-released; err != nil {
 		t.Errorf("Release while the slot migrates: got error %v, want nil once the migration ends", err)
 	}
-	if err := <-stable; err != nil {
-		t.Fatalf("CLUSTER SETSLOT STABLE: %v", err)
-	}
 	// Nothing was written before the failure, so the retry found the
-	// holder and handed its seat to the waiter.
+	// holder and handed its permit to the waiter.
 	if st, err := store.Status(ctx, []string{key}); err != nil || st[0].Held != 1 || len(st[0].Waiters) != 0 {
-		t.Errorf("status after the release: got (%+v, %v), want the waiter holding the seat", st, err)
+		t.Errorf("status after the release: got (%+v, %v), want the waiter holding the permit", st, err)
 	}
 }
 
