@@ -57,7 +57,7 @@ func (b *bench) line() ([]*table, error) {
 		t.add(strconv.Itoa(n), fmt.Sprintf("%.3f ms", float64(r.cpu)/float64(time.Millisecond)), fmt.Sprintf("%.2f", x),
 			fmt.Sprintf("%.2f", r.commands), r.order, r.took.Round(time.Millisecond).String(), target)
 	}
-	t.note("Each waiter keeps its place with a lease of 120ms a waiter (from the TTL, at most 10s, to 20m); a seat handed over is claimed for 2s until its waiter takes it. CPU is used_cpu_user + used_cpu_sys of the server while the line drains, over the grants; commands are those semrun sends (EVALSHA, BLPOP...), not those its scripts run.")
+	t.note("Each waiter keeps its place with a lease of 120ms a waiter (from the TTL, at most 10s, to 20m); a permit handed over is claimed for 2s until its waiter takes it. CPU is used_cpu_user + used_cpu_sys of the server while the line drains, over the grants; commands are those semrun sends (EVALSHA, BLPOP...), not those its scripts run.")
 	return []*table{t}, nil
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // The utilization workload: 60 jobs of 200ms from 20 processes, each
-// running 3 in sequence, under 3 permits: 4s of work for each seat. Its
+// running 3 in sequence, under 3 permits: 4s of work for each permit. Its
 // target: all done within utilTarget times the time the same jobs take in
 // 3 lanes with no lock, measured in the same run.
 const (
@@ -26,7 +26,7 @@ const (
 
 type utilRound struct {
 	makespan, busy      time.Duration
-	ramp, tail, between time.Duration // seat time lost
+	ramp, tail, between time.Duration // permit time lost
 	handoffs            int
 	maxConcurrent       int
 	wall                time.Duration
@@ -39,7 +39,7 @@ type utilResult struct {
 }
 
 // utilization runs the workload under each lock that counts to 3 and
-// compares the seats' busy time with the makespan, from the first job's
+// compares the permits' busy time with the makespan, from the first job's
 // start to the last one's end.
 func (b *bench) utilization() ([]*table, error) {
 	ls, rounds := plan(b.lockers(utilPermits, false), b.o.utilRounds, b.o.utilSemRounds)
@@ -107,11 +107,11 @@ func (b *bench) utilTable(rs []*utilResult) *table {
 			ms(sum.busy/n/utilPermits), fmt.Sprintf("%.1f%%", 100*util), ms(perHandoff), target)
 		lost = append(lost, fmt.Sprintf("%s %s, %s and %s", r.l.name, ms(sum.ramp/n), ms(sum.tail/n), ms(sum.between/n)))
 	}
-	t.note("All done: from the bench starting the first process to the last one reaped, the mean of the rounds; / lanes': that against the same jobs in 3 lanes with no lock. ideal = the children's busy time / %d (nominally %v); utilization = ideal / makespan; makespan from the first child's start to the last one's end, all on CLOCK_MONOTONIC; lost per handoff: the seat time lost between jobs, per job that followed another on a seat.",
+	t.note("All done: from the bench starting the first process to the last one reaped, the mean of the rounds; / lanes': that against the same jobs in 3 lanes with no lock. ideal = the children's busy time / %d (nominally %v); utilization = ideal / makespan; makespan from the first child's start to the last one's end, all on CLOCK_MONOTONIC; lost per handoff: the permit time lost between jobs, per job that followed another on a permit.",
 		utilPermits, time.Duration(utilProcs*utilPerProc)*utilJob/utilPermits)
 	t.note("Each of the %d processes is a goroutine of the bench that runs its %d jobs one after the other, each job one call of the lock whose child holds %v; the child is %s. No lock: %d goroutines each run %d children back to back, which any lock's runs must also spend on starting the children.",
 		utilProcs, utilPerProc, utilJob, b.childName(), utilPermits, utilProcs*utilPerProc/utilPermits)
-	t.note("Seat time lost per round, filling the seats at the start, emptying them at the end and between jobs: %s.", strings.Join(lost, "; "))
+	t.note("Permit time lost per round, filling the permits at the start, emptying them at the end and between jobs: %s.", strings.Join(lost, "; "))
 	return t
 }
 
@@ -136,7 +136,7 @@ func (b *bench) utilRound(l *locker) (utilRound, error) {
 	if len(ivs) != utilProcs*utilPerProc {
 		return utilRound{}, fmt.Errorf("%d jobs ran, want %d", len(ivs), utilProcs*utilPerProc)
 	}
-	u := seatTime(ivs)
+	u := permitTime(ivs)
 	u.wall = wall
 	// No more than 3 jobs at once, ever.
 	if u.maxConcurrent = mostAtOnce(ivs); u.maxConcurrent > utilPermits {
@@ -176,10 +176,10 @@ func (b *bench) runJobs(argv []string, procs, perProc int) (time.Duration, error
 	return wall, errors.Join(errs...)
 }
 
-// seatTime is how the jobs ivs, sorted by start, filled the seats: their
-// busy time, the makespan, and the seat time lost before, after and
-// between them.
-func seatTime(ivs []interval) utilRound {
+// permitTime is how the jobs ivs, sorted by start, filled the permits:
+// their busy time, the makespan, and the permit time lost before, after
+// and between them.
+func permitTime(ivs []interval) utilRound {
 	u := utilRound{handoffs: len(ivs) - utilPermits}
 	first, last := ivs[0].start, ivs[0].end
 	for _, iv := range ivs {
@@ -187,7 +187,7 @@ func seatTime(ivs []interval) utilRound {
 		first, last = min(first, iv.start), max(last, iv.end)
 	}
 	u.makespan = time.Duration(last - first)
-	// The seats fill with the first 3 starts and empty with the last 3 ends.
+	// The permits fill with the first 3 starts and empty with the last 3 ends.
 	for _, iv := range ivs[:utilPermits] {
 		u.ramp += time.Duration(iv.start - first)
 	}

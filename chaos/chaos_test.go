@@ -170,7 +170,7 @@ type figures struct {
 	reordered    int // children that started after one with a larger token ended (no fault with N > 1)
 	reorderedMax time.Duration
 	leaked       int
-	seatsFree    time.Duration // from the last semrun's end until no seat was held
+	permitsFree  time.Duration // from the last semrun's end until no permit was held
 	heal         []time.Duration
 	healAfter    []string // the fault each heal time follows
 	lost, failed int      // statuses 112 and 125
@@ -185,8 +185,8 @@ type figures struct {
 	roles             map[string]map[int]int // statuses of acquire, step, "step ran" (its child started) and release
 	keeperKills       int
 	keeperKillsInStep int
-	free              []time.Duration // trials: from when nothing kept a hold's seat until the next child on it started
-	pushBack          []time.Duration // trials: how much later than the TTL a silent key let the seat go
+	free              []time.Duration // trials: from when nothing kept a hold's permit until the next child on it started
+	pushBack          []time.Duration // trials: how much later than the TTL a silent key let the permit go
 	overbooked        int             // samples of Redis that counted more than N holders of a key
 	keepersLeft       int             // keepers still running past their bound
 }
@@ -242,7 +242,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	began := time.Now()
 	keys, permits, perKey := *keysFlag, 2, 6
 	if n.inject == nil {
-		// A SIGKILLed holder keeps its seat for a TTL: more seats, so that
+		// A SIGKILLed holder keeps its permit for a TTL: more permits, so that
 		// the kills leave some free.
 		keys, permits, perKey = 4**keysFlag, 3, 4
 	}
@@ -250,7 +250,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	c.start(perKey)
 	var sampled func() (int, []string)
 	if n.holds {
-		sampled = c.watchSeats()
+		sampled = c.watchHolders()
 	}
 	// A fresh server grants nothing for a TTL (the restart fence).
 	if c.startedAfter(c.t0, 5*ttl) < 0 {
@@ -298,7 +298,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 		}
 	}
 	// Let the semruns under way end by themselves: waiters get their
-	// turn, and seats of killed holders lapse.
+	// turn, and permits of killed holders lapse.
 	last, killed := c.drain(8 * ttl)
 	if killed > 0 {
 		t.Errorf("%d semruns still ran %v after the workers stopped; killed", killed, 8*ttl)
@@ -308,7 +308,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 		// renewal, a third of the TTL later, and exits.
 		fig.keepersLeft = c.keepersLeft(ttl, nil)
 	}
-	fig.leaked, fig.seatsFree = c.seats(last)
+	fig.leaked, fig.permitsFree = c.waitAllFree(last)
 	if open := c.rec.quiet(5 * time.Second); open > 0 {
 		t.Errorf("%d children still connected 5s after the last semrun ended", open)
 	}
@@ -339,7 +339,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	t.Logf("%s: %d semruns, %d grants, %d faults (%s), %d overlaps, %d by token order, %d tokens reused, %d started after a larger token ended (at most %v after), "+
 		"%d leaked permits (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d revoked (113), %d unreachable (125), %d bad statuses, wall %v",
 		n.name, fig.runs, fig.grants, fig.faults, fig.faultNote, fig.overlaps, fig.tokenOrder, fig.reused, fig.reordered, fig.reorderedMax.Round(time.Millisecond),
-		fig.leaked, fig.seatsFree.Round(time.Millisecond), maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond),
+		fig.leaked, fig.permitsFree.Round(time.Millisecond), maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond),
 		fig.lost, fig.revoked, fig.failed, fig.bad, fig.wall.Round(100*time.Millisecond))
 	if n.holds {
 		t.Logf("%s: %s", n.name, fig.holdNote())
@@ -421,11 +421,11 @@ func (c *cluster) client() *redis.Client {
 	return c.direct
 }
 
-// seats waits, from the last semrun's end, until no seat of the keys is
-// held (a holder whose lease has not lapsed on Redis's clock), for at most
-// one TTL and a little. It returns how many still were, and when the last
-// one freed.
-func (c *cluster) seats(from int64) (int, time.Duration) {
+// waitAllFree waits, from the last semrun's end, until no permit of the
+// keys is held (a holder whose lease has not lapsed on Redis's clock), for
+// at most one TTL and a little. It returns how many still were, and when
+// the last one freed.
+func (c *cluster) waitAllFree(from int64) (int, time.Duration) {
 	deadline := from + int64(ttl+250*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -441,7 +441,7 @@ func (c *cluster) seats(from int64) (int, time.Duration) {
 			return 0, time.Duration(now - from)
 		}
 		if now > deadline {
-			c.t.Errorf("%d seats still held %v after the last semrun ended, want none after the TTL (%v)", held, time.Duration(now-from), ttl)
+			c.t.Errorf("%d permits still held %v after the last semrun ended, want none after the TTL (%v)", held, time.Duration(now-from), ttl)
 			return held, time.Duration(now - from)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -656,7 +656,7 @@ func table(all []figures) string {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
 			f.name, f.runs, f.grants, f.holds, f.faults, f.overlaps, f.tokenOrder+f.reused, f.reordered, f.reorderedMax.Round(time.Millisecond),
-			f.leaked, f.seatsFree.Round(time.Millisecond), holdFree, heal, f.lost, f.revoked, f.maxRuntime, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
+			f.leaked, f.permitsFree.Round(time.Millisecond), holdFree, heal, f.lost, f.revoked, f.maxRuntime, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
 		sum.runs += f.runs
 		sum.grants += f.grants
 		sum.holds += f.holds

@@ -141,7 +141,7 @@ func restarted(kids []kid, faults []fault) [][2]kid {
 // start of a child of its key with a larger token, and for each child moved
 // (by run) the child it was moved back to. If tokens follow the order of
 // the grants, a child was granted before every child with a larger token,
-// so it held its seat from at least the earliest of their starts: the
+// so it held its permit from at least the earliest of their starts: the
 // intervals returned lie inside the leases, and no more than N of them may
 // overlap. A token that went down stretches its child back over others.
 func granted(kids []kid) ([]kid, map[int]kid) {
@@ -292,8 +292,8 @@ func TestChecks(t *testing.T) {
 	})
 	t.Run("tokens", func(t *testing.T) {
 		kids := []kid{
-			// Two seats. 5 started after 10 and 11 ended: granted before
-			// them, it held a seat beside each of them, which fits.
+			// Two permits. 5 started after 10 and 11 ended: granted before
+			// them, it held a permit beside each of them, which fits.
 			k("a", 10, 0, 100), k("a", 11, 120, 150), k("a", 5, 400, 500),
 			// 11 was granted before 12 started, at 60, when 10 ran: three.
 			k("b", 10, 0, 100), k("b", 11, 120, 150), k("b", 12, 60, 80), k("b", 5, 400, 500),
@@ -325,7 +325,7 @@ func TestChecks(t *testing.T) {
 		}
 	})
 	t.Run("holds", func(t *testing.T) {
-		// Hold 1 gave its seat back at 500 (its span from 100), yet a step
+		// Hold 1 gave its permit back at 500 (its span from 100), yet a step
 		// of it ran on until 600; hold 2, lost, ran steps at 0 and 200.
 		h1 := &hold{id: 1, key: "a", token: 40, handle: "h1", acquire: &run{exited: ms(100)}, until: ms(500)}
 		h2 := &hold{id: 2, key: "a", token: 30, handle: "h2", acquire: &run{exited: ms(0)}}
@@ -343,7 +343,7 @@ func TestChecks(t *testing.T) {
 		if len(reused(got)) != 0 {
 			t.Errorf("reused: the steps of one hold share its token, got %+v", reused(got))
 		}
-		// One seat: at 120 hold 1's span, hold 2 (held from 0 to 300) and
+		// One permit: at 120 hold 1's span, hold 2 (held from 0 to 300) and
 		// the run; at 540, hold 1's step beside the run.
 		ovs := overlaps(got, 1)
 		var at []int64
@@ -351,10 +351,10 @@ func TestChecks(t *testing.T) {
 			at = append(at, o.at)
 		}
 		if !slices.Equal(at, []int64{ms(100), ms(120), ms(540)}) {
-			t.Errorf("overlaps with one seat at %v, want at 100ms, 120ms and 540ms", at)
+			t.Errorf("overlaps with one permit at %v, want at 100ms, 120ms and 540ms", at)
 		}
 		if len(overlaps(kids, 1)) >= len(ovs) {
-			t.Errorf("the children alone must show fewer overlaps than the holds: the span and the time between steps hold the seat")
+			t.Errorf("the children alone must show fewer overlaps than the holds: the span and the time between steps hold the permit")
 		}
 	})
 	t.Run("restarted", func(t *testing.T) {
@@ -431,8 +431,8 @@ func TestChecks(t *testing.T) {
 		}
 		faults := []fault{
 			{start: ms(100), heal: ms(200), operator: true}, // a revoke: no push-back
-			{start: ms(3000), heal: ms(5000)},               // Redis stopped before the seat freed
-			{start: ms(9000), heal: ms(9500)},               // after the seat was due
+			{start: ms(3000), heal: ms(5000)},               // Redis stopped before the permit freed
+			{start: ms(9000), heal: ms(9500)},               // after the permit was due
 		}
 		grace := ms((ttl + trialSlack).Milliseconds())
 		if got, want := freeBound(faults, ms(1000)), ms(5000)+grace; got != want {

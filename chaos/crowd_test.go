@@ -129,7 +129,7 @@ func crowd(t *testing.T, n nemesis, seed uint64, size int, holds bool) figures {
 		t.Errorf("%d children still connected 5s after the last semrun ended", open)
 	}
 	fig := figures{name: n.name, faults: killed}
-	fig.leaked, fig.seatsFree = c.seats(mono())
+	fig.leaked, fig.permitsFree = c.waitAllFree(mono())
 	c.check(&fig, n)
 	ran := 0
 	for _, r := range dead {
@@ -193,7 +193,7 @@ func (l *crowdLine) start(hold time.Duration, env ...string) *run {
 	r := c.newRun(l.key, int(hold.Milliseconds()), 0)
 	// Its redis-server never restarts: no restart fence, which would hold
 	// the first grant back for the --ttl. A child built with -race sleeps
-	// 1s on exit unless told not to, and would hold its seat that long:
+	// 1s on exit unless told not to, and would hold its permit that long:
 	// the line would measure the race detector.
 	env = append(env, "SEMRUN_RESTART_FENCE=0", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	wait, err := c.launch(r, crowdTTL, env...)

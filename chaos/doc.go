@@ -114,15 +114,15 @@
 //
 // pausing up to 300ms after the grant, between the steps and before the
 // release, or, one time in four, 0.5 to 1.5 TTLs before the release, so that a
-// hold nothing renews lapses and its seat is taken first. Each acquire
+// hold nothing renews lapses and its permit is taken first. Each acquire
 // gets CHAOS_HOLD, which its keeper inherits: that is how the harness
 // finds keepers whose pid nobody printed (a SIGKILLed acquire's), and
 // every keeper of a nemesis is SIGKILLed when it ends.
 //
-// The trial nemeses have no workers: on keys of one seat (two keys, each
+// The trial nemeses have no workers: on keys of one permit (two keys, each
 // its own lane, trials one after another for -chaos.duration), a trial
 // takes a hold, breaks something at a chosen moment, and measures what
-// follows with a plain run (a waiter) whose child starts once the seat is
+// follows with a plain run (a waiter) whose child starts once the permit is
 // free. Their redis-server never restarts: no restart fence; and their
 // children, GORACE=atexit_sleep_ms=0, as the crowd's.
 //
@@ -130,17 +130,17 @@
 //	                   child's status through (it renews the permit itself), and a step
 //	                   after it may start only if the permit has not lapsed (else 112).
 //	                   The waiter either waits in line from the kill on, or comes after
-//	                   0.5 to 1.5 TTLs of silence: the seat must free within a TTL of the
+//	                   0.5 to 1.5 TTLs of silence: the permit must free within a TTL of the
 //	                   last renewal, or half a TTL after a silent key's first call (the
 //	                   store's push-back, measured), and release then says 112. One silent
 //	                   trial in three releases first: 0 (the push-back kept the hold; its
-//	                   span is checked with the holders) or 112, and the seat is free at once.
+//	                   span is checked with the holders) or 112, and the permit is free at once.
 //	hold-ends          --owner-pid: a step under way is stopped (112, its child TERMed),
-//	                   the seat frees within 1s and a renewal (target; the keeper watches
+//	                   the permit frees within 1s and a renewal (target; the keeper watches
 //	                   its owner every second), the keeper exits, and release says 0 and
 //	                   names the owner's exit. --max-runtime: a step under way is stopped
-//	                   (124), the seat frees within a renewal, the keeper exits, release
-//	                   says 124; the hold holds its seat until then (its span is checked).
+//	                   (124), the permit frees within a renewal, the keeper exits, release
+//	                   says 124; the hold holds its permit until then (its span is checked).
 //	hold-acquire-kill  Whatever a SIGKILLed acquire held frees within the TTL (from the
 //	                   kill, or the end of the holder it waited behind); a keeper that had
 //	                   taken the hold was never told the handle was printed, and must end
@@ -156,7 +156,7 @@
 //
 // The crowd has no workers: it checks the line's promise, "a crowd of dead
 // waiters costs seconds in all, not a claim each". On one key, five
-// semruns hold the N=5 seats, their children waiting for a file; then 200
+// semruns hold the N=5 permits, their children waiting for a file; then 200
 // semruns join the line one at a time (the harness waits until each is in
 // Redis's line before it starts the next), each
 //
@@ -173,7 +173,7 @@
 // waiter at the head costs a 2s claim until the places lapse. Its semruns
 // have no restart fence (its redis-server never restarts), and its
 // children GORACE=atexit_sleep_ms=0, since a child built with -race
-// otherwise sleeps 1s on exit, holding its seat. Its 310 semruns start in
+// otherwise sleeps 1s on exit, holding its permit. Its 310 semruns start in
 // about 7s on 2 CPUs, and the crowd takes 10 to 15s in all, in parallel
 // with the other nemeses.
 //
@@ -183,7 +183,7 @@
 //     children's starts and ends.
 //   - No fencing token of a key is handed out twice, and tokens follow the
 //     order of the grants: a child was granted before every child with a
-//     larger token, so it held its seat at least from the earliest start
+//     larger token, so it held its permit at least from the earliest start
 //     among them. Counted from there, no more than N children of a key may
 //     hold at once. (A token that went down stretches its child back over
 //     others and breaks this.) The simpler rule "a child that started after
@@ -192,7 +192,7 @@
 //     after its grant, or much later when the grant's reply was lost and
 //     semrun asked again, and meanwhile a child granted after it can run
 //     and end.
-//   - Once the workers stop and every semrun has exited, every seat is
+//   - Once the workers stop and every semrun has exited, every permit is
 //     free within one TTL: no holder in Redis whose lease has not lapsed
 //     on Redis's clock.
 //   - Every semrun exited with its child's own status. The exceptions are
@@ -207,7 +207,7 @@
 //     it exits with the child's status. Under a fault of Redis, 112 is
 //     excused as above. 113 is excused only for a run a revoke was aimed
 //     at, and an operator's act excuses no 112 or 125. Once a revoked
-//     holder's semrun has exited, its seat is free (no live holder with
+//     holder's semrun has exited, its permit is free (no live holder with
 //     its id on Redis's clock, watched every 50ms) within a TTL and 1.5s,
 //     or that long after a fault of Redis that came first (a silent key's
 //     leases are pushed back).
@@ -237,13 +237,14 @@
 //     microseconds of Redis's clock, below the restart's start) has ended
 //     before any child granted after it (a token above the restart's end)
 //     starts. That is the restart fence's promise; with N > 1 the count of
-//     overlaps alone would not see a lost holder and a newcomer on one seat.
+//     overlaps alone would not see a lost holder and a newcomer on one
+//     permit.
 //   - Holds count as holders. A hold's steps share its token, and its
-//     seat: the checks of overlaps and tokens see one holder from its first
-//     step's start to its last one's end, or, when its release said 0 (it
-//     gave the seat back), over its whole span, from acquire's exit to the
-//     release's start, since the seat was its throughout. A release that
-//     says 0 for a hold it had in fact lost breaks these.
+//     permit: the checks of overlaps and tokens see one holder from its
+//     first step's start to its last one's end, or, when its release said
+//     0 (it gave the permit back), over its whole span, from acquire's exit
+//     to the release's start, since the permit was its throughout. A
+//     release that says 0 for a hold it had in fact lost breaks these.
 //   - Each step's child has its hold's token. A hold's semruns end as they
 //     may: acquire 0; a step its child's status (112 or 125 under a fault
 //     of Redis, as a run); a step that did not start 112 only once its
@@ -251,22 +252,22 @@
 //     near); release 0, or 112 only where the hold may have been lost, and
 //     never 0 for a hold held while Redis restarted empty.
 //   - Redis never counts more holders of a key than N: the hold nemeses
-//     sample it every 50ms, in one script with the clock (holds hold seats
+//     sample it every 50ms, in one script with the clock (holds hold permits
 //     with no child running).
 //   - Every keeper has exited once its hold was released (a third of the
 //     TTL later, at its next renewal; the harness allows a TTL).
 //
 // The figures are logged per nemesis: semruns, grants, faults, overlaps,
-// token faults, reordered starts, leaked seats, when the seats were all
+// token faults, reordered starts, leaked permits, when the permits were all
 // free, the longest heal time, how many semruns ended 112, 113, 124 and
 // 125, and
 // the kill trials' latencies (p50, p99, max); for the crowd, the live and
 // dead waiters, the stall, the baseline and the live semruns' statuses;
 // for holds, the holds taken, the statuses of acquire, steps and release,
 // and, for the trials, their counts by kind and each measure's median and
-// maximum (the seat free after what, the push-back, the keepers' exits),
-// the table showing the longest wait for a hold's seat; for key-revoke,
+// maximum (the permit free after what, the push-back, the keepers' exits),
+// the table showing the longest wait for a hold's permit; for key-revoke,
 // the revokes by kind, how the revoked ended (113, 112, their child first),
-// how soon their child stopped and their seat was free; for key-pause, the
+// how soon their child stopped and their permit was free; for key-pause, the
 // pauses by kind, grants while paused, lines read and served out of order.
 package chaos

@@ -268,7 +268,7 @@ type cluster struct {
 	repl   *replicaSet   // the partition nemesis's replicas and endpoints
 	holds  []*hold
 	// The operator's acts of key-revoke and key-pause (operator_test.go),
-	// and the watches of revoked holders' seats.
+	// and the watches of revoked holders' permits.
 	revokes  []*revocation
 	pauses   []*keyPause
 	watching sync.WaitGroup

@@ -46,7 +46,7 @@ type hold struct {
 	keeperKilled int64
 	inStep       bool // ...while a step of it ran
 	// until, when set, is when the harness knows the hold still held its
-	// seat (mono()); else the release's status says (see span).
+	// permit (mono()); else the release's status says (see span).
 	until int64
 	// own: its trial judges its semruns, not checkHolds.
 	own bool
@@ -94,7 +94,7 @@ func (c *cluster) holdOnce(key string, rng *rand.Rand) {
 	pause := upTo(rng, stepGap)
 	if rng.IntN(4) == 0 {
 		// Long enough for a hold nothing renews to lapse, and for another
-		// worker to take its seat before the release.
+		// worker to take its permit before the release.
 		pause = ttl/2 + upTo(rng, ttl)
 	}
 	time.Sleep(pause)
@@ -361,9 +361,9 @@ func pauseOrRestart(c *cluster, rng *rand.Rand) fault {
 	return restartRedis(c, rng)
 }
 
-// span is the time the harness knows h held its seat: from its acquire's
+// span is the time the harness knows h held its permit: from its acquire's
 // exit until until, or until its release started when the release gave
-// the seat back (status 0, and no other end of the hold before it).
+// the permit back (status 0, and no other end of the hold before it).
 func span(h *hold) (from, to int64, ok bool) {
 	if h.acquire == nil || h.handle == "" {
 		return 0, 0, false
@@ -376,8 +376,8 @@ func span(h *hold) (from, to int64, ok bool) {
 	return from, to, to > from
 }
 
-// holders turns the children into holders of seats. Each hold holds one
-// seat with one token, its steps' children included: over its span when
+// holders turns the children into holders of permits. Each hold holds one
+// permit with one token, its steps' children included: over its span when
 // known, else from its first step's start to its last one's end (a step
 // that started found the hold alive, so it held since the step before).
 // What its steps ran outside its span counts as one more interval of it.
@@ -424,7 +424,7 @@ func holders(kids []kid, holds []*hold, byRun map[int]*hold) []kid {
 
 // checkHolds checks the holds' own promises and counts their statuses:
 // each step has its hold's token; each semrun of a hold ended as it may;
-// a release that said 0 held the seat over the hold's span (checked with
+// a release that said 0 held the permit over the hold's span (checked with
 // the other holders) and was not of a hold Redis lost for sure (restarted
 // empty while it held).
 func (c *cluster) checkHolds(fig *figures, n nemesis, holds []*hold, byRun map[int]*kid, faults []fault) {
@@ -628,10 +628,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 `)
 
-// watchSeats counts, every 50ms until stop is called, the holders Redis
+// watchHolders counts, every 50ms until stop is called, the holders Redis
 // has of each key: never more than N, hold or run. stop returns how many
 // samples counted more, and the first few.
-func (c *cluster) watchSeats() (stop func() (int, []string)) {
+func (c *cluster) watchHolders() (stop func() (int, []string)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	over, first := 0, []string(nil)
@@ -670,7 +670,7 @@ func (f *figures) overbookedCheck(t *testing.T, stop func() (int, []string)) {
 	over, first := stop()
 	f.overbooked = over
 	if over > 0 {
-		t.Errorf("Redis counted more holders than seats in %d samples: %s", over, strings.Join(first, "; "))
+		t.Errorf("Redis counted more holders than permits in %d samples: %s", over, strings.Join(first, "; "))
 	}
 }
 

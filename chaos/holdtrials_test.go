@@ -19,9 +19,9 @@ import (
 	"time"
 )
 
-// The trials of holds: on keys of one seat, each its own lane, a trial
+// The trials of holds: on keys of one permit, each its own lane, a trial
 // takes a hold, breaks something at a chosen moment, and measures what
-// follows with a plain run waiting for the seat. See the package comment.
+// follows with a plain run waiting for the permit. See the package comment.
 
 const (
 	// trialSlack is what a trial allows beyond a bound, machines being
@@ -51,7 +51,7 @@ type tally struct {
 	mu       sync.Mutex
 	counts   map[string]int
 	took     map[string][]time.Duration
-	free     []time.Duration // from when nothing kept a hold's seat until the next child on it started
+	free     []time.Duration // from when nothing kept a hold's permit until the next child on it started
 	pushBack []time.Duration
 	failures int
 }
@@ -103,7 +103,7 @@ func (l *lane) abort(format string, args ...any) {
 	runtime.Goexit()
 }
 
-// trials makes a nemesis of trial: it runs on two keys of one seat
+// trials makes a nemesis of trial: it runs on two keys of one permit
 // (-chaos.keys times two), over and over on each until -chaos.duration
 // has passed; then the checks of every nemesis run, and Redis's count of
 // holders is sampled throughout.
@@ -113,11 +113,11 @@ func trials(trial func(l *lane)) func(*testing.T, nemesis, uint64) figures {
 		c := newCluster(t, n, 2**keysFlag, 1, seed)
 		// Its redis-server never restarts: no restart fence, which would
 		// hold the first grants back for a TTL. A child built with -race
-		// sleeps 1s on exit unless told not to, holding its seat: the
+		// sleeps 1s on exit unless told not to, holding its permit: the
 		// trials would measure the race detector.
 		c.env = append(c.env, "SEMRUN_RESTART_FENCE=0", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 		t.Cleanup(func() { c.killUntilDone() })
-		sampled := c.watchSeats()
+		sampled := c.watchHolders()
 		tl := &tally{counts: map[string]int{}, took: map[string][]time.Duration{}}
 		end := time.Now().Add(*duration)
 		var wg sync.WaitGroup
@@ -137,7 +137,7 @@ func trials(trial func(l *lane)) func(*testing.T, nemesis, uint64) figures {
 			t.Errorf("%d semruns still ran after the trials ended; killed", killed)
 		}
 		fig.keepersLeft = c.keepersLeft(ttl, nil)
-		fig.leaked, fig.seatsFree = c.seats(mono())
+		fig.leaked, fig.permitsFree = c.waitAllFree(mono())
 		if open := c.rec.quiet(5 * time.Second); open > 0 {
 			t.Errorf("%d children still connected 5s after the last semrun ended", open)
 		}
@@ -283,7 +283,7 @@ func (l *lane) newHold() *hold {
 // keeperTrial is hold-keeper's: the keeper SIGKILLed during a step,
 // between two steps, or with none. The step under way goes on (it renews
 // the permit itself); the next step starts if the permit has not lapsed;
-// the seat frees within the TTL of the last renewal, or, on a key nobody
+// the permit frees within the TTL of the last renewal, or, on a key nobody
 // called for more than half a TTL, within half a TTL of the next call (the
 // store's push-back for silent keys, measured); and release then says 112.
 func keeperTrial(l *lane) {
@@ -365,7 +365,7 @@ func keeperTrial(l *lane) {
 		if rng.IntN(3) == 0 {
 			// Released first: the push-back may have kept the hold
 			// (0, its span checked with the holders), or not (112); either
-			// way the seat is free at once.
+			// way the permit is free at once.
 			released = l.release(h)
 			if released.status != 0 && released.status != statusLost {
 				l.fail("hold %d: release on a silent key after its keeper was SIGKILLed: status %d, want 0 or %d; its stderr: %q", h.id, released.status, statusLost, released.stderr)
@@ -408,9 +408,9 @@ func keeperTrial(l *lane) {
 		l.fail("hold %d: its keeper SIGKILLed %s, nothing renewed it after %s, yet the next child started only at %s, %v after the TTL (and the push-back of a silent key) allow",
 			h.id, mode, c.rel(last), c.rel(k.start), over.Round(time.Millisecond))
 	}
-	// The waiter holds the seat: the hold was lost, and release says so.
+	// The waiter holds the permit: the hold was lost, and release says so.
 	if r := l.release(h); r.status != statusLost || !strings.Contains(r.stderr, "lost") {
-		l.fail("hold %d: release after its keeper was SIGKILLed and another took the seat: status %d, want %d (lost); its stderr: %q", h.id, r.status, statusLost, r.stderr)
+		l.fail("hold %d: release after its keeper was SIGKILLed and another took the permit: status %d, want %d (lost); its stderr: %q", h.id, r.status, statusLost, r.stderr)
 	}
 }
 
@@ -425,7 +425,7 @@ func endTrial(l *lane) {
 }
 
 // ownerTrial: --owner-pid's process SIGKILLed. The hold ends at once, a
-// step under way is stopped (112), the seat frees within about a second
+// step under way is stopped (112), the permit frees within about a second
 // and a renewal, the keeper exits, and release says 0 with the owner's
 // exit as the hold's end.
 func ownerTrial(l *lane) {
@@ -495,7 +495,7 @@ func ownerTrial(l *lane) {
 
 // maxRuntimeTrial: --max-runtime of 1 to 2s. The hold ends then, not
 // before (its span is checked with the other holders); a step under way
-// is stopped (124), the seat frees within a renewal, the keeper exits, and
+// is stopped (124), the permit frees within a renewal, the keeper exits, and
 // release says 124.
 func maxRuntimeTrial(l *lane) {
 	c, rng := l.c, l.rng
@@ -565,7 +565,7 @@ func (l *lane) keeperEnds(h *hold, at int64, bound time.Duration) {
 // random moment of a free key's acquire. Whatever it held frees within the
 // TTL, unless a keeper got the hold before acquire died: then nobody has
 // the handle, and the keeper must end it by --max-runtime. Redis never
-// counts more holders than seats meanwhile (sampled).
+// counts more holders than permits meanwhile (sampled).
 func acquireKillTrial(l *lane) {
 	c, rng := l.c, l.rng
 	phase := []string{"waiting", "at its grant", "as its keeper starts", "at random"}[rng.IntN(4)]
@@ -663,7 +663,7 @@ func acquireKillTrial(l *lane) {
 	free := time.Duration(k.start - from)
 	l.measured("free after the SIGKILL", free, true)
 	if free > ttl+trialSlack {
-		l.fail("hold %d: acquire SIGKILLed %s at %s left its seat held: the next child started %v later, want within the TTL (%v)",
+		l.fail("hold %d: acquire SIGKILLed %s at %s left its permit held: the next child started %v later, want within the TTL (%v)",
 			h.id, phase, c.rel(killed), free.Round(time.Millisecond), ttl)
 	}
 }

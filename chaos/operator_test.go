@@ -57,7 +57,7 @@ type revocation struct {
 	start, end int64
 	status     int
 	stderr     string
-	// What watchSeat saw, on Redis's clock in ms: the last time the
+	// What watchRevoked saw, on Redis's clock in ms: the last time the
 	// holder was still live once its semrun had exited, and the first
 	// time it was not (0: never seen).
 	lastLive, firstFree int64
@@ -256,7 +256,7 @@ func (c *cluster) isRevoked(r *run) bool {
 	return r.revoked
 }
 
-// revoke sends rv (semrun key revoke), and starts watching its seat.
+// revoke sends rv (semrun key revoke), and starts watching its permit.
 func (c *cluster) revoke(rv *revocation) {
 	res := c.operate(opBound, "key", "revoke", rv.key, "--holder", rv.id, "--reason", revokeReason)
 	c.mu.Lock()
@@ -266,7 +266,7 @@ func (c *cluster) revoke(rv *revocation) {
 		c.t.Errorf("semrun key revoke %s --holder %s, Redis answering: status %d: %q", rv.key, rv.id, res.status, res.stderr)
 	}
 	c.watching.Add(1)
-	go c.watchSeat(rv)
+	go c.watchRevoked(rv)
 }
 
 // liveIDs returns Redis's clock (ms) and the permit ids of a key's holders
@@ -286,10 +286,10 @@ func publicID(id string) string {
 	return hex.EncodeToString(sum[:])[:10]
 }
 
-// watchSeat waits for rv's semrun to exit, then asks Redis every 50ms
+// watchRevoked waits for rv's semrun to exit, then asks Redis every 50ms
 // whether the holder revoked is still live, until it is not, for at most
 // 8 TTLs: lastLive and firstFree.
-func (c *cluster) watchSeat(rv *revocation) {
+func (c *cluster) watchRevoked(rv *revocation) {
 	defer c.watching.Done()
 	for deadline := time.Now().Add(16 * ttl); ; time.Sleep(20 * time.Millisecond) {
 		c.mu.Lock()
@@ -299,7 +299,7 @@ func (c *cluster) watchSeat(rv *revocation) {
 			break
 		}
 		if time.Now().After(deadline) {
-			return // checkRevokes reports a seat never seen free
+			return // checkRevokes reports a permit never seen free
 		}
 	}
 	rc := c.client()
@@ -336,7 +336,7 @@ func underFault(faults []fault, from, to int64) bool {
 	})
 }
 
-// freeBound is when the seat of a holder that let go at exit (mono()) is
+// freeBound is when the permit of a holder that let go at exit (mono()) is
 // free at the latest: a TTL later (its last renewal was before), and a
 // margin; or, when a fault of Redis came before then, a TTL after it
 // healed: a silent key's leases are pushed back on its first call after
@@ -381,7 +381,7 @@ func revokeVerdict(rv revocation, r run, k *kid, excused bool) string {
 }
 
 // checkRevokes checks what followed each revoke (revokeVerdict), and
-// that the seat of each holder revoked was free within freeBound of its
+// that the permit of each holder revoked was free within freeBound of its
 // semrun's exit.
 func (c *cluster) checkRevokes(fig *figures) {
 	t := c.t

@@ -41,9 +41,9 @@ func TestRequestValidate(t *testing.T) {
 		}
 	}
 	if got := (semaphore.Request{Weight: 0}).Takes(); got != 1 {
-		t.Errorf("Seats of weight 0: got %d, want 1", got)
+		t.Errorf("Takes of weight 0: got %d, want 1", got)
 	}
 	if got := (semaphore.Request{Weight: 2}).Takes(); got != 2 {
-		t.Errorf("Seats of weight 2: got %d, want 2", got)
+		t.Errorf("Takes of weight 2: got %d, want 2", got)
 	}
 }

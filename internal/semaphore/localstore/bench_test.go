@@ -14,8 +14,8 @@ import (
 	"github.com/semrun/semrun/internal/semaphore/localstore"
 )
 
-// holdMany has holders seats of key held in st until b ends, and returns
-// the capacity that leaves free seats for free callers more.
+// holdMany has holders permits of key held in st until b ends, and returns
+// the capacity that leaves free permits for free callers more.
 func holdMany(b *testing.B, st semaphore.Store, key string, holders, free int) int {
 	b.Helper()
 	n := holders + free
@@ -30,7 +30,7 @@ func holdMany(b *testing.B, st semaphore.Store, key string, holders, free int) i
 }
 
 // BenchmarkLocalGrant times a no-wait grant and its release, with holders
-// holding seats of the key: "grant-µs" is the Acquire alone.
+// holding permits of the key: "grant-µs" is the Acquire alone.
 func BenchmarkLocalGrant(b *testing.B) {
 	for _, holders := range []int{20, 200} {
 		b.Run(fmt.Sprintf("holders=%d", holders), func(b *testing.B) {
@@ -54,8 +54,8 @@ func BenchmarkLocalGrant(b *testing.B) {
 	}
 }
 
-// BenchmarkLocalNoWaitBusy has 4 goroutines take and give back a seat of
-// a key, no-wait, beside 20 holders, with a seat free for each: every
+// BenchmarkLocalNoWaitBusy has 4 goroutines take and give back a permit of
+// a key, no-wait, beside 20 holders, with a permit free for each: every
 // busy answer is spurious ("busy-%").
 func BenchmarkLocalNoWaitBusy(b *testing.B) {
 	const callers = 4
@@ -173,7 +173,7 @@ func BenchmarkLocalHandover(b *testing.B) {
 				}
 			}()
 			<-waiting
-			time.Sleep(time.Millisecond) // in its wait for a seat
+			time.Sleep(time.Millisecond) // in its wait for a permit
 			start := time.Now()
 			_ = l.Release(ctx)
 			s.took += (<-got).Sub(start)

@@ -98,7 +98,7 @@ func TestLocalNoEventsStillCounts(t *testing.T) {
 	busyReq := req
 	busyReq.NoWait = true
 	if _, err := acquireFor(t, st, 5*time.Second, busyReq); !errors.Is(err, semaphore.ErrBusy) {
-		t.Fatalf("no-wait Acquire with the seat held: got %v, want ErrBusy", err)
+		t.Fatalf("no-wait Acquire with the permit held: got %v, want ErrBusy", err)
 	}
 	if err := l.Finish(ctxTimeout(t, 5*time.Second), 0); err != nil {
 		t.Fatalf("Finish: %v", err)
@@ -360,7 +360,7 @@ func everyCall(st semaphore.Store, req semaphore.Request) error {
 		return fmt.Errorf("Acquire: %w", err)
 	}
 	if _, err := st.Acquire(ctx, req); !errors.Is(err, semaphore.ErrBusy) {
-		return fmt.Errorf("no-wait Acquire with the seat held: got %v, want ErrBusy", err)
+		return fmt.Errorf("no-wait Acquire with the permit held: got %v, want ErrBusy", err)
 	}
 	if err := l.Finish(ctx, 0); err != nil {
 		return fmt.Errorf("Finish: %w", err)

@@ -4,9 +4,9 @@ package localstore
 
 import "github.com/semrun/semrun/internal/semaphore"
 
-// FirstSeat is the file a key's first seat is in: "seats" on Linux,
+// FirstPermit is the file a key's first permit is in: "seats" on Linux,
 // "seat.0" elsewhere.
-const FirstSeat = firstPermit
+const FirstPermit = firstPermit
 
 // HoldFileName names the record of the hold whose secret is secret.
 var HoldFileName = holdName

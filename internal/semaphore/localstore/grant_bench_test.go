@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkGrantLockHeld times what a grant does under the key's grant
-// lock (attempt.try), with holders holding seats of the key.
+// lock (attempt.try), with holders holding permits of the key.
 func BenchmarkGrantLockHeld(b *testing.B) {
 	for _, holders := range []int{20, 200} {
 		b.Run(fmt.Sprintf("holders=%d", holders), func(b *testing.B) {

@@ -15,10 +15,10 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-// Callers that will not wait, taking and giving back seats that are free,
+// Callers that will not wait, taking and giving back permits that are free,
 // are never told the key is busy because another holds its grant lock for
 // a moment.
-func TestLocalNoWaitIsNotBusyWhileSeatsAreFree(t *testing.T) {
+func TestLocalNoWaitIsNotBusyWhilePermitsAreFree(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	st := newLocal(t, dir, nil)
@@ -44,12 +44,12 @@ func TestLocalNoWaitIsNotBusyWhileSeatsAreFree(t *testing.T) {
 	}
 	wg.Wait()
 	if busy.Load() != 0 || failed.Load() != 0 {
-		t.Errorf("no-wait Acquires of %d callers with a seat free for each: got %d busy and %d failed of %d, want none", callers, busy.Load(), failed.Load(), callers*tries)
+		t.Errorf("no-wait Acquires of %d callers with a permit free for each: got %d busy and %d failed of %d, want none", callers, busy.Load(), failed.Load(), callers*tries)
 	}
 }
 
 // The files of holders that are gone are removed by a later grant, once
-// there are more of them than seats.
+// there are more of them than permits.
 func TestLocalGrantSweepsGoneHoldersFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

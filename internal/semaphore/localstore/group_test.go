@@ -39,8 +39,8 @@ func groupLockDir(t *testing.T, run string) string {
 
 // In a group-shared lock directory, no member is refused a key because
 // another member made one of its files, and no member can make more than
-// N hold it: not by planting the files of seats the key's first caller
-// did not need, nor by renaming, while it holds a seat, every file it
+// N hold it: not by planting the files of permits the key's first caller
+// did not need, nor by renaming, while it holds a permit, every file it
 // owns in the key's directory.
 func TestLocalGroupMembersNeitherBlockNorOverfillKeys(t *testing.T) {
 	needRoot(t)
@@ -67,8 +67,8 @@ func TestLocalGroupMembersNeitherBlockNorOverfillKeys(t *testing.T) {
 		t.Helper()
 		return acquireFor(t, st, 5*time.Second, semaphore.Request{Key: key, Permits: n, TTL: time.Second, NoWait: true})
 	}
-	// plant makes, as uid, the files the seats past the first would have
-	// had, one a seat of its own.
+	// plant makes, as uid, the files the permits past the first would have
+	// had, one a permit of its own.
 	plant := func(uid int, key string) {
 		t.Helper()
 		for _, name := range []string{"seat.1", "seat.2", "seat.3", "seats.1"} {
@@ -96,7 +96,7 @@ func TestLocalGroupMembersNeitherBlockNorOverfillKeys(t *testing.T) {
 		holding("the first caller, with N=1", holdAsOf(t, bin, otherUID, dir, key, 1))
 		holding("a member, with N=3", holdAsOf(t, bin, thirdUID, dir, key, n))
 		renameOwn(thirdUID, key)
-		holding("a third member, one seat left", holdAsOf(t, bin, fourthUID, dir, key, n))
+		holding("a third member, one permit left", holdAsOf(t, bin, fourthUID, dir, key, n))
 		for _, uid := range []int{otherUID, thirdUID, fourthUID} {
 			busy(fmt.Sprintf("uid %d once the holder renamed its files", uid), holdAsOf(t, bin, uid, dir, key, n))
 		}

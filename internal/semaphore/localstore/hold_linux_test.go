@@ -218,7 +218,7 @@ func busy(t *testing.T, st semaphore.Store, req semaphore.Request, what string) 
 	}
 }
 
-// The seat of a hold is held by whichever processes are attached, not by
+// The permit of a hold is held by whichever processes are attached, not by
 // the acquire that made it: killed, keeper and run free it, and the hold
 // is lost.
 func TestLocalHoldKilledKeeperAndRun(t *testing.T) {
@@ -244,7 +244,7 @@ func TestLocalHoldKilledKeeperAndRun(t *testing.T) {
 	}
 	release(t, again)
 	run.kill(t)
-	waitFor(t, 10*time.Second, "the hold's seat free once its processes are gone", func() bool {
+	waitFor(t, 10*time.Second, "the hold's permit free once its processes are gone", func() bool {
 		return statusOf(t, st, req.Key).Held == 0
 	})
 	_, _, err = st.Attach(ctxTimeout(t, 5*time.Second), h, false)
@@ -254,8 +254,8 @@ func TestLocalHoldKilledKeeperAndRun(t *testing.T) {
 }
 
 // A hold whose processes are all gone is lost, even once someone else
-// took its seat: no one joins that holder on it. A permit makes one hold.
-func TestLocalLapsedHoldsSeatRetaken(t *testing.T) {
+// took its permit: no one joins that holder on it. A permit makes one hold.
+func TestLocalLapsedHoldsPermitRetaken(t *testing.T) {
 	t.Parallel()
 	hk := newHeldKey(t, 1, 1)
 	st, req, h, l := hk.st, hk.req, hk.h, hk.l
@@ -267,15 +267,15 @@ func TestLocalLapsedHoldsSeatRetaken(t *testing.T) {
 	abandon(k)
 	other := hold(t, st, req)
 	_, _, err := st.Attach(ctxTimeout(t, 5*time.Second), h, false)
-	lostAs(t, "Attach to a lapsed hold whose seat another holds", err, "had gone")
+	lostAs(t, "Attach to a lapsed hold whose permit another holds", err, "had gone")
 	if s := statusOf(t, st, req.Key); s.Held != 1 || len(s.Holders) != 1 || s.Holders[0].Token != other.Token() || s.Holders[0].Hold {
 		t.Fatalf("Status: got %+v, want the new holder alone", s)
 	}
 }
 
 // A release from another process waits for the keeper to let go: once it
-// returns, the seat is free.
-func TestLocalReleaseFreesTheSeatOfAKeeperProcess(t *testing.T) {
+// returns, the permit is free.
+func TestLocalReleaseFreesThePermitOfAKeeperProcess(t *testing.T) {
 	t.Parallel()
 	hk := newHeldKey(t, 1, 1)
 	keeper := attachKeeper(t, hk.dir, hk.h)
@@ -348,7 +348,7 @@ func TestLocalStatusShowsAHoldOnce(t *testing.T) {
 
 // A record is untrusted: one forged, copied, changed or mangled by
 // whoever can write the lock directory never lets a process attach to
-// seats that are not its hold's, never hangs nor panics; it is a lost
+// permits that are not its hold's, never hangs nor panics; it is a lost
 // hold.
 func TestLocalForgedHoldRecords(t *testing.T) {
 	t.Parallel()
@@ -373,8 +373,8 @@ func TestLocalForgedHoldRecords(t *testing.T) {
 		return h
 	}
 
-	// The forger's own hold, on the other seat, its record then changed
-	// to name the first hold's seat.
+	// The forger's own hold, on the other permit, its record then changed
+	// to name the first hold's permit.
 	z, l2 := makeHold(t, st, req)
 	zk, _ := attach(t, st, z)
 	abandon(l2)
@@ -384,14 +384,14 @@ func TestLocalForgedHoldRecords(t *testing.T) {
 	}
 	moved := strings.Replace(string(zrec), `"seats":[[1,1]]`, `"seats":[[0,1]]`, 1)
 	if moved == string(zrec) {
-		t.Fatalf("the second hold's record %q: want it on seat 1", zrec)
+		t.Fatalf("the second hold's record %q: want it on permit 1", zrec)
 	}
 	if err := os.WriteFile(path(z), []byte(moved), 0o600); err != nil {
 		t.Fatalf("rewrite the second hold's record: %v", err)
 	}
 	_, _, err = st.Attach(ctxTimeout(t, 5*time.Second), z, false)
-	lostAs(t, "Attach to a hold whose record names another hold's seat", err, "had gone")
-	lostAs(t, "Renew of a hold whose record names another seat", zk.Renew(ctxTimeout(t, 5*time.Second)), "")
+	lostAs(t, "Attach to a hold whose record names another hold's permit", err, "had gone")
+	lostAs(t, "Renew of a hold whose record names another permit", zk.Renew(ctxTimeout(t, 5*time.Second)), "")
 
 	fifo := semaphore.Handle{Store: x.Store, Key: x.Key, Secret: semaphore.NewSecret()}
 	if err := syscall.Mkfifo(path(fifo), 0o600); err != nil {
@@ -412,8 +412,8 @@ func TestLocalForgedHoldRecords(t *testing.T) {
 		{"a record too long", forged(strings.Repeat(" ", 70<<10) + string(real)), "malformed"},
 		{"a record of another version", forged(strings.Replace(string(real), `"v":1`, `"v":2`, 1)), "malformed"},
 		{"a record of another state", forged(strings.Replace(string(real), `"state":"held"`, `"state":"mine"`, 1)), "malformed"},
-		{"seats past the permits", forged(strings.Replace(string(real), `"seats":[[0,1]]`, `"seats":[[5,1]]`, 1)), "malformed"},
-		{"more seats than its weight", forged(strings.Replace(string(real), `"seats":[[0,1]]`, `"seats":[[0,2]]`, 1)), "malformed"},
+		{"permits past the capacity", forged(strings.Replace(string(real), `"seats":[[0,1]]`, `"seats":[[5,1]]`, 1)), "malformed"},
+		{"more permits than its weight", forged(strings.Replace(string(real), `"seats":[[0,1]]`, `"seats":[[0,2]]`, 1)), "malformed"},
 		{"a record of another key", forged(strings.Replace(string(real), `"key":"`, `"key":"x`, 1)), "no such hold"},
 		{"a FIFO", fifo, "malformed"},
 		{"a symbolic link to a live hold's record", link, "malformed"},
@@ -426,11 +426,11 @@ func TestLocalForgedHoldRecords(t *testing.T) {
 	if _, err := newLocal(t, dir, warn).Status(ctxTimeout(t, 5*time.Second), []string{req.Key}); err != nil {
 		t.Fatalf("Status among forged records: %v", err)
 	}
-	// The second hold's seat is still held by its keeper, which its
+	// The second hold's permit is still held by its keeper, which its
 	// record, changed, no longer shows.
 	s := statusOf(t, st, req.Key)
 	if s.Held != 2 || len(s.Holders) != 1 || s.Holders[0].Token != xk.Token() {
-		t.Fatalf("Status: got %+v, want both seats held, the first hold the one holder shown", s)
+		t.Fatalf("Status: got %+v, want both permits held, the first hold the one holder shown", s)
 	}
 	busy(t, st, req, "beside two holds and forged records")
 	if err := xk.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
@@ -512,7 +512,7 @@ func TestLocalHoldRecordsKeptADay(t *testing.T) {
 
 // In a lock directory a group shares, any member with the handle ends a
 // hold another made, and its keeper, a process of that other member,
-// lets the seat go.
+// lets the permit go.
 func TestLocalHoldEndedByAnotherMember(t *testing.T) {
 	needRoot(t)
 	t.Parallel()

@@ -27,8 +27,8 @@ import (
 )
 
 // These tests cover what only the host-local store does: its lock directory,
-// its files, and seats held by other processes. The rules every store obeys
-// are semaphoretest's, which TestContract runs.
+// its files, and permits held by other processes. The rules every store
+// obeys are semaphoretest's, which TestContract runs.
 
 func TestLocalRefusesUnsafeLockDir(t *testing.T) {
 	t.Parallel()
@@ -240,12 +240,12 @@ func TestLocalNeverFollowsPlantedSymlinks(t *testing.T) {
 		"nothing": func(t *testing.T) string { return filepath.Join(t.TempDir(), "absent") },
 	}
 	// The key's own directory, then each file in it ("" for the directory).
-	// Acquire must fail where the file is needed to take a seat.
+	// Acquire must fail where the file is needed to take a permit.
 	for _, planted := range []struct {
 		name        string
 		acquireFail bool
 	}{
-		{"", true}, {localstore.FirstSeat, true}, {"grant", true}, {"queue", true}, {"token", true}, {"capacity", false},
+		{"", true}, {localstore.FirstPermit, true}, {"grant", true}, {"queue", true}, {"token", true}, {"capacity", false},
 	} {
 		for targetName, target := range targets {
 			what := planted.name
@@ -384,7 +384,7 @@ func TestLocalModesIgnoreUmask(t *testing.T) {
 						}
 						kinds[strings.TrimRight(filepath.Base(path), "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")] = true
 					}
-					for _, kind := range []string{strings.TrimRight(localstore.FirstSeat, "0"), "held.", "wait.", "grant", "queue", "token", "capacity"} {
+					for _, kind := range []string{strings.TrimRight(localstore.FirstPermit, "0"), "held.", "wait.", "grant", "queue", "token", "capacity"} {
 						if !kinds[kind] {
 							t.Errorf("files in %s: got %v, want a %q file among them", dir, modes, kind)
 						}
@@ -448,7 +448,7 @@ func TestLocalKeysThatLookLikePaths(t *testing.T) {
 		strings.Repeat(".", semaphore.MaxKeyLen), strings.Repeat("/", 81),
 	}
 	// One permit each: were two keys to share a directory, the second
-	// would find its seat taken.
+	// would find its permit taken.
 	for _, key := range keys {
 		hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, Holder: semaphore.HolderInfo{Command: key}})
 	}
@@ -590,7 +590,7 @@ func TestLocalStatusShowsWaiters(t *testing.T) {
 	}
 }
 
-// The helper process of TestLocalKilledHolderFreesSeat takes a seat and
+// The helper process of TestLocalKilledHolderFreesPermit takes a permit and
 // keeps it until it is killed (or its stdin closes, should the test die).
 const (
 	helperDirEnv     = "SEMRUN_TEST_HOLDER_DIR"
@@ -637,15 +637,15 @@ func TestHelperHolder(t *testing.T) {
 	runtime.KeepAlive(l) // its file must not be closed by a finalizer
 }
 
-// holderProcess is a helper process holding a seat.
+// holderProcess is a helper process holding a permit.
 type holderProcess struct {
 	cmd    *exec.Cmd
 	token  int64
 	exited chan struct{}
 }
 
-// startHolder starts a helper process that takes key's only seat in dir. The
-// process is killed, if still running, when t ends.
+// startHolder starts a helper process that takes key's only permit in dir.
+// The process is killed, if still running, when t ends.
 func startHolder(t *testing.T, dir, key string) *holderProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
@@ -719,7 +719,7 @@ func (p *holderProcess) kill(t *testing.T) {
 	}
 }
 
-func TestLocalKilledHolderFreesSeat(t *testing.T) {
+func TestLocalKilledHolderFreesPermit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key := uniqueKey(t)
@@ -730,12 +730,12 @@ func TestLocalKilledHolderFreesSeat(t *testing.T) {
 	busy := req
 	busy.NoWait = true
 	if l, err := acquireFor(t, st, 5*time.Second, busy); !errors.Is(err, semaphore.ErrBusy) {
-		t.Fatalf("no-wait Acquire with the seat held by another process: got (%v, %v), want ErrBusy", l, err)
+		t.Fatalf("no-wait Acquire with the permit held by another process: got (%v, %v), want ErrBusy", l, err)
 	}
 	s := statusOf(t, st, key)
 	want := semaphore.HolderInfo{Host: "helper", PID: child.cmd.Process.Pid, Command: "TestHelperHolder"}
 	if s.Held != 1 || s.Holders[0].HolderInfo != want || s.Holders[0].Token != child.token {
-		t.Errorf("Status with the seat held by another process: got %+v, want one holder %+v with token %d", s, want, child.token)
+		t.Errorf("Status with the permit held by another process: got %+v, want one holder %+v with token %d", s, want, child.token)
 	}
 
 	onWait, waiting := signal()
@@ -745,7 +745,7 @@ func TestLocalKilledHolderFreesSeat(t *testing.T) {
 	select {
 	case <-waiting:
 	case r := <-got:
-		t.Fatalf("waiting Acquire with the seat held by another process: got (%v, %v), want it to wait", r.L, r.Err)
+		t.Fatalf("waiting Acquire with the permit held by another process: got (%v, %v), want it to wait", r.L, r.Err)
 	case <-time.After(10 * time.Second):
 		t.Fatalf("waiting Acquire: OnWait not called after 10s, want it called")
 	}
@@ -760,7 +760,7 @@ func TestLocalKilledHolderFreesSeat(t *testing.T) {
 		t.Errorf("token after the killed holder: got %d, want more than its %d", r.L.Token(), child.token)
 	}
 	if s := statusOf(t, st, key); s.Held != 1 || s.Holders[0].Token != r.L.Token() {
-		t.Errorf("Status after the killed holder's seat was taken: got %+v, want only the new holder", s)
+		t.Errorf("Status after the killed holder's permit was taken: got %+v, want only the new holder", s)
 	}
 }
 
@@ -771,7 +771,7 @@ func TestLocalPlantedFIFOHangsNothing(t *testing.T) {
 	type outcome struct {
 		name, first string // the file, what the first Acquire returned
 	}
-	names := []string{localstore.FirstSeat, "wait.AAAAAAAAAAAAAAAA", "grant", "queue", "token", "capacity"}
+	names := []string{localstore.FirstPermit, "wait.AAAAAAAAAAAAAAAA", "grant", "queue", "token", "capacity"}
 	steps := make([]atomic.Value, len(names))
 	done := make(chan outcome, len(names))
 	var fifos []string
@@ -790,7 +790,7 @@ func TestLocalPlantedFIFOHangsNothing(t *testing.T) {
 		}
 		fifos = append(fifos, fifo)
 
-		// While one store holds the seat, the other's waiting Acquire
+		// While one store holds the permit, the other's waiting Acquire
 		// registers as a waiter.
 		step := &steps[i]
 		go func() {
@@ -839,8 +839,8 @@ func TestLocalPlantedFIFOHangsNothing(t *testing.T) {
 		select {
 		case o := <-done:
 			finished++
-			if o.name == localstore.FirstSeat && (!strings.Contains(o.first, "not a regular file") || !strings.Contains(o.first, o.name)) {
-				t.Errorf("no-wait Acquire with a FIFO for a seat: got %q, want an error naming %s as not a regular file", o.first, o.name)
+			if o.name == localstore.FirstPermit && (!strings.Contains(o.first, "not a regular file") || !strings.Contains(o.first, o.name)) {
+				t.Errorf("no-wait Acquire with a FIFO for a permit: got %q, want an error naming %s as not a regular file", o.first, o.name)
 			}
 		case <-bound:
 			var stuck []string
@@ -974,7 +974,7 @@ func TestLocalGivenUpWaiterLeavesQueueAlone(t *testing.T) {
 			t.Fatalf("first waiter after it was canceled: got (%v, %v), want context.Canceled", r.L, r.Err)
 		}
 
-		// Nobody waits any more: once the holder is gone, the seat is free.
+		// Nobody waits any more: once the holder is gone, the permit is free.
 		release(t, h)
 		busy := req
 		busy.NoWait = true
@@ -983,7 +983,7 @@ func TestLocalGivenUpWaiterLeavesQueueAlone(t *testing.T) {
 			// A wait given up inside a long-lived process takes the queue
 			// lock for an instant once its turn comes; a caller that will
 			// not wait must not take that for a line.
-			t.Fatalf("no-wait Acquire of a free seat after a waiter behind another gave up (round %d): got %v, want a permit", i, err)
+			t.Fatalf("no-wait Acquire of a free permit after a waiter behind another gave up (round %d): got %v, want a permit", i, err)
 		}
 		release(t, l)
 	}

@@ -17,11 +17,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// These tests play a semrun from before seats were bytes of one file: it
-// takes seat i as flock(LOCK_EX) on "seat.i" of the key's directory,
+// These tests play a semrun from before permits were bytes of one file: it
+// takes permit i as flock(LOCK_EX) on "seat.i" of the key's directory,
 // opened read-write and made when missing (O_CREAT, never following a
 // symbolic link), and writes who holds in it. That is all it does to a
-// seat, so a file locked here the same way is its holder.
+// permit, so a file locked here the same way is its holder.
 
 // oldHolder takes seat.0 of the key directory kdir as an older semrun
 // does, and keeps it until t ends or the returned func is called.
@@ -64,10 +64,10 @@ func oldKeyDir(t *testing.T, dir, key string, n int) string {
 	return kdir
 }
 
-// While an older semrun holds a seat of a key, a new one counts it and
-// takes no seat the older one cannot see, status shows it and keeps the
+// While an older semrun holds a permit of a key, a new one counts it and
+// takes no permit the older one cannot see, status shows it and keeps the
 // directory; once it is gone, the next grant puts the fence up.
-func TestLocalOlderSemrunsSeatsCount(t *testing.T) {
+func TestLocalOlderSemrunsPermitsCount(t *testing.T) {
 	t.Parallel()
 	for _, layout := range []string{"older", "newer without fence"} {
 		t.Run(layout, func(t *testing.T) {
@@ -79,8 +79,8 @@ func TestLocalOlderSemrunsSeatsCount(t *testing.T) {
 			if layout == "older" {
 				oldKeyDir(t, dir, key, 1)
 			} else {
-				// As a semrun made it before the fence: seats, no seat.0,
-				// which an older semrun then makes.
+				// As a semrun made it before the fence: the seats file, no
+				// seat.0, which an older semrun then makes.
 				release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second}))
 				if err := os.Remove(filepath.Join(kdir, "seat.0")); err != nil && !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("remove the fence: %v", err)
@@ -93,10 +93,10 @@ func TestLocalOlderSemrunsSeatsCount(t *testing.T) {
 				if l != nil {
 					_ = l.Release(ctxTimeout(t, 5*time.Second))
 				}
-				t.Fatalf("no-wait Acquire, an older semrun holding the key's only seat: got (%v, %v), want ErrBusy", l, err)
+				t.Fatalf("no-wait Acquire, an older semrun holding the key's only permit: got (%v, %v), want ErrBusy", l, err)
 			}
 			if s := statusOf(t, st, key); s.Held != 1 || len(s.Holders) != 1 || s.Holders[0].Host != "old" {
-				t.Errorf("Status, an older semrun holding the key's only seat: got %+v, want it held by the older one", s)
+				t.Errorf("Status, an older semrun holding the key's only permit: got %+v, want it held by the older one", s)
 			}
 
 			age(t, kdir, semaphore.EventLife+time.Minute)
@@ -116,7 +116,7 @@ func TestLocalOlderSemrunsSeatsCount(t *testing.T) {
 			select {
 			case <-waiting:
 			case r := <-got:
-				t.Fatalf("waiting Acquire, an older semrun holding the key's only seat: got (%v, %v), want it to wait", r.L, r.Err)
+				t.Fatalf("waiting Acquire, an older semrun holding the key's only permit: got (%v, %v), want it to wait", r.L, r.Err)
 			case <-time.After(10 * time.Second):
 				t.Fatalf("waiting Acquire: OnWait not called after 10s, want it called")
 			}
@@ -130,7 +130,7 @@ func TestLocalOlderSemrunsSeatsCount(t *testing.T) {
 			if err != nil || fi.Mode()&os.ModeSymlink == 0 {
 				t.Fatalf("seat.0 after a grant with no older holder: got (%v, %v), want the fence, a symbolic link", fi, err)
 			}
-			// What an older semrun does to take seat 0 now fails.
+			// What an older semrun does to take permit 0 now fails.
 			if f, err := os.OpenFile(filepath.Join(kdir, "seat.0"), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err == nil {
 				f.Close()
 				t.Errorf("an older semrun's open of seat.0 past the fence: succeeded, want it refused")
@@ -140,7 +140,7 @@ func TestLocalOlderSemrunsSeatsCount(t *testing.T) {
 }
 
 // A key's directory is made with the fence: an older semrun cannot take a
-// seat of it, and its status, which removes a directory only when it can
+// permit of it, and its status, which removes a directory only when it can
 // lock every seat.* file, keeps it.
 func TestLocalNewKeysAreFencedFromOlderSemruns(t *testing.T) {
 	t.Parallel()
@@ -148,15 +148,15 @@ func TestLocalNewKeysAreFencedFromOlderSemruns(t *testing.T) {
 	st := newLocal(t, dir, nil)
 	const key = "fenced"
 	hold(t, st, semaphore.Request{Key: key, Permits: 2, TTL: time.Second})
-	seat0 := filepath.Join(dir, key, "seat.0")
-	fi, err := os.Lstat(seat0)
+	fence := filepath.Join(dir, key, "seat.0")
+	fi, err := os.Lstat(fence)
 	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Fatalf("seat.0 of a new key: got (%v, %v), want a symbolic link", fi, err)
 	}
-	if _, err := os.Stat(seat0); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(fence); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("target of seat.0: got %v, want none (a dangling link)", err)
 	}
-	f, err := os.OpenFile(seat0, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(fence, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err == nil {
 		f.Close()
 		t.Fatalf("an older semrun's open of seat.0: succeeded, want it refused")
@@ -178,7 +178,7 @@ func TestLocalNewKeysAreFencedFromOlderSemruns(t *testing.T) {
 // A seats file removed from under its holders (by its owner, root, an age
 // rule of tmpfiles) is not made anew beside them: the key is refused,
 // and status says why and counts the holders by their files.
-func TestLocalSeatsRemovedUnderHoldersRefusesKey(t *testing.T) {
+func TestLocalPermitsFileRemovedUnderHoldersRefusesKey(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var warned semaphoretest.Warnings
@@ -218,11 +218,11 @@ func TestLocalStatusKeepsKeysItCannotCount(t *testing.T) {
 	st := newLocal(t, dir, nil)
 	const key = "uncounted"
 	release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second}))
-	seats := filepath.Join(dir, key, "seats")
-	if err := os.Remove(seats); err != nil {
+	permitsFile := filepath.Join(dir, key, "seats")
+	if err := os.Remove(permitsFile); err != nil {
 		t.Fatalf("remove seats: %v", err)
 	}
-	if err := syscall.Mkfifo(seats, 0o600); err != nil {
+	if err := syscall.Mkfifo(permitsFile, 0o600); err != nil {
 		t.Fatalf("mkfifo seats: %v", err)
 	}
 	age(t, filepath.Join(dir, key), semaphore.EventLife+time.Minute)
@@ -230,7 +230,7 @@ func TestLocalStatusKeepsKeysItCannotCount(t *testing.T) {
 		t.Fatalf("Status: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, key)); err != nil {
-		t.Errorf("key directory whose seats cannot be counted, after Status: got %v, want it kept", err)
+		t.Errorf("key directory whose permits cannot be counted, after Status: got %v, want it kept", err)
 	}
 }
 
@@ -261,7 +261,7 @@ func TestLocalForeignWriteLockCountsAtMostCapacity(t *testing.T) {
 		t.Fatalf("write lock on seats: %v", err)
 	}
 	if s := statusOf(t, st, key); s.Held != 3 {
-		t.Errorf("Status, one seat held and a write lock over the rest of the file: got %d held, want 3 (the capacity)", s.Held)
+		t.Errorf("Status, one permit held and a write lock over the rest of the file: got %d held, want 3 (the capacity)", s.Held)
 	}
 	said := strings.Join(warned.Take(), "\n")
 	if !strings.Contains(said, "write lock") {

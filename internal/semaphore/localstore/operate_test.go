@@ -222,7 +222,7 @@ func TestLocalPauseEndWakesTheWaiter(t *testing.T) {
 }
 
 // A revoked holder's semrun learns of it within about a second, whatever
-// its TTL, and stops its command; the seat is free once it let go.
+// its TTL, and stops its command; the permit is free once it let go.
 func TestLocalRevokedHolderLearnsWithinASecond(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -300,7 +300,7 @@ func TestLocalForcedRevokeOfLiveHolder(t *testing.T) {
 	}
 }
 
-// A holder that died let go of its seat: it is no holder any more, and
+// A holder that died let go of its permit: it is no holder any more, and
 // its id is ErrNoHolder even with force.
 func TestLocalRevokeOfDeadHolder(t *testing.T) {
 	t.Parallel()

@@ -94,15 +94,15 @@ func helperIn(t *testing.T, dir string) string {
 	return bin
 }
 
-// holdAs has a helper process running as uid take key's only seat in dir,
-// and returns what it said: "holding TOKEN" (it then holds the seat until
+// holdAs has a helper process running as uid take key's only permit in dir,
+// and returns what it said: "holding TOKEN" (it then holds the permit until
 // t ends) or "error ...".
 func holdAs(t *testing.T, bin string, uid int, dir, key string) string {
 	t.Helper()
 	return holdAsOf(t, bin, uid, dir, key, 1)
 }
 
-// holdAsOf is holdAs, taking a seat of key with N permits.
+// holdAsOf is holdAs, taking a permit of key with N permits.
 func holdAsOf(t *testing.T, bin string, uid int, dir, key string, permits int) string {
 	t.Helper()
 	cmd := exec.Command(bin, "-test.run=^TestHelperHolder$", "-test.count=1")
@@ -179,7 +179,7 @@ func TestLocalHardLinkedLockFilesAreRefused(t *testing.T) {
 		t.Fatalf("write %s: %v", victim, err)
 	}
 	before := stateOf(t, victim)
-	for _, name := range []string{"capacity", "token", "grant", "queue", localstore.FirstSeat} {
+	for _, name := range []string{"capacity", "token", "grant", "queue", localstore.FirstPermit} {
 		path := filepath.Join(dir, key, name)
 		saved := path + ".saved"
 		if err := os.Rename(path, saved); err != nil {
@@ -226,8 +226,8 @@ func TestLocalGroupMembersCannotMoveKeysAside(t *testing.T) {
 		t.Helper()
 		for _, mv := range [][]string{
 			{"mv", filepath.Join(dir, key), filepath.Join(dir, key+".aside")},
-			{"mv", filepath.Join(dir, key, localstore.FirstSeat), filepath.Join(dir, key, "aside")},
-			{"rm", "-f", filepath.Join(dir, key, localstore.FirstSeat)},
+			{"mv", filepath.Join(dir, key, localstore.FirstPermit), filepath.Join(dir, key, "aside")},
+			{"rm", "-f", filepath.Join(dir, key, localstore.FirstPermit)},
 			{"rm", "-f", filepath.Join(dir, key, "grant")},
 		} {
 			if out, err := as(t, uid, mv[0], mv[1:]...); err == nil {

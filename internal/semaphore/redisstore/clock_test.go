@@ -150,7 +150,7 @@ func TestClockRenewOneMsBeforeExpiry(t *testing.T) {
 	if got, want := c.score(k, id), c.ms()+float64(leaseTTL.Milliseconds()); got != want {
 		t.Errorf("lease expiry after renew: got %v ms, want now+TTL = %v ms", got, want)
 	}
-	// Renewed: the old expiry passes without losing the seat.
+	// Renewed: the old expiry passes without losing the permit.
 	c.advance(time.Millisecond)
 	if _, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
 		t.Errorf("Acquire at the original expiry of a renewed lease: got %v, want ErrBusy", err)
@@ -197,7 +197,7 @@ func TestClockLeaseLapsesAtExpiry(t *testing.T) {
 	if b.Token() <= a.Token() {
 		t.Errorf("token of the new holder: got %d, want more than %d", b.Token(), a.Token())
 	}
-	release(t, a) // stale: must not free b's seat
+	release(t, a) // stale: must not free b's permit
 	if got := c.holders(k); !slices.Equal(got, []string{bID}) {
 		t.Errorf("holders after the lapsed holder released: got %q, want only %q", got, bID)
 	}
@@ -330,7 +330,7 @@ func TestClockWaiterWakesWhenLeaseLapses(t *testing.T) {
 	// (The server clock stands still, so it cannot time a look by the
 	// holder's lease.)
 	done, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second}, 10*time.Second)
-	// However long the waiter looks, the seat stays taken.
+	// However long the waiter looks, the permit stays taken.
 	select {
 	case r := <-done:
 		t.Fatalf("waiter before the lease lapsed: got (%v, %v), want it still waiting", r.L, r.Err)
@@ -431,7 +431,7 @@ func TestClockWaiterLeaseLapsesAtExpiry(t *testing.T) {
 	if s := statusOf(t, st, key); len(s.Waiters) != 0 {
 		t.Errorf("Status when the waiter lease lapses: got waiters %+v, want none", s.Waiters)
 	}
-	// The release sweeps the lapsed waiter before handing the seat on.
+	// The release sweeps the lapsed waiter before handing the permit on.
 	release(t, a)
 	if got := c.holders(k); len(got) != 0 {
 		t.Errorf("holders after a release at the waiter lease's lapse: got %q, want none (nothing handed to the vanished waiter)", got)
@@ -504,7 +504,7 @@ func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
 	// The lease lapses 5ms from now on the server's (frozen) clock: the
 	// waiter must look again after about 5ms, not on its slower backoff
 	// schedule (10, 20, 40, 80, 160ms...), which would leave a crashed
-	// holder's seat empty for up to a polling period. Others ask on the
+	// holder's permit idle for up to a polling period. Others ask on the
 	// way, as a busy key's waiters do, so that the silence is not taken
 	// for a clock step that pushes the lease back (rebase in lib.lua).
 	c.advanceTouched(st, busy, leaseTTL, leaseTTL-5*time.Millisecond)

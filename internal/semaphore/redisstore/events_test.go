@@ -94,7 +94,7 @@ func TestRedisLapsedLeaseIsLostOnce(t *testing.T) {
 	}
 }
 
-// TestRedisForcedRevokeEvents: a forced revoke frees the seat at once: it
+// TestRedisForcedRevokeEvents: a forced revoke frees the permit at once: it
 // is the permit's last event, and its holder's release logs nothing more.
 func TestRedisForcedRevokeEvents(t *testing.T) {
 	t.Parallel()
@@ -152,7 +152,7 @@ func TestRedisEventKeysRefusedStillGrant(t *testing.T) {
 	}
 	got := receive(t, waiter, 10*time.Second, "the waiter")
 	if got.Err != nil {
-		t.Fatalf("the waiter, handed the seat: got %v, want a permit", got.Err)
+		t.Fatalf("the waiter, handed the permit: got %v, want a permit", got.Err)
 	}
 	release(t, got.L)
 	k := protocol.NewKeys("semrun:", key)

@@ -84,7 +84,7 @@ func TestRedisRestartFence(t *testing.T) {
 }
 
 // TestRedisRestartFenceHoldsHandOvers: while the fence holds, a waiter
-// leaving does not hand seats to those behind it; the fence ends for all.
+// leaving does not hand permits to those behind it; the fence ends for all.
 func TestRedisRestartFenceHoldsHandOvers(t *testing.T) {
 	t.Parallel()
 	_, store, raw := setup(t, Options{})

@@ -20,15 +20,15 @@ import (
 const deadWaiterBound = 3 * time.Second
 
 // TestRedisDeadWaiterCostsSeconds: a waiter killed in the middle of the
-// line, at its head, or as its seat is handed over, holds up the waiter
+// line, at its head, or as its permit is handed over, holds up the waiter
 // behind it for at most deadWaiterBound, though every lease is 30s: the
-// seat handed to it is only claimed until it takes its turn.
+// permit handed to it is only claimed until it takes its turn.
 func TestRedisDeadWaiterCostsSeconds(t *testing.T) {
 	t.Parallel()
 	srv, st, raw := setup(t, Options{})
 	const ttl = 30 * time.Second
 	req := func(key string) semaphore.Request { return semaphore.Request{Key: key, Permits: 1, TTL: ttl} }
-	// waitFree gives the seat back, and says how long the waiter behind
+	// waitFree gives the permit back, and says how long the waiter behind
 	// the dead one took to get it.
 	stall := func(t *testing.T, free func(), behind <-chan semaphoretest.Acquired) time.Duration {
 		t.Helper()
@@ -60,7 +60,7 @@ func TestRedisDeadWaiterCostsSeconds(t *testing.T) {
 			t.Fatalf("the first waiter: got %v, want a permit", r.Err)
 		}
 		if d := stall(t, func() { release(t, r.L) }, behind); d > deadWaiterBound {
-			t.Errorf("the waiter behind a dead one got the seat %v after it was freed, want within %v", d, deadWaiterBound)
+			t.Errorf("the waiter behind a dead one got the permit %v after it was freed, want within %v", d, deadWaiterBound)
 		}
 	})
 
@@ -74,11 +74,11 @@ func TestRedisDeadWaiterCostsSeconds(t *testing.T) {
 		behind, _ := startAcquire(t, st, req(key), 20*time.Second)
 		waitersOf(t, st, key, 2)
 		if d := stall(t, func() { release(t, h) }, behind); d > deadWaiterBound {
-			t.Errorf("the waiter behind a dead one got the seat %v after it was freed, want within %v", d, deadWaiterBound)
+			t.Errorf("the waiter behind a dead one got the permit %v after it was freed, want within %v", d, deadWaiterBound)
 		}
 	})
 
-	t.Run("as its seat is handed over", func(t *testing.T) {
+	t.Run("as its permit is handed over", func(t *testing.T) {
 		t.Parallel()
 		key := uniqueKey(t)
 		h := hold(t, st, req(key))
@@ -94,7 +94,7 @@ func TestRedisDeadWaiterCostsSeconds(t *testing.T) {
 		waitersOf(t, st, key, 2)
 		waitBlocked(t, raw, 1) // behind: the dying one's connection is gone
 		if d := stall(t, func() { release(t, h) }, behind); d > deadWaiterBound {
-			t.Errorf("the waiter behind a dead one got the seat %v after it was freed, want within %v", d, deadWaiterBound)
+			t.Errorf("the waiter behind a dead one got the permit %v after it was freed, want within %v", d, deadWaiterBound)
 		}
 	})
 }
@@ -152,7 +152,7 @@ func TestRedisScriptWorkIsFlat(t *testing.T) {
 	_, st, raw := setup(t, Options{})
 	ctx := context.Background()
 	// work runs one round on a key with waiters in line: the holder's
-	// release (which hands the seat over), the new holder's renewal, a
+	// release (which hands the permit over), the new holder's renewal, a
 	// waiter at the back keeping its place, and a status. It returns the
 	// commands they ran, scripts' own included.
 	work := func(waiters int) int64 {
@@ -321,7 +321,7 @@ func TestRedisCrowdOfDeadWaitersCostsSeconds(t *testing.T) {
 }
 
 // crowdStall makes a line of 200 behind 5 holders, kills the waiters dead
-// says, frees the seats, and checks how long the living took in all.
+// says, frees the permits, and checks how long the living took in all.
 func crowdStall(t *testing.T, dead func(i, line int) bool) {
 	srv, st, _ := setup(t, Options{})
 	const n, line = 5, 200

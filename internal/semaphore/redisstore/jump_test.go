@@ -87,7 +87,7 @@ func TestClockStepBackwardKeepsHolders(t *testing.T) {
 
 // TestClockQuietKeyCrashBound: the price of the rule, measured: a holder
 // that crashed on a key nobody touched for longer than half its TTL frees
-// its seat half a TTL after the first caller that comes then.
+// its permit half a TTL after the first caller that comes then.
 func TestClockQuietKeyCrashBound(t *testing.T) {
 	t.Parallel()
 	m, store, _, start := steppedStore(t)

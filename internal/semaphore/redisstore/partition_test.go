@@ -169,7 +169,7 @@ func partition(t *testing.T, minReplicas int) partitioned {
 	replicaOf(t, follower.raw, promoted.srv.Addr)
 	onlineReplicas(t, promoted.raw, 1)
 
-	// Y asks the new master, waiting in line behind X's seat there.
+	// Y asks the new master, waiting in line behind X's permit there.
 	ys := newStore(t, promoted.srv.URL(), Options{MinReplicas: minReplicas})
 	l, err := semaphoretest.AcquireWithin(t, ys, 4*ttl+5*time.Second, req)
 	p.partitionAsk = err

@@ -152,10 +152,10 @@ func TestPoisonedKeyLeavesStatusOfOthers(t *testing.T) {
 	}
 }
 
-// TestPoisonedSeatCountIsCountedAnew: a count of seats taken that is not
+// TestPoisonedUsedCountIsCountedAnew: a count of permits taken that is not
 // one is counted anew from the holders: it neither lets more in than N
-// nor keeps the seats taken.
-func TestPoisonedSeatCountIsCountedAnew(t *testing.T) {
+// nor keeps the permits taken.
+func TestPoisonedUsedCountIsCountedAnew(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
@@ -174,7 +174,7 @@ func TestPoisonedSeatCountIsCountedAnew(t *testing.T) {
 	}
 	_, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 2, TTL: 30 * time.Second, NoWait: true})
 	if !errors.Is(err, semaphore.ErrBusy) {
-		t.Errorf("a caller of a key whose 2 seats are taken, its count poisoned: got %v, want busy", err)
+		t.Errorf("a caller of a key whose 2 permits are taken, its count poisoned: got %v, want busy", err)
 	}
 }
 

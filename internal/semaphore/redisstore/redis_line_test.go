@@ -210,8 +210,8 @@ func TestRedisVanishedWaiterStallsNoOne(t *testing.T) {
 	}
 	release(t, ra.L)
 	released := time.Now()
-	// The vanished waiter's turn now: it is handed the seat, with the 1s
-	// lease it asked for, and never reads it; the seat lapses after that.
+	// The vanished waiter's turn now: it is handed the permit, with the 1s
+	// lease it asked for, and never reads it; the permit lapses after that.
 	rb := receive(t, behind, 5*time.Second, "waiter behind a vanished one")
 	if rb.Err != nil {
 		t.Fatalf("waiter behind a vanished one: got %v, want a permit", rb.Err)
@@ -373,7 +373,7 @@ func TestRedisOnWaitFollowsLine(t *testing.T) {
 	}
 }
 
-// TestRedisHeavyWaiterNotStarved: a waiter that needs every seat is not
+// TestRedisHeavyWaiterNotStarved: a waiter that needs every permit is not
 // passed by light callers who come after it, however busy they keep the
 // semaphore.
 func TestRedisHeavyWaiterNotStarved(t *testing.T) {
@@ -426,7 +426,7 @@ func TestRedisHeavyWaiterNotStarved(t *testing.T) {
 	before := grants.Load()
 	time.Sleep(50 * time.Millisecond)
 	if got := grants.Load(); got != before {
-		t.Errorf("light grants while the heavy waiter holds every seat: got %d, want 0", got-before)
+		t.Errorf("light grants while the heavy waiter holds every permit: got %d, want 0", got-before)
 	}
 	release(t, heavy)
 	waitFor(t, 5*time.Second, "light callers cycling again after the heavy one", func() bool { return grants.Load() >= before+lights })
@@ -512,13 +512,13 @@ func TestRedisCommandsPerGrantStayFlat(t *testing.T) {
 
 // TestRedisNewHeadWakesAtLapse: a waiter that moved to the head of the line
 // without being told (the one before it gave up, and it still did not fit)
-// takes a crashed holder's seat when its lease lapses, not at its next look
-// (at least 3s away with a 10s waiter lease).
+// takes a crashed holder's permit when its lease lapses, not at its next
+// look (at least 3s away with a 10s waiter lease).
 func TestRedisNewHeadWakesAtLapse(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	key := uniqueKey(t)
-	// A holder that never renews: as if killed, its seat lapses after 1s.
+	// A holder that never renews: as if killed, its permit lapses after 1s.
 	acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second})
 	granted := time.Now()
 	_, stopFirst := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}, 20*time.Second)
@@ -532,7 +532,7 @@ func TestRedisNewHeadWakesAtLapse(t *testing.T) {
 		t.Fatalf("the new first in line: got %v, want a permit", r.Err)
 	}
 	if took := time.Since(granted); took > 2500*time.Millisecond {
-		t.Errorf("the new first in line: got the crashed holder's seat %v after its grant, want soon after its 1s lease lapsed", took.Round(time.Millisecond))
+		t.Errorf("the new first in line: got the crashed holder's permit %v after its grant, want soon after its 1s lease lapsed", took.Round(time.Millisecond))
 	}
 }
 
@@ -607,7 +607,7 @@ func (s *scriptRuns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// TestRedisWaiterHandedItsPermit: a release hands the seat to the waiter
+// TestRedisWaiterHandedItsPermit: a release hands the permit to the waiter
 // blocked on its wake list, which returns its lease without asking the
 // store again, with a deadline no later than the lease the store gave it.
 func TestRedisWaiterHandedItsPermit(t *testing.T) {

@@ -203,12 +203,12 @@ func TestRedisRenew(t *testing.T) {
 	})
 }
 
-func TestRedisCrashedHolderFreesSeat(t *testing.T) {
+func TestRedisCrashedHolderFreesPermit(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	const ttl = time.Second
 
-	t.Run("waiting acquire gets the seat", func(t *testing.T) {
+	t.Run("waiting acquire gets the permit", func(t *testing.T) {
 		t.Parallel()
 		key := uniqueKey(t)
 		k := protocol.NewKeys(testPrefix, key)
@@ -227,10 +227,10 @@ func TestRedisCrashedHolderFreesSeat(t *testing.T) {
 		}
 		granted := hostclock.Now()
 		if nowMs := serverMicros(t, raw) / 1000; float64(nowMs) < za[0].Score {
-			t.Errorf("seat given at server time %d ms, want not before the lapsed lease's expiry %v ms", nowMs, za[0].Score)
+			t.Errorf("permit given at server time %d ms, want not before the lapsed lease's expiry %v ms", nowMs, za[0].Score)
 		}
 		if d := a.Deadline(); d.After(granted) {
-			t.Errorf("old holder's Deadline: got %v, want not after the moment the seat was given away (%v)", d, granted)
+			t.Errorf("old holder's Deadline: got %v, want not after the moment the permit was given away (%v)", d, granted)
 		}
 		if want := []semaphore.WaitState{{Held: 1, Capacity: 1, Position: 1, Waiting: 1}}; !slices.Equal(waits, want) {
 			t.Errorf("OnWait calls: got %+v, want %+v", waits, want)
@@ -261,7 +261,7 @@ func TestRedisCrashedHolderFreesSeat(t *testing.T) {
 			return err == nil
 		})
 		if d := time.Since(start); d < ttl/2 {
-			t.Errorf("seat freed after %v, want not before the lease (%v) ran out", d, ttl)
+			t.Errorf("permit freed after %v, want not before the lease (%v) ran out", d, ttl)
 		}
 	})
 }
@@ -670,7 +670,7 @@ func TestRedisHungStore(t *testing.T) {
 	})
 
 	// If Redis stalls while an acquire is in flight and the caller gives
-	// up, Redis may still grant that request once it answers again: a seat
+	// up, Redis may still grant that request once it answers again: a permit
 	// nobody holds, until its lease lapses (the README's bound).
 	t.Run("a ghost permit lapses with its lease", func(t *testing.T) {
 		t.Parallel()
@@ -690,7 +690,7 @@ func TestRedisHungStore(t *testing.T) {
 			t.Fatalf("resume redis-server: %v", err)
 		}
 		resumed := time.Now()
-		waitFor(t, ttl+5*time.Second, "the seat free again", func() bool {
+		waitFor(t, ttl+5*time.Second, "the permit free again", func() bool {
 			l, err := st.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true})
 			if err == nil {
 				release(t, l)
@@ -700,7 +700,7 @@ func TestRedisHungStore(t *testing.T) {
 		// The server ran the request as it resumed, so the ghost's lease
 		// lapses a TTL later; a second for the server to catch up.
 		if d := time.Since(resumed); d > ttl+time.Second {
-			t.Errorf("seat free again %v after Redis resumed, want within the ghost's lease, %v", d, ttl)
+			t.Errorf("permit free again %v after Redis resumed, want within the ghost's lease, %v", d, ttl)
 		}
 		if n := zcard(t, raw, k.Holders); n != 0 {
 			t.Errorf("holders once the ghost's lease lapsed: got %d, want 0", n)
@@ -715,7 +715,7 @@ func TestRedisHungStore(t *testing.T) {
 		key := uniqueKey(t)
 		k := protocol.NewKeys(testPrefix, key)
 		const ttl = 2 * time.Second // a waiter lease of WaiterLease
-		// The seat is taken by another process's store: this one has not
+		// The permit is taken by another process's store: this one has not
 		// asked of the key (it would ride out the stall), but is connected.
 		hold(t, newStore(t, srv.URL(), Options{}), semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
 		acquire(t, st, semaphore.Request{Key: uniqueKey(t), Permits: 1, TTL: 5 * time.Second})

@@ -13,7 +13,7 @@ import (
 
 // TestRedisSentinelFailover: through three sentinels, a holder whose grant
 // a replica had keeps its permit when the master is killed and the
-// replica promoted, and a waiter gets the seat from the new
+// replica promoted, and a waiter gets the permit from the new
 // master only once that holder releases it.
 func TestRedisSentinelFailover(t *testing.T) {
 	t.Parallel()

@@ -39,7 +39,7 @@ func holdArgs(t *testing.T, c *redis.Client, key string, a HoldArgs) HoldReply {
 
 // TestScriptsBoundCapsTheLease: a bounded permit is granted and renewed
 // up to its bound and no further, is not renewed from then on, and its
-// seat is free then, whatever its TTL.
+// permit is free then, whatever its TTL.
 func TestScriptsBoundCapsTheLease(t *testing.T) {
 	t.Parallel()
 	const bound, ttl = 1500 * time.Millisecond, 20 * time.Second

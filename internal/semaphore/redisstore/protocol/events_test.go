@@ -73,7 +73,7 @@ func TestScriptsLogEachGrantOnce(t *testing.T) {
 			b.advance(100 * time.Millisecond)
 			r, err := DecodeRelease(runScript(t, b.c, k, ReleaseArgs{ID: holder.ID, Exit: 3}))
 			if err != nil || !r.Released || len(r.Handed) != 1 {
-				t.Fatalf("release: got (%+v, %v), want released, the seat handed to the waiter", r, err)
+				t.Fatalf("release: got (%+v, %v), want released, the permit handed to the waiter", r, err)
 			}
 			if took := runAcquireArgs(t, b.c, k, waiter); !took.Granted {
 				t.Fatalf("the waiter asks again: got %+v, want its turn taken", took)

@@ -60,7 +60,7 @@ func TestScriptsStoredCapacity(t *testing.T) {
 }
 
 // TestScriptsPause: a paused key grants nothing, to callers or to its
-// line, and says why; a resume hands the seats to the line; a pause with
+// line, and says why; a resume hands the permits to the line; a pause with
 // an end ends by itself.
 func TestScriptsPause(t *testing.T) {
 	t.Parallel()
@@ -78,7 +78,7 @@ func TestScriptsPause(t *testing.T) {
 			runRelease(t, b.c, key, "A")
 			expectHandedOver(t, sub, "a release on a paused key")
 			if g := runCall(t, b.c, key, "N", call{n: 1, ttl: ttl}); g.Granted || !g.Paused {
-				t.Errorf("no-wait caller on a paused key with a seat free: got %+v, want busy, paused", g)
+				t.Errorf("no-wait caller on a paused key with a permit free: got %+v, want busy, paused", g)
 			}
 			if st := runStatus(t, b.c, key); st.Paused == nil || st.Paused.Reason != "db upkeep" || st.Paused.EndsIn != 0 {
 				t.Errorf("status: got pause %+v, want db upkeep, no end", st.Paused)
@@ -102,7 +102,7 @@ func TestScriptsPause(t *testing.T) {
 }
 
 // TestScriptsRevoke: a revoked holder is renewed no more, told why, and
-// its seat stays taken until it lets go or lapses; --force frees it at
+// its permit stays taken until it lets go or lapses; --force frees it at
 // once and the next token is higher; an id no holder has is said so; a
 // hold revoked ends as revoked.
 func TestScriptsRevoke(t *testing.T) {
@@ -188,7 +188,7 @@ func TestScriptsPolicyThatIsNoHash(t *testing.T) {
 
 // TestScriptsOperatorCallsKeepTheSilenceRule: an operator's call after a
 // silence pushes leases back, as any call does, rather than sweeping
-// holders whose commands still run and handing their seats on.
+// holders whose commands still run and handing their permits on.
 func TestScriptsOperatorCallsKeepTheSilenceRule(t *testing.T) {
 	t.Parallel()
 	b := backends(t)[0] // miniredis: its clock jumps
