@@ -621,26 +621,38 @@ end
 -- restartedAt is when the server last started, or took over as master
 -- under a replication id the key has not seen yet (ms on its clock; 0
 -- when it cannot tell), from INFO; with the replication id and the one
--- the key last saw, for fenced() to remember. One section per call: Redis
--- before 7 takes no more. A server that has no such INFO is not fenced;
--- with strict, a user not allowed INFO must hear of it, not lose the
--- fence in silence.
+-- the key last saw, for fenced() to remember. A server that has no such
+-- INFO is not fenced; with strict, a user not allowed INFO must hear of
+-- it, not lose the fence in silence.
 local function restartedAt(strict)
-  local function serverInfo(section)
-    local ok, out = pcall(redis.call, 'INFO', section)
+  local function serverInfo(section, also)
+    local ok, out
+    if also then
+      ok, out = pcall(redis.call, 'INFO', section, also)
+    else
+      ok, out = pcall(redis.call, 'INFO', section)
+    end
     if ok then return type(out) == 'string', out end
     local msg = type(out) == 'table' and out.err or tostring(out)
     if strict and (string.find(msg, 'NOPERM', 1, true) or string.find(msg, "can't run this command", 1, true)) then
-      error('NOPERM semrun needs INFO (' .. section .. ') for the restart fence: ' .. msg)
+      error('NOPERM semrun needs INFO (' .. section .. (also and ' ' .. also or '') .. ') for the restart fence: ' .. msg)
     end
     return false, nil
   end
+  -- A field's value, found as plain text: a pattern tried at every place
+  -- of the long text cost more than the INFO.
+  local function infoField(info, name, pattern)
+    local at = string.find(info, '\n' .. name .. ':', 1, true)
+    return at and string.match(info, pattern, at + #name + 2)
+  end
   local from = 0
-  local ok, info = serverInfo('server')
-  local up = ok and num(string.match(info, 'uptime_in_seconds:(%d+)'), 0, MAXINT)
+  -- Redis 7 answers both sections in one call (before 7, one a call).
+  local both = (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000
+  local ok, info = serverInfo('server', both and 'replication' or nil)
+  local up = ok and num(infoField(info, 'uptime_in_seconds', '^(%d+)'), 0, MAXINT)
   if up then from = now - up * 1000 end
-  ok, info = serverInfo('replication')
-  local replid = ok and string.match(info, 'master_replid:(%x+)')
+  if not both then ok, info = serverInfo('replication') end
+  local replid = ok and infoField(info, 'master_replid', '^(%x+)')
   local seen = nil
   if replid then
     seen = redis.call('HGET', infoKey, '#replid')
