@@ -29,7 +29,9 @@ var topLevel = map[string]bool{
 // commands counts the Redis commands semrun sends per grant when many
 // wait: the statistics are reset, semruns all start at once on one key
 // with one permit and a child that does nothing, and INFO commandstats
-// tells what the server ran. Then what logging events costs (eventsCost).
+// tells what the server ran. Then Redis's time per uncontended grant
+// against a minimal semaphore (grantCost), and what logging events costs
+// (eventsCost).
 func (b *bench) commands() ([]*table, error) {
 	if b.redis == nil {
 		fmt.Fprintln(os.Stderr, "bench: commands: skipped, without redis-server")
@@ -51,11 +53,15 @@ func (b *bench) commands() ([]*table, error) {
 	_, storedTop, storedAll := topLevelOf(stored, scripted)
 	t.note("The same on a key with a capacity stored by an operator (semrun key set KEY --permits 1): %.2f top-level commands and %.1f in all per grant, against %.2f and %.1f.",
 		float64(storedTop)/float64(n), float64(storedAll)/float64(n), float64(top)/float64(n), float64(all)/float64(n))
-	events, err := b.eventsCost(scripted)
+	grant, err := b.grantCost(scripted)
 	if err != nil {
 		return []*table{t}, err
 	}
-	return []*table{t, events}, nil
+	events, err := b.eventsCost(scripted)
+	if err != nil {
+		return []*table{t, grant}, err
+	}
+	return []*table{t, grant, events}, nil
 }
 
 // commandsRound starts n semruns at once and tells the calls of each

@@ -29,13 +29,14 @@ const (
 var eventsHolder = semaphore.HolderInfo{Host: "build-agent-17.example.com", PID: 123456, Command: "render.sh",
 	Label: "https://ci.example.com/org/repo/-/jobs/1234567"}
 
-// eventsSide is one side of the events A/B: a store that logs events or
-// one with NoEvents, its key, and what its runs cost Redis.
-type eventsSide struct {
+// costSide is one side of an A/B of what grants cost Redis: what one
+// grant and release is (run), the commands its scripts call (scripted,
+// which INFO commandstats counts as well as those sent), and what its
+// runs cost.
+type costSide struct {
 	name     string
-	noEvents bool
-	store    *redisstore.Store
-	key      string
+	run      func() error
+	scripted map[string]bool
 	top, all int64
 	// usec is the µs per run of each round: their median says less of a
 	// round the machine was busy for.
@@ -50,43 +51,65 @@ type eventsSide struct {
 func (b *bench) eventsCost(scripted map[string]bool) (*table, error) {
 	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	sides := []*eventsSide{{name: "events on"}, {name: "events off (NoEvents)", noEvents: true}}
-	for _, s := range sides {
-		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: "bench-events:", NoEvents: s.noEvents})
+	var sides []*costSide
+	onKey := ""
+	for _, noEvents := range []bool{false, true} {
+		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: "bench-events:", NoEvents: noEvents})
 		if err != nil {
 			return nil, err
 		}
 		defer st.Close()
-		s.store = st
-		s.key, _ = b.key("events")
-		if err := grantAndRelease(b, st, s.key); err != nil { // loads the scripts, makes the keys
-			return nil, err
+		key, _ := b.key("events")
+		req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, NoWait: true, Holder: eventsHolder}
+		s := &costSide{name: "events on", run: func() error { return grantAndRelease(b, st, req) }, scripted: scripted}
+		if noEvents {
+			s.name = "events off (NoEvents)"
+		} else {
+			onKey = key
 		}
+		sides = append(sides, s)
 	}
-	for r := range eventsRounds {
-		for i := range sides {
-			// Each side first in half the rounds.
-			if err := b.eventsRound(c, sides[(r+i)%len(sides)], scripted); err != nil {
-				return nil, err
-			}
-		}
+	if err := b.costRounds(c, sides, eventsRuns, eventsRounds); err != nil {
+		return nil, err
 	}
 	t := eventsTable(sides[0], sides[1])
-	if err := b.eventsLogSize(c, t, sides[0].key); err != nil {
+	if err := b.eventsLogSize(c, t, onKey); err != nil {
 		return nil, err
 	}
 	t.note("In process, Acquire (NoWait) then Release on one key, nothing waiting: only the store's own commands count, not a process's start. Redis µs is the usec INFO commandstats gives the commands semrun sent (the scripts' time included), not the ones the scripts ran, which it also counts: the median of the rounds, and of the rounds' differences.")
 	return t, nil
 }
 
-// eventsRound makes one round's grants and releases on s, and adds to s
-// the commands they cost and the µs Redis spent in those semrun sent.
-func (b *bench) eventsRound(c *redis.Client, s *eventsSide, scripted map[string]bool) error {
+// costRounds runs each side once (which loads its scripts and makes its
+// keys), then runs grants and releases on each, runs in all, in rounds
+// that alternate the sides, so that a machine busy for a while weighs on
+// all: each side first in as many rounds.
+func (b *bench) costRounds(c *redis.Client, sides []*costSide, runs, rounds int) error {
+	for _, s := range sides {
+		if err := s.run(); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	for r := range rounds {
+		for i := range sides {
+			s := sides[(r+i)%len(sides)]
+			if err := b.costRound(c, s, runs/rounds); err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// costRound makes n grants and releases on s, and adds to s the commands
+// they cost and the µs Redis spent in those sent (not in those a script
+// ran, which INFO commandstats also counts).
+func (b *bench) costRound(c *redis.Client, s *costSide, n int) error {
 	if err := c.ConfigResetStat(b.ctx).Err(); err != nil {
 		return err
 	}
-	for range eventsRuns / eventsRounds {
-		if err := grantAndRelease(b, s.store, s.key); err != nil {
+	for range n {
+		if err := s.run(); err != nil {
 			return err
 		}
 	}
@@ -96,27 +119,27 @@ func (b *bench) eventsRound(c *redis.Client, s *eventsSide, scripted map[string]
 	}
 	calls, usec := commandStats(info), commandUsec(info)
 	delete(calls, "config|resetstat")
-	_, top, all := topLevelOf(calls, scripted)
+	_, top, all := topLevelOf(calls, s.scripted)
 	s.top, s.all = s.top+top, s.all+all
 	var spent int64
 	for name, u := range usec {
-		if sentBySemrun(name, scripted) && name != "config|resetstat" && name != "info" {
+		if sentBySemrun(name, s.scripted) && name != "config|resetstat" && name != "info" {
 			spent += u
 		}
 	}
-	s.usec = append(s.usec, float64(spent)/float64(eventsRuns/eventsRounds))
+	s.usec = append(s.usec, float64(spent)/float64(n))
 	return nil
 }
 
 // eventsTable shows what each side cost per run, and what logging events
 // adds: on's cost less off's.
-func eventsTable(on, off *eventsSide) *table {
+func eventsTable(on, off *costSide) *table {
 	t := &table{
 		title: fmt.Sprintf("events: what logging a key's events costs Redis, per uncontended grant and release (%d each side, A/B alternated in %d rounds)", eventsRuns, eventsRounds),
 		head:  []string{"store", "commands sent", "commands in all", "Redis µs", "target"},
 	}
 	per := func(n int64) float64 { return float64(n) / eventsRuns }
-	for _, s := range []*eventsSide{on, off} {
+	for _, s := range []*costSide{on, off} {
 		t.add(s.name, fmt.Sprintf("%.2f", per(s.top)), fmt.Sprintf("%.1f", per(s.all)), fmt.Sprintf("%.1f", median(s.usec)), "")
 	}
 	extra := per(on.all - off.all)
@@ -163,11 +186,12 @@ func median(v []float64) float64 {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
-// grantAndRelease takes key's one permit and gives it back.
-func grantAndRelease(b *bench, st *redisstore.Store, key string) error {
-	l, err := st.Acquire(b.ctx, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, NoWait: true, Holder: eventsHolder})
+// grantAndRelease takes a permit as req asks and gives it back, as a run
+// whose command exited 0 does.
+func grantAndRelease(b *bench, st *redisstore.Store, req semaphore.Request) error {
+	l, err := st.Acquire(b.ctx, req)
 	if err != nil {
 		return err
 	}
-	return l.Release(b.ctx)
+	return l.Finish(b.ctx, 0)
 }

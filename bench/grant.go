@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/redisstore"
+)
+
+// Grant: what one uncontended grant and release cost Redis, semrun's
+// against the least a Redis semaphore can do.
+const (
+	grantRuns   = 3000
+	grantRounds = 15
+	// grantRatioTarget is the most Redis's time per semrun grant may be,
+	// as a multiple of the minimal semaphore's.
+	grantRatioTarget = 8.0
+)
+
+// minimalAcquire is a counting semaphore at its simplest: one sorted set
+// of leases on the server's clock; the lapsed are swept, the rest
+// counted, and a lease added when one is free. Its release is a ZREM.
+// No line, no fencing token, no restart fence, no weights, no events:
+// what semrun does beyond it is what its promises cost.
+var minimalAcquire = redis.NewScript(`local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`)
+
+// minimalScripted is what minimalAcquire calls.
+var minimalScripted = map[string]bool{"time": true, "zremrangebyscore": true, "zcard": true, "zadd": true, "pexpire": true}
+
+// grantCost measures, A/B in one run, Redis's time per uncontended grant
+// and release: semrun's store asked as a run asks (a lease of 30s, 3
+// permits, the bench's restart fence, waiting if it must), with events
+// and without, and the minimal semaphore, each one grant after another
+// on one connection, in process.
+func (b *bench) grantCost(scripted map[string]bool) (*table, error) {
+	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	var sides []*costSide
+	for _, noEvents := range []bool{false, true} {
+		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: "bench-grant:", NoEvents: noEvents})
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		key, _ := b.key("grant")
+		req := semaphore.Request{Key: key, Permits: 3, TTL: 30 * time.Second, RestartFence: benchFence, Holder: eventsHolder}
+		name := "semrun"
+		if noEvents {
+			name = "semrun, events off"
+		}
+		sides = append(sides, &costSide{name: name, run: func() error { return grantAndRelease(b, st, req) }, scripted: scripted})
+	}
+	key, _ := b.key("minimal")
+	n := 0
+	minimal := &costSide{name: "minimal semaphore", scripted: minimalScripted, run: func() error {
+		n++
+		id := fmt.Sprintf("%026d", n)
+		got, err := minimalAcquire.Run(b.ctx, c, []string{key}, 3, 30000, id).Int()
+		if err != nil {
+			return err
+		}
+		if got != 1 {
+			return fmt.Errorf("minimal semaphore: not granted")
+		}
+		return c.ZRem(b.ctx, key, id).Err()
+	}}
+	sides = append(sides, minimal)
+	if err := b.costRounds(c, sides, grantRuns, grantRounds); err != nil {
+		return nil, err
+	}
+	return grantTable(sides, minimal), nil
+}
+
+// grantTable shows each side's cost per grant and release, against the
+// minimal semaphore's.
+func grantTable(sides []*costSide, minimal *costSide) *table {
+	t := &table{
+		title: fmt.Sprintf("grant: Redis's time per uncontended grant and release, against a minimal semaphore (%d each, A/B alternated in %d rounds)", grantRuns, grantRounds),
+		head:  []string{"store", "commands sent", "commands in all", "Redis µs", "/ minimal", "target"},
+	}
+	per := func(n int64) float64 { return float64(n) / grantRuns }
+	floor := median(minimal.usec)
+	for _, s := range sides {
+		// Each round's ratio: both sides ran then, on the same machine.
+		ratios := make([]float64, len(s.usec))
+		for r := range ratios {
+			ratios[r] = s.usec[r] / max(minimal.usec[r], 0.01)
+		}
+		ratio, target := median(ratios), ""
+		if s == sides[0] {
+			target = fmt.Sprintf("≤ %.0f×: %s", grantRatioTarget, verdict(ratio <= grantRatioTarget))
+		}
+		t.add(s.name, fmt.Sprintf("%.2f", per(s.top)), fmt.Sprintf("%.1f", per(s.all)), fmt.Sprintf("%.1f", median(s.usec)),
+			fmt.Sprintf("%.1f×", ratio), target)
+	}
+	t.note("In process, on one connection, one grant after another, nothing waiting: only the store's own work counts, not a process's start. semrun's store is asked as a run asks: 3 permits, a 30s lease, a restart fence of %v, waiting if it must. Redis µs is the usec INFO commandstats gives the commands sent (the scripts' time included), the median of the rounds; / minimal, the median of each round's ratio. The minimal semaphore (%.1f µs) is one sorted set of leases, swept, counted and added to by one script, and a ZREM: no line, fencing token, restart fence, weights or events.", benchFence, floor)
+	return t
+}
