@@ -1,4 +1,4 @@
--- acquire.lua: sweep lapsed holders and waiters, handing their seats to the
+-- acquire.lua: sweep lapsed holders and waiters, handing their permits to the
 -- waiters whose turn that makes, then grant a permit when it is the
 -- caller's turn: nobody waits and its weight fits under N, or it was
 -- handed one. Otherwise, unless it will not wait, the caller gets, or
@@ -8,7 +8,7 @@
 --   permits  the capacity N
 --   ttl      the lease, ms
 --   meta     what status shows of the caller
---   weight   the seats it takes
+--   weight   the permits it takes
 --   wait     the waiter lease in a short line, ms; 0: the caller does not
 --            wait. A longer line stretches it (PERWAITER a waiter, at
 --            most MAXWAIT), so that keeping places costs Redis the same
@@ -31,7 +31,7 @@
 -- Reply (AcquireReply in args.go):
 --   granted   1 when the caller holds a permit
 --   token     its fencing token (0 when not granted)
---   held      the seats taken
+--   held      the permits taken
 --   previous  the capacity the previous caller asked
 --   lapse     ms until the earliest lease lapses (or, while fenced, until the fence ends)
 --   position  the caller's place in line (1 first; 0 not in line)
@@ -42,7 +42,7 @@
 --   moved     ms the holders' leases were pushed back (negative: ms the clock went back; see rebase)
 --   full      1 when the line was full and the caller is not in it
 --   bad       the records this call dropped, which were not records
---   handed    the wake lists of the waiters this call handed a seat to (see handoff)
+--   handed    the wake lists of the waiters this call handed a permit to (see handoff)
 --   wait      the caller's waiter lease, ms (0 when not in line)
 --   since     the server's clock when the permit was granted (0 when not)
 --   stored    the capacity an operator stored, which the caller is admitted
@@ -111,7 +111,7 @@ if inline and wlease > 0 then
 end
 -- A waiter that asks again runs the hand-over too: its turn may have come
 -- while no script could hand it over (the restart fence held it back). So
--- does a caller that finds seats free and a line: its head may be a
+-- does a caller that finds permits free and a line: its head may be a
 -- record that is not one, or a waiter whose lease lapsed.
 if changed or inline or (busy < n and redis.call('ZCARD', queueKey) > 0) then
   local given, err

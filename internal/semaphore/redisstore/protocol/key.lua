@@ -7,7 +7,7 @@
 --   pause    reason; for, ms (0: until resumed)
 --   resume
 --   revoke   holder, a holder's public id (publicID); reason; force: 1
---            frees its seat at once (a holder known to be dead); a
+--            frees its permit at once (a holder known to be dead); a
 --            cooling with that id ends at once
 -- and wake, the prefix of the key's wake lists; quiet (see event in
 -- lib.lua).
@@ -15,7 +15,7 @@
 -- reason, pausedfor (as status.lua's, after the op), bad, handed, fresh
 -- (see acquire.lua's reply).
 -- Events: each op's (capacity, pause, resume, revoke).
--- A resume, a higher capacity or a forced revoke hands the seats that
+-- A resume, a higher capacity or a forced revoke hands the permits that
 -- frees to the line at once.
 local a = args()
 local op, wake = a.op, a.wake

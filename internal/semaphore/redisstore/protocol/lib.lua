@@ -6,7 +6,7 @@
 -- KEYS, the same for every script, in this order (keys.go names them):
 --   holders: sorted set, permit id -> lease expiry (ms on the server's clock)
 --   info:    hash, permit id -> holder record; "#cap" -> the capacity the
---            latest caller asked; "#used" -> the seats the holders take;
+--            latest caller asked; "#used" -> the permits the holders take;
 --            "#claim <id>" -> the full lease of a permit handed over and
 --            not yet claimed (see handoff); "#bound <id>", "#min <id>"
 --            -> that permit's terms (see terms); "#cool <id>" -> the exit
@@ -46,7 +46,7 @@
 -- with BLPOP). Meta is opaque to the scripts.
 --
 -- Every script's work grows with the logarithm of the line and the
--- holders (sorted sets), plus the seats it hands over: nothing walks a
+-- holders (sorted sets), plus the permits it hands over: nothing walks a
 -- whole set. Everything read back is checked (num, readHolder,
 -- readWaiter): anyone who can write these keys may have written anything.
 local holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -146,7 +146,7 @@ local function wakekey(prefix, id)
   return prefix .. ':' .. string.sub(redis.sha1hex(id), 1, 16)
 end
 
--- used is how many seats the holders take (kept in "#used": counting
+-- used is how many permits the holders take (kept in "#used": counting
 -- them would walk every holder). A key without holders takes none, which
 -- heals a count that went wrong; a count that is not one is counted anew
 -- from the holders, once.
@@ -167,8 +167,8 @@ local function used()
   return n
 end
 
--- removeHolder ends a holder's permit and frees its seats; one whose
--- record is not one took one seat. The count is read before the holder
+-- removeHolder ends a holder's permit, freeing the permits its weight
+-- took; one whose record is not one took one. The count is read before the holder
 -- goes, as a count counted anew must include it. It returns the holder
 -- (nil for a record that is not one), and whether it was cooling: given
 -- back already.
@@ -373,7 +373,7 @@ end
 -- min hold after its grant). A direct grant records them (grant); a
 -- permit handed over has them recorded by its holder's first call, which
 -- knows them (recordTerms). A holder that stops renewing, hangs or is
--- old then frees its seat by its bound, and one that crashed, or whose
+-- old then frees its permit by its bound, and one that crashed, or whose
 -- release never came, still cools.
 
 -- terms reads id's bound and min hold end (nil: none), whether it cools,
@@ -469,7 +469,7 @@ local function capacity(n)
   return policy().cap or n
 end
 
--- grant gives id a permit of n seats' capacity, weight seats, until
+-- grant gives id a permit of a capacity of n, taking weight permits, until
 -- expiry, and returns its fencing token. The token is seeded from the
 -- server's clock in microseconds, so tokens keep rising even after the
 -- keys expired or the store lost its data. A token that is not a number
@@ -533,7 +533,7 @@ end
 -- means that the clock stepped forward, or that every holder stopped
 -- renewing (crashed, cut off), and no script can tell which: the holders'
 -- leases are pushed back by the silence beyond that half, so that a step
--- does not sweep holders whose commands still run; crashed holders' seats
+-- does not sweep holders whose commands still run; crashed holders' permits
 -- take that much longer to free. No lease is pushed past the longest
 -- lease from now, and none is shortened (a cooling lasts longer). A
 -- bound moves with its lease. A step backwards only makes leases last
@@ -700,13 +700,13 @@ end
 -- Each gets its turn pushed to its wake list and starts its command as
 -- soon as it reads it, without asking again. Until then its permit is
 -- only claimed: it lapses after CLAIM unless the waiter took the turn
--- (sweep), so a waiter that died in line frees its seat in seconds. The
+-- (sweep), so a waiter that died in line frees its permit in seconds. The
 -- wake lists are listed in handed: the caller looks whether each turn
 -- was taken at once, and if not has the first waiter left in line look
 -- again when the claim lapses (watch.lua). The element stays until read,
 -- so none is lost while the waiter is busy; a list whose waiter is gone
 -- vanishes once the lease it carries could have lapsed. It returns the
--- longest lease it granted, the seats it gave, and an error for a token it
+-- longest lease it granted, the permits it gave, and an error for a token it
 -- cannot raise.
 local handed = {}
 local function handoff(wake, busy)

@@ -12,13 +12,13 @@
 -- Reply: released, 1 when the permit was held or the caller waited, 0
 -- otherwise; cooling, ms the permit stays taken (0: none); bad, the
 -- records this call dropped, which were not records; handed, the wake
--- lists of the waiters it handed a seat to (see handoff); fresh (see
+-- lists of the waiters it handed a permit to (see handoff); fresh (see
 -- acquire.lua's reply).
 -- Events: the release, once (a permit cooling was given back already), or
 -- the waiter's timeout or leave.
 -- The wake list goes first: while its slot migrates, Redis refuses a key
 -- the node no longer has, and refused before any write, a retry finds
--- everything as it was, the seat to hand over included.
+-- everything as it was, the permit to hand over included.
 local a = args()
 local coolFor, exit = num(a.cool or '0', 0, MAXCOOL), num(a.exit or '-1', -1, 255)
 if not (a.id and a.wake and coolFor and exit) then

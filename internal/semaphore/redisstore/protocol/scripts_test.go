@@ -572,12 +572,12 @@ func TestScriptsServeTheLineInOrder(t *testing.T) {
 				t.Errorf("status after the handover to W1: got %+v, want 1 held, 2 waiting", st)
 			}
 			if g := runCall(t, b.c, key, "W2", wait); g.Granted || g.Held != 1 || g.Position != 1 || g.Waiting != 2 {
-				t.Errorf("W2 while W1 holds the seat it was handed: got %+v, want not granted, 1 held, position 1 of 2", g)
+				t.Errorf("W2 while W1 holds the permit it was handed: got %+v, want not granted, 1 held, position 1 of 2", g)
 			}
 			if g := expectSamePermit(t, sub, "W1", wait, w1); g.Held != 1 || g.Waiting != 2 {
 				t.Errorf("W1 asking after the handover: got %+v, want 1 held, 2 waiting", g)
 			}
-			// W2 leaves the line: W3 moves up, but the seat is still taken.
+			// W2 leaves the line: W3 moves up, but the permit is still taken.
 			if n := runRelease(t, b.c, key, "W2"); n != 1 {
 				t.Errorf("release of a waiter: got %d, want 1", n)
 			}
@@ -607,7 +607,7 @@ func TestScriptsServeTheLineInOrder(t *testing.T) {
 	}
 }
 
-// TestScriptsWeights: a waiter takes its weight's seats, a light waiter
+// TestScriptsWeights: a waiter takes its weight's permits, a light waiter
 // does not pass a heavy one, and one release can hand permits to several
 // waiters.
 func TestScriptsWeights(t *testing.T) {
@@ -627,12 +627,12 @@ func TestScriptsWeights(t *testing.T) {
 			if g := runCall(t, b.c, key, "HEAVY", heavy); g.Granted || g.Position != 1 {
 				t.Fatalf("heavy waiter: got %+v, want not granted, position 1", g)
 			}
-			// One seat is free, but the heavy waiter came first.
+			// One permit is free, but the heavy waiter came first.
 			if g := runCall(t, b.c, key, "LIGHT", light); g.Granted || g.Position != 2 {
-				t.Errorf("light waiter behind a heavy one, a seat free: got %+v, want not granted, position 2", g)
+				t.Errorf("light waiter behind a heavy one, a permit free: got %+v, want not granted, position 2", g)
 			}
 			if g := runCall(t, b.c, key, "Y", call{n: 3, ttl: 10 * time.Second}); g.Granted {
-				t.Errorf("no-wait weight 1 with a seat free and a line: got %+v, want not granted", g)
+				t.Errorf("no-wait weight 1 with a permit free and a line: got %+v, want not granted", g)
 			}
 			if n := runRelease(t, b.c, key, "H"); n != 1 {
 				t.Fatalf("release: got %d, want 1", n)
@@ -642,7 +642,7 @@ func TestScriptsWeights(t *testing.T) {
 				t.Errorf("status with the heavy waiter handed its permit: got %+v, want held 3 by one holder of weight 3", st)
 			}
 			if g := runCall(t, b.c, key, "LIGHT", light); g.Granted || g.Held != 3 || g.Position != 1 {
-				t.Errorf("light waiter while the heavy one holds every seat: got %+v, want not granted, 3 held, position 1", g)
+				t.Errorf("light waiter while the heavy one holds every permit: got %+v, want not granted, 3 held, position 1", g)
 			}
 			if g := expectSamePermit(t, sub, "HEAVY", heavy, hv); g.Held != 3 || g.Waiting != 1 {
 				t.Fatalf("heavy waiter asking after the handover: got %+v, want 3 held, 1 waiting", g)
@@ -724,9 +724,9 @@ func TestScriptsSweepGivesTurns(t *testing.T) {
 			}
 			b.advance(time.Duration(max(expiry-b.nowMicros(t)/1000, 0)) * time.Millisecond)
 			// The holder's lease lapsed: the caller that swept it hands W
-			// the seat, and counts it as taken.
+			// the permit, and counts it as taken.
 			if g := runAcquire(t, b.c, key, "X", 1, time.Second, ""); g.Granted || g.Held != 1 || g.Waiting != 0 {
-				t.Errorf("no-wait caller after the holder's lease lapsed: got %+v, want not granted (W handed the seat), 1 held, nobody waiting", g)
+				t.Errorf("no-wait caller after the holder's lease lapsed: got %+v, want not granted (W handed the permit), 1 held, nobody waiting", g)
 			}
 			tr := expectHandedOver(t, sub, "after the holder's lease lapsed", "W")["W"]
 			expectSamePermit(t, sub, "W", wait, tr)
@@ -775,7 +775,7 @@ func TestScriptsDropTheirOwnWakeList(t *testing.T) {
 				t.Fatalf("wake lists after W1 released: got %v, want W2's only, of 1 element", got)
 			}
 			// W2 gives its permit back before reading its list: the list
-			// goes, and W3, whose turn it is now, is handed the seat.
+			// goes, and W3, whose turn it is now, is handed the permit.
 			if n := runRelease(t, b.c, key, "W2"); n != 1 {
 				t.Fatalf("release of W2, handed its permit: got %d, want 1", n)
 			}
@@ -1008,7 +1008,7 @@ func TestScriptsHandoverKeepsKeysAlive(t *testing.T) {
 // TestScriptsLateWaiterAsksAgain: a waiter that reads its turn only after
 // the lease it was handed lapsed (it was stopped, say) has lost that
 // permit: its renewal fails, and when it asks again it is not granted but
-// back in line, behind whoever the lapse gave the seat to.
+// back in line, behind whoever the lapse gave the permit to.
 func TestScriptsLateWaiterAsksAgain(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends(t) {
@@ -1037,7 +1037,7 @@ func TestScriptsLateWaiterAsksAgain(t *testing.T) {
 			if g.Granted || g.Token != 0 || g.Held != 1 || g.Position != 1 || g.Waiting != 1 || g.Left != 0 {
 				t.Errorf("LATE asking again after its lease lapsed: got %+v, want not granted, 1 held, back in line at position 1 of 1", g)
 			}
-			// Its call swept the lapsed permit and handed the seat to NEXT.
+			// Its call swept the lapsed permit and handed it to NEXT.
 			next := expectHandedOver(t, sub, "after LATE asked again", "NEXT")["NEXT"]
 			if next.Token <= handed.Token {
 				t.Errorf("token handed to NEXT: got %d, want more than LATE's lapsed %d", next.Token, handed.Token)
@@ -1049,7 +1049,7 @@ func TestScriptsLateWaiterAsksAgain(t *testing.T) {
 			if st.Held != 1 || len(st.Holders) != 1 || st.Holders[0].Token != next.Token || len(st.Waiters) != 1 {
 				t.Errorf("status after LATE asked again: got %+v, want NEXT the only holder (token %d), LATE waiting", st, next.Token)
 			}
-			// Once NEXT gives the seat back, LATE is handed a new permit.
+			// Once NEXT gives the permit back, LATE is handed a new permit.
 			if n := runRelease(t, b.c, key, "NEXT"); n != 1 {
 				t.Fatalf("release of NEXT: got %d, want 1", n)
 			}
@@ -1086,7 +1086,7 @@ func TestScriptsStaleTurnGoesWithTheLapsedPermit(t *testing.T) {
 			if elems, err := b.c.LRange(ctx, wakeKey(w.wake, "LATE"), 0, -1).Result(); err != nil || len(elems) != 0 {
 				t.Errorf("LATE's wake list once it is back in line: got (%q, %v), want empty (the lapsed permit's turn gone)", elems, err)
 			}
-			// Its call handed the seat to NEXT, whose list alone remains.
+			// Its call handed the permit to NEXT, whose list alone remains.
 			expectHandedOver(t, w, "after LATE asked again", "NEXT")
 		})
 	}
@@ -1094,7 +1094,7 @@ func TestScriptsStaleTurnGoesWithTheLapsedPermit(t *testing.T) {
 
 // TestScriptsVanishedWaiterStallsForItsLeases: a waiter that vanished
 // (killed while in line) and whose turn comes while its place is still
-// leased is handed the seat, which frees when that permit's lease lapses:
+// leased is handed the permit, which frees when that permit's lease lapses:
 // it stalls the ones behind it for at most its waiter lease and its TTL,
 // the bound the README gives.
 func TestScriptsVanishedWaiterStallsForItsLeases(t *testing.T) {

@@ -6,7 +6,7 @@
 -- lease has not lapsed:
 --   now       the server's clock, ms
 --   capacity  the capacity the latest caller asked, or -1
---   held      the seats the holders take
+--   held      the permits the holders take
 --   holding   how many holders there are, lapsed ones not yet swept included
 --   waiting   how many wait, lapsed ones not yet swept included
 --   holders   {lease expiry ms, holder record, cooling, public id} each,
@@ -22,21 +22,21 @@ local a = args()
 local list = num(a.list, 0, MAXLIST)
 if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
 local holders = {}
--- The seats taken: counted from the holders listed when that is all of
+-- The permits taken: counted from the holders listed when that is all of
 -- them, as their leases may have lapsed since the count ("#used") was kept.
 local holding = redis.call('ZCARD', holdersKey)
-local seats = 0
+local taken = 0
 if list > 0 then
   local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, list)
   for i = 1, #held, 2 do
     local got = redis.call('HMGET', infoKey, held[i], '#cool ' .. held[i])
     local rec = got[1] or ''
     local h = readHolder(rec)
-    seats = seats + (h and h.weight or 1)
+    taken = taken + (h and h.weight or 1)
     holders[#holders + 1] = {tonumber(held[i + 1]), rec, got[2] or '', publicID(held[i])}
   end
 end
-if holding > list then seats = used() end
+if holding > list then taken = used() end
 local waiters = {}
 if list > 0 then
   for _, wid in ipairs(redis.call('ZRANGE', queueKey, 0, list - 1)) do
@@ -62,7 +62,7 @@ if ok then
   end
 end
 local p = policy()
-return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or -1, held = seats,
+return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or -1, held = taken,
   holding = holding, waiting = redis.call('ZCARD', queueKey),
   holders = holders, waiters = waiters, fenced = fencePeek(), stored = p.cap or 0,
   paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '', pausedfor = p.paused and p.paused.left or 0,

@@ -4,13 +4,13 @@
 -- in all rather than a claim each (a turn not taken is claimed for CLAIM
 -- only, see handoff):
 -- * the first waiter in line is asked to look again when the earliest
---   lease can lapse, since nobody else may be awake to take the seat back;
+--   lease can lapse, since nobody else may be awake to take the permit back;
 -- * a roll call, at most once per ROLLCALL: the first ROLLMAX waiters get
 --   a place that lapses within ROLLCALL and are asked to renew it now
 --   ("c <now>"), and to look again just after ROLLCALL. A live waiter,
 --   blocked on its wake list, asks at once and keeps its place; a dead
 --   one leaves the line within ROLLCALL, and the live, looking again then,
---   sweep the dead and are handed their seats, even behind a head of dead
+--   sweep the dead and are handed their permits, even behind a head of dead
 --   waiters that would never look.
 -- KEYS: see lib.lua. ARGV: wake, the prefix of the key's wake lists.
 -- Reply: watched, 1 when a waiter was asked to look; called, how many
