@@ -17,9 +17,13 @@ import (
 // within lineCPURatio of the shortest's, and at most lineCPUMax.
 const (
 	lineCPURatio = 2.0
-	lineCPUMax   = 500 * time.Microsecond
-	linePermits  = 10
-	lineHold     = 200 * time.Millisecond
+	// lineAloneRatio bounds a grant from a line of lineAloneSize against
+	// an uncontended one's, as lineAlone measures it.
+	lineAloneRatio = 2.0
+	lineAloneSize  = 50
+	lineCPUMax     = 500 * time.Microsecond
+	linePermits    = 10
+	lineHold       = 200 * time.Millisecond
 )
 
 // line measures what a long line costs Redis: for each size, that many
@@ -40,6 +44,10 @@ func (b *bench) line() ([]*table, error) {
 		title: fmt.Sprintf("line: Redis's work per grant as the line grows, one key of %d permits, children of %v", linePermits, lineHold),
 		head:  []string{"waiters", "Redis CPU / grant", "× shortest", "commands / grant", "in order", "drained in", "target"},
 	}
+	alone, err := b.lineAlone(c)
+	if err != nil {
+		return []*table{t}, err
+	}
 	var first time.Duration
 	for _, n := range b.o.lineSizes {
 		r, err := b.lineRound(c, n)
@@ -54,11 +62,42 @@ func (b *bench) line() ([]*table, error) {
 		if n == b.o.lineSizes[len(b.o.lineSizes)-1] && len(b.o.lineSizes) > 1 {
 			target = fmt.Sprintf("≤ %.0f× and ≤ %v: %s", lineCPURatio, lineCPUMax, verdict(x <= lineCPURatio && r.cpu <= lineCPUMax))
 		}
+		if n == lineAloneSize {
+			x := float64(r.cpu) / float64(alone)
+			target = fmt.Sprintf("≤ %.0f× uncontended (%.2f×): %s", lineAloneRatio, x, verdict(x <= lineAloneRatio))
+		}
 		t.add(strconv.Itoa(n), fmt.Sprintf("%.3f ms", float64(r.cpu)/float64(time.Millisecond)), fmt.Sprintf("%.2f", x),
 			fmt.Sprintf("%.2f", r.commands), r.order, r.took.Round(time.Millisecond).String(), target)
 	}
+	t.note("Uncontended: %d runs of the same semrun one after another on a key of %d permits, nothing waiting, the child `true`: %.3f ms of Redis CPU a grant, counted alike.", lineAloneSize, linePermits, float64(alone)/float64(time.Millisecond))
 	t.note("Each waiter keeps its place with a lease of 120ms a waiter (from the TTL, at most 10s, to 20m); a permit handed over is claimed for 2s until its waiter takes it. CPU is used_cpu_user + used_cpu_sys of the server while the line drains, over the grants; commands are those semrun sends (EVALSHA, BLPOP...), not those its scripts run.")
 	return []*table{t}, nil
+}
+
+// lineAlone is Redis's CPU per grant of lineAloneSize runs one after
+// another with nobody waiting: what a grant from a line is held against.
+func (b *bench) lineAlone(c *redis.Client) (time.Duration, error) {
+	key, _ := b.key("line-alone")
+	l := find(b.lockers(linePermits, false), "semrun (Redis)")
+	g := newGroup(b.ctx, b.env)
+	defer g.close()
+	if err := g.run(l.argv(key, linePermits, []string{"true"}), true); err != nil { // loads the scripts
+		return 0, err
+	}
+	cpu0, err := serverCPU(c)
+	if err != nil {
+		return 0, err
+	}
+	for range lineAloneSize {
+		if err := g.run(l.argv(key, linePermits, []string{"true"}), true); err != nil {
+			return 0, err
+		}
+	}
+	cpu1, err := serverCPU(c)
+	if err != nil {
+		return 0, err
+	}
+	return (cpu1 - cpu0) / lineAloneSize, nil
 }
 
 type lineResult struct {
