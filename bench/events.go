@@ -36,6 +36,7 @@ var eventsHolder = semaphore.HolderInfo{Host: "build-agent-17.example.com", PID:
 type costSide struct {
 	name     string
 	run      func() error
+	close    func() error
 	scripted map[string]bool
 	top, all int64
 	// usec is the µs per run of each round: their median says less of a
@@ -51,29 +52,17 @@ type costSide struct {
 func (b *bench) eventsCost(scripted map[string]bool) (*table, error) {
 	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	var sides []*costSide
-	onKey := ""
-	for _, noEvents := range []bool{false, true} {
-		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: "bench-events:", NoEvents: noEvents})
-		if err != nil {
-			return nil, err
-		}
-		defer st.Close()
-		key, _ := b.key("events")
-		req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, NoWait: true, Holder: eventsHolder}
-		s := &costSide{name: "events on", run: func() error { return grantAndRelease(b, st, req) }, scripted: scripted}
-		if noEvents {
-			s.name = "events off (NoEvents)"
-		} else {
-			onKey = key
-		}
-		sides = append(sides, s)
+	req := semaphore.Request{Permits: 1, TTL: 10 * time.Second, NoWait: true, Holder: eventsHolder}
+	sides, keys, err := b.storeSides("bench-events:", "events", req, scripted, [2]string{"events on", "events off (NoEvents)"})
+	if err != nil {
+		return nil, err
 	}
+	defer closeSides(sides)
 	if err := b.costRounds(c, sides, eventsRuns, eventsRounds); err != nil {
 		return nil, err
 	}
 	t := eventsTable(sides[0], sides[1])
-	if err := b.eventsLogSize(c, t, onKey); err != nil {
+	if err := b.eventsLogSize(c, t, keys[0]); err != nil {
 		return nil, err
 	}
 	t.note("In process, Acquire (NoWait) then Release on one key, nothing waiting: only the store's own commands count, not a process's start. Redis µs is the usec INFO commandstats gives the commands semrun sent (the scripts' time included), not the ones the scripts ran, which it also counts: the median of the rounds, and of the rounds' differences.")
@@ -184,6 +173,38 @@ func median(v []float64) float64 {
 		return v[len(v)/2]
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// storeSides are two sides of an A/B, named names, each a store of its
+// own under prefix and a key named after name, whose runs take a permit
+// as req asks (its Key set) and give it back: the first logs events, the
+// second not (NoEvents). It returns their keys too; closeSides closes the
+// stores.
+func (b *bench) storeSides(prefix, name string, req semaphore.Request, scripted map[string]bool, names [2]string) ([]*costSide, []string, error) {
+	var sides []*costSide
+	var keys []string
+	for i, noEvents := range []bool{false, true} {
+		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: prefix, NoEvents: noEvents})
+		if err != nil {
+			closeSides(sides)
+			return nil, nil, err
+		}
+		key, _ := b.key(name)
+		r := req
+		r.Key = key
+		sides = append(sides, &costSide{name: names[i], run: func() error { return grantAndRelease(b, st, r) }, scripted: scripted, close: st.Close})
+		keys = append(keys, key)
+	}
+	return sides, keys, nil
+}
+
+// closeSides closes what the sides opened.
+func closeSides(sides []*costSide) {
+	for _, s := range sides {
+		if s.close != nil {
+			_ = s.close()
+		}
+	}
 }
 
 // grantAndRelease takes a permit as req asks and gives it back, as a run

@@ -7,7 +7,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/semrun/semrun/internal/semaphore"
-	"github.com/semrun/semrun/internal/semaphore/redisstore"
 )
 
 // Grant: what one uncontended grant and release cost Redis, semrun's
@@ -44,21 +43,12 @@ var minimalScripted = map[string]bool{"time": true, "zremrangebyscore": true, "z
 func (b *bench) grantCost(scripted map[string]bool) (*table, error) {
 	c := redis.NewClient(&redis.Options{Addr: b.redis.Addr, Protocol: 2, DisableIdentity: true})
 	defer c.Close()
-	var sides []*costSide
-	for _, noEvents := range []bool{false, true} {
-		st, err := redisstore.New(redisstore.Options{URL: b.redis.URL(), Prefix: "bench-grant:", NoEvents: noEvents})
-		if err != nil {
-			return nil, err
-		}
-		defer st.Close()
-		key, _ := b.key("grant")
-		req := semaphore.Request{Key: key, Permits: 3, TTL: 30 * time.Second, RestartFence: benchFence, Holder: eventsHolder}
-		name := "semrun"
-		if noEvents {
-			name = "semrun, events off"
-		}
-		sides = append(sides, &costSide{name: name, run: func() error { return grantAndRelease(b, st, req) }, scripted: scripted})
+	req := semaphore.Request{Permits: 3, TTL: 30 * time.Second, RestartFence: benchFence, Holder: eventsHolder}
+	sides, _, err := b.storeSides("bench-grant:", "grant", req, scripted, [2]string{"semrun", "semrun, events off"})
+	if err != nil {
+		return nil, err
 	}
+	defer closeSides(sides)
 	key, _ := b.key("minimal")
 	n := 0
 	minimal := &costSide{name: "minimal semaphore", scripted: minimalScripted, run: func() error {

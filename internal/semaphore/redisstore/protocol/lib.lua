@@ -635,7 +635,7 @@ local function restartedAt(strict)
     if ok then return type(out) == 'string', out end
     local msg = type(out) == 'table' and out.err or tostring(out)
     if strict and (string.find(msg, 'NOPERM', 1, true) or string.find(msg, "can't run this command", 1, true)) then
-      error('NOPERM semrun needs INFO (' .. section .. (also and ' ' .. also or '') .. ') for the restart fence: ' .. msg)
+      error('NOPERM semrun needs INFO (' .. section .. ') for the restart fence: ' .. msg)
     end
     return false, nil
   end
