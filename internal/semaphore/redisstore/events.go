@@ -171,6 +171,17 @@ type logCursor struct {
 // key from the last entry told, riding out failures with retries a
 // second apart at most.
 func (s *Store) Events(ctx context.Context, q semaphore.EventQuery, each func(semaphore.Event) error) error {
+	if q.Follow && s.dial != nil {
+		// A follower's connections are its own, closed as its context
+		// ends: go-redis ends no read on a context's cancel, and a read
+		// of a server that answers nothing (stopped, cut off) would keep
+		// Ctrl-C waiting for its deadline, the connect timeout.
+		c := s.dial()
+		defer c.Close()
+		stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+		defer stop()
+		s = s.over(c)
+	}
 	err := s.events(ctx, q, each)
 	var stopped stoppedError
 	switch {
@@ -180,6 +191,12 @@ func (s *Store) Events(ctx context.Context, q semaphore.EventQuery, each func(se
 		return nil // followed until ctx ended
 	}
 	return err
+}
+
+// over is a store like s over c: what Events uses of it.
+func (s *Store) over(c Client) *Store {
+	return &Store{client: c, prefix: s.prefix, addr: s.addr, connectTimeout: s.connectTimeout, cluster: s.cluster,
+		warnf: s.warnf, infof: s.infof, names: s.names, maxLine: s.maxLine, retrying: s.retrying, unnamed: s.unnamed}
 }
 
 // stoppedError is an error of each, which ends Events with it.

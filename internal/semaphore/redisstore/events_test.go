@@ -339,47 +339,57 @@ func TestRedisFollowerSkipsALogItCannotFollow(t *testing.T) {
 }
 
 // TestRedisFollowerEndsWhileRedisIsStopped: a follower ends soon after its
-// context does, even while Redis, stopped, answers nothing: its retries
-// (the index's size, where each log is) are bounded as its reads are.
+// context does, even while Redis, stopped, answers nothing: while a read
+// blocks, and once its retries (the index's size, where each log is)
+// began. Its connections are its own, closed as its context ends.
 func TestRedisFollowerEndsWhileRedisIsStopped(t *testing.T) {
 	t.Parallel()
 	for _, every := range []bool{false, true} {
-		t.Run(fmt.Sprintf("every key %v", every), func(t *testing.T) {
-			t.Parallel()
-			srv, st, _ := setup(t, Options{})
-			key := uniqueKey(t)
-			release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second}))
-			q := semaphore.EventQuery{Keys: []string{key}, Follow: true}
-			if every {
-				q.Keys = nil
-			}
-			var told atomic.Int64
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				done <- st.Events(ctx, q, func(semaphore.Event) error { told.Add(1); return nil })
-			}()
-			waitFor(t, 10*time.Second, "the history told", func() bool { return told.Load() == 2 })
-			if err := srv.Pause(); errors.Is(err, errors.ErrUnsupported) {
-				cancel()
-				t.Skip("no SIGSTOP here")
-			} else if err != nil {
-				t.Fatalf("pause redis-server: %v", err)
-			}
-			defer func() { _ = srv.Resume() }()
-			// Past a read's bound (a second's block and the connect
-			// timeout): the follower has failed, and retries.
-			time.Sleep(followBlock + 2*time.Second + time.Second)
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Events following, once its context ended: got %v, want nil", err)
+		// Cancelled while a read blocks, or past a read's bound (a
+		// second's block and the connect timeout), once it retries.
+		for _, after := range []time.Duration{500 * time.Millisecond, followBlock + 2*time.Second} {
+			t.Run(fmt.Sprintf("every key %v, cancelled after %v", every, after), func(t *testing.T) {
+				t.Parallel()
+				// The default connect timeout, which bounds each read.
+				srv, st, _ := setup(t, Options{ConnectTimeout: DefaultConnectTimeout})
+				key := uniqueKey(t)
+				release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second}))
+				q := semaphore.EventQuery{Keys: []string{key}, Follow: true}
+				if every {
+					q.Keys = nil
 				}
-			case <-time.After(10 * time.Second):
-				t.Fatalf("Events: still following 10s after its context ended, while Redis is stopped")
-			}
-		})
+				var told atomic.Int64
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					done <- st.Events(ctx, q, func(semaphore.Event) error { told.Add(1); return nil })
+				}()
+				waitFor(t, 10*time.Second, "the history told", func() bool { return told.Load() == 2 })
+				if err := srv.Pause(); errors.Is(err, errors.ErrUnsupported) {
+					cancel()
+					t.Skip("no SIGSTOP here")
+				} else if err != nil {
+					t.Fatalf("pause redis-server: %v", err)
+				}
+				defer func() { _ = srv.Resume() }()
+				time.Sleep(after)
+				cancel()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Errorf("Events following, once its context ended: got %v, want nil", err)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatalf("Events: still following 2s after its context ended, while Redis is stopped")
+				}
+				// The store's own connections are not the follower's: it
+				// still works once Redis does.
+				if err := srv.Resume(); err != nil {
+					t.Fatalf("resume redis-server: %v", err)
+				}
+				release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 5 * time.Second}))
+			})
+		}
 	}
 }
 

@@ -110,9 +110,12 @@ type Store struct {
 	cluster        bool
 	// urlPassword: the URL carries a password, the server's or the sentinels'.
 	urlPassword bool
-	warnf       func(format string, args ...any)
-	infof       func(format string, args ...any)
-	names       semaphore.Names
+	// dial makes a client like client, with connections of its own (nil
+	// for a store over a client it was given: NewWithClient).
+	dial  func() Client
+	warnf func(format string, args ...any)
+	infof func(format string, args ...any)
+	names semaphore.Names
 	// maxLine is the longest line a key takes (MaxLine; tests shorten it).
 	maxLine int
 	// reached: a call got the server's answer, so the store was reachable.
@@ -161,14 +164,14 @@ func New(o Options) (*Store, error) {
 		addr += " (sentinel master " + o.SentinelMaster + ")"
 	}
 	// Every client gets recoverHook: a reply go-redis panics on is an error.
-	var c Client
-	if o.Cluster {
-		cc := redis.NewClusterClient(t.opt.Cluster())
-		cc.AddHook(recoverHook{})
-		// Renewals with WAIT and doctor talk to nodes directly.
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(recoverHook{}) })
-		c = ClusterClient(cc)
-	} else {
+	dial := func() Client {
+		if o.Cluster {
+			cc := redis.NewClusterClient(t.opt.Cluster())
+			cc.AddHook(recoverHook{})
+			// Renewals with WAIT and doctor talk to nodes directly.
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(recoverHook{}) })
+			return ClusterClient(cc)
+		}
 		var sc *redis.Client
 		if o.SentinelMaster != "" {
 			sc = redis.NewFailoverClient(t.opt.Failover())
@@ -176,9 +179,10 @@ func New(o Options) (*Store, error) {
 			sc = redis.NewClient(t.opt.Simple())
 		}
 		sc.AddHook(recoverHook{})
-		c = ServerClient(sc)
+		return ServerClient(sc)
 	}
-	s := NewWithClient(c, addr, o)
+	s := NewWithClient(dial(), addr, o)
+	s.dial = dial
 	s.urlPassword = t.password
 	s.unnamed, s.retrying, s.restartFence = o.Unnamed, o.Retrying, o.RestartFence
 	return s, nil
