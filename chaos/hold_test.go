@@ -125,7 +125,9 @@ func (c *cluster) startAcquire(h *hold, extra ...string) (wait func(), err error
 		w()
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if r.status != 0 || (r.signal != 0 && r.stdout == "") {
+		// A process a signal ended has no exit status (-1): what it
+		// printed says whether it held.
+		if (r.signal == 0 && r.status != 0) || (r.signal != 0 && r.stdout == "") {
 			return
 		}
 		// One SIGKILLed once it printed the handle, and told its keeper

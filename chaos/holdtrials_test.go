@@ -670,11 +670,8 @@ func acquireKillTrial(l *lane) {
 
 // orphanBound is how long a keeper may outlive a SIGKILLed acquire that
 // never told it the handle was printed: it ends the hold once it reads
-// the end of their pipe, with a slack for a loaded machine. Under go test
-// -race ./... on two CPUs, keepers took 3.009s and 3.013s once the binary
-// grew by the Prometheus client library and the scripts by the event
-// log: still far from a TTL held by nobody, which is what this guards.
-const orphanBound = 5 * time.Second
+// the end of their pipe, with a slack for a loaded machine.
+const orphanBound = 3 * time.Second
 
 // keeperAmong tells whether the keeper of tag is one of the n pids from
 // pid on.
