@@ -19,6 +19,7 @@ import (
 
 	"github.com/semrun/semrun/internal/metrics/metricstest"
 	"github.com/semrun/semrun/internal/semaphore"
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
 )
 
 // fixedStore is the seam the collector is fed through: the KeyStatus
@@ -56,26 +57,6 @@ func (s *fixedStore) Status(_ context.Context, keys []string) ([]semaphore.KeySt
 		out = append(out, semaphore.KeyStatus{Key: k, Capacity: 1})
 	}
 	return out, nil
-}
-
-// warnings are the warnings a collector said.
-type warnings struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (w *warnings) warnf(format string, args ...any) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.lines = append(w.lines, fmt.Sprintf(format, args...))
-}
-
-func (w *warnings) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l := w.lines
-	w.lines = nil
-	return l
 }
 
 // collectText writes what c collects to a textfile, and parses the
@@ -260,8 +241,8 @@ func TestMetricsOfAKeyThatCouldNotBeRead(t *testing.T) {
 		{Key: "bad", Error: "WRONGTYPE Operation against a key holding the wrong kind of value"},
 		{Key: "good", Capacity: 1, Held: 1},
 	}}
-	var w warnings
-	c := NewCollector(store, []string{"bad", "good"}, w.warnf)
+	var w semaphoretest.Warnings
+	c := NewCollector(store, []string{"bad", "good"}, w.Warnf)
 	fams, text := collectText(t, c)
 	if got := metricstest.Value(fams, "semrun_key_readable", "bad"); got != 0 {
 		t.Errorf("semrun_key_readable of a key that could not be read: got %v, want 0", got)
@@ -274,12 +255,12 @@ func TestMetricsOfAKeyThatCouldNotBeRead(t *testing.T) {
 	if metricstest.Value(fams, "semrun_up", "") != 1 || metricstest.Value(fams, "semrun_key_readable", "good") != 1 || metricstest.Value(fams, "semrun_held", "good") != 1 {
 		t.Errorf("beside a key that could not be read: want semrun_up 1 and the other key's metrics\n%s", text)
 	}
-	said := w.take()
+	said := w.Take()
 	if len(said) != 1 || !strings.Contains(said[0], `key "bad" could not be read: WRONGTYPE`) {
 		t.Errorf("got warnings %q, want one saying why key bad could not be read", said)
 	}
 	collectText(t, c)
-	if said := w.take(); len(said) != 0 {
+	if said := w.Take(); len(said) != 0 {
 		t.Errorf("the second scrape: got warnings %q, want none (said once)", said)
 	}
 }
@@ -289,15 +270,15 @@ func TestMetricsOfAKeyThatCouldNotBeRead(t *testing.T) {
 func TestMetricsOfAStoreThatCannotBeRead(t *testing.T) {
 	t.Parallel()
 	store := &fixedStore{err: errors.New("dial tcp 127.0.0.1:6379: connection refused")}
-	var w warnings
-	c := NewCollector(store, []string{"k"}, w.warnf)
+	var w semaphoretest.Warnings
+	c := NewCollector(store, []string{"k"}, w.Warnf)
 	for i := range 2 {
 		fams, text := collectText(t, c)
 		if len(fams) != 1 || metricstest.Value(fams, "semrun_up", "") != 0 {
 			t.Errorf("scrape %d of a store down: want semrun_up 0 alone, got\n%s", i, text)
 		}
 	}
-	said := w.take()
+	said := w.Take()
 	if len(said) != 1 || said[0] != "metrics: the store could not be read: dial tcp 127.0.0.1:6379: connection refused" {
 		t.Errorf("two scrapes of a store down: got warnings %q, want one", said)
 	}
@@ -311,11 +292,11 @@ func TestMetricsOfAStoreThatCannotBeRead(t *testing.T) {
 	store.err = errors.New("connection refused")
 	store.mu.Unlock()
 	collectText(t, c)
-	if said := w.take(); len(said) != 1 {
+	if said := w.Take(); len(said) != 1 {
 		t.Errorf("down again: got warnings %q, want one", said)
 	}
 	// Keys that cannot be listed are the store down too.
-	fams, _ := collectText(t, NewCollector(&fixedStore{keysErr: errors.New("events: not built yet")}, nil, w.warnf))
+	fams, _ := collectText(t, NewCollector(&fixedStore{keysErr: errors.New("events: not built yet")}, nil, w.Warnf))
 	if len(fams) != 1 || metricstest.Value(fams, "semrun_up", "") != 0 {
 		t.Errorf("keys that cannot be listed: want semrun_up 0 alone")
 	}
@@ -348,9 +329,9 @@ func TestMetricsReadTheKeysTheStoreKeeps(t *testing.T) {
 	for i := range maxKeys + 5 {
 		many.keys = append(many.keys, fmt.Sprintf("k%04d", i))
 	}
-	var w warnings
-	collectText(t, NewCollector(many, nil, w.warnf))
-	if len(many.asked) != 1 || len(many.asked[0]) != maxKeys || !slices.ContainsFunc(w.take(), func(s string) bool { return strings.Contains(s, "name the keys wanted") }) {
+	var w semaphoretest.Warnings
+	collectText(t, NewCollector(many, nil, w.Warnf))
+	if len(many.asked) != 1 || len(many.asked[0]) != maxKeys || !slices.ContainsFunc(w.Take(), func(s string) bool { return strings.Contains(s, "name the keys wanted") }) {
 		t.Errorf("%d keys: want the first %d read, and why said", len(many.keys), maxKeys)
 	}
 }
@@ -364,8 +345,8 @@ func TestMetricsOfHostileKeys(t *testing.T) {
 	hostile := []string{`a"b`, `back\slash`, `x"} semrun_up 0 # `, `le="1"`, "\u202eevil", "ключ", strings.Repeat("k", semaphore.MaxKeyLen)}
 	bad := []string{"new\nline", "\xff\xfe", "", strings.Repeat("k", semaphore.MaxKeyLen+1)}
 	store := &fixedStore{keys: append(slices.Clone(hostile), bad...)}
-	var w warnings
-	fams, text := collectText(t, NewCollector(store, nil, w.warnf))
+	var w semaphoretest.Warnings
+	fams, text := collectText(t, NewCollector(store, nil, w.Warnf))
 	if len(store.asked) != 1 || len(store.asked[0]) != len(hostile) {
 		t.Fatalf("Status asked %q, want the %d keys that can be keys", store.asked, len(hostile))
 	}
@@ -380,17 +361,17 @@ func TestMetricsOfHostileKeys(t *testing.T) {
 	if metricstest.Value(fams, "semrun_up", "") != 1 || len(fams["semrun_up"].GetMetric()) != 1 {
 		t.Errorf("a key that looks like a series made one:\n%s", text)
 	}
-	if said := w.take(); len(said) != len(bad) {
+	if said := w.Take(); len(said) != len(bad) {
 		t.Errorf("got warnings %q, want one for each of the %d names that cannot be keys", said, len(bad))
 	}
 	// A store that answers for a key twice, or for one not asked (one
 	// that cannot be a key, too).
 	twice := &fixedStore{statuses: []semaphore.KeyStatus{{Key: "k", Held: 1}, {Key: "k", Held: 2}, {Key: "\x1b[2J"}}}
-	fams, text = collectText(t, NewCollector(twice, []string{"k"}, w.warnf))
+	fams, text = collectText(t, NewCollector(twice, []string{"k"}, w.Warnf))
 	if len(fams["semrun_held"].GetMetric()) != 1 || metricstest.Value(fams, "semrun_held", "k") != 1 || strings.Contains(text, "\x1b") {
 		t.Errorf("a status of one key twice, and one of no key: want the first alone\n%s", text)
 	}
-	if said := w.take(); len(said) != 2 {
+	if said := w.Take(); len(said) != 2 {
 		t.Errorf("got warnings %q, want the key twice and the one not asked said", said)
 	}
 }
@@ -402,13 +383,13 @@ func TestMetricsSayFewLines(t *testing.T) {
 	for i := range 50 {
 		store.statuses = append(store.statuses, semaphore.KeyStatus{Key: fmt.Sprint("k", i), Error: strings.Repeat("x", 10_000)})
 	}
-	var w warnings
+	var w semaphoretest.Warnings
 	var keys []string
 	for _, k := range store.statuses {
 		keys = append(keys, k.Key)
 	}
-	collectText(t, NewCollector(store, keys, w.warnf))
-	said := w.take()
+	collectText(t, NewCollector(store, keys, w.Warnf))
+	said := w.Take()
 	if len(said) != maxProblems+1 || said[maxProblems] != "metrics: and 40 more" {
 		t.Errorf("50 keys unread: got %d lines, want %d and one that says how many more", len(said), maxProblems+1)
 	}
