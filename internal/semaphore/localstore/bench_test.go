@@ -85,6 +85,21 @@ func BenchmarkLocalNoWaitBusy(b *testing.B) {
 	b.ReportMetric(100*float64(busy.Load())/float64(tries.Load()), "busy-%")
 }
 
+// eventStores are two stores in lock directories of their own, closed
+// when b ends: the first writes keys' logs, the second not (NoEvents).
+func eventStores(b *testing.B) [2]*localstore.Store {
+	var out [2]*localstore.Store
+	for i, noEvents := range []bool{false, true} {
+		st, err := localstore.New(localstore.Options{Dir: b.TempDir(), NoEvents: noEvents})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close() })
+		out[i] = st
+	}
+	return out
+}
+
 // BenchmarkLocalEvents times a no-wait grant and its release beside 20
 // holders, of a store that writes keys' logs and of one that does not
 // (NoEvents), in turns, so that both meet the machine as it is:
@@ -97,12 +112,7 @@ func BenchmarkLocalEvents(b *testing.B) {
 		took time.Duration
 	}
 	var sides [2]*side
-	for i, noEvents := range []bool{false, true} {
-		st, err := localstore.New(localstore.Options{Dir: b.TempDir(), NoEvents: noEvents})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = st.Close() })
+	for i, st := range eventStores(b) {
 		n := holdMany(b, st, "bench", 20, 1)
 		sides[i] = &side{st: st, req: semaphore.Request{Key: "bench", Permits: n, TTL: time.Second, NoWait: true}}
 	}
@@ -134,12 +144,7 @@ func BenchmarkLocalHandover(b *testing.B) {
 		took time.Duration
 	}
 	var sides [2]*side
-	for i, noEvents := range []bool{false, true} {
-		st, err := localstore.New(localstore.Options{Dir: b.TempDir(), NoEvents: noEvents})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = st.Close() })
+	for i, st := range eventStores(b) {
 		sides[i] = &side{st: st}
 	}
 	ctx := context.Background()
