@@ -372,7 +372,7 @@ func span(h *hold) (from, to int64, ok bool) {
 	}
 	from, to = h.acquire.exited, h.until
 	if r := h.release; to == 0 && r != nil && r.signal == 0 && r.status == 0 &&
-		(!strings.Contains(r.stderr, "before this release") || strings.Contains(r.stderr, "released: semrun release")) {
+		(!strings.Contains(r.stderr, "before this release") || strings.Contains(r.stderr, "was released: semrun release")) {
 		to = r.launched // an earlier try of this release may have given it back
 	}
 	return from, to, to > from

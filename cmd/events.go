@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/semrun/semrun/internal/printable"
+	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -28,7 +30,7 @@ releases (with the command's exit status and the time held), busy answers,
 timeouts, losses, revokes, pauses and capacity changes. Each key keeps about
 its last 1,000 events. Without a KEY, it shows every key the store keeps
 events of. --follow then shows each new event as it happens, until
-interrupted.`,
+interrupted: SIGINT or SIGTERM ends it with status 0.`,
 		Example: `  semrun events pdf --since 1h
   semrun events --follow
   semrun events nightly --json | jq 'select(.event == "release")'`,
@@ -47,7 +49,24 @@ interrupted.`,
 					enc := json.NewEncoder(printable.JSON(out))
 					print = func(e semaphore.Event) error { return enc.Encode(eventJSON{Event: e, Label: e.Label}) }
 				}
-				return store.Events(cmd.Context(), semaphore.EventQuery{Keys: keys, Since: since, Follow: follow}, print)
+				ctx := cmd.Context()
+				if follow {
+					// Followed until interrupted: SIGTERM or SIGINT is how a
+					// follow ends, as for metrics, not a failure.
+					signals, stopSignals := runner.UntilStopped()
+					defer stopSignals()
+					var stop context.CancelFunc
+					ctx, stop = context.WithCancel(ctx)
+					defer stop()
+					go func() {
+						select {
+						case <-signals:
+							stop()
+						case <-ctx.Done():
+						}
+					}()
+				}
+				return store.Events(ctx, semaphore.EventQuery{Keys: keys, Since: since, Follow: follow}, print)
 			})
 		},
 	}

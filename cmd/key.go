@@ -260,7 +260,7 @@ func printKeyShow(w io.Writer, k semaphore.KeyStatus) error {
 func pausedText(p *semaphore.Pause) string {
 	s := "paused"
 	if p.Reason != "" {
-		s += " (" + printable.String(p.Reason) + ")"
+		s += " (" + printable.String(semaphore.Clip(p.Reason, semaphore.MaxReason)) + ")"
 	}
 	if p.EndsIn > 0 {
 		s += fmt.Sprintf(" for %v more", p.EndsIn.Round(time.Second))

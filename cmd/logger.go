@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/semrun/semrun/internal/printable"
+	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // logger writes semrun's own lines to stderr, as --verbose, --quiet and
@@ -42,18 +43,18 @@ func (c *commonOptions) checkLogFormat() error {
 
 // Warnf says something is off; --quiet silences it.
 func (l *logger) Warnf(format string, args ...any) {
-	l.sl.Warn(fmt.Sprintf(format, args...))
+	l.sl.Warn(semaphore.Clip(fmt.Sprintf(format, args...), maxLine))
 }
 
 // Infof says what happens, with --verbose only.
 func (l *logger) Infof(format string, args ...any) {
-	l.sl.Info(fmt.Sprintf(format, args...))
+	l.sl.Info(semaphore.Clip(fmt.Sprintf(format, args...), maxLine))
 }
 
 // Final is the one line that says why semrun exits with status, which is
 // not the command's own.
 func (l *logger) Final(status int, msg string) {
-	l.sl.Error(msg, "status", status)
+	l.sl.Error(semaphore.Clip(msg, maxLine), "status", status)
 }
 
 // textHandler writes lines as semrun always has: "semrun: warning: ..."
@@ -76,6 +77,11 @@ func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
 	_, err := io.WriteString(h.w, prefix+printable.String(r.Message)+"\n")
 	return err
 }
+
+// maxLine bounds one of semrun's lines: text a store or a server sent
+// back (a reason, an error) is clipped where it is read, and whatever
+// slipped through still makes one line a terminal shows whole.
+const maxLine = 4096
 
 func (h *textHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *textHandler) WithGroup(string) slog.Handler      { return h }

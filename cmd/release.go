@@ -19,8 +19,9 @@ named by its handle, or by the variable @VAR names (default: $SEMRUN_HANDLE).
 It exits 0 once it gave it
 back, or if it was given back before (one line says when). When the hold had
 ended before it was released, it says when and why, and exits with the status
-of why, since the steps under it may have run without the permit: 112 lost,
-124 --max-runtime, 113 revoked. It never waits for the line.`,
+of why: 112 lost and 124 --max-runtime, after which the steps under it may have
+run without the permit, and 113 revoked, after which they were stopped. It
+never waits for the line.`,
 		Example: `  semrun release
   semrun release "$HANDLE"`,
 		Args: cobra.MaximumNArgs(1),
@@ -67,5 +68,11 @@ func (o *runOptions) releaseHold(ctx context.Context, store semaphore.Store, h s
 		log.Warnf("the %v, before this release", ended)
 		return nil
 	}
-	return &holdEndedError{code: code, msg: fmt.Sprintf("the %v, before this release: what ran under it may have run without the permit", ended)}
+	then := "what ran under it may have run without the permit"
+	if end.State == semaphore.HoldRevoked {
+		// A revoke never makes two holders: the permit went on only once
+		// the runs under it let go.
+		then = "what ran under it was stopped"
+	}
+	return &holdEndedError{code: code, msg: fmt.Sprintf("the %v, before this release: %s", ended, then)}
 }

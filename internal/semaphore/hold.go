@@ -53,6 +53,24 @@ const (
 	HoldRevoked HoldState = "revoked"
 )
 
+// said is the state in words, after "the hold of key K": one a store
+// wrote that semrun does not know is said as such, never as another.
+func (s HoldState) said() string {
+	switch s {
+	case HoldHeld:
+		return "is held"
+	case HoldReleased:
+		return "was released"
+	case HoldLost:
+		return "was lost"
+	case HoldMaxRuntime:
+		return "timed out"
+	case HoldRevoked:
+		return "was revoked"
+	}
+	return fmt.Sprintf("ended in a state semrun does not know (%q)", Clip(string(s), 40))
+}
+
 // HoldEnd is how a hold ended, as the store remembers it.
 type HoldEnd struct {
 	State HoldState
@@ -89,9 +107,9 @@ type HoldEndedError struct {
 }
 
 func (e *HoldEndedError) Error() string {
-	s := fmt.Sprintf("hold of key %q %s", e.Key, e.End.State)
+	s := fmt.Sprintf("hold of key %q %s", e.Key, e.End.State.said())
 	if e.End.Why != "" {
-		s += ": " + e.End.Why
+		s += ": " + Clip(e.End.Why, MaxHoldWhy)
 	}
 	if !e.End.At.IsZero() {
 		s += " at " + e.End.At.UTC().Format("2006-01-02 15:04:05 MST")

@@ -60,7 +60,7 @@ type PausedError struct {
 func (e *PausedError) Error() string {
 	s := fmt.Sprintf("key %q is paused", e.Key)
 	if e.Pause.Reason != "" {
-		s += fmt.Sprintf(" (%s)", e.Pause.Reason)
+		s += fmt.Sprintf(" (%s)", Clip(e.Pause.Reason, MaxReason))
 	}
 	if e.Pause.EndsIn > 0 {
 		s += fmt.Sprintf(" for %v more", e.Pause.EndsIn.Round(time.Second))
@@ -79,7 +79,7 @@ func (e *RevokedError) Error() string {
 	if e.Reason == "" {
 		return fmt.Sprintf("key %q: an operator revoked the permit", e.Key)
 	}
-	return fmt.Sprintf("key %q: an operator revoked the permit: %s", e.Key, e.Reason)
+	return fmt.Sprintf("key %q: an operator revoked the permit: %s", e.Key, Clip(e.Reason, MaxReason))
 }
 func (e *RevokedError) Unwrap() error { return ErrLost }
 
