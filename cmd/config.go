@@ -147,7 +147,7 @@ func readSettings(root *cobra.Command, args []string, f *Factory) *settings {
 		config, configFlag = s.getenv(envNames["config"]), source{origin: fromEnv, variable: envNames["config"]}
 	}
 	s.files, s.err = readConfigFiles(config, configFlag, f)
-	s.unknown = unknownVariables(f.Environ)
+	s.unknown = unknownVariables(f.Environ, root)
 	for _, file := range s.files {
 		s.unknown = append(s.unknown, unknownSettings(root, file)...)
 	}
@@ -262,19 +262,29 @@ func (s *settings) apply(cmd *cobra.Command, src sources) error {
 // does not read that it is ignored, and which one it may have meant: a
 // typo (SEMRUN_PERMIT) would otherwise change nothing, in silence. The
 // variables semrun gives its command are its own, not settings.
-func unknownVariables(environ []string) []string {
+func unknownVariables(environ []string, root *cobra.Command) []string {
+	// The flags that have no variable, by the name one would have.
+	noVariable := map[string]string{}
+	visitFlags(root, func(f *pflag.Flag) {
+		if _, ok := envNames[f.Name]; !ok {
+			noVariable["SEMRUN_"+strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))] = f.Name
+		}
+	})
 	known := []string{envRedisPassword}
 	for _, name := range envNames {
 		known = append(known, name)
 	}
 	var out []string
 	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "SEMRUN_") || slices.Contains(known, name) || childVariable(name) {
+		name, value, _ := strings.Cut(kv, "=")
+		// As for the settings, an empty variable is unset.
+		if value == "" || !strings.HasPrefix(name, "SEMRUN_") || slices.Contains(known, name) || childVariable(name) {
 			continue
 		}
 		msg := fmt.Sprintf("%s: unknown variable, ignored", name)
-		if near := nearestName(name, known); near != "" {
+		if flag, ok := noVariable[name]; ok {
+			msg += fmt.Sprintf(" (--%s has no variable: give it on the command line or in a config file)", flag)
+		} else if near := nearestName(name, known); near != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", near)
 		}
 		out = append(out, msg)

@@ -3,12 +3,15 @@ package cmd
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // The flag table of docs/configuration.md lists every flag a run takes,
@@ -101,4 +104,40 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			}
 		}
 	}
+}
+
+// status --json's fields are each named in docs/commands.md, where its
+// example and field table are: a field added to the output fails here
+// until the docs say what it is.
+func TestDocsNameEveryStatusField(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "commands.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[reflect.Type]bool{}
+	var visit func(typ reflect.Type)
+	visit = func(typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || seen[typ] || typ.PkgPath() != reflect.TypeFor[semaphore.KeyStatus]().PkgPath() {
+			return
+		}
+		seen[typ] = true
+		for f := range typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if name != "" && !strings.Contains(string(doc), `"`+name+`"`) && !strings.Contains(string(doc), "`"+name+"`") &&
+				!strings.Contains(string(doc), "]."+name+"`") {
+				t.Errorf("status --json's %s.%s (%q) is not named in docs/commands.md", typ.Name(), f.Name, name)
+			}
+			if name != "counts" { // the counters are docs/watching.md's
+				visit(f.Type)
+			}
+		}
+	}
+	visit(reflect.TypeFor[semaphore.KeyStatus]())
 }

@@ -58,6 +58,11 @@ func (o *keyOptions) newCmdSet() *cobra.Command {
 		})
 	set.Flags().Var(newInt(&permits, 0), "permits", "the capacity: at most N holders of KEY, whatever each caller asks (required)")
 	set.PreRunE = func(*cobra.Command, []string) error {
+		if o.src.origin("permits") != fromFlag {
+			// SEMRUN_PERMITS and a config file's permits are the runs':
+			// a capacity every caller is held to is named where it is set.
+			return usageErrorf("--permits is required: the capacity to keep, from 1 to %d", semaphore.MaxPermits)
+		}
 		if permits < 1 || permits > semaphore.MaxPermits {
 			return usageErrorf("%s: must be from 1 to %d", o.src.show("permits", permits), semaphore.MaxPermits)
 		}

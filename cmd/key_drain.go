@@ -25,13 +25,21 @@ func (o *keyOptions) drain(ctx context.Context, store semaphore.Store, key, reas
 		defer cancel()
 	}
 	timedOut := func(held int) error {
-		return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: %s still hold it after %v (--timeout); it stays paused", key, semaphore.Count(held, "holder"), timeout)}
-	}
-	if err := store.Pause(ctx, key, reason, 0); err != nil {
-		if ctx.Err() != nil {
-			return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: not paused within %v (--timeout): %v", key, timeout, err)}
+		verb := "hold"
+		if held == 1 {
+			verb = "holds"
 		}
-		return err
+		return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: %s still %s it after %v (--timeout); it stays paused", key, semaphore.Count(held, "holder"), verb, timeout)}
+	}
+	// A key paused until resumed stays so, reason and all: a drain called
+	// again (a script's retry) writes no pause event each time.
+	if st, err := store.Status(ctx, []string{key}); err != nil || len(st) != 1 || st[0].Paused == nil || st[0].Paused.EndsIn != 0 {
+		if err := store.Pause(ctx, key, reason, 0); err != nil {
+			if ctx.Err() != nil {
+				return &busyError{code: defaultBusyExitCode, why: fmt.Sprintf("key %q: not paused within %v (--timeout): %v", key, timeout, err)}
+			}
+			return err
+		}
 	}
 	held := 0 // at the last look
 	for {

@@ -136,7 +136,7 @@ back when it exits, and exits with COMMAND's status.`,
 // addWaitFlags adds the flags of what a caller asks for and how it
 // waits, which runs and semrun acquire share.
 func (o *runFlags) addWaitFlags(f *pflag.FlagSet) {
-	f.StringVarP(&o.key, "key", "k", "", "semaphore name (required)")
+	f.VarP(newKey(&o.key), "key", "k", "semaphore name (required)")
 	f.VarP(newInt(&o.permits, 1), "permits", "n", "at most N holders of this key fleet-wide")
 	f.Var(newInt(&o.weight, 1), "weight", "take K of the N permits at once, for a command that counts K times")
 	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its permit after this")
