@@ -17,7 +17,7 @@ func TestLineFullIsBusy(t *testing.T) {
 	var errOut bytes.Buffer
 	o := &runOptions{commonOptions: &commonOptions{}, runFlags: runFlags{key: "pdf", permits: 3, busyExitCode: 75}}
 	err := fmt.Errorf("key %q: %w", "pdf", &semaphore.LineError{Waiting: 10000, Max: 10000})
-	_, got := o.acquired(context.Background(), nil, err, 0, o.logger(&errOut))
+	_, got := o.acquired(context.Background(), nil, nil, err, 0, o.logger(&errOut))
 	code, _, msg := exitStatus(got)
 	if want := `key "pdf": 10000 callers wait already, the most one key takes; not joining the line`; code != 75 || msg != want {
 		t.Errorf("a full line: got status %d and %q, want 75 and %q", code, msg, want)

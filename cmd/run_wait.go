@@ -1,14 +1,17 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -61,7 +64,7 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 	if errors.As(err, &interrupted) {
 		return nil, &interruptedError{key: o.key, sig: interrupted.Signal}
 	}
-	return o.acquired(ctx, lease, err, fence.left, log)
+	return o.acquired(ctx, store, lease, err, fence.left, log)
 }
 
 // fenceNotice says once that a restart fence holds the grant back by more
@@ -102,7 +105,7 @@ func fenceWhy(left, fence time.Duration) string {
 
 // acquired says how a wait ended: with the permit, or why not. fenced is
 // what was left of a restart fence when the store last said.
-func (o *runOptions) acquired(ctx context.Context, lease semaphore.Lease, err error, fenced time.Duration, log *logger) (semaphore.Lease, error) {
+func (o *runOptions) acquired(ctx context.Context, store semaphore.Store, lease semaphore.Lease, err error, fenced time.Duration, log *logger) (semaphore.Lease, error) {
 	var (
 		fence   *semaphore.FenceError
 		full    *semaphore.LineError
@@ -129,13 +132,17 @@ func (o *runOptions) acquired(ctx context.Context, lease semaphore.Lease, err er
 		return nil, o.busy(log, fmt.Sprintf("key %q: %d callers wait already, the most one key takes; not joining the line", o.key, full.Waiting))
 	case errors.As(err, &taken):
 		// The capacity the store admitted the call against: a stored one wins.
-		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(taken.Capacity, "all ")))
+		return nil, o.busy(log, fmt.Sprintf("key %q: %s (--no-wait)", o.key, o.taken(ctx, store, taken.Capacity)))
 	case errors.Is(err, semaphore.ErrBusy):
-		return nil, o.busy(log, fmt.Sprintf("key %q: %s held (--no-wait)", o.key, permits(o.permits, "all ")))
+		return nil, o.busy(log, fmt.Sprintf("key %q: %s (--no-wait)", o.key, o.taken(ctx, store, o.permits)))
 	case errors.Is(err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil && fenced > 0:
 		return nil, o.busy(log, fmt.Sprintf("key %q: no permit within %v (--timeout): %s, %v to go", o.key, o.timeout, fenceWhy(fenced, o.restartFence), fenced.Round(time.Second)))
 	case errors.Is(err, context.DeadlineExceeded) && o.timeout > 0 && ctx.Err() == nil:
-		return nil, o.busy(log, fmt.Sprintf("key %q: no permit within %v (--timeout)", o.key, o.timeout))
+		why := fmt.Sprintf("key %q: no permit within %v (--timeout)", o.key, o.timeout)
+		if c := o.coolingText(ctx, store); c != "" {
+			why += ": " + c
+		}
+		return nil, o.busy(log, why)
 	}
 	return nil, err
 }
@@ -157,3 +164,51 @@ func permits(n int, all string) string {
 	}
 	return all + semaphore.Count(n, "permit")
 }
+
+// taken says what takes the capacity of a key that turned this caller
+// away: "all 3 permits held", or, when some are cooling (--min-hold), what
+// they are and when the first frees (coolingText).
+func (o *runOptions) taken(ctx context.Context, store semaphore.Store, capacity int) string {
+	c := o.coolingText(ctx, store)
+	if c == "" {
+		return permits(capacity, "all ") + " held"
+	}
+	return permits(capacity, "all ") + " taken: " + c
+}
+
+// coolingText says, for a caller turned away, the key's permits cooling
+// (given back before their --min-hold passed) and when, after which exit
+// on which host, the first of them frees: a once-a-night job's next run
+// is then, not whenever the holder lets go. Read once the answer is busy,
+// within a bound; "" when there is none, or the store does not say.
+func (o *runOptions) coolingText(ctx context.Context, store semaphore.Store) string {
+	if store == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(o.connectTimeout, coolingLook))
+	defer cancel()
+	st, err := store.Status(ctx, []string{o.key})
+	if err != nil || len(st) != 1 || len(st[0].Cooling) == 0 {
+		return ""
+	}
+	first := slices.MinFunc(st[0].Cooling, func(a, b semaphore.Cooling) int { return cmp.Compare(a.EndsIn, b.EndsIn) })
+	exit := fmt.Sprintf("after exit %d", first.ExitStatus)
+	if first.ExitStatus < 0 {
+		exit = "its command's status unknown"
+	}
+	until := fmt.Sprintf("until %s (in %v), %s on %s (--min-hold)",
+		time.Now().Add(first.EndsIn).Format("2006-01-02 15:04:05 MST"), first.EndsIn.Round(time.Second), exit, printable.String(first.Host))
+	held := len(st[0].Holders)
+	switch n := len(st[0].Cooling); {
+	case n == 1 && held == 0:
+		return "cooling " + until
+	case n == 1:
+		return fmt.Sprintf("%d held, 1 cooling %s", held, until)
+	case held == 0:
+		return fmt.Sprintf("%d cooling, the first %s", n, until)
+	}
+	return fmt.Sprintf("%d held, %d cooling, the first %s", held, len(st[0].Cooling), until)
+}
+
+// coolingLook bounds the look at a busy key's coolings.
+const coolingLook = 2 * time.Second
