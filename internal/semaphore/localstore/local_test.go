@@ -599,6 +599,9 @@ const (
 	// helperCoolEnv, when set, is a min hold: the helper finishes the
 	// permit at once, with exit status 4, says "cooled TOKEN" and exits.
 	helperCoolEnv = "SEMRUN_TEST_HOLDER_COOL"
+	// helperMinHoldEnv, when set, is a min hold the helper holds its
+	// permit with, until it is killed.
+	helperMinHoldEnv = "SEMRUN_TEST_HOLDER_MIN_HOLD"
 )
 
 func TestHelperHolder(t *testing.T) {
@@ -616,8 +619,9 @@ func TestHelperHolder(t *testing.T) {
 		permits, _ = strconv.Atoi(n)
 	}
 	minHold, _ := time.ParseDuration(os.Getenv(helperCoolEnv))
+	holdFor, _ := time.ParseDuration(os.Getenv(helperMinHoldEnv))
 	l, err := st.Acquire(context.Background(), semaphore.Request{
-		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true, MinHold: minHold,
+		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true, MinHold: max(minHold, holdFor),
 		Holder: semaphore.HolderInfo{Host: "helper", PID: os.Getpid(), Command: "TestHelperHolder"},
 	})
 	if err != nil {
@@ -644,12 +648,12 @@ type holderProcess struct {
 	exited chan struct{}
 }
 
-// startHolder starts a helper process that takes key's only permit in dir.
-// The process is killed, if still running, when t ends.
-func startHolder(t *testing.T, dir, key string) *holderProcess {
+// startHolder starts a helper process that takes key's only permit in dir,
+// with env besides. The process is killed, if still running, when t ends.
+func startHolder(t *testing.T, dir, key string, env ...string) *holderProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key)
+	cmd.Env = append(append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key), env...)
 	l, p := startHelper(t, cmd)
 	tok, ok := strings.CutPrefix(l, "holding ")
 	var err error

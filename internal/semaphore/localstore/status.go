@@ -202,8 +202,12 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
-	// After the permits, as a grant counts them (cool.go).
-	for _, r := range k.coolings(now, grant != nil, s.warnf) {
+	// After the permits, as a grant counts them (cool.go); a pending one's
+	// holder is among the holders.
+	probe, _ := k.openPermits()
+	coolings := k.coolings(now, grant != nil, s.warnf, probe.anyFree)
+	probe.close()
+	for _, r := range coolings {
 		st.Held += r.Weight
 		c := semaphore.Cooling{
 			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight,
