@@ -194,7 +194,7 @@ func TestLogStaysWithinItsDocumentedSize(t *testing.T) {
 	e := semaphore.Event{
 		Kind: semaphore.EventRelease, Holder: newID(), Permits: semaphore.MaxPermits, Weight: semaphore.MaxPermits,
 		HolderInfo: semaphore.HolderInfo{Host: long(maxInfoText), PID: 1 << 30, Command: long(maxInfoText), Label: long(semaphore.MaxLabel)},
-		Token: 1 << 62, ExitStatus: &status, Held: 30 * 24 * time.Hour, Cooling: 30 * 24 * time.Hour,
+		Token:      1 << 62, ExitStatus: &status, Held: 30 * 24 * time.Hour, Cooling: 30 * 24 * time.Hour,
 		Reason: long(semaphore.MaxReason),
 	}
 	line, err := lineOf(e).encode()
