@@ -1069,3 +1069,31 @@ func TestDefaultLockDirIgnoresEnvironment(t *testing.T) {
 		t.Errorf("DefaultLockDir as root: got %q, want %q", want, localstore.SystemDir)
 	}
 }
+
+// A permit held is held, whether or not a record says by whom: status,
+// which semrun key drain reads, counts it as a grant does, by a holder
+// not listed, until it is given back.
+func TestLocalPermitWithoutRecordIsUnlisted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 2, TTL: time.Second, NoWait: true}
+	l := acquire(t, st, req)
+	listed := acquire(t, st, req)
+	for _, name := range dirNames(t, filepath.Join(dir, key)) {
+		if strings.HasPrefix(name, "held.") {
+			if err := os.Remove(filepath.Join(dir, key, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	release(t, listed)
+	if s := statusOf(t, st, key); s.Held != 1 || len(s.Holders) != 0 || s.Unlisted != 1 {
+		t.Errorf("Status with a permit held and no record of its holder: got %+v, want 1 held, by 1 holder not listed", s)
+	}
+	release(t, l)
+	if s := statusOf(t, st, key); s.Held != 0 || s.Unlisted != 0 {
+		t.Errorf("Status once it was given back: got %+v, want nothing held, no holder", s)
+	}
+}
