@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -158,11 +159,18 @@ func TestLocalCoolingNeverLetsTwoHold(t *testing.T) {
 		failed []error
 		wg     sync.WaitGroup
 	)
-	deadline := time.Now().Add(2 * time.Second)
+	// Two seconds at least, and on a loaded host until there are grants
+	// enough to mean something, within a bound.
+	enough, deadline := time.Now().Add(2*time.Second), time.Now().Add(30*time.Second)
+	var counted, cooling atomic.Int64
+	more := func() bool {
+		now := time.Now()
+		return now.Before(deadline) && (now.Before(enough) || counted.Load() < 40 || cooling.Load() < 4)
+	}
 	for w := range 8 {
 		wg.Go(func() {
 			st := stores[w%len(stores)]
-			for time.Now().Before(deadline) {
+			for more() {
 				minHold := []time.Duration{0, 3 * time.Millisecond, 10 * time.Millisecond}[rand.IntN(3)]
 				req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second, MinHold: minHold, NoWait: w%4 != 0}
 				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -187,6 +195,10 @@ func TestLocalCoolingNeverLetsTwoHold(t *testing.T) {
 				mu.Lock()
 				grants = append(grants, grant{l.Token(), localstore.GrantedMS(l), got, finish, minHold})
 				mu.Unlock()
+				counted.Add(1)
+				if finish.UnixMilli() < localstore.GrantedMS(l)+minHold.Milliseconds() {
+					cooling.Add(1)
+				}
 			}
 		})
 	}
