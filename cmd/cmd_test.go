@@ -78,11 +78,36 @@ func TestRunRefusesBadInputInTheUsersWords(t *testing.T) {
 		{[]string{"SEMRUN_REDIS_URL=redis://127.0.0.1:1/0?addr=127.0.0.1:2"}, []string{"-k", "k", "--", "true"},
 			"semrun: SEMRUN_REDIS_URL: redis://127.0.0.1:1/0: ?addr= names more nodes of a cluster or more sentinels: add --cluster or --sentinel-master\n"},
 		{nil, []string{"-k", "k", "--local", "--lock-dir", "", "--", "true"}, "semrun: --lock-dir: must not be empty\n"},
+		{nil, []string{"-k", "k", "--min-hold", "1h", "--min-hold-after", "failure", "--", "true"}, "semrun: --min-hold-after \"failure\": must be success or any\n"},
+		{nil, []string{"-k", "k", "--min-hold-after", "", "--", "true"}, "semrun: --min-hold-after \"\": must be success or any\n"},
+		{[]string{"SEMRUN_MIN_HOLD_AFTER=Success"}, []string{"-k", "k", "--", "true"}, "semrun: SEMRUN_MIN_HOLD_AFTER=\"Success\": must be success or any\n"},
 	} {
 		code, out, errOut := run(t, testFactory(t, tc.env...), tc.args...)
 		if code != exitFailure || out != "" || errOut != tc.want {
 			t.Errorf("semrun %q with %v: got status %d, stdout %q, stderr %q; want 125, nothing, %q", tc.args, tc.env, code, out, errOut, tc.want)
 		}
+	}
+}
+
+// --min-hold-after success: a failed command gives its permit back at
+// once, and says nothing of a cooling with -v; a successful one cools.
+func TestRunMinHoldAfterSuccess(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run1 := func(args ...string) (int, string) {
+		code, _, errOut := run(t, nil, append([]string{"--local", "--lock-dir", dir, "-k", "k", "-v"}, args...)...)
+		return code, errOut
+	}
+	const cools = "it stays taken until 1h0m0s after its grant (--min-hold)"
+	code, errOut := run1("--min-hold", "1h", "--min-hold-after", "success", "--", "sh", "-c", "exit 1")
+	if code != 1 || strings.Contains(errOut, cools) {
+		t.Errorf("a failed command with --min-hold-after success: got status %d, stderr %q; want 1, no cooling said", code, errOut)
+	}
+	if code, errOut := run1("--no-wait", "--min-hold", "1h", "--min-hold-after", "success", "--", "true"); code != 0 || !strings.Contains(errOut, cools) {
+		t.Errorf("a successful command with --min-hold-after success after a failed one: got status %d, stderr %q; want 0, the cooling said", code, errOut)
+	}
+	if code, _ := run1("--no-wait", "--", "true"); code != defaultBusyExitCode {
+		t.Errorf("a run once a successful one cools: got status %d, want %d", code, defaultBusyExitCode)
 	}
 }
 

@@ -28,6 +28,7 @@ var envNames = map[string]string{
 	"max-runtime":         "SEMRUN_MAX_RUNTIME",
 	"warn-after":          "SEMRUN_WARN_AFTER",
 	"min-hold":            "SEMRUN_MIN_HOLD",
+	"min-hold-after":      "SEMRUN_MIN_HOLD_AFTER",
 	"restart-fence":       "SEMRUN_RESTART_FENCE",
 	"min-replicas":        "SEMRUN_MIN_REPLICAS",
 	"label":               "SEMRUN_LABEL",

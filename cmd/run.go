@@ -42,6 +42,9 @@ type runFlags struct {
 	// when it runs long; 0: no bound. minHold keeps the permit taken, as
 	// cooling, that long after its grant.
 	maxRuntime, warnAfter, minHold time.Duration
+	// minHoldAfter is --min-hold-after's: after which ends of the
+	// command the permit cools (semaphore.CoolAfter).
+	minHoldAfter string
 }
 
 // runOptions are a run's flag values and what they make once checked.
@@ -129,6 +132,7 @@ back when it exits, and exits with COMMAND's status.`,
 	f.Var(newDuration(&o.maxRuntime, 0), "max-runtime", "stop the command once it has run this long: SIGTERM to its group, SIGKILL after --kill-after, exit 124 (0: no bound)")
 	f.Var(newDuration(&o.warnAfter, 0), "warn-after", "say once on stderr that the command has run this long (0: never)")
 	f.Var(newDuration(&o.minHold, 0), "min-hold", "keep the permit taken until this long after its grant, even when the command ends sooner (cooling: semrun exits at once; callers find the key busy until then)")
+	f.StringVar(&o.minHoldAfter, "min-hold-after", string(semaphore.CoolAfterAny), "after which ends of the command the permit cools (--min-hold): success (status 0; after a failure it is given back at once) or any")
 	f.StringVar(&o.handle, "handle", "", "run under a hold that semrun acquire took, at once, instead of taking a permit: its handle, or @VAR to read it from variable VAR (ps shows arguments, not variables)")
 	return cmd
 }

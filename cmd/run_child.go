@@ -148,7 +148,7 @@ func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *lo
 // commandStatus): with --min-hold, it stays taken until then.
 func (o *runOptions) finish(ctx context.Context, lease semaphore.Lease, status int, log *logger) {
 	o.giveBack(ctx, func(ctx context.Context) error { return lease.Finish(ctx, status) }, log)
-	if o.minHold > 0 {
+	if o.minHold > 0 && o.req.MinHoldAfter.Cools(status) {
 		log.Infof("key %q: it stays taken until %v after its grant (--min-hold)", o.key, o.minHold)
 	}
 }

@@ -83,6 +83,9 @@ func (o *runOptions) validateCommand() error {
 	if o.onLost != "terminate" && o.onLost != "continue" {
 		return usageErrorf("%s: must be terminate or continue", show("on-lost", fmt.Sprintf("%q", o.onLost)))
 	}
+	if a := semaphore.CoolAfter(o.minHoldAfter); a != semaphore.CoolAfterSuccess && a != semaphore.CoolAfterAny {
+		return usageErrorf("%s: must be %s or %s", show("min-hold-after", fmt.Sprintf("%q", o.minHoldAfter)), semaphore.CoolAfterSuccess, semaphore.CoolAfterAny)
+	}
 	var err error
 	if o.path, err = runner.Find(o.command[0]); err != nil {
 		return err
@@ -100,6 +103,7 @@ func (o *runOptions) validateCommand() error {
 // kill-after, in the store too, and at least minHold.
 func (o *runOptions) bound(maxRuntime, minHold time.Duration) error {
 	o.req.MaxRuntime, o.req.KillAfter, o.req.MinHold = maxRuntime, o.killAfter, minHold
+	o.req.MinHoldAfter = semaphore.CoolAfter(o.minHoldAfter)
 	if err := o.req.Validate(); err != nil {
 		return o.refused(err)
 	}

@@ -25,6 +25,7 @@ var settingFlags = map[semaphore.Setting]string{
 	semaphore.MinReplicasSetting:     "min-replicas",
 	semaphore.MaxRuntimeSetting:      "max-runtime",
 	semaphore.MinHoldSetting:         "min-hold",
+	semaphore.MinHoldAfterSetting:    "min-hold-after",
 	semaphore.ReasonSetting:          "reason",
 	semaphore.PauseSetting:           "for",
 	semaphore.LabelSetting:           "label",

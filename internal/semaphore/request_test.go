@@ -31,6 +31,8 @@ func TestRequestValidate(t *testing.T) {
 		{func(r *semaphore.Request) { r.TTL = time.Second + time.Microsecond }, "lease 1.000001s: must be whole milliseconds"},
 		{func(r *semaphore.Request) { r.RestartFence = -time.Second }, "restart fence -1s: must be from 0 to 24h0m0s"},
 		{func(r *semaphore.Request) { r.MinReplicas = semaphore.MaxReplicas + 1 }, "min replicas 1001: must be from 0 to 1000"},
+		{func(r *semaphore.Request) { r.MinHoldAfter = "failure" }, `min hold after "failure": must be success or any`},
+		{func(r *semaphore.Request) { r.MinHoldAfter = "Success" }, `min hold after "Success": must be success or any`},
 	} {
 		req := ok
 		tc.edit(&req)
@@ -40,10 +42,39 @@ func TestRequestValidate(t *testing.T) {
 			t.Errorf("Validate(%+v): got %v, want a *SettingError saying %q", req, err, tc.want)
 		}
 	}
+	for _, a := range []semaphore.CoolAfter{"", semaphore.CoolAfterAny, semaphore.CoolAfterSuccess} {
+		req := ok
+		req.MinHoldAfter = a
+		if err := req.Validate(); err != nil {
+			t.Errorf("Validate with MinHoldAfter %q: got %v, want nil", a, err)
+		}
+	}
 	if got := (semaphore.Request{Weight: 0}).Takes(); got != 1 {
 		t.Errorf("Takes of weight 0: got %d, want 1", got)
 	}
 	if got := (semaphore.Request{Weight: 2}).Takes(); got != 2 {
 		t.Errorf("Takes of weight 2: got %d, want 2", got)
+	}
+}
+
+// TestCoolAfter: with CoolAfterSuccess only a success cools, and a status
+// unknown, which may be one; otherwise every end cools.
+func TestCoolAfter(t *testing.T) {
+	for _, tc := range []struct {
+		after  semaphore.CoolAfter
+		status int
+		want   bool
+	}{
+		{"", 1, true},
+		{semaphore.CoolAfterAny, 0, true},
+		{semaphore.CoolAfterAny, 143, true},
+		{semaphore.CoolAfterSuccess, 0, true},
+		{semaphore.CoolAfterSuccess, -1, true},
+		{semaphore.CoolAfterSuccess, 1, false},
+		{semaphore.CoolAfterSuccess, 124, false},
+	} {
+		if got := tc.after.Cools(tc.status); got != tc.want {
+			t.Errorf("CoolAfter(%q).Cools(%d): got %v, want %v", tc.after, tc.status, got, tc.want)
+		}
 	}
 }

@@ -83,6 +83,36 @@ type Request struct {
 	// when Lease.Finish gives it back sooner: cooling, with no process
 	// left. 0: none.
 	MinHold time.Duration
+	// MinHoldAfter says after which of its command's ends the permit
+	// cools; the zero value is CoolAfterAny.
+	MinHoldAfter CoolAfter
+}
+
+// CoolAfter says after which ends of its command a permit with a
+// Request.MinHold cools (Request.MinHoldAfter).
+type CoolAfter string
+
+const (
+	// CoolAfterAny cools whatever the command's status.
+	CoolAfterAny CoolAfter = "any"
+	// CoolAfterSuccess cools only after status 0, so that a failed job
+	// may run again at once; a status unknown (-1: its holder crashed,
+	// or its release never came) cools too, since the job may have
+	// succeeded.
+	CoolAfterSuccess CoolAfter = "success"
+)
+
+// Cools tells whether a permit whose command ended with exitStatus (-1:
+// unknown) cools, given its min hold.
+func (a CoolAfter) Cools(exitStatus int) bool { return a != CoolAfterSuccess || exitStatus <= 0 }
+
+// checkCoolAfter refuses what is no CoolAfter.
+func checkCoolAfter(a CoolAfter) error {
+	switch a {
+	case "", CoolAfterAny, CoolAfterSuccess:
+		return nil
+	}
+	return fmt.Errorf("must be %s or %s", CoolAfterSuccess, CoolAfterAny)
 }
 
 // BoundMargin is the room a bounded permit of lease ttl leaves, past its
@@ -373,6 +403,8 @@ func (r Request) Validate() error {
 		return &SettingError{Setting: MaxRuntimeSetting, Value: r.MaxRuntime, Err: fmt.Errorf("must be from 0 to %v", MaxMaxRuntime)}
 	case r.MinHold < 0 || r.MinHold > MaxMinHold:
 		return &SettingError{Setting: MinHoldSetting, Value: r.MinHold, Err: fmt.Errorf("must be from 0 to %v", MaxMinHold)}
+	case checkCoolAfter(r.MinHoldAfter) != nil:
+		return &SettingError{Setting: MinHoldAfterSetting, Value: quoteShort(string(r.MinHoldAfter)), Err: checkCoolAfter(r.MinHoldAfter)}
 	case CheckLabel(r.Holder.Label) != nil:
 		return &SettingError{Setting: LabelSetting, Value: quoteShort(r.Holder.Label), Err: CheckLabel(r.Holder.Label)}
 	}

@@ -18,6 +18,7 @@ const (
 	MinReplicasSetting  Setting = "min replicas"
 	MaxRuntimeSetting   Setting = "max runtime"
 	MinHoldSetting      Setting = "min hold"
+	MinHoldAfterSetting Setting = "min hold after"
 	LabelSetting        Setting = "label"
 )
 

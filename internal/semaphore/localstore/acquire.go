@@ -335,15 +335,16 @@ func (a *attempt) heldNow() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return min(held+a.cooling(), semaphore.MaxPermits), nil
+	return min(held+a.cooling(a.permits.anyFree).n, semaphore.MaxPermits), nil
 }
 
-// cooling counts the permits the key's coolings take, and keeps when
-// the first ends for the wait; the grant lock is held.
-func (a *attempt) cooling() int {
-	n, first := a.k.cooling(time.Now())
-	a.coolEnd = first
-	return n
+// cooling counts the permits the key's coolings take, anyFree telling
+// which pending ones count (cool.go), and keeps when the first ends for
+// the wait; the grant lock is held.
+func (a *attempt) cooling(anyFree anyFreeFunc) coolCount {
+	c := a.k.cooling(time.Now(), anyFree)
+	a.coolEnd = c.first
+	return c
 }
 
 // lockGrant takes the key's grant lock, and checks that the key's
@@ -417,7 +418,7 @@ func (a *attempt) lease(taken *heldPermits) (*lease, error) {
 	now := time.Now()
 	l := &lease{
 		locks: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: now.UnixMilli(),
-		granted: now, holder: a.req.Holder, minHold: a.req.MinHold,
+		granted: now, holder: a.req.Holder, minHold: a.req.MinHold, coolAfter: a.req.MinHoldAfter,
 	}
 	a.granted = true
 	// The record is for status, and revokes: a permit is held by its lock.
@@ -438,6 +439,16 @@ func (a *attempt) lease(taken *heldPermits) (*lease, error) {
 		case l.minHold > 0:
 			_ = taken.release()
 			return nil, fmt.Errorf("key %q: key directory %s: %w", a.req.Key, a.k.path, err)
+		}
+	}
+	if l.minHold > 0 {
+		// With the grant, so that it outlives a holder that never gives
+		// the permit back (cool.go).
+		if err := l.pendCooling(); err != nil {
+			l.dropRecord()
+			l.k.close()
+			_ = taken.release()
+			return nil, fmt.Errorf("key %q: %w", a.req.Key, err)
 		}
 	}
 	return l, nil

@@ -62,8 +62,12 @@ func (s *Store) removeUnused(k *keyDir, idle time.Duration) bool {
 	case err != nil || held > 0:
 		return false
 	}
-	// Counted after the permits, as a grant counts them (cool.go).
-	if n, _ := k.cooling(time.Now()); n > 0 {
+	// Counted after the permits, as a grant counts them (cool.go): none
+	// is pending, no permit being held.
+	p, _ := k.openPermits()
+	c := k.cooling(time.Now(), p.anyFree)
+	p.close()
+	if c.n > 0 {
 		return false
 	}
 	if p, err := k.readPolicy(time.Now()); err == nil && !p.empty() {

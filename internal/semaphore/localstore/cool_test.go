@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -158,11 +159,18 @@ func TestLocalCoolingNeverLetsTwoHold(t *testing.T) {
 		failed []error
 		wg     sync.WaitGroup
 	)
-	deadline := time.Now().Add(2 * time.Second)
+	// Two seconds at least, and on a loaded host until there are grants
+	// enough to mean something, within a bound.
+	enough, deadline := time.Now().Add(2*time.Second), time.Now().Add(30*time.Second)
+	var counted, cooling atomic.Int64
+	more := func() bool {
+		now := time.Now()
+		return now.Before(deadline) && (now.Before(enough) || counted.Load() < 40 || cooling.Load() < 4)
+	}
 	for w := range 8 {
 		wg.Go(func() {
 			st := stores[w%len(stores)]
-			for time.Now().Before(deadline) {
+			for more() {
 				minHold := []time.Duration{0, 3 * time.Millisecond, 10 * time.Millisecond}[rand.IntN(3)]
 				req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second, MinHold: minHold, NoWait: w%4 != 0}
 				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -187,6 +195,10 @@ func TestLocalCoolingNeverLetsTwoHold(t *testing.T) {
 				mu.Lock()
 				grants = append(grants, grant{l.Token(), localstore.GrantedMS(l), got, finish, minHold})
 				mu.Unlock()
+				counted.Add(1)
+				if finish.UnixMilli() < localstore.GrantedMS(l)+minHold.Milliseconds() {
+					cooling.Add(1)
+				}
 			}
 		})
 	}
@@ -220,4 +232,119 @@ func TestLocalCoolingNeverLetsTwoHold(t *testing.T) {
 		s := statusOf(t, stores[0], key)
 		return s.Held == 0 && len(s.Cooling) == 0
 	})
+}
+
+// A holder with a min hold that is killed while it holds, before it could
+// give its permit back, leaves it cooling until its min hold after its
+// grant, its command's status unknown: the once-a-night job does not run
+// twice. While it held, its cooling did not count besides its permit.
+func TestLocalKilledHolderCools(t *testing.T) {
+	t.Parallel()
+	const minHold = 4 * time.Second
+	dir := t.TempDir()
+	key := uniqueKey(t)
+	start := time.Now() // no later than the grant
+	child := startHolder(t, dir, key, helperMinHoldEnv+"="+minHold.String())
+	st := newLocal(t, dir, nil)
+
+	if s := statusOf(t, st, key); s.Held != 1 || len(s.Holders) != 1 || len(s.Cooling) != 0 {
+		t.Errorf("Status while the holder with a min hold holds: got %+v, want 1 held, by it, no cooling", s)
+	}
+	child.kill(t)
+	busy := semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}
+	if l, err := acquireFor(t, st, 5*time.Second, busy); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("no-wait Acquire right after the holder was killed: got (%v, %v), want ErrBusy: its permit cools", l, err)
+	}
+	s := statusOf(t, st, key)
+	if s.Held != 1 || len(s.Holders) != 0 || len(s.Cooling) != 1 {
+		t.Fatalf("Status once the holder was killed: got %+v, want 1 held, no holder, one cooling", s)
+	}
+	if c := s.Cooling[0]; c.ExitStatus != -1 || c.EndsIn > minHold || c.EndsIn <= 0 || c.PID != child.cmd.Process.Pid {
+		t.Errorf("cooling of the killed holder: got %+v, want its pid %d, exit status -1, ending within %v", c, child.cmd.Process.Pid, minHold)
+	}
+
+	var got semaphore.Lease
+	waitFor(t, minHold+10*time.Second, "a no-wait Acquire granted once the cooling ended", func() bool {
+		l, err := acquireFor(t, st, 5*time.Second, busy)
+		if err != nil && !errors.Is(err, semaphore.ErrBusy) {
+			t.Fatalf("no-wait Acquire while the killed holder's permit cools: got %v, want a permit or ErrBusy", err)
+		}
+		got = l
+		return l != nil
+	})
+	if since := time.Since(start); since < minHold-50*time.Millisecond {
+		t.Errorf("granted %v after the killed holder's grant, want no sooner than its min hold, %v", since, minHold)
+	}
+	release(t, got)
+}
+
+// A cooling whose holder is gone keeps the very permits it held: taken
+// by another, they would make it look held by its holder still, and the
+// next caller would be granted past N. Its holder gone as a process that
+// exits, its files closed, between two others.
+func TestLocalCoolingKeepsItsPermits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 3, TTL: time.Second, NoWait: true}
+	cooled := req
+	cooled.MinHold = time.Hour
+	a := acquire(t, st, cooled)
+	b := acquire(t, st, req)
+	abandon(a)
+	c := acquire(t, st, req)
+	if l, err := acquireFor(t, st, 5*time.Second, req); !errors.Is(err, semaphore.ErrBusy) {
+		t.Fatalf("no-wait Acquire with 2 of 3 permits held and 1 cooling: got (%v, %v), want ErrBusy", l, err)
+	}
+	if s := statusOf(t, st, key); s.Held != 3 || len(s.Holders) != 2 || len(s.Cooling) != 1 || s.Cooling[0].ExitStatus != -1 {
+		t.Errorf("Status with 2 holders and the permit of a gone one cooling: got %+v, want 3 held, 2 holders, 1 cooling, status unknown", s)
+	}
+	release(t, b)
+	release(t, c)
+	if s := statusOf(t, st, key); s.Held != 1 || len(s.Cooling) != 1 {
+		t.Errorf("Status with only the cooling left: got %+v, want it alone", s)
+	}
+}
+
+// A release owes no cooling with CoolAfterSuccess after a failure, nor
+// once the min hold passed, nor when no command ran: its pending cooling
+// is gone with it, and nothing of it is left in the key's directory.
+func TestLocalReleaseLeavesNoCoolingItOwesNot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, c := range []struct {
+		name    string
+		minHold time.Duration
+		after   semaphore.CoolAfter
+		back    func(semaphore.Lease) error
+	}{
+		{"Finish 1 with success", time.Hour, semaphore.CoolAfterSuccess, func(l semaphore.Lease) error { return l.Finish(ctx, 1) }},
+		{"Finish 0 past the min hold", time.Millisecond, semaphore.CoolAfterAny, func(l semaphore.Lease) error {
+			time.Sleep(5 * time.Millisecond)
+			return l.Finish(ctx, 0)
+		}},
+		{"Release", time.Hour, semaphore.CoolAfterAny, func(l semaphore.Lease) error { return l.Release(ctx) }},
+	} {
+		l := acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, MinHold: c.minHold, MinHoldAfter: c.after})
+		if names := coolNames(t, filepath.Join(dir, key)); len(names) != 1 {
+			t.Fatalf("%s: cooling files while held: got %q, want the pending one", c.name, names)
+		}
+		if err := c.back(l); err != nil {
+			t.Fatalf("%s: got %v, want nil", c.name, err)
+		}
+		if names := coolNames(t, filepath.Join(dir, key)); len(names) != 0 {
+			t.Errorf("%s: cooling files once given back: got %q, want none", c.name, names)
+		}
+		release(t, acquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, NoWait: true}))
+	}
+}
+
+// coolNames lists the cooling files in the key directory kd.
+func coolNames(t *testing.T, kd string) []string {
+	t.Helper()
+	return slices.DeleteFunc(dirNames(t, kd), func(n string) bool { return !strings.HasPrefix(n, "cool") })
 }

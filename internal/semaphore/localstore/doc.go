@@ -13,8 +13,9 @@
 // its own (permits_other.go). The child inherits its lock files
 // read-only. A hold, a permit kept across processes (semrun acquire), is
 // held by the locks each process attached to it takes on its permits, on
-// Linux only (hold.go). A permit given back before its min hold passed,
-// with no process left, cools as a file (cool.go). An operator's settings
+// Linux only (hold.go). A permit with a min hold has a cooling, a file
+// written with its grant, which counts once its holder let go of it,
+// given back or killed, until the min hold passed (cool.go). An operator's settings
 // of a key are a file of it (policy.go); a revoke is a file its holder
 // looks for every second (operate.go). What happened to a key, its capped
 // log of events and its counters, are two more files of it (eventlog.go),

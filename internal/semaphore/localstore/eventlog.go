@@ -70,9 +70,12 @@ const (
 	maxStats     = 4 << 10
 	maxEventLine = 8 << 10
 	// rewriteLines and maxLogBytes bound the log: past either, it is
-	// rewritten with its newest MaxEvents lines, at most keepBytes.
+	// rewritten with its newest MaxEvents lines, at most keepBytes. The
+	// bound in bytes is docs/watching.md's, which /run/lock, often a
+	// tmpfs of a few MiB, must have room for, a log a key: 1,250 lines
+	// of the usual 200 bytes fit, and 1,000 of up to 215 are kept.
 	rewriteLines = semaphore.MaxEvents + semaphore.MaxEvents/4
-	maxLogBytes  = 512 << 10
+	maxLogBytes  = 280 << 10
 	keepBytes    = maxLogBytes * 3 / 4
 	// readBound bounds what a reader reads of a log: its last bytes.
 	readBound = maxLogBytes + maxEventLine

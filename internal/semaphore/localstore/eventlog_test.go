@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +160,66 @@ func TestLineOfIsReadBack(t *testing.T) {
 	if err := l.check(now); err != nil {
 		t.Errorf("the line of a loss told by a planted file: readers skip it (%v), want them to take it", err)
 	}
+}
+
+// A key's log never takes more than docs/watching.md says, however long
+// its events: filled with the longest lines semrun writes (every text at
+// its bound, in characters JSON escapes), it stays under that bound from
+// its first line to well past its rewrites, and keeps lines.
+func TestLogStaysWithinItsDocumentedSize(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "watching.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`never more than (\d+) KiB`).FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/watching.md: no \"never more than N KiB\" for the local log")
+	}
+	kib, _ := strconv.Atoi(string(m[1]))
+	bound := int64(kib) << 10
+
+	s, err := New(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, err := s.openKey("k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.close()
+	long := func(n int) string { return strings.Repeat(`"`, n) } // 2 bytes each in JSON
+	status := 255
+	e := semaphore.Event{
+		Kind: semaphore.EventRelease, Holder: newID(), Permits: semaphore.MaxPermits, Weight: semaphore.MaxPermits,
+		HolderInfo: semaphore.HolderInfo{Host: long(maxInfoText), PID: 1 << 30, Command: long(maxInfoText), Label: long(semaphore.MaxLabel)},
+		Token:      1 << 62, ExitStatus: &status, Held: 30 * 24 * time.Hour, Cooling: 30 * 24 * time.Hour,
+		Reason: long(semaphore.MaxReason),
+	}
+	line, err := lineOf(e).encode()
+	if err != nil {
+		t.Fatalf("the longest line: %v", err)
+	}
+	log := filepath.Join(k.path, eventsFile)
+	most, rewrites, last := int64(0), 0, int64(0)
+	for range 4 * int(bound) / len(line) {
+		k.note(e)
+		fi, err := os.Stat(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, fi.Size())
+		if fi.Size() < last {
+			rewrites++
+		}
+		last = fi.Size()
+	}
+	if most > bound {
+		t.Errorf("the log of lines of %d bytes: got up to %d bytes, want at most %d (%d KiB, as docs/watching.md says)", len(line), most, bound, kib)
+	}
+	if rewrites < 2 || last < bound/2 {
+		t.Errorf("the log: %d rewrites, %d bytes at the end; want at least 2, and at least half the bound kept", rewrites, last)
+	}
+	t.Logf("lines of %d bytes: the log took up to %d bytes (%d rewrites)", len(line), most, rewrites)
 }

@@ -136,13 +136,7 @@ func markOf(name string, spans []span) int64 {
 	return markBase + int64(binary.BigEndian.Uint64(h.Sum(nil))%markSpan)
 }
 
-func (r holdRecord) spans() []span {
-	out := make([]span, len(r.Runs))
-	for i, s := range r.Runs {
-		out[i] = span{s[0], s[1]}
-	}
-	return out
-}
+func (r holdRecord) spans() []span { return runSpans(r.Runs) }
 
 // end is how the hold ended; HoldHeld while it has not.
 func (r holdRecord) end() semaphore.HoldEnd {
@@ -178,17 +172,7 @@ func (r holdRecord) check() error {
 	case len(r.Why) > semaphore.MaxHoldWhy || !utf8.ValidString(r.Why):
 		return errors.New("its why is too long, or not UTF-8")
 	}
-	next, total := int64(0), int64(0)
-	for _, s := range r.Runs {
-		if s[0] < next || s[1] < 1 || s[1] > int64(r.Permits) || s[0]+s[1] > int64(r.Permits) {
-			return errors.New("its permits overlap or lie past its capacity")
-		}
-		next, total = s[0]+s[1], total+s[1]
-	}
-	if total != int64(r.Weight) {
-		return fmt.Errorf("%d permits for a weight of %d", total, r.Weight)
-	}
-	return nil
+	return checkRuns(r.Runs, r.Permits, r.Weight)
 }
 
 func knownState(s semaphore.HoldState) bool {
@@ -380,16 +364,19 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 		r.ID = newID() // its permit had no record
 	}
 	r.Keeper.Hold = false // said by status, not written
-	for _, sp := range spans {
-		r.Runs = append(r.Runs, [2]int64{sp.start, sp.n})
-	}
+	r.Runs = spanRuns(spans)
 	// Marked first: a record no one can read as live is of no use.
 	if err := k.markHold(l.locks, markOf(name, spans)); err != nil {
 		return semaphore.Handle{}, fmt.Errorf("hold of key %q: %w", l.key, err)
 	}
 	l.mu.Lock()
 	l.dropRecord()
+	// A hold's permit does not cool (see lease.Finish).
+	err = l.dropCooling()
 	l.mu.Unlock()
+	if err != nil {
+		return semaphore.Handle{}, fmt.Errorf("hold of key %q: %w", l.key, err)
+	}
 	if err := k.publishHold(name, r); err != nil {
 		return semaphore.Handle{}, fmt.Errorf("hold of key %q: %w", l.key, err)
 	}

@@ -14,9 +14,6 @@ import (
 // permits go at once, when that file is closed for the last time or
 // released.
 
-// permitSpans are the permits h holds.
-func (h *heldPermits) permitSpans() []span { return h.spans }
-
 // markHold locks mark through the file h holds its permits by, which must
 // be k's permits file: the permits become a hold's.
 func (k *keyDir) markHold(h *heldPermits, mark int64) error {

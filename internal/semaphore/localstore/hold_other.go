@@ -12,8 +12,6 @@ import (
 // flock(2), which only one open file can hold.
 var errNoHolds = fmt.Errorf("holds need open file description locks, which semrun uses on Linux only: %w", errors.ErrUnsupported)
 
-func (h *heldPermits) permitSpans() []span { return nil }
-
 func (k *keyDir) markHold(*heldPermits, int64) error { return errNoHolds }
 
 func (k *keyDir) holdAlive([]span, int64) (bool, error) { return false, errNoHolds }

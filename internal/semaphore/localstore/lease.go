@@ -29,6 +29,10 @@ type lease struct {
 	granted         time.Time // sinceMS, with the monotonic clock, for how long it was held
 	holder          semaphore.HolderInfo
 	minHold         time.Duration
+	coolAfter       semaphore.CoolAfter
+	// cool names the permit's cooling in k, pending while it holds
+	// (cool.go); empty without a min hold, or once given back.
+	cool string
 	// k is the key's directory, through a descriptor of the lease's own;
 	// nil when it could not be opened and the permit needs none (no
 	// record, no min hold).
@@ -92,13 +96,16 @@ func (l *lease) Files() []*os.File {
 func (l *lease) Bound() clock.Instant { return clock.Instant{} }
 
 // Finish gives the permit back, leaving it cooling (cool.go) when its
-// min hold is still to pass; a permit made a hold's does not cool.
+// min hold is still to pass and its command's status, exitStatus, is
+// one that cools (Request.MinHoldAfter); a permit made a hold's does not
+// cool.
 func (l *lease) Finish(_ context.Context, exitStatus int) error { return l.giveBack(true, exitStatus) }
 
+// Release gives the permit back at once: no command ran under it.
 func (l *lease) Release(context.Context) error { return l.giveBack(false, -1) }
 
-// giveBack gives the permit back, cooling first when cool is set, and
-// notes it; exitStatus is how its command ended, -1 when none ran.
+// giveBack gives the permit back, cooling first when cool is set and its
+// command's status, exitStatus (-1 when none ran), cools; and notes it.
 func (l *lease) giveBack(cool bool, exitStatus int) error {
 	l.once.Do(func() {
 		l.mu.Lock()
@@ -112,10 +119,12 @@ func (l *lease) giveBack(cool bool, exitStatus int) error {
 		}
 		var cooling time.Duration
 		var err error
-		if cool && !l.held.Load() {
-			// Visible before the permits are unlocked, never after: see
-			// cool.go.
-			cooling, err = l.cool(exitStatus)
+		// Settled before the permits are unlocked, never after: see
+		// cool.go.
+		if cool && !l.held.Load() && l.coolAfter.Cools(exitStatus) {
+			cooling, err = l.finishCooling(exitStatus)
+		} else {
+			err = l.dropCooling()
 		}
 		l.err = errors.Join(err, l.locks.release())
 		if l.k != nil {
@@ -144,23 +153,53 @@ func (l *lease) event(kind semaphore.EventKind, waited time.Duration) semaphore.
 	}
 }
 
-// cool leaves the permit cooling until its min hold after its grant,
-// unless that has passed, and says how long it cools.
-func (l *lease) cool(exitStatus int) (time.Duration, error) {
-	ends := l.sinceMS + l.minHold.Milliseconds()
-	now := time.Now().UnixMilli()
-	if l.minHold <= 0 || now >= ends {
-		return 0, nil
-	}
-	r := coolRecord{
+// coolRecord is the permit's cooling, its command's status exitStatus.
+func (l *lease) coolRecord(exitStatus int) coolRecord {
+	return coolRecord{
 		record:     record{ID: l.id, HolderInfo: l.holder, Permits: l.permits, Weight: l.weight, Token: l.token, SinceMS: l.sinceMS},
-		EndsMS:     ends,
+		EndsMS:     l.sinceMS + l.minHold.Milliseconds(),
 		ExitStatus: min(max(exitStatus, -1), 255),
+		Seats:      spanRuns(l.locks.permitSpans()),
 	}
-	if err := l.k.publishCooling(r); err != nil {
-		return 0, fmt.Errorf("key %q: given back at once, not kept for its min hold: %w", l.key, err)
+}
+
+// pendCooling leaves the permit's cooling, pending while it is held, its
+// command's status unknown; under the grant lock, at its grant.
+func (l *lease) pendCooling() error {
+	name, err := l.k.publishCooling(l.coolRecord(-1))
+	if err != nil {
+		return fmt.Errorf("no grant without its cooling (--min-hold): %w", err)
 	}
-	return time.Duration(ends-now) * time.Millisecond, nil
+	l.cool = name
+	return nil
+}
+
+// finishCooling leaves the permit cooling until its min hold after its
+// grant, with its command's status, unless that has passed, and says how
+// long it cools. A cooling that could not be written anew still cools,
+// its status unknown.
+func (l *lease) finishCooling(exitStatus int) (time.Duration, error) {
+	r := l.coolRecord(exitStatus)
+	now := time.Now().UnixMilli()
+	if l.cool == "" || now >= r.EndsMS {
+		return 0, l.dropCooling()
+	}
+	_ = l.k.rewriteCooling(l.cool, r)
+	l.cool = ""
+	return time.Duration(r.EndsMS-now) * time.Millisecond, nil
+}
+
+// dropCooling removes the permit's cooling, if any: it owes none.
+func (l *lease) dropCooling() error {
+	if l.cool == "" {
+		return nil
+	}
+	err := unix.Unlinkat(int(l.k.dir.Fd()), l.cool, 0)
+	l.cool = ""
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("key %q: remove its cooling record %s: %w; it stays taken until its min hold passed", l.key, l.k.path, err)
+	}
+	return nil
 }
 
 // dropRecord removes the holder's record, if any: at a release, or when

@@ -599,6 +599,9 @@ const (
 	// helperCoolEnv, when set, is a min hold: the helper finishes the
 	// permit at once, with exit status 4, says "cooled TOKEN" and exits.
 	helperCoolEnv = "SEMRUN_TEST_HOLDER_COOL"
+	// helperMinHoldEnv, when set, is a min hold the helper holds its
+	// permit with, until it is killed.
+	helperMinHoldEnv = "SEMRUN_TEST_HOLDER_MIN_HOLD"
 )
 
 func TestHelperHolder(t *testing.T) {
@@ -616,8 +619,9 @@ func TestHelperHolder(t *testing.T) {
 		permits, _ = strconv.Atoi(n)
 	}
 	minHold, _ := time.ParseDuration(os.Getenv(helperCoolEnv))
+	holdFor, _ := time.ParseDuration(os.Getenv(helperMinHoldEnv))
 	l, err := st.Acquire(context.Background(), semaphore.Request{
-		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true, MinHold: minHold,
+		Key: os.Getenv(helperKeyEnv), Permits: permits, TTL: time.Second, NoWait: true, MinHold: max(minHold, holdFor),
 		Holder: semaphore.HolderInfo{Host: "helper", PID: os.Getpid(), Command: "TestHelperHolder"},
 	})
 	if err != nil {
@@ -644,12 +648,12 @@ type holderProcess struct {
 	exited chan struct{}
 }
 
-// startHolder starts a helper process that takes key's only permit in dir.
-// The process is killed, if still running, when t ends.
-func startHolder(t *testing.T, dir, key string) *holderProcess {
+// startHolder starts a helper process that takes key's only permit in dir,
+// with env besides. The process is killed, if still running, when t ends.
+func startHolder(t *testing.T, dir, key string, env ...string) *holderProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key)
+	cmd.Env = append(append(os.Environ(), helperDirEnv+"="+dir, helperKeyEnv+"="+key), env...)
 	l, p := startHelper(t, cmd)
 	tok, ok := strings.CutPrefix(l, "holding ")
 	var err error
@@ -1063,5 +1067,33 @@ func TestDefaultLockDirIgnoresEnvironment(t *testing.T) {
 	}
 	if os.Geteuid() == 0 && want != localstore.SystemDir {
 		t.Errorf("DefaultLockDir as root: got %q, want %q", want, localstore.SystemDir)
+	}
+}
+
+// A permit held is held, whether or not a record says by whom: status,
+// which semrun key drain reads, counts it as a grant does, by a holder
+// not listed, until it is given back.
+func TestLocalPermitWithoutRecordIsUnlisted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st := newLocal(t, dir, nil)
+	key := uniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 2, TTL: time.Second, NoWait: true}
+	l := acquire(t, st, req)
+	listed := acquire(t, st, req)
+	for _, name := range dirNames(t, filepath.Join(dir, key)) {
+		if strings.HasPrefix(name, "held.") {
+			if err := os.Remove(filepath.Join(dir, key, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	release(t, listed)
+	if s := statusOf(t, st, key); s.Held != 1 || len(s.Holders) != 0 || s.Unlisted != 1 {
+		t.Errorf("Status with a permit held and no record of its holder: got %+v, want 1 held, by 1 holder not listed", s)
+	}
+	release(t, l)
+	if s := statusOf(t, st, key); s.Held != 0 || s.Unlisted != 0 {
+		t.Errorf("Status once it was given back: got %+v, want nothing held, no holder", s)
 	}
 }

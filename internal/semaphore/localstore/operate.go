@@ -211,11 +211,14 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 		keeper := r.keeper()
 		return &keeper, false, false, nil
 	}
-	// A cooling: no process holds it, so it ends at once.
-	for _, name := range k.names(coolPrefix) {
-		if r, err := k.readCool(name); err == nil && r.ID == id && r.check(time.Now().UnixMilli()) == nil {
-			if err := unix.Unlinkat(int(k.dir.Fd()), name, 0); err != nil {
-				return nil, false, false, fmt.Errorf("end the cooling %s in %s: %w", name, k.path, err)
+	// A cooling: no process holds it, so it ends at once. One pending is
+	// its holder's, who holds its permits.
+	probe, _ := k.openPermits()
+	defer probe.close()
+	for _, r := range k.coolings(time.Now(), false, nil, probe.anyFree) {
+		if r.ID == id {
+			if err := unix.Unlinkat(int(k.dir.Fd()), r.name, 0); err != nil {
+				return nil, false, false, fmt.Errorf("end the cooling %s in %s: %w", r.name, k.path, err)
 			}
 			return &r.HolderInfo, true, false, nil
 		}

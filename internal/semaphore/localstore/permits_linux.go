@@ -208,10 +208,11 @@ func (k *keyDir) olderHolders() (int, []record) {
 
 // take locks weight free permits below capacity, under the grant
 // lock, besides those the coolings take, which cooling counts once the
-// permits were looked at (cool.go); queue is the key's queue file, whose
-// lock the caller holds when inLine. It returns them, or nil and how
-// many of those permits are held or cooling.
-func (s *keyPermits) take(capacity, weight int, queue *os.File, inLine bool, cooling func() int) (*heldPermits, int, error) {
+// permits were looked at, and never those it keeps (cool.go); queue is
+// the key's queue file, whose lock the caller holds when inLine. It
+// returns them, or nil and how many of those permits are held or
+// cooling.
+func (s *keyPermits) take(capacity, weight int, queue *os.File, inLine bool, cooling func(anyFreeFunc) coolCount) (*heldPermits, int, error) {
 	up, old, err := s.k.fence(queue, inLine)
 	if err != nil {
 		return nil, 0, err
@@ -241,9 +242,13 @@ func (s *keyPermits) take(capacity, weight int, queue *os.File, inLine bool, coo
 		if err != nil {
 			return nil, 0, err
 		}
-		cool := int64(cooling())
+		c := cooling(s.anyFree)
+		cool := int64(c.n)
+		// The coolings keep at most as many of the free permits as they
+		// take: the others are there.
+		free = without(free, c.kept)
 		switch {
-		case found-cool >= int64(weight):
+		case found-cool >= int64(weight) && permitCount(free) >= int64(weight):
 			return s.lock(capacity, firstPermits(free, int64(weight)))
 		case found < want || pass > 0: // found < want: every permit looked at
 			return nil, int(min(int64(capacity)-found+cool, int64(capacity))), nil
@@ -300,6 +305,9 @@ type heldPermits struct {
 
 func (h *heldPermits) files() []*os.File { return []*os.File{h.f} }
 
+// permitSpans are the permits h holds.
+func (h *heldPermits) permitSpans() []span { return h.spans }
+
 // release drops the permits, wakes the first waiter and closes the file.
 // A file the caller closed first, as a process that exits does, has
 // dropped them already: that is no error.
@@ -327,6 +335,29 @@ func (k *keyDir) countHeld(warnf func(string, ...any), capacity int) (int, error
 	}
 	defer f.Close()
 	return countIn(f, warnf, capacity)
+}
+
+// anyFree tells whether any permit of spans is free: no open file but
+// s's holds it. One that cannot be looked at is free (see anyFreeFunc).
+func (s *keyPermits) anyFree(spans []span) bool {
+	f := s.f
+	if f == nil {
+		var err error
+		if f, err = s.k.openLock(permitsFile, false); err != nil {
+			return true
+		}
+		defer f.Close()
+	}
+	for _, sp := range spans {
+		free := false
+		if _, _, err := scan(f, sp.start, sp.start+sp.n, func(int64, int64) bool {
+			free = true
+			return false
+		}); err != nil || free {
+			return true
+		}
+	}
+	return false
 }
 
 // held is countHeld through the permits file s keeps open, under the grant

@@ -5,6 +5,7 @@ package localstore
 import (
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -58,10 +59,10 @@ func (s *keyPermits) close() {
 
 // take locks weight free permits below capacity, under the grant
 // lock, besides those the coolings take, which cooling counts once the
-// permits were looked at (cool.go); the queue lock matters only on Linux.
-// It returns them, or nil and how many of those permits are held or
-// cooling.
-func (s *keyPermits) take(capacity, weight int, _ *os.File, _ bool, cooling func() int) (*heldPermits, int, error) {
+// permits were looked at, and never those it keeps (cool.go); the queue
+// lock matters only on Linux. It returns them, or nil and how many of
+// those permits are held or cooling.
+func (s *keyPermits) take(capacity, weight int, _ *os.File, _ bool, cooling func(anyFreeFunc) coolCount) (*heldPermits, int, error) {
 	held, i := 0, 0
 	var taken []int
 	unlock := func(nums []int) {
@@ -100,15 +101,33 @@ func (s *keyPermits) take(capacity, weight int, _ *os.File, _ bool, cooling func
 			}
 			taken = append(taken, i)
 		}
-		cool := cooling()
+		// The permits locked here were free.
+		c := cooling(func(spans []span) bool {
+			for _, sp := range spans {
+				if slices.ContainsFunc(taken, func(i int) bool { return int64(i) >= sp.start && int64(i) < sp.start+sp.n }) {
+					return true
+				}
+			}
+			return s.anyFree(spans)
+		})
+		cool := c.n
+		// The coolings keep at most as many of the free permits as they
+		// take: the others are there.
+		var usable []int
+		for _, i := range taken {
+			if len(without([]span{{int64(i), 1}}, c.kept)) > 0 {
+				usable = append(usable, i)
+			}
+		}
 		switch {
-		case len(taken)-cool >= weight:
-			unlock(taken[weight:])
+		case len(taken)-cool >= weight && len(usable) >= weight:
 			h := &heldPermits{}
-			for _, i := range taken[:weight] {
+			for _, i := range usable[:weight] {
 				h.locked = append(h.locked, s.files[i])
+				h.spans = append(h.spans, span{int64(i), 1})
 				delete(s.files, i)
 			}
+			unlock(slices.DeleteFunc(taken, func(i int) bool { return s.files[i] == nil }))
 			return h, held, nil
 		case i == capacity || pass > 0:
 			unlock(taken)
@@ -118,10 +137,38 @@ func (s *keyPermits) take(capacity, weight int, _ *os.File, _ bool, cooling func
 	}
 }
 
-// heldPermits are the permit files a lease holds locked.
-type heldPermits struct{ locked []*os.File }
+// heldPermits are the permit files a lease holds locked, and their
+// numbers, one a span.
+type heldPermits struct {
+	locked []*os.File
+	spans  []span
+}
 
 func (h *heldPermits) files() []*os.File { return h.locked }
+
+// permitSpans are the permits h holds.
+func (h *heldPermits) permitSpans() []span { return h.spans }
+
+// anyFree tells whether any permit of spans is free: nobody holds its
+// file locked. One that cannot be looked at is free (see anyFreeFunc).
+// It opens each file anew: a lock s holds through its own would be
+// changed by another lock through it.
+func (s *keyPermits) anyFree(spans []span) bool {
+	for _, sp := range spans {
+		for i := sp.start; i < sp.start+sp.n; i++ {
+			f, err := s.k.openLock(permitFilePrefix+strconv.FormatInt(i, 10), false)
+			if err != nil {
+				return true // missing, or not one semrun uses: no one's lock
+			}
+			free, err := flock(f, unix.LOCK_SH|unix.LOCK_NB)
+			f.Close() // and drops the lock taken
+			if err != nil || free {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // release drops the permits and closes their files.
 func (h *heldPermits) release() error {

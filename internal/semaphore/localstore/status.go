@@ -191,6 +191,17 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		}
 	}
 	st.Held = held + old
+	// Permits held that no record says who holds (its holder's could not
+	// be made, or was lost, or is being written) are held all the same, as
+	// a grant counts them: by a holder not listed, so that no one reads
+	// the key as free (semrun key drain).
+	listed := 0
+	for _, r := range recs {
+		listed += min(max(r.Weight, 1), semaphore.MaxPermits)
+	}
+	if held > listed {
+		st.Unlisted++
+	}
 	live := map[string]bool{}
 	for _, r := range append(recs, oldRecs...) {
 		if !validID(r.ID) {
@@ -202,8 +213,12 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 			Age: now.Sub(time.UnixMilli(r.SinceMS)),
 		})
 	}
-	// After the permits, as a grant counts them (cool.go).
-	for _, r := range k.coolings(now, grant != nil, s.warnf) {
+	// After the permits, as a grant counts them (cool.go); a pending one's
+	// holder is among the holders.
+	probe, _ := k.openPermits()
+	coolings := k.coolings(now, grant != nil, s.warnf, probe.anyFree)
+	probe.close()
+	for _, r := range coolings {
 		st.Held += r.Weight
 		c := semaphore.Cooling{
 			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight,

@@ -37,6 +37,8 @@ type lease struct {
 	// most (the request's max runtime and overrun; 0: no bound), and bound
 	// that instant, here; minHold is the request's.
 	asked, minHold time.Duration
+	// coolAfter is the request's MinHoldAfter: which ends cool.
+	coolAfter semaphore.CoolAfter
 	// unbound: the store has yet to record the terms (a permit handed
 	// over); the first renewal does.
 	unbound bool
@@ -54,7 +56,7 @@ type lease struct {
 // at sent: its bound is the server's, here, never later.
 func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, deadline clock.Instant, sent clock.Instant, since, now int64) *lease {
 	l := &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token,
-		deadline: deadline, asked: asked(req), minHold: req.MinHold}
+		deadline: deadline, asked: asked(req), minHold: req.MinHold, coolAfter: req.MinHoldAfter}
 	if l.asked > 0 {
 		// sent is no later than now, here: the bound is no later than
 		// the store's. A permit is granted by the call (since = now), or
@@ -300,8 +302,14 @@ func (l *lease) Files() []*os.File { return nil }
 // Release gives the permit back at once: no command ran under it.
 func (l *lease) Release(ctx context.Context) error { return l.release(ctx, 0, -1) }
 
+// Finish gives the permit back, cooling for what is left of its min
+// hold when exitStatus is one that cools (Request.MinHoldAfter).
 func (l *lease) Finish(ctx context.Context, exitStatus int) error {
-	return l.release(ctx, l.minHold, exitStatus)
+	cool := l.minHold
+	if !l.coolAfter.Cools(exitStatus) {
+		cool = 0
+	}
+	return l.release(ctx, cool, exitStatus)
 }
 
 // release gives the permit back, cooling for what is left of cool.

@@ -2,6 +2,7 @@ package semaphoretest
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -108,5 +109,59 @@ func ruleWaiterServedAfterCooling(t *testing.T, _ *Backend, st semaphore.Store) 
 	}
 	if since := time.Since(start); since < coolFor-coolSlack {
 		t.Errorf("waiter granted %v after the cooling permit's grant, want no sooner than its min hold, %v", since, coolFor)
+	}
+}
+
+// ruleMinHoldHolderCountsOnce: a holder with a MinHold takes its weight
+// while it holds, not more: its cooling to be is not counted besides it.
+// Once it finishes, its cooling takes that weight instead.
+func ruleMinHoldHolderCountsOnce(t *testing.T, _ *Backend, st semaphore.Store) {
+	key := UniqueKey(t)
+	l := Acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, MinHold: time.Hour})
+	other := semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, NoWait: true}
+	o := Acquire(t, st, other)
+	if s := StatusOf(t, st, key); s.Held != 2 || len(s.Holders) != 2 || len(s.Cooling) != 0 {
+		t.Errorf("Status with a holder with a min hold and another: got %+v, want 2 held, 2 holders, no cooling", s)
+	}
+	Release(t, o)
+	if err := l.Finish(Context(t, 5*time.Second), 0); err != nil {
+		t.Fatalf("Finish: got error %v, want nil", err)
+	}
+	if s := StatusOf(t, st, key); s.Held != 1 || len(s.Holders) != 0 || len(s.Cooling) != 1 {
+		t.Errorf("Status once the holder with a min hold finished: got %+v, want 1 held, by its cooling", s)
+	}
+	Release(t, Acquire(t, st, other))
+}
+
+// ruleMinHoldAfterSuccess: with CoolAfterSuccess, a permit whose command
+// failed is given back at once; one whose command succeeded cools, as
+// does one whose command's status is unknown (-1), which may have.
+func ruleMinHoldAfterSuccess(t *testing.T, _ *Backend, st semaphore.Store) {
+	key := UniqueKey(t)
+	req := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, MinHold: time.Hour, MinHoldAfter: semaphore.CoolAfterSuccess}
+	other := semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, NoWait: true}
+	for _, status := range []int{1, 124, 143} {
+		if err := Acquire(t, st, req).Finish(Context(t, 5*time.Second), status); err != nil {
+			t.Fatalf("Finish(%d): got error %v, want nil", status, err)
+		}
+		if s := StatusOf(t, st, key); s.Held != 0 || len(s.Cooling) != 0 {
+			t.Errorf("Status after Finish(%d) with CoolAfterSuccess: got %+v, want nothing held, no cooling", status, s)
+		}
+		Release(t, Acquire(t, st, other))
+	}
+	for i, status := range []int{0, -1} {
+		key := UniqueKey(t) + "-" + strconv.Itoa(i)
+		req, other := req, other
+		req.Key, other.Key = key, key
+		if err := Acquire(t, st, req).Finish(Context(t, 5*time.Second), status); err != nil {
+			t.Fatalf("Finish(%d): got error %v, want nil", status, err)
+		}
+		s := StatusOf(t, st, key)
+		if s.Held != 1 || len(s.Cooling) != 1 || s.Cooling[0].ExitStatus != status {
+			t.Errorf("Status after Finish(%d) with CoolAfterSuccess: got %+v, want it cooling, exit status %d", status, s, status)
+		}
+		if got, err := AcquireWithin(t, st, 5*time.Second, other); !errors.Is(err, semaphore.ErrBusy) {
+			t.Errorf("no-wait Acquire after Finish(%d) with CoolAfterSuccess: got (%v, %v), want ErrBusy", status, got, err)
+		}
 	}
 }

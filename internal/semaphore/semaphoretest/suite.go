@@ -62,6 +62,8 @@ func Run(t *testing.T, kind Kind) {
 		{"MinHoldCools", ruleMinHoldCools},
 		{"GiveBackWithoutCooling", ruleGiveBackWithoutCooling},
 		{"WaiterServedAfterCooling", ruleWaiterServedAfterCooling},
+		{"MinHoldHolderCountsOnce", ruleMinHoldHolderCountsOnce},
+		{"MinHoldAfterSuccess", ruleMinHoldAfterSuccess},
 	}
 	rules = append(rules, operateRules...)
 	rules = append(rules, eventRules...)
