@@ -87,10 +87,10 @@ func TestFrozenPastMaxRuntimeAndTheLossPoint(t *testing.T) {
 				h := newHarness(t, "cat")
 				h.spec.MaxRuntime = 15 * time.Second
 				h.run()
+				h.alarmAt(15 * time.Second) // set as the child starts, counted from then
 				h.alarmAt(10 * time.Second)
 				h.advanceTo(10 * time.Second)
 				h.expectRenewal(10 * time.Second)
-				h.alarmAt(15 * time.Second)
 				h.alarmAt(lossAfterFirst)
 				h.advanceTo(tc.thaw) // cat ends at the first signal
 				res, err := h.wait()
