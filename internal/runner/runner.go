@@ -807,7 +807,7 @@ func AskFor(ttl time.Duration) time.Duration { return RenewEvery(ttl) / 2 }
 // keepAlive renews the lease every RenewEvery(TTL), and retries a failed
 // renewal sooner, until ctx ends. It says renewed after each renewal that
 // succeeded, and lost, once, when the store says the permit is gone. When
-// to give up is Run's to decide. It waits on alarms of spec.Clock, as Run
+// to give up is Run's to decide (a keeper's, r.ask, is its own). It waits on alarms of spec.Clock, as Run
 // does: where that clock counts a suspend of the host, a renewal due while
 // the host slept is tried as soon as it wakes.
 //
