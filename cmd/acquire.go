@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/semrun/semrun/internal/keeper"
 	"github.com/semrun/semrun/internal/printable"
 	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
@@ -27,7 +28,7 @@ type acquireOptions struct {
 	ownerPID   int
 	json       bool
 	// owner watches --owner-pid's process, once found.
-	owner *owner
+	owner *keeper.Owner
 }
 
 func newCmdAcquire(common *commonOptions) *cobra.Command {
@@ -85,7 +86,8 @@ func (o *acquireOptions) validate() error {
 		return err
 	}
 	if o.keeper != nil {
-		return nil // the keeper is handed its owner
+		// The keeper is handed its owner, and leaves acquire's directory.
+		return o.settleKeeper()
 	}
 	if o.set("owner-pid") {
 		if err := o.commandLineOnly("owner-pid"); err != nil {
@@ -108,7 +110,7 @@ func holdKillAfter(ttl time.Duration) time.Duration {
 // acquireHold waits for a permit, leaves a keeper that holds it, and
 // prints its handle.
 func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store, log *logger) error {
-	defer o.owner.close()
+	defer o.owner.Close()
 	signals := runner.CatchSignals()
 	var waitUntil time.Time
 	if o.timeout > 0 {
@@ -132,7 +134,7 @@ func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store,
 		// Nobody has the handle: the keeper, not told it was printed, ends the hold.
 		return fmt.Errorf("key %q: print the handle: %w; the hold is given back", o.key, err)
 	}
-	if _, err := fmt.Fprintln(toKeeper, printedLine); err != nil {
+	if err := toKeeper.Printed(); err != nil {
 		return fmt.Errorf("key %q: its keeper stopped: %w; nothing held", o.key, err)
 	}
 	return nil

@@ -26,7 +26,7 @@ type Factory struct {
 	// children of their own (redis-server) leave it false.
 	ReapOrphans bool
 	// Self is the executable semrun acquire starts its keeper from;
-	// empty: semrun's own (self).
+	// empty: semrun's own.
 	Self string
 }
 

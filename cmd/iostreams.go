@@ -5,6 +5,8 @@ import (
 	"os"
 
 	"golang.org/x/term"
+
+	"github.com/semrun/semrun/internal/runner"
 )
 
 // IOStreams are where semrun and its child read and write: the process's
@@ -47,7 +49,7 @@ func (t fdTerminal) Width() int {
 	return width
 }
 
-func (t fdTerminal) Background() bool { return inBackground(int(t)) }
+func (t fdTerminal) Background() bool { return runner.InBackground(int(t)) }
 
 // fileOf is the file a stream writes to or reads from, which a child can
 // share; nil (the null device, for the child) when the stream is no file.

@@ -119,7 +119,7 @@ func Run(ctx context.Context, args []string, f *Factory) int {
 	}
 	if common.keeper != nil {
 		// A keeper's stderr is the null device: acquire says why it failed.
-		common.keeper.say(msg)
+		common.keeper.Say(msg)
 	}
 	if sig != 0 {
 		runner.DieOf(sig)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/localstore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore"
@@ -165,7 +166,7 @@ func (c *commonOptions) openStore(log *logger, doctor runAsks) (semaphore.Store,
 		return nil, c.refused(err)
 	}
 	if c.secrets.held || s.PasswordInURL() || c.tls.KeyFile != "" {
-		protectSecrets()
+		runner.ProtectSecrets()
 	}
 	if c.tls.Insecure {
 		log.Warnf("%s: Redis's certificate is not verified: anyone between here and Redis can read and change what semrun sends", c.src.name("tls-insecure"))
@@ -201,11 +202,11 @@ func (c *commonOptions) withStore(cmd *cobra.Command, check func() error, do fun
 var secretVariables = []string{envRedisPassword, envRedisCLIAuth, envNames["redis"]}
 
 // protectSecretsInEnvironment protects semrun's environment (see
-// protectSecrets) when it holds a secret: a password, or a URL with one.
+// runner.ProtectSecrets) when it holds a secret: a password, or a URL with one.
 func protectSecretsInEnvironment(f *Factory) {
 	for _, v := range secretVariables {
 		if val := f.getenv(v); val != "" && (v != envNames["redis"] || strings.Contains(val, "@")) {
-			protectSecrets()
+			runner.ProtectSecrets()
 			return
 		}
 	}

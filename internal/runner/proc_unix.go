@@ -289,6 +289,14 @@ func newTerminal(stdin *os.File) *terminal {
 	return &terminal{fd: fd}
 }
 
+// InBackground tells whether the terminal fd has a foreground process
+// group other than semrun's (Ctrl-Z, then bg): the prompt is then the
+// shell's, and a waiting line would mix with it.
+func InBackground(fd int) bool {
+	pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	return err == nil && pgrp != unix.Getpgrp()
+}
+
 // setForeground makes pgrp the terminal's foreground group. SIGTTOU is
 // ignored meanwhile: a background group may not do this otherwise.
 func (t *terminal) setForeground(pgrp int) {

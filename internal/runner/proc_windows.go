@@ -194,3 +194,6 @@ func newTerminal(*os.File) *terminal { return nil }
 func (*terminal) reclaim()           {}
 func (*terminal) suspend()           {}
 func (*terminal) resume(group)       {}
+
+// InBackground is false: a Windows console has no foreground process group.
+func InBackground(int) bool { return false }

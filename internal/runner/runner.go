@@ -290,6 +290,10 @@ type supervisor struct {
 	// stopRenewing ends keepAlive, which closes renewing as it returns.
 	stopRenewing context.CancelFunc
 	renewing     chan struct{}
+	// stopping is closed once the child is told to stop at its run-out
+	// time: keepAlive renews a lease at its bound past that point only
+	// then (see keepAlive).
+	stopping chan struct{}
 	// lost and renewed are keepAlive's reports (lost alone, check's, for
 	// a lease that never lapses); nil, which never delivers, once the
 	// permit is lost.
@@ -338,10 +342,12 @@ func (s *supervisor) startRenewing(ctx context.Context) {
 	}
 	renewed := make(chan struct{}, 1)
 	s.renewed = renewed
+	s.stopping = make(chan struct{})
 	s.giveUp = s.spec.Clock.NewAlarm(lossAt(s.spec, s.lease))
+	r := renewals{renewed: renewed, lost: lost, stopped: s.stopping}
 	go func() {
 		defer close(renewing)
-		keepAlive(renewCtx, spec, lease, renewed, lost)
+		keepAlive(renewCtx, spec, lease, r)
 	}()
 }
 
@@ -382,7 +388,7 @@ func (s *supervisor) startBounds() {
 func (s *supervisor) ranOutOfTime() {
 	s.ranOut.Stop()
 	s.ranOut = nil
-	if s.kill != nil || s.res.Terminated || s.res.RanOut || !s.killedAt.IsZero() {
+	if s.kill != nil || s.res.Terminated || s.res.RanOut || s.res.Lost != nil || !s.killedAt.IsZero() {
 		return // being stopped already, or stopped
 	}
 	if s.lapses && s.lost != nil && until(s.spec.Clock, s.lease.Deadline().Add(-semaphore.BoundMargin(s.spec.TTL)/2)) <= 0 {
@@ -403,52 +409,97 @@ func (s *supervisor) ranOutOfTime() {
 	}
 	if grace <= 0 {
 		s.killGroup()
-		return
+	} else {
+		s.g.terminate()
+		s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(grace))
 	}
-	s.g.terminate()
-	s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(grace))
+	s.toldToStop()
+}
+
+// toldToStop lets keepAlive renew a lease at its bound past its run-out
+// time, now that the child has been told to stop.
+func (s *supervisor) toldToStop() {
+	select {
+	case <-s.stopping:
+	default:
+		if s.stopping != nil {
+			close(s.stopping)
+		}
+	}
 }
 
 // run waits for what happens next, in one select, until the child and what
-// it left in its group are gone, and returns how the child ended.
+// it left in its group are gone, and returns how the child ended. Whatever
+// woke it, a point where the permit counts as lost that has passed is
+// dealt with first (lossFirst): a holder thawed after a freeze (a paused
+// VM, its group stopped) finds several things due at once, and the
+// command must be stopped before anything else is done or said.
 func (s *supervisor) run(events <-chan waitEvent) Result {
 	for {
+		var next func() (done bool)
 		select {
 		case sig := <-s.spec.Signals.channel():
-			s.forward(sig)
+			next = func() bool { s.forward(sig); return false }
 		case err := <-s.lost:
-			s.onLost(err)
+			next = func() bool {
+				if s.res.Lost == nil {
+					s.onLost(err)
+				}
+				return false
+			}
 		case <-s.renewed:
-			// The lease's deadline moved on: so does the point where the
-			// permit counts as lost.
-			s.giveUp.Stop()
-			s.giveUp = s.spec.Clock.NewAlarm(lossAt(s.spec, s.lease))
+			next = func() bool {
+				// The lease's deadline moved on: so does the point where
+				// the permit counts as lost.
+				if s.lost != nil {
+					s.giveUp.Stop()
+					s.giveUp = s.spec.Clock.NewAlarm(lossAt(s.spec, s.lease))
+				}
+				return false
+			}
 		case <-alarmC(s.giveUp):
-			s.givingUp()
+			next = func() bool { s.givingUp(); return false }
 		case <-alarmC(s.kill):
-			s.kill = nil
-			s.killGroup()
+			next = func() bool {
+				s.kill.Stop() // or the loss's, set as lossFirst ran: the grace is over either way
+				s.kill = nil
+				s.killGroup()
+				return false
+			}
 		case <-alarmC(s.ranOut):
-			s.ranOutOfTime()
+			next = func() bool { s.ranOutOfTime(); return false }
 		case <-alarmC(s.warn):
-			s.warn = nil
-			if !s.exited {
-				s.spec.Warnf("the command has run for %v (--warn-after)", s.spec.WarnAfter)
+			next = func() bool {
+				s.warn = nil
+				if !s.exited && !s.res.Terminated {
+					s.spec.Warnf("the command has run for %v (--warn-after)", s.spec.WarnAfter)
+				}
+				return false
 			}
 		case ev := <-events:
+			// An exit is recorded before the loss point is looked at
+			// (childChanged): a command that ended first keeps its status.
 			if s.childChanged(ev) {
 				return s.res
 			}
+			continue
 		case <-s.lingered:
-			s.lingered = nil
-			if left, ok := stillInGroup(s.g); ok {
-				s.spec.Lingering(s.res.ExitCode, s.res.Signal, left)
+			next = func() bool {
+				s.lingered = nil
+				if left, ok := stillInGroup(s.g); ok {
+					s.spec.Lingering(s.res.ExitCode, s.res.Signal, left)
+				}
+				return false
 			}
 		case <-s.stopCheck:
-			s.stopCheck = nil
-			if s.gaveUpStopping() {
-				return s.res
+			next = func() bool {
+				s.stopCheck = nil
+				return s.gaveUpStopping()
 			}
+		}
+		s.lossFirst()
+		if next() {
+			return s.res
 		}
 	}
 }
@@ -510,12 +561,29 @@ func (s *supervisor) forward(sig os.Signal) {
 // givingUp runs when giveUp fires: unless a renewal succeeded meanwhile,
 // the permit counts as lost.
 func (s *supervisor) givingUp() {
+	if s.giveUp == nil {
+		return // lossFirst saw to it
+	}
 	if at := lossAt(s.spec, s.lease); until(s.spec.Clock, at) > 0 {
 		// A renewal succeeded as the alarm went off: Run has yet to read
 		// that it did.
 		s.giveUp = s.spec.Clock.NewAlarm(at)
 		return
 	}
+	s.giveUp = nil
+	s.overdue()
+}
+
+// lossFirst runs overdue when the point where the permit counts as lost
+// has passed and nothing has seen to it yet, before whatever woke the
+// supervisor is handled: a holder thawed past that point stops its command
+// first. Past its MaxRuntime too, the permit counts as lost all the same
+// (112, not 124): the command may have run without it, which says more.
+func (s *supervisor) lossFirst() {
+	if s.giveUp == nil || until(s.spec.Clock, lossAt(s.spec, s.lease)) > 0 {
+		return // it never lapses, it is lost already, or not yet due
+	}
+	s.giveUp.Stop()
 	s.giveUp = nil
 	s.overdue()
 }
@@ -546,12 +614,11 @@ func (s *supervisor) onLost(err error) {
 		s.spec.Warnf("permit lost: %s; the command runs on without it", LostWhy(err))
 		return
 	}
-	if s.exited || s.g.exited() {
-		// The command ended by itself before the loss was seen (semrun
-		// was stopped past the loss point, say): its status is its own.
-		// What it left in its group is stopped all the same.
-		s.spec.Warnf("permit lost: %s; the command had already exited, and its status is kept", LostWhy(err))
-	} else {
+	exited := s.exited || s.g.exited()
+	// The command ended by itself before the loss was seen (semrun was
+	// stopped past the loss point, say): its status is its own. What it
+	// left in its group is stopped all the same, and said after the stop.
+	if !exited {
 		s.res.Terminated = true
 	}
 	// The grace period never runs past the lease: a loss noticed late
@@ -562,20 +629,21 @@ func (s *supervisor) onLost(err error) {
 	}
 	if grace <= 0 {
 		s.killGroup()
-		return
+	} else {
+		s.g.terminate()
+		s.kill.Stop() // a stop at MaxRuntime may be under way: the loss's grace counts
+		s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(grace))
 	}
-	s.g.terminate()
-	s.kill.Stop() // a stop at MaxRuntime may be under way: the loss's grace counts
-	s.kill = s.spec.Clock.NewAlarm(s.spec.Clock.Now().Add(grace))
+	if exited {
+		s.spec.Warnf("permit lost: %s; the command had already exited, and its status is kept", LostWhy(err))
+	}
 }
 
 // resumed runs when semrun is continued after the job was suspended:
 // past the point where the permit counts as lost, the child is stopped
 // before it can run on next to a new holder.
 func (s *supervisor) resumed() {
-	if s.lost != nil && s.lapses && s.spec.Clock.Now().After(lossAt(s.spec, s.lease)) {
-		s.overdue()
-	}
+	s.lossFirst()
 	s.term.resume(s.g)
 }
 
@@ -601,11 +669,9 @@ func (s *supervisor) childChanged(ev waitEvent) (done bool) {
 	if ev.status.Signaled() {
 		s.res.ExitCode, s.res.Signal = -1, ev.status.Signal()
 	}
-	if s.lost != nil && s.lapses && s.spec.Clock.Now().After(lossAt(s.spec, s.lease)) {
-		// Its exit came first, but the loss point had passed (semrun was
-		// stopped, say): said all the same, the status kept.
-		s.overdue()
-	}
+	// Its exit came first, but the loss point may have passed (semrun was
+	// stopped, say): said all the same, the status kept.
+	s.lossFirst()
 	// A lingering child left processes in its group (work it put in the
 	// background): the permit stays held, and renewed, until they are gone
 	// too, and semrun exits with the child's status then.
@@ -715,13 +781,44 @@ func alarmC(a *clock.Alarm) <-chan struct{} {
 	return a.C
 }
 
+// renewals are where keepAlive reports, and what it waits for past the
+// point where the permit counts as lost.
+type renewals struct {
+	// renewed is told after each renewal that succeeded; lost, once,
+	// that the permit is gone, or, when asked, presumed lost.
+	renewed chan<- struct{}
+	lost    chan<- error
+	// stopped is closed once the command has been told to stop at its
+	// run-out time (Run), or from the start where there is none (Keep).
+	stopped <-chan struct{}
+	// ask: past the loss point, whether the permit lives is the store's
+	// to say, with a renewal bounded by AskFor: a keeper's, which has no
+	// command to stop, and may have kept its permit through the steps
+	// under its hold while it could not renew (it was frozen, say). Its
+	// answer that the permit is gone, or none in time, is a loss (lost).
+	ask bool
+}
+
+// AskFor is how long a keeper past its loss point waits for the store to
+// answer whether its permit lives, with a lease of ttl: as long as Run
+// gives the renewal of a lease that aged before its command could start.
+func AskFor(ttl time.Duration) time.Duration { return RenewEvery(ttl) / 2 }
+
 // keepAlive renews the lease every RenewEvery(TTL), and retries a failed
 // renewal sooner, until ctx ends. It says renewed after each renewal that
 // succeeded, and lost, once, when the store says the permit is gone. When
-// to give up is Run's to decide. It waits on alarms of spec.Clock, as Run
+// to give up is Run's to decide (a keeper's, r.ask, is its own). It waits on alarms of spec.Clock, as Run
 // does: where that clock counts a suspend of the host, a renewal due while
 // the host slept is tried as soon as it wakes.
-func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struct{}, lost chan<- error) {
+//
+// Past the point where the permit counts as lost (lossAt), the command is
+// stopped before anything else (a holder thawed there wakes with the
+// renewal due too): keepAlive then sends nothing and says nothing. A lease
+// that lapses is lost there, and Run's stop ends the renewals; one at its
+// bound, renewed no further, is renewed on once the command has been told
+// to stop (r.stopped), to learn whether it ended. A keeper, which has no
+// command, asks the store instead (r.ask).
+func keepAlive(ctx context.Context, spec Spec, lease Lease, r renewals) {
 	clk := spec.Clock
 	every := RenewEvery(spec.TTL)
 	// Never so late that the child must be told to stop before a renewal
@@ -748,9 +845,29 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 		case <-due.C:
 		}
 		// The call must end before the child has to be told to stop, or
-		// at a bound, before the lease lapses.
+		// at a bound, before the lease lapses; a keeper's question, within
+		// AskFor.
 		end := lossAt(spec, lease)
-		if capped() {
+		asking := false
+		if until(clk, end) <= 0 {
+			switch {
+			case r.ask:
+				asking, end = true, clk.Now().Add(AskFor(spec.TTL))
+			case !capped():
+				<-ctx.Done() // lost: Run stops the command, and then this
+				return
+			default:
+				select {
+				case <-ctx.Done():
+					return
+				case <-r.stopped:
+				}
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		}
+		if !asking && capped() {
 			end = lease.Deadline().Add(-semaphore.BoundMargin(spec.TTL) / 2)
 		}
 		call, cancel := clk.WithDeadline(ctx, end)
@@ -764,14 +881,21 @@ func keepAlive(ctx context.Context, spec Spec, lease Lease, renewed chan<- struc
 			}
 			next = onTime()
 			select {
-			case renewed <- struct{}{}:
+			case r.renewed <- struct{}{}:
 			default: // Run has yet to read the last one, which says as much
 			}
 		case errors.Is(err, semaphore.ErrLost):
-			lost <- err
+			r.lost <- err
 			return
 		case ctx.Err() != nil:
 			return
+		case asking:
+			r.lost <- fmt.Errorf("%w: the store did not say within %v that it lives: %w", ErrPresumedLost, AskFor(spec.TTL), err)
+			return
+		case !capped() && until(clk, lossAt(spec, lease)) <= 0:
+			// Sent before the loss point, failed after it: nothing said,
+			// and the next turn does what the loss point calls for.
+			next = 0
 		default:
 			if failed == 0 {
 				spec.Warnf("renewal failed, retrying until the permit counts as lost: %v", err)

@@ -60,6 +60,10 @@ const (
 	renewLate
 	// renewRevoked says an operator revoked the permit.
 	renewRevoked
+	// renewHeld extends the lease once the test sends on the lease's
+	// answer, as a store whose reply takes a while; a call whose context
+	// ends first fails, extending nothing.
+	renewHeld
 )
 
 // fakeLease is a lease whose deadline is on the test's clock. Its renewals
@@ -80,6 +84,11 @@ type fakeLease struct {
 	bound clock.Instant
 	// never: the lease never lapses; a renewal extends nothing.
 	never bool
+	// answer lets a renewHeld call answer.
+	answer chan struct{}
+	// onRenew, when set, is called at each call of Renew, first, with the
+	// clock's reading.
+	onRenew func(sent clock.Instant)
 }
 
 func (l *fakeLease) Deadline() clock.Instant {
@@ -98,6 +107,9 @@ func (l *fakeLease) Renew(ctx context.Context) error {
 	l.inFlight.Add(1)
 	defer l.inFlight.Add(-1)
 	sent := l.clk.Now()
+	if l.onRenew != nil {
+		l.onRenew(sent)
+	}
 	l.mu.Lock()
 	how := renewOK
 	if len(l.script) > 0 {
@@ -108,6 +120,21 @@ func (l *fakeLease) Renew(ctx context.Context) error {
 	}
 	if !l.bound.IsZero() && !sent.Before(l.bound) {
 		how = renewLost
+	}
+	if how == renewHeld {
+		l.mu.Unlock()
+		l.calls <- sent
+		select {
+		case <-l.answer:
+		case <-ctx.Done():
+			return fmt.Errorf("renew: %w", context.Cause(ctx))
+		}
+		l.mu.Lock()
+		if d := sent.Add(l.ttl); d.After(l.deadline) {
+			l.deadline = d
+		}
+		l.mu.Unlock()
+		return nil
 	}
 	if (how == renewOK || how == renewLate) && !l.never {
 		// A lease is extended from when the renewal was sent, as the

@@ -142,6 +142,9 @@ func (t *try) giveUp(giveBack func(semaphore.Lease)) {
 	}
 }
 
+// Hangup is SIGHUP, which a hold's keeper stops on too (UntilStopped).
+var Hangup os.Signal = syscall.SIGHUP
+
 // UntilStopped catches what stops a process of semrun's own that serves
 // until stopped (metrics --listen, a hold's keeper): SIGTERM, and SIGINT
 // unless semrun started with it ignored (nohup), and also. stopped

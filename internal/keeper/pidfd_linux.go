@@ -1,4 +1,4 @@
-package cmd
+package keeper
 
 import "golang.org/x/sys/unix"
 

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package cmd
+package keeper
 
 import "errors"
 

@@ -1,4 +1,0 @@
-package cmd
-
-// inBackground is false: a Windows console has no foreground process group.
-func inBackground(int) bool { return false }
