@@ -63,8 +63,9 @@ const (
 	// maxHoldRecord bounds a record; a weight taken in more runs of
 	// permits than fit makes no hold.
 	maxHoldRecord = 64 << 10
-	// holdCheck is HoldInfo.TTL: how often who is attached reads the
-	// record, at most, to learn of an end. A local lock never lapses.
+	// holdCheck is HoldInfo.TTL, which bounds a --kill-after under the
+	// hold as a lease would. A local lock never lapses: who is attached
+	// reads the record every runner.CheckEvery to learn of an end.
 	holdCheck = 3 * time.Second
 	// holdKept is how long a hold's record stays once no one holds its
 	// permits, for release to learn how it ended.
@@ -389,7 +390,6 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 // hold the permits as any others' do: it lets go within a second of an end,
 // and EndHold waits for that.
 func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semaphore.Lease, semaphore.HoldInfo, error) {
-	sent := clock.Now()
 	k, name, err := s.openHold(h)
 	if errors.Is(err, errNoHold) {
 		ended, _ := holdEnded(h.Key, holdRecord{}, err)
@@ -435,7 +435,7 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semapho
 		return nil, semaphore.HoldInfo{}, &semaphore.HoldEndedError{Key: h.Key, End: end}
 	}
 	kept = true
-	l := &holdLease{s: s, k: k, key: h.Key, name: name, id: holdID(k, name), r: r, locks: held, deadline: sent.Add(holdCheck)}
+	l := &holdLease{s: s, k: k, key: h.Key, name: name, id: holdID(k, name), r: r, locks: held}
 	s.attach(l.id, 1)
 	info := semaphore.HoldInfo{Key: h.Key, Permits: r.Permits, Weight: r.Weight, Token: r.Token, TTL: holdCheck, Keeper: r.keeper()}
 	return l, info, nil
@@ -595,9 +595,6 @@ type holdLease struct {
 	r        holdRecord // as attached
 	locks    *heldPermits
 
-	mu       sync.Mutex
-	deadline clock.Instant
-
 	once     sync.Once
 	released atomic.Bool
 	err      error
@@ -605,13 +602,11 @@ type holdLease struct {
 
 func (l *holdLease) Token() int64 { return l.r.Token }
 
-// Deadline is when the hold's record must be read again: a local lock
-// never lapses, but the hold can be ended from elsewhere.
-func (l *holdLease) Deadline() clock.Instant {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}
+// Deadline is zero: a local lock never lapses, so a keeper or a run
+// frozen for any while still holds its permits when it thaws. The hold
+// can be ended from elsewhere, which Renew, looked at every
+// runner.CheckEvery, says.
+func (l *holdLease) Deadline() clock.Instant { return clock.Instant{} }
 
 // Bound is zero: see lease.Bound.
 func (l *holdLease) Bound() clock.Instant { return clock.Instant{} }
@@ -631,7 +626,6 @@ func (l *holdLease) Renew(ctx context.Context) error {
 	if l.released.Load() {
 		return fmt.Errorf("renew: released: %w", semaphore.ErrLost)
 	}
-	sent := clock.Now()
 	r, err := l.k.readHold(l.name)
 	if err != nil || !l.same(r) || r.State != semaphore.HoldHeld {
 		unlock, lerr := l.k.lockGrant(ctx, holdGrantWait)
@@ -654,9 +648,6 @@ func (l *holdLease) Renew(ctx context.Context) error {
 	if ended != nil {
 		return ended
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.deadline = sent.Add(holdCheck)
 	return nil
 }
 
