@@ -925,7 +925,9 @@ func check(ctx context.Context, spec Spec, lease Lease, lost chan<- error) {
 			return
 		case <-due.C:
 		}
-		call, cancel := clk.WithDeadline(ctx, clk.Now().Add(CheckEvery))
+		// Half the period: a look ends before the next is due, so that
+		// two never overlap, nor do their alarms fall at one instant.
+		call, cancel := clk.WithDeadline(ctx, clk.Now().Add(CheckEvery/2))
 		err := lease.Renew(call)
 		cancel()
 		switch {
