@@ -759,7 +759,7 @@ func LostWhy(err error) string {
 	case errors.As(err, &ended):
 		return "the " + ended.Error()
 	case errors.As(err, &revoked) && revoked.Reason != "":
-		return "an operator revoked it: " + revoked.Reason
+		return "an operator revoked it: " + semaphore.Clip(revoked.Reason, semaphore.MaxReason)
 	case errors.As(err, &revoked):
 		return "an operator revoked it"
 	}
