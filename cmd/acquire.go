@@ -23,8 +23,7 @@ const defaultMaxRuntime = time.Hour
 // acquireOptions are semrun acquire's: a run's wait, and how long the hold
 // may last.
 type acquireOptions struct {
-	runOptions
-	maxRuntime time.Duration
+	waitOptions
 	ownerPID   int
 	json       bool
 	// owner watches --owner-pid's process, once found.
@@ -32,7 +31,7 @@ type acquireOptions struct {
 }
 
 func newCmdAcquire(common *commonOptions) *cobra.Command {
-	o := &acquireOptions{runOptions: runOptions{commonOptions: common}}
+	o := &acquireOptions{waitOptions: waitOptions{commonOptions: common, who: "semrun acquire"}}
 	cmd := &cobra.Command{
 		Use:   "acquire [flags]",
 		Short: "Take a permit and keep it after semrun exits; print its handle",
@@ -50,7 +49,6 @@ SIGHUP to the keeper. Whoever has the handle can run under the permit
   semrun --handle @SEMRUN_HANDLE -- ./deploy.sh`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.command = []string{"semrun acquire"}
 			check := func() error {
 				o.logAttrs = append(o.logAttrs, "key", o.key)
 				return o.validate()
@@ -82,7 +80,7 @@ func (o *acquireOptions) validate() error {
 	// The store ends the hold at its bound too: what --handle runs need
 	// to stop their commands.
 	o.killAfter = holdKillAfter(o.ttl)
-	if err := o.bound(o.maxRuntime, 0); err != nil {
+	if err := o.bound(0, semaphore.CoolAfterAny); err != nil {
 		return err
 	}
 	if o.keeper != nil {

@@ -15,7 +15,7 @@ import (
 func TestLineFullIsBusy(t *testing.T) {
 	t.Parallel()
 	var errOut bytes.Buffer
-	o := &runOptions{commonOptions: &commonOptions{}, runFlags: runFlags{key: "pdf", permits: 3, busyExitCode: 75}}
+	o := &waitOptions{commonOptions: &commonOptions{}, key: "pdf", permits: 3, busyExitCode: 75}
 	err := fmt.Errorf("key %q: %w", "pdf", &semaphore.LineError{Waiting: 10000, Max: 10000})
 	_, got := o.acquired(context.Background(), nil, nil, err, 0, o.logger(&errOut))
 	code, _, msg := exitStatus(got)

@@ -73,12 +73,12 @@ func (c *commonOptions) parseHandle(flag, s string) (semaphore.Handle, error) {
 }
 
 // sameStore refuses a handle of a hold kept in the other kind of store.
-func (o *runOptions) sameStore(h semaphore.Handle) error {
+func (c *commonOptions) sameStore(h semaphore.Handle) error {
 	switch {
-	case h.Store == semaphore.LocalStore && !o.local:
-		return usageErrorf("the handle is one of a hold in a lock directory: add %s", o.src.name("local"))
-	case h.Store == semaphore.RedisStore && o.local:
-		return usageErrorf("the handle is one of a hold in Redis, not in a lock directory: drop %s", o.src.name("local"))
+	case h.Store == semaphore.LocalStore && !c.local:
+		return usageErrorf("the handle is one of a hold in a lock directory: add %s", c.src.name("local"))
+	case h.Store == semaphore.RedisStore && c.local:
+		return usageErrorf("the handle is one of a hold in Redis, not in a lock directory: drop %s", c.src.name("local"))
 	}
 	return nil
 }

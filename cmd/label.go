@@ -9,7 +9,7 @@ import (
 
 // label is the label status shows for this caller: --label's when set
 // anywhere, empty being none; else the address of the CI job it runs in.
-func (o *runOptions) label() string {
+func (o *waitOptions) label() string {
 	if o.set("label") {
 		return o.labelText // checked with the request
 	}

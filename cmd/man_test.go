@@ -89,7 +89,7 @@ func TestManListsEveryVariable(t *testing.T) {
 	}
 
 	given := manTerms(t, "Variables the command gets")
-	o := &runOptions{commonOptions: &commonOptions{f: &Factory{}}, runFlags: runFlags{key: "k", permits: 2}}
+	o := &runOptions{waitOptions: waitOptions{commonOptions: &commonOptions{f: &Factory{}}, key: "k", permits: 2}}
 	env := o.childEnv(nil, 7)
 	if len(env) == 0 {
 		t.Fatal("childEnv gave the command no variable")

@@ -10,7 +10,7 @@ import (
 )
 
 func newCmdRelease(common *commonOptions) *cobra.Command {
-	o := &runOptions{commonOptions: common, runFlags: runFlags{lostExitCode: defaultLostExitCode}}
+	o := common
 	return &cobra.Command{
 		Use:   "release [HANDLE|@VAR]",
 		Short: "Give back a permit that semrun acquire holds",
@@ -53,7 +53,7 @@ never waits for the line.`,
 }
 
 // releaseHold ends the hold as released, or says how it had ended.
-func (o *runOptions) releaseHold(ctx context.Context, store semaphore.Store, h semaphore.Handle, log *logger) error {
+func (c *commonOptions) releaseHold(ctx context.Context, store semaphore.Store, h semaphore.Handle, log *logger) error {
 	end, now, err := store.EndHold(ctx, h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun release"})
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func (o *runOptions) releaseHold(ctx context.Context, store semaphore.Store, h s
 		return nil
 	}
 	ended := &semaphore.HoldEndedError{Key: h.Key, End: end}
-	code := holdEndCode(end, o.lostExitCode)
+	code := holdEndCode(end, defaultLostExitCode)
 	if code == 0 {
 		log.Warnf("the %v, before this release", ended)
 		return nil

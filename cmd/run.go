@@ -2,12 +2,14 @@ package cmd
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/semrun/semrun/internal/runner"
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/redisstore"
 )
@@ -18,51 +20,32 @@ const (
 	defaultKillAfter    = 10 * time.Second
 )
 
-// runFlags are the values of a run's own flags.
-type runFlags struct {
-	key          string
-	permits      int
-	weight       int
-	ttl          time.Duration
-	timeout      time.Duration
-	noWait       bool
-	busyExitCode int
+// runOptions are a run's: how it waits (waitOptions, which acquire shares),
+// and what it does with its command.
+type runOptions struct {
+	waitOptions
 	lostExitCode int
 	// revokedExitCode is --revoked-exit-code: an operator revoked the permit.
 	revokedExitCode int
 	onLost          string
-	killAfter       time.Duration
-	restartFence    time.Duration
-	minReplicas     int
-	// handle is --handle's: run under a hold instead of taking a permit.
-	handle string
-	// labelText is --label's, as given (see label).
-	labelText string
-	// maxRuntime and warnAfter bound how long the command runs, and say
-	// when it runs long; 0: no bound. minHold keeps the permit taken, as
-	// cooling, that long after its grant.
-	maxRuntime, warnAfter, minHold time.Duration
+	// warnAfter says when the command runs long; 0: never. minHold keeps
+	// the permit taken, as cooling, that long after its grant.
+	warnAfter, minHold time.Duration
 	// minHoldAfter is --min-hold-after's: after which ends of the
 	// command the permit cools (semaphore.CoolAfter).
 	minHoldAfter string
-}
-
-// runOptions are a run's flag values and what they make once checked.
-type runOptions struct {
-	*commonOptions
-	runFlags
+	// handle is --handle's: run under a hold instead of taking a permit.
+	handle string
 	// command is the command and its arguments.
 	command []string
 	// path is the command's file, found before the wait (runner.Find).
 	path string
-	// req is what the flags ask of the store, once validated.
-	req semaphore.Request
 	// hold is --handle's, once read.
 	hold semaphore.Handle
 }
 
 func newCmdRun(common *commonOptions) *cobra.Command {
-	o := &runOptions{commonOptions: common}
+	o := &runOptions{waitOptions: waitOptions{commonOptions: common}}
 	cmd := &cobra.Command{
 		Use:   "semrun [flags] -- COMMAND [ARG...]",
 		Short: "Run a command while holding one of N fleet-wide permits",
@@ -88,7 +71,7 @@ back when it exits, and exits with COMMAND's status.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.command = args
+			o.command, o.who = args, filepath.Base(args[0])
 			if err := o.commonOptions.validate(cmd); err != nil {
 				return err
 			}
@@ -106,15 +89,18 @@ back when it exits, and exits with COMMAND's status.`,
 				}
 				log.Infof("config files, strongest first: %s", strings.Join(paths, ", "))
 			}
-			// The store checks its own settings as it opens, before the
-			// command is looked for, as a bad flag is.
+			// The flags first, then the store's own settings as it opens,
+			// then the command: a bad setting is 125 whatever the command.
+			if err := o.validate(); err != nil {
+				return err
+			}
 			store, err := o.openStore(log, runAsks{})
 			if err != nil {
 				return err
 			}
 			log.Infof("key %q: permits in %s", o.key, store)
 			defer store.Close()
-			if err := o.validate(); err != nil {
+			if o.path, err = runner.Find(o.command[0]); err != nil {
 				return err
 			}
 			if o.set("handle") {
@@ -139,7 +125,7 @@ back when it exits, and exits with COMMAND's status.`,
 
 // addWaitFlags adds the flags of what a caller asks for and how it
 // waits, which runs and semrun acquire share.
-func (o *runFlags) addWaitFlags(f *pflag.FlagSet) {
+func (o *waitOptions) addWaitFlags(f *pflag.FlagSet) {
 	f.VarP(newKey(&o.key), "key", "k", "semaphore name (required)")
 	f.VarP(newInt(&o.permits, 1), "permits", "n", "at most N holders of this key fleet-wide")
 	f.Var(newInt(&o.weight, 1), "weight", "take K of the N permits at once, for a command that counts K times")

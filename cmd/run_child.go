@@ -140,7 +140,7 @@ func commandStatus(res runner.Result) int {
 }
 
 // release gives back a permit no command ran under.
-func (o *runOptions) release(ctx context.Context, lease semaphore.Lease, log *logger) {
+func (o *waitOptions) release(ctx context.Context, lease semaphore.Lease, log *logger) {
 	o.giveBack(ctx, func(ctx context.Context) error { return lease.Release(ctx) }, log)
 }
 
@@ -160,7 +160,7 @@ const releaseTimeout = 2 * time.Second
 // the exit status: the permit frees itself within the TTL. It gets little
 // time, since whoever waits for semrun should not wait for a store that
 // does not answer.
-func (o *runOptions) giveBack(ctx context.Context, let func(context.Context) error, log *logger) {
+func (o *waitOptions) giveBack(ctx context.Context, let func(context.Context) error, log *logger) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
 	defer cancel()
 	if err := let(ctx); err != nil {

@@ -34,7 +34,7 @@ func childVariable(name string) bool {
 
 // heldKeys are the keys the semruns this one runs under hold. Keys have no
 // control characters, so a newline separates them unambiguously.
-func (o *runOptions) heldKeys() []string {
+func (o *waitOptions) heldKeys() []string {
 	keys := strings.FieldsFunc(o.f.getenv(envHeldKeys), func(r rune) bool { return r == '\n' })
 	if k := o.f.getenv(envHeldKey); k != "" && !slices.Contains(keys, k) {
 		keys = append(keys, k)

@@ -23,7 +23,7 @@ func (o *runOptions) validate() error {
 
 // validateWait checks what a caller asks for and how it waits, and
 // builds the request.
-func (o *runOptions) validateWait() error {
+func (o *waitOptions) validateWait() error {
 	show, set := o.src.show, o.set
 	if o.key == "" && !set("key") {
 		return usageErrorf("--key is required")
@@ -53,7 +53,7 @@ func (o *runOptions) validateWait() error {
 }
 
 // checkExitCode refuses a status a process cannot exit with.
-func (o *runOptions) checkExitCode(flag string, code int) error {
+func (o *waitOptions) checkExitCode(flag string, code int) error {
 	if code < 0 || code > 255 {
 		return usageErrorf("%s: must be from 0 to 255", o.src.show(flag, code))
 	}
@@ -61,7 +61,7 @@ func (o *runOptions) checkExitCode(flag string, code int) error {
 }
 
 // set tells whether the user set flag, anywhere.
-func (o *runOptions) set(flag string) bool { return o.src.origin(flag) != fromDefault }
+func (o *waitOptions) set(flag string) bool { return o.src.origin(flag) != fromDefault }
 
 // validateCommand checks what a run does with its command.
 func (o *runOptions) validateCommand() error {
@@ -86,24 +86,20 @@ func (o *runOptions) validateCommand() error {
 	if a := semaphore.CoolAfter(o.minHoldAfter); a != semaphore.CoolAfterSuccess && a != semaphore.CoolAfterAny {
 		return usageErrorf("%s: must be %s or %s", show("min-hold-after", fmt.Sprintf("%q", o.minHoldAfter)), semaphore.CoolAfterSuccess, semaphore.CoolAfterAny)
 	}
-	var err error
-	if o.path, err = runner.Find(o.command[0]); err != nil {
-		return err
-	}
 	if err := o.checkKillAfter(o.ttl); err != nil {
 		return err
 	}
 	if o.set("handle") {
 		return nil // the hold's permit is bound already
 	}
-	return o.bound(o.maxRuntime, o.minHold)
+	return o.bound(o.minHold, semaphore.CoolAfter(o.minHoldAfter))
 }
 
-// bound makes the request's permit last at most maxRuntime, and the
-// kill-after, in the store too, and at least minHold.
-func (o *runOptions) bound(maxRuntime, minHold time.Duration) error {
-	o.req.MaxRuntime, o.req.KillAfter, o.req.MinHold = maxRuntime, o.killAfter, minHold
-	o.req.MinHoldAfter = semaphore.CoolAfter(o.minHoldAfter)
+// bound makes the request's permit last at most --max-runtime, and the
+// kill-after, in the store too, and at least minHold, after the ends of
+// its command that after says.
+func (o *waitOptions) bound(minHold time.Duration, after semaphore.CoolAfter) error {
+	o.req.MaxRuntime, o.req.KillAfter, o.req.MinHold, o.req.MinHoldAfter = o.maxRuntime, o.killAfter, minHold, after
 	if err := o.req.Validate(); err != nil {
 		return o.refused(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -16,12 +15,41 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
+// waitOptions are what a caller asks for and how it waits: the flags runs
+// and semrun acquire share, the request they make, and the wait itself.
+type waitOptions struct {
+	*commonOptions
+	key          string
+	permits      int
+	weight       int
+	ttl          time.Duration
+	timeout      time.Duration
+	noWait       bool
+	busyExitCode int
+	restartFence time.Duration
+	minReplicas  int
+	// labelText is --label's, as given (see label).
+	labelText string
+	// maxRuntime is --max-runtime: how long a run's command, or a hold,
+	// may last (0: no bound; each has its own default). A waiter's status
+	// shows it.
+	maxRuntime time.Duration
+	// killAfter is a run's --kill-after, or the one a hold is bound with:
+	// part of the request's bound.
+	killAfter time.Duration
+	// who is what status shows of the caller for a command: the command's
+	// name, or semrun acquire.
+	who string
+	// req is what the flags ask of the store, once validated.
+	req semaphore.Request
+}
+
 // acquire waits for a permit until one is held, until passes (--timeout;
 // zero for no bound), or a signal arrives.
-func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
+func (o *waitOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := o.req
-	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: filepath.Base(o.command[0]), MaxRuntime: o.maxRuntime, Label: o.req.Holder.Label}
+	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: o.who, MaxRuntime: o.maxRuntime, Label: o.req.Holder.Label}
 	// On a terminal a person watches: one line, kept up to date. Elsewhere
 	// (cron) only --verbose says it, once.
 	var line *waitLine
@@ -70,7 +98,7 @@ func (o *runOptions) acquire(ctx context.Context, store semaphore.Store, signals
 // fenceNotice says once that a restart fence holds the grant back by more
 // than a second, in words true of a first start as of a restart.
 type fenceNotice struct {
-	o     *runOptions
+	o     *waitOptions
 	log   *logger
 	quiet bool // -q, or a terminal, whose waiting line says it
 	said  bool
@@ -105,7 +133,7 @@ func fenceWhy(left, fence time.Duration) string {
 
 // acquired says how a wait ended: with the permit, or why not. fenced is
 // what was left of a restart fence when the store last said.
-func (o *runOptions) acquired(ctx context.Context, store semaphore.Store, lease semaphore.Lease, err error, fenced time.Duration, log *logger) (semaphore.Lease, error) {
+func (o *waitOptions) acquired(ctx context.Context, store semaphore.Store, lease semaphore.Lease, err error, fenced time.Duration, log *logger) (semaphore.Lease, error) {
 	var (
 		fence   *semaphore.FenceError
 		full    *semaphore.LineError
@@ -149,7 +177,7 @@ func (o *runOptions) acquired(ctx context.Context, store semaphore.Store, lease 
 
 // busy is the outcome of a run that got no permit. With --busy-exit-code 0
 // it is a quiet skip, said only with --verbose, since cron mails any output.
-func (o *runOptions) busy(log *logger, why string) error {
+func (o *waitOptions) busy(log *logger, why string) error {
 	if o.busyExitCode == 0 {
 		log.Infof("%s; skipped", why)
 		return &busyError{code: 0}
@@ -168,7 +196,7 @@ func permits(n int, all string) string {
 // taken says what takes the capacity of a key that turned this caller
 // away: "all 3 permits held", or, when some are cooling (--min-hold), what
 // they are and when the first frees (coolingText).
-func (o *runOptions) taken(ctx context.Context, store semaphore.Store, capacity int) string {
+func (o *waitOptions) taken(ctx context.Context, store semaphore.Store, capacity int) string {
 	c := o.coolingText(ctx, store)
 	if c == "" {
 		return permits(capacity, "all ") + " held"
@@ -181,7 +209,7 @@ func (o *runOptions) taken(ctx context.Context, store semaphore.Store, capacity 
 // on which host, the first of them frees: a once-a-night job's next run
 // is then, not whenever the holder lets go. Read once the answer is busy,
 // within a bound; "" when there is none, or the store does not say.
-func (o *runOptions) coolingText(ctx context.Context, store semaphore.Store) string {
+func (o *waitOptions) coolingText(ctx context.Context, store semaphore.Store) string {
 	if store == nil {
 		return ""
 	}
