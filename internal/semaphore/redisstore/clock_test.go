@@ -577,7 +577,7 @@ func (c *clocked) waiterInLine(k protocol.Keys) string {
 		ids, err = c.m.ZMembers(k.Queue)
 		return err == nil && len(ids) == 1
 	})
-	c.waitBlocked(k.WakeList(ids[0]))
+	c.waitBlocked(wakeKeyOf(k.Wake, ids[0]))
 	return ids[0]
 }
 

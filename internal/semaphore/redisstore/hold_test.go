@@ -82,7 +82,7 @@ func TestHoldSharesNeverShortenTheLease(t *testing.T) {
 	key, h := newHold(t, s, 20*time.Second)
 	k := protocol.NewKeys(testPrefix, key)
 	score := func() float64 {
-		v, err := raw.ZScore(ctxTimeout(t, 5*time.Second), k.Holders, h.Secret).Result()
+		v, err := raw.ZScore(ctxTimeout(t, 5*time.Second), k.Holders, protocol.Member(h.Secret)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestHoldSharesNeverShortenTheLease(t *testing.T) {
 	before := score()
 	// A lease pushed far out (a renewal with a longer lease, say) is not
 	// pulled in by a share's renewal.
-	if err := raw.ZAdd(ctxTimeout(t, 5*time.Second), k.Holders, redisZ(before+60_000, h.Secret)).Err(); err != nil {
+	if err := raw.ZAdd(ctxTimeout(t, 5*time.Second), k.Holders, redisZ(before+60_000, protocol.Member(h.Secret))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := run.Renew(ctxTimeout(t, 5*time.Second)); err != nil {

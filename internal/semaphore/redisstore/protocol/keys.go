@@ -78,19 +78,31 @@ func IndexPattern(prefix string) string {
 	return globEscaper.Replace(Index(prefix))
 }
 
-// WakeList is the wake list of the waiter whose permit id is id: named
-// after a hash of the id, so that the list tells nobody a permit id. It
-// shares the semaphore's hash tag. lib.lua's wakekey names it alike.
-func (k Keys) WakeList(id string) string {
+// Member is the name the permit of id goes by in the keys (lib.lua's
+// member): its SHA-1, in hex. The keys hold members, never ids, and the
+// scripts take ids: whoever reads the keys can use nothing they hold.
+func Member(id string) string {
 	sum := sha1.Sum([]byte(id))
-	return k.Wake + ":" + hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:])
+}
+
+// WakeList is the wake list of the waiter whose permit id is id: named
+// after a hash of its member, so that the list tells nobody a permit id.
+// It shares the semaphore's hash tag. lib.lua's wakekey names it alike.
+func (k Keys) WakeList(id string) string {
+	return k.Wake + ":" + shortHash(Member(id))
 }
 
 // HoldRecord is the record of the hold whose permit id is id, named
-// after a hash of it as a wake list is (hold.lua's hk).
+// after a hash of its member as a wake list is (hold.lua's hk).
 func (k Keys) HoldRecord(id string) string {
-	sum := sha1.Sum([]byte(id))
-	return k.Hold + ":" + hex.EncodeToString(sum[:8])
+	return k.Hold + ":" + shortHash(Member(id))
+}
+
+// shortHash is the first 16 hex digits of the SHA-1 of s.
+func shortHash(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:8])
 }
 
 // IsWakeList tells whether l could be one of the key's own wake lists:

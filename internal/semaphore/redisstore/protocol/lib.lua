@@ -3,6 +3,10 @@
 -- keys, arguments and replies, the records, the clock, the sweep and the
 -- hand-over.
 --
+-- A permit goes by its member in every key: the SHA-1 of its id (member),
+-- never the id itself, which only its holder knows. Below, "id" in a
+-- key's description is that member.
+--
 -- KEYS, the same for every script, in this order (keys.go names them):
 --   holders: sorted set, permit id -> lease expiry (ms on the server's clock)
 --   info:    hash, permit id -> holder record; "#cap" -> the capacity the
@@ -42,8 +46,8 @@
 -- A waiter's id is the permit id it will hold. When its turn comes, the
 -- script that made it gives it its permit and pushes a turn record to its
 -- wake list: the prefix the wake argument names, ":" and the first 16 hex
--- digits of the SHA-1 of its id (in the key's hash slot; it blocks on it
--- with BLPOP). Meta is opaque to the scripts.
+-- digits of the SHA-1 of its member (in the key's hash slot; it blocks on
+-- it with BLPOP). Meta is opaque to the scripts.
 --
 -- Every script's work grows with the logarithm of the line and the
 -- holders (sorted sets), plus the permits it hands over: nothing walks a
@@ -141,7 +145,16 @@ local function turnRecord(token, expiry)
   return string.format('g %d %d', token, expiry)
 end
 
--- wakekey names a waiter's wake list: after a hash of its id, never the id.
+-- member is the name the permit of id goes by in the keys: its SHA-1, 40
+-- hex digits. Whoever may read the keys learns members, never ids, and
+-- every script takes an id, never a member (a member given as an id is
+-- hashed again): reading the keys lets nobody renew, release or take a
+-- permit, nor run under a hold or end it.
+local function member(id)
+  return redis.sha1hex(id)
+end
+
+-- wakekey names a waiter's wake list, from its member: after a hash of it.
 local function wakekey(prefix, id)
   return prefix .. ':' .. string.sub(redis.sha1hex(id), 1, 16)
 end
@@ -203,7 +216,7 @@ local function dropWaiter(id)
 end
 
 -- publicID is the id status shows of a holder, and an operator revokes
--- it by: a hash of its permit id, which tells nothing of it.
+-- it by: a hash of its member.
 local function publicID(id)
   return string.sub(redis.sha1hex(id), 1, 10)
 end
