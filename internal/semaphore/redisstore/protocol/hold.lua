@@ -63,11 +63,14 @@ if op == 'begin' then
   end
   h.meta = a.meta
   redis.call('HSET', infoKey, id, holderRecord(h))
-  local hard = recordTerms(id, asked, 0, terms(id), nil, h.since)
+  local hard, minEnd = terms(id)
+  hard = recordTerms(id, asked, coolFor, hard, minEnd, h.since)
   if hard then out.hard = hard - now end
   redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'replicas', replicas, 'permits', h.permits,
-    'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked)
+    'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked, 'cool', coolFor)
   redis.call('PEXPIRE', hk, HOLDLIFE)
+  -- A min hold recorded here: the keys outlive it (keepalive).
+  if coolUntil > now then keepalive(0) end
   out.state, out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = 'held', h.permits, h.weight, h.token, ttl,
     replicas, a.meta
   return reply(out)
@@ -113,6 +116,7 @@ end
 local ttl, fence, replicas = num(rec.ttl, MINTTL, MAXTTL), num(rec.fence or '0', 0, MAXTTL), num(rec.replicas or '0', 0, MAXREPLICAS)
 local permits, weight = num(rec.permits, 1, MAXPERMITS), num(rec.weight, 1, MAXPERMITS)
 local asked = num(rec.bound or '0', 0, MAXBOUND) or 0
+local coolFor = num(rec.cool or '0', 0, MAXCOOL) or 0
 local token = num(rec.token, 1, MAXINT)
 local states = {held = true, released = true, lost = true, ['max-runtime'] = true, revoked = true}
 if not (ttl and fence and replicas and permits and weight and token and states[rec.state]) or weight > permits then
@@ -141,7 +145,12 @@ local function ended(state, why, at)
 end
 
 local score = alive()
-local hard = rec.state == 'held' and recordTerms(id, asked, 0, terms(id), nil)
+local hard = nil
+if rec.state == 'held' then
+  local minEnd
+  hard, minEnd = terms(id)
+  hard = recordTerms(id, asked, coolFor, hard, minEnd)
+end
 if hard then out.hard = math.max(hard - now, 0) end
 local revoked = rec.state == 'held' and revokedMark(id)
 if revoked then
@@ -199,10 +208,25 @@ else
       if exp > now and string.sub(s, 1, 2) ~= 'k.' then live = true end
     end
     -- The last one out gives the permit back, as release.lua does: a
-    -- release, or a loss when its lease lapsed.
+    -- release, or a loss when its lease lapsed; with a min hold that has
+    -- not passed, as cooling until then (no one command's exit status),
+    -- and a cooling already is left as it is.
     local at = redis.call('ZSCORE', holdersKey, id)
-    if not live and at then
-      local h, cooled = removeHolder(id)
+    local _, minEnd, cooled = terms(id)
+    if not live and at and minEnd and minEnd > now then
+      if not cooled then
+        cool(id, minEnd, -1)
+        keepalive(0)
+        if score then
+          released(id, readHolder(redis.call('HGET', infoKey, id)), -1, minEnd - now)
+        else
+          lost(id, nil, tonumber(at) or now)
+        end
+      end
+      out.released = 1
+    elseif not live and at then
+      local h
+      h, cooled = removeHolder(id)
       if not cooled and score then
         released(id, h, -1, 0)
       elseif not cooled then
