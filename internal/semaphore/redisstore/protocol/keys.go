@@ -114,10 +114,40 @@ func (k Keys) IsWakeList(l string) bool {
 // globEscaper escapes what SCAN's MATCH pattern would read as a wildcard.
 var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
 
-// KeyPattern is SCAN's MATCH pattern for the keys of every semaphore under
-// prefix.
-func KeyPattern(prefix string) string {
-	return globEscaper.Replace(keyEscaper.Replace(prefix)+"{") + "*}:*"
+// KeyPattern is SCAN's MATCH pattern, or an ACL key pattern, for the keys
+// of every semaphore under prefix.
+func KeyPattern(prefix string) string { return SuffixPattern(prefix, "*") }
+
+// SuffixPattern is an ACL key pattern, or SCAN's MATCH, for the keys of
+// every semaphore under prefix whose name ends in suffix after the hash
+// tag ("holders", "wake:*"): anchored on the tag, it matches no key of
+// another kind, whatever characters a key's name holds. A key's braces
+// are escaped, so the only "}" in its Redis keys ends the tag, and
+// "semrun:{*}:hold:*" cannot match "semrun:{deploy:hold:prod}:policy" as
+// "semrun:*:hold:*" would.
+func SuffixPattern(prefix, suffix string) string {
+	return globEscaper.Replace(keyEscaper.Replace(prefix)+"{") + "*}:" + suffix
+}
+
+// RunKeys are the ACL key selectors of a Redis user for runs only under
+// prefix (semrun, acquire, --handle, release, status, events, metrics,
+// doctor): every key of a semaphore's state, its wake lists, holds, log
+// and counters, and the index, read and written; its policy read only,
+// so that the user may not change a key's settings (semrun key).
+// docs/configuration.md gives them for the prefix semrun:.
+func RunKeys(prefix string) []string {
+	out := make([]string, 0, 12)
+	for _, suffix := range []string{"holders", "info", "token", "queue", "waiters", "leases", "wake:*", "hold:*", "events", "stats"} {
+		out = append(out, "~"+SuffixPattern(prefix, suffix))
+	}
+	return append(out, "~"+IndexPattern(prefix), "%R~"+SuffixPattern(prefix, "policy"))
+}
+
+// OperatorKeys are the ACL key selectors of a Redis user that may also
+// change a key's settings (semrun key): every key of every semaphore
+// under prefix, and the index.
+func OperatorKeys(prefix string) []string {
+	return []string{"~" + KeyPattern(prefix), "~" + IndexPattern(prefix)}
 }
 
 // SemaphoreOf is the semaphore a key SCAN found under prefix belongs to.
@@ -133,10 +163,4 @@ func SemaphoreOf(prefix, redisKey string) (string, bool) {
 // which outlives its state.
 func IsPast(redisKey string) bool {
 	return strings.HasSuffix(redisKey, "}:events") || strings.HasSuffix(redisKey, "}:stats")
-}
-
-// PrefixPattern is an ACL key pattern, or SCAN's MATCH, for every key the
-// store writes under prefix.
-func PrefixPattern(prefix string) string {
-	return globEscaper.Replace(keyEscaper.Replace(prefix)) + "*"
 }
