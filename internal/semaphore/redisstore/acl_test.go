@@ -141,8 +141,12 @@ func TestDocumentedACLUsers(t *testing.T) {
 		{"semrun", "it may change a key's settings", op},
 		{"runner", "it may read a key's settings but not change them, as a run's user needs (semrun key needs an operator's, which may write semrun:{*}:policy)", run},
 	} {
-		c := findCheck(t, u.st.Doctor(ctxTimeout(t, 30*time.Second)), "acl")
-		if c.Status != semaphore.CheckOK || !strings.Contains(c.Detail, u.detail) {
+		checks := u.st.Doctor(ctxTimeout(t, 30*time.Second))
+		i := slices.IndexFunc(checks, func(c semaphore.Check) bool { return c.Name == "acl" })
+		if i < 0 {
+			t.Fatalf("doctor as %s: got checks %+v, want one named acl", u.name, checks)
+		}
+		if c := checks[i]; c.Status != semaphore.CheckOK || !strings.Contains(c.Detail, u.detail) {
 			t.Errorf("doctor as %s: acl: got %s %q (fix %q), want OK, %q", u.name, c.Status, c.Detail, c.Fix, u.detail)
 		}
 	}
