@@ -44,7 +44,7 @@ type aclProbe struct {
 // them); and COMMAND in a cluster (acl tries it there).
 func (s *Store) aclProbes(k protocol.Keys, noHolder string) []aclProbe {
 	wake := k.WakeList(noHolder)
-	events, stats := protocol.PrefixPattern(s.prefix)+":events", protocol.PrefixPattern(s.prefix)+":stats"
+	events, stats := protocol.SuffixPattern(s.prefix, "events"), protocol.SuffixPattern(s.prefix, "stats")
 	index := protocol.IndexPattern(s.prefix)
 	// The renewal of a permit nobody holds reads the keys and writes nothing.
 	renew := protocol.RenewArgs{ID: noHolder, TTL: time.Second}
@@ -288,7 +288,10 @@ func (s *Store) aclCheck(f *aclFindings, cleaned bool) (semaphore.Check, bool) {
 		fixes = append(fixes, "ACL SETUSER "+user+" +"+strings.Join(append(slices.Clone(f.missing), f.optional...), " +"))
 	}
 	if len(f.keyRefused) > 0 {
-		fixes = append(fixes, "ACL SETUSER "+user+" ~"+protocol.PrefixPattern(s.prefix))
+		// A run's keys: what semrun needs, and no key's settings to change
+		// (an operator's: protocol.OperatorKeys, which the check says once
+		// the run's pass).
+		fixes = append(fixes, "ACL SETUSER "+user+" "+strings.Join(protocol.RunKeys(s.prefix), " "))
 	} else if len(f.keysOptional) > 0 {
 		fixes = append(fixes, "ACL SETUSER "+user+" ~"+strings.Join(f.keysOptional, " ~"))
 	}
@@ -323,7 +326,7 @@ func (s *Store) aclCheck(f *aclFindings, cleaned bool) (semaphore.Check, bool) {
 			Detail: fmt.Sprintf("user %s may run every command semrun sends, but Redis answered %s", user, strings.Join(answers, "; "))}, false
 	}
 	check := semaphore.Check{Name: "acl", Status: semaphore.CheckOK, Detail: fmt.Sprintf("user %s may run the %d commands semrun sends, on keys under %s", user, len(Commands()), s.prefix)}
-	policy := protocol.PrefixPattern(s.prefix) + ":policy"
+	policy := protocol.SuffixPattern(s.prefix, "policy")
 	if f.runsOnly {
 		check.Detail += fmt.Sprintf("; it may read a key's settings but not change them, as a run's user needs (semrun key needs an operator's, which may write %s)", policy)
 	} else {

@@ -368,8 +368,15 @@ func (a *asker) fresh(ctx context.Context, l *lease) (semaphore.Lease, error) {
 	// With replicas to wait for, replicated renews anyway.
 	if req.MinReplicas <= 0 && (l.unbound || !semaphore.Fresh(l.Deadline(), l.Bound(), clock.Now(), req.TTL, req.KillAfter)) {
 		call, cancel := context.WithTimeout(ctx, s.connectTimeout)
-		_ = l.Renew(call) // lapsed or in doubt: not fresh
+		err := l.Renew(call) // lapsed or in doubt: not fresh
 		cancel()
+		if err != nil && l.unbound {
+			// Its terms may not be recorded: a command started now and
+			// killed before the next renewal would free the permit at once,
+			// neither cooling nor bound. Given back; asked again.
+			s.abandon(ctx, a.keys, a.id)
+			return nil, nil
+		}
 	}
 	got, err := s.replicated(ctx, req, l)
 	switch {

@@ -239,7 +239,8 @@ func TestClockStatusAtTheEdge(t *testing.T) {
 	key := uniqueKey(t)
 	a := acquire(t, st, semaphore.Request{Key: key, Permits: 4, TTL: leaseTTL, Holder: semaphore.HolderInfo{Host: "h", PID: 7, Command: "c"}})
 
-	c.advance(leaseTTL - time.Millisecond)
+	// Touched, as a busy key is: no silence pushes the lease back.
+	c.advanceTouched(st, semaphore.Request{Key: key, Permits: 4, Weight: 4, TTL: leaseTTL}, leaseTTL, leaseTTL-time.Millisecond)
 	status, err := st.Status(ctx, []string{key})
 	if err != nil || len(status) != 1 || len(status[0].Holders) != 1 {
 		t.Fatalf("Status 1ms before expiry: got (%+v, %v), want one holder", status, err)
@@ -577,7 +578,7 @@ func (c *clocked) waiterInLine(k protocol.Keys) string {
 		ids, err = c.m.ZMembers(k.Queue)
 		return err == nil && len(ids) == 1
 	})
-	c.waitBlocked(k.WakeList(ids[0]))
+	c.waitBlocked(wakeKeyOf(k.Wake, ids[0]))
 	return ids[0]
 }
 

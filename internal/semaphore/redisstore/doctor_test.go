@@ -320,16 +320,20 @@ func TestDoctorMissingPermissions(t *testing.T) {
 			"may not run INFO", "ACL SETUSER semrun +info"},
 		{[]string{"-wait"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckWarn},
 			"not WAIT: <min replicas> would fail", "ACL SETUSER semrun +wait"},
+		// The fix names a run's keys, anchored on the hash tag: every
+		// key under the prefix would let it write the policy.
 		{[]string{"resetkeys", "~other:*"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
-			"may not use keys under semrun:", "ACL SETUSER semrun ~semrun:*"},
+			"may not use keys under semrun:", "ACL SETUSER semrun ~semrun:{*}:holders ~semrun:{*}:info ~semrun:{*}:token ~semrun:{*}:queue " +
+				"~semrun:{*}:waiters ~semrun:{*}:leases ~semrun:{*}:wake:* ~semrun:{*}:hold:* ~semrun:{*}:events ~semrun:{*}:stats ~semrun:keys " +
+				"%R~semrun:{*}:policy"},
 		// The run's user of the docs before events, given the commands
 		// events need but not their keys: runs work (an event refused is
 		// lost), and the fix names those keys only, as every key under
 		// the prefix would let it write the policy.
-		{[]string{"resetkeys", "~semrun:*:holders", "~semrun:*:info", "~semrun:*:token", "~semrun:*:queue", "~semrun:*:waiters",
-			"~semrun:*:leases", "~semrun:*:wake:*", "~semrun:*:hold:*", "%R~semrun:*:policy"},
+		{[]string{"resetkeys", "~semrun:{*}:holders", "~semrun:{*}:info", "~semrun:{*}:token", "~semrun:{*}:queue", "~semrun:{*}:waiters",
+			"~semrun:{*}:leases", "~semrun:{*}:wake:*", "~semrun:{*}:hold:*", "%R~semrun:{*}:policy"},
 			map[string]semaphore.CheckStatus{"acl": semaphore.CheckWarn},
-			"not keys semrun:*:events: no events would be logged", "ACL SETUSER semrun ~semrun:*:events ~semrun:*:stats ~semrun:keys"},
+			"not keys semrun:{*}:events: no events would be logged", "ACL SETUSER semrun ~semrun:{*}:events ~semrun:{*}:stats ~semrun:keys"},
 		// Without DEL, the keys are removed with PEXPIRE.
 		{[]string{"-del"}, map[string]semaphore.CheckStatus{"acl": semaphore.CheckFail, "scripts": semaphore.CheckSkip},
 			"may not run DEL", "ACL SETUSER semrun +del"},

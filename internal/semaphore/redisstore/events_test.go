@@ -128,8 +128,8 @@ func TestRedisEventKeysRefusedStillGrant(t *testing.T) {
 	srv, _, raw := setup(t, Options{})
 	ctx := ctxTimeout(t, 10*time.Second)
 	// The run's user of docs/configuration.md before events.
-	if err := raw.Do(ctx, "ACL", "SETUSER", "runner", "on", ">pw", "resetkeys", "~semrun:*:holders", "~semrun:*:info", "~semrun:*:token",
-		"~semrun:*:queue", "~semrun:*:waiters", "~semrun:*:leases", "~semrun:*:wake:*", "~semrun:*:hold:*", "%R~semrun:*:policy",
+	if err := raw.Do(ctx, "ACL", "SETUSER", "runner", "on", ">pw", "resetkeys", "~semrun:{*}:holders", "~semrun:{*}:info", "~semrun:{*}:token",
+		"~semrun:{*}:queue", "~semrun:{*}:waiters", "~semrun:{*}:leases", "~semrun:{*}:wake:*", "~semrun:{*}:hold:*", "%R~semrun:{*}:policy",
 		"resetchannels", "-@all", "+hello", "+evalsha", "+eval", "+blpop", "+wait", "+time", "+info", "+hget", "+hgetall", "+hset",
 		"+hdel", "+hmget", "+zrange", "+zrem", "+zcard", "+zadd", "+zscore", "+zrangebyscore", "+zrank", "+del", "+exists", "+rpush",
 		"+pexpire", "+pttl", "+get", "+set", "+scan", "+xadd").Err(); err != nil {

@@ -225,7 +225,7 @@ func TestRedisWakeListGarbageIsDropped(t *testing.T) {
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("line: got (%v, %v), want one waiter", ids, err)
 	}
-	list := k.WakeList(ids[0])
+	list := wakeKeyOf(k.Wake, ids[0])
 	before := commandCalls(t, raw, "evalsha", "eval", "blpop")
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		if err := raw.RPush(ctx, list, "g x y", "garbage", "c -1").Err(); err != nil {
@@ -294,7 +294,7 @@ func TestWaiterLeaseGrowsWithTheLine(t *testing.T) {
 	if r := ask("NEW"); r.Wait != 24000 || r.Position != 201 {
 		t.Errorf("a newcomer's lease behind 200: got %dms at %d, want 24000ms at 201", r.Wait, r.Position)
 	}
-	if z, err := raw.ZScore(context.Background(), k.Leases, "NEW").Result(); err != nil || int64(z)-serverMicros(t, raw)/1000 < 23000 {
+	if z, err := raw.ZScore(context.Background(), k.Leases, protocol.Member("NEW")).Result(); err != nil || int64(z)-serverMicros(t, raw)/1000 < 23000 {
 		t.Errorf("the newcomer's lease in the leases set: got (%v, %v), want ~24s from now", z, err)
 	}
 }

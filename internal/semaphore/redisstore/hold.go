@@ -13,7 +13,9 @@ import (
 )
 
 // Holds are hold.lua's: a hold's record lives beside its key's, under the
-// same hash tag, and its permit id is the handle's secret.
+// same hash tag, and its permit id is the handle's secret, which Redis
+// keeps only as a hash (protocol.Member). A hold whose request had a
+// MinHold cools when it ends, or lapses, until then, as a run's permit.
 
 func (s *Store) Hold(ctx context.Context, l semaphore.Lease, keeper semaphore.HolderInfo) (semaphore.Handle, error) {
 	held, ok := l.(*lease)
@@ -26,7 +28,8 @@ func (s *Store) Hold(ctx context.Context, l semaphore.Lease, keeper semaphore.Ho
 		return semaphore.Handle{}, fmt.Errorf("encode keeper info: %w", err)
 	}
 	r, err := s.runHold(ctx, held.key, held.keys, "keep the permit",
-		protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Replicas: held.minReplicas, Meta: meta, Bound: held.asked})
+		protocol.HoldArgs{Op: "begin", ID: held.id, TTL: held.ttl, Fence: held.fence, Replicas: held.minReplicas, Meta: meta, Bound: held.asked,
+			Cool: held.minHold})
 	if err != nil {
 		return semaphore.Handle{}, err
 	}

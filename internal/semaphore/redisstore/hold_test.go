@@ -82,7 +82,7 @@ func TestHoldSharesNeverShortenTheLease(t *testing.T) {
 	key, h := newHold(t, s, 20*time.Second)
 	k := protocol.NewKeys(testPrefix, key)
 	score := func() float64 {
-		v, err := raw.ZScore(ctxTimeout(t, 5*time.Second), k.Holders, h.Secret).Result()
+		v, err := raw.ZScore(ctxTimeout(t, 5*time.Second), k.Holders, protocol.Member(h.Secret)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestHoldSharesNeverShortenTheLease(t *testing.T) {
 	before := score()
 	// A lease pushed far out (a renewal with a longer lease, say) is not
 	// pulled in by a share's renewal.
-	if err := raw.ZAdd(ctxTimeout(t, 5*time.Second), k.Holders, redisZ(before+60_000, h.Secret)).Err(); err != nil {
+	if err := raw.ZAdd(ctxTimeout(t, 5*time.Second), k.Holders, redisZ(before+60_000, protocol.Member(h.Secret))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := run.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
@@ -203,4 +203,57 @@ func newHold(t *testing.T, s *Store, ttl time.Duration) (string, semaphore.Handl
 		t.Fatal(err)
 	}
 	return key, h
+}
+
+// TestHoldMinHoldCools: a hold whose request had a min hold stays taken
+// until it passed, as a run's permit does: when it ends (its exit status
+// unknown: several steps ran), and when its keeper and acquire died and
+// nobody called the key since (SIGKILL: no renewal, no release).
+func TestHoldMinHoldCools(t *testing.T) {
+	t.Parallel()
+	srv := redistest.New(t)
+	s := newStore(t, srv.URL(), Options{})
+	const ttl, minHold = time.Second, 6 * time.Second
+	start := func(key string) (semaphore.Handle, semaphore.Lease) {
+		l := acquire(t, s, semaphore.Request{Key: key, Permits: 1, TTL: ttl, MinHold: minHold})
+		h, err := s.Hold(ctxTimeout(t, 5*time.Second), l, semaphore.HolderInfo{Host: "keeper", PID: 1})
+		if err != nil {
+			t.Fatalf("Hold: %v", err)
+		}
+		k, _, err := s.Attach(ctxTimeout(t, 5*time.Second), h, true)
+		if err != nil {
+			t.Fatalf("Attach the keeper: %v", err)
+		}
+		return h, k
+	}
+	busy := func(key, when string) {
+		t.Helper()
+		if _, err := s.Acquire(ctxTimeout(t, 5*time.Second), semaphore.Request{Key: key, Permits: 1, TTL: ttl, NoWait: true}); !errors.Is(err, semaphore.ErrBusy) {
+			t.Errorf("%s: no-wait Acquire: got %v, want ErrBusy", when, err)
+		}
+		if st := statusOf(t, s, key); len(st.Cooling) != 1 || st.Cooling[0].ExitStatus != -1 || len(st.Holders) != 0 {
+			t.Errorf("%s: status: got %+v, want one cooling, its exit status unknown", when, st)
+		}
+	}
+
+	const ended = "ended"
+	h, endedKeeper := start(ended)
+	end, now, err := s.EndHold(ctxTimeout(t, 5*time.Second), h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun release"})
+	if err != nil || !now || end.State != semaphore.HoldReleased {
+		t.Fatalf("EndHold within the min hold: got (%+v, %v, %v), want released now", end, now, err)
+	}
+	busy(ended, "a hold ended within its min hold")
+	var e *semaphore.HoldEndedError
+	if err := endedKeeper.Renew(ctxTimeout(t, 5*time.Second)); !errors.As(err, &e) || e.End.State != semaphore.HoldReleased {
+		t.Errorf("its keeper's renewal: got %v, want the hold released", err)
+	}
+	if err := endedKeeper.Release(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Errorf("its keeper letting go: %v", err)
+	}
+	busy(ended, "once its keeper let go")
+
+	const crashed = "crashed"
+	start(crashed) // acquire and the keeper die: nobody renews or releases
+	time.Sleep(2*ttl + 500*time.Millisecond)
+	busy(crashed, "a hold whose keeper died, after a silence")
 }

@@ -62,7 +62,7 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 	res, err := s.call(ctx, k, args)
 	if _, _, perm := refusal(err); perm {
 		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: this Redis user may not change key %q's settings: an operator's needs to write %s, which a run's may only read (%w)",
-			key, what, key, protocol.PrefixPattern(s.prefix), err)
+			key, what, key, protocol.SuffixPattern(s.prefix, "policy"), err)
 	}
 	if err != nil {
 		return protocol.KeyReply{}, fmt.Errorf("key %q: %s: %w", key, what, err)

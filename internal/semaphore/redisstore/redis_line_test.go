@@ -64,10 +64,11 @@ func waitBlocked(t *testing.T, c *redis.Client, n int) {
 	})
 }
 
-// wakeKeyOf is the wake list of waiter id under a key's wake-list prefix,
-// as lib.lua names it: ":" and the first 16 hex digits of the id's SHA-1.
-func wakeKeyOf(channel, id string) string {
-	sum := sha1.Sum([]byte(id))
+// wakeKeyOf is the wake list of the waiter whose member (what the queue
+// holds: protocol.Member of its id) is m, under a key's wake-list prefix,
+// as lib.lua names it: ":" and the first 16 hex digits of m's SHA-1.
+func wakeKeyOf(channel, m string) string {
+	sum := sha1.Sum([]byte(m))
 	return channel + ":" + hex.EncodeToString(sum[:8])
 }
 
@@ -131,7 +132,7 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	key := uniqueKey(t)
 	k := protocol.NewKeys(testPrefix, key)
-	hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second})
+	held := hold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 30 * time.Second}).(*lease)
 	// TTL 3s: a waiter lease of 3s, so a look about every second.
 	got, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 3 * time.Second}, 20*time.Second)
 	waitListening(t, raw, key, 1)
@@ -151,7 +152,7 @@ func TestRedisLostWakeUpCoveredByRecheck(t *testing.T) {
 	var released *redis.Cmd
 	var pushed, deleted *redis.IntCmd
 	if _, err := raw.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		released = protocol.Eval(ctx, p, k, protocol.ReleaseArgs{ID: z[0].Member.(string)})
+		released = protocol.Eval(ctx, p, k, protocol.ReleaseArgs{ID: held.id})
 		pushed = p.LLen(ctx, list)
 		deleted = p.Del(ctx, list)
 		return nil

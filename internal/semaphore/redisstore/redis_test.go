@@ -600,16 +600,17 @@ func TestRedisZeroConnectTimeout(t *testing.T) {
 }
 
 // TestRedisStatusHidesPermitIDs: a permit id lets whoever knows it renew or
-// release the permit, so status never shows it. (TestStoreStatus checks
-// what status shows.)
+// release the permit, so status never shows it, and Redis holds only its
+// hash (protocol.Member). (TestStoreStatus checks what status shows.)
 func TestRedisStatusHidesPermitIDs(t *testing.T) {
 	t.Parallel()
 	_, st, raw := setup(t, Options{})
 	ctx := ctxTimeout(t, 10*time.Second)
 	key := uniqueKey(t)
 	k := protocol.NewKeys(testPrefix, key)
-	acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, Holder: semaphore.HolderInfo{Host: "h", PID: 1, Command: "c"}})
-	acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 20 * time.Second})
+	a := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 10 * time.Second, Holder: semaphore.HolderInfo{Host: "h", PID: 1, Command: "c"}})
+	b := acquire(t, st, semaphore.Request{Key: key, Permits: 2, TTL: 20 * time.Second})
+	ids := []string{a.(*lease).id, b.(*lease).id}
 
 	status, err := st.Status(ctx, []string{key})
 	if err != nil {
@@ -623,13 +624,15 @@ func TestRedisStatusHidesPermitIDs(t *testing.T) {
 	if len(z) != 2 {
 		t.Fatalf("holders in Redis: got %d, want 2", len(z))
 	}
-	for _, m := range z {
-		id := m.Member.(string)
+	for _, id := range ids {
 		if len(id) != 26 {
 			t.Errorf("permit id length: got %d (%q), want 26 (130 random bits)", len(id), id)
 		}
-		if strings.Contains(string(out), id) {
-			t.Errorf("Status JSON: got %s, want no permit id (%q) in it", out, id)
+		if !slices.ContainsFunc(z, func(m redis.Z) bool { return m.Member == protocol.Member(id) }) {
+			t.Errorf("holders in Redis: got %v, want the member %s of permit id %q, not the id", z, protocol.Member(id), id)
+		}
+		if strings.Contains(string(out), id) || strings.Contains(string(out), protocol.Member(id)) {
+			t.Errorf("Status JSON: got %s, want neither permit id %q nor its member in it", out, id)
 		}
 	}
 }

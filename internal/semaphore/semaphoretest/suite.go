@@ -66,6 +66,7 @@ func Run(t *testing.T, kind Kind) {
 		{"MinHoldAfterSuccess", ruleMinHoldAfterSuccess},
 	}
 	rules = append(rules, operateRules...)
+	rules = append(rules, crashRules...)
 	rules = append(rules, eventRules...)
 	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) {

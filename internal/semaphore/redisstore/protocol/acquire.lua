@@ -4,7 +4,7 @@
 -- handed one. Otherwise, unless it will not wait, the caller gets, or
 -- keeps, its place in line, with a lease of its own.
 -- KEYS: see lib.lua. ARGV (AcquireArgs in args.go):
---   id       the permit id
+--   id       the permit id (the keys name it by its member)
 --   permits  the capacity N
 --   ttl      the lease, ms
 --   meta     what status shows of the caller
@@ -62,7 +62,7 @@
 -- that asks after it was handed its permit) grants once and returns the
 -- same token.
 local a = args()
-local id, meta, wake = a.id, a.meta or '', a.wake
+local id, meta, wake = a.id and member(a.id), a.meta or '', a.wake
 local n, ttl = num(a.permits, 1, MAXPERMITS), num(a.ttl, MINTTL, MAXTTL)
 local weight, wlease = num(a.weight, 1, MAXPERMITS), num(a.wait, 0, MAXTTL)
 local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, MAXLINE)

@@ -256,8 +256,8 @@ type HoldArgs struct {
 	TTL, Fence time.Duration
 	Replicas   int
 	Meta       []byte
-	// Bound is AcquireArgs'.
-	Bound time.Duration
+	// Bound and Cool are AcquireArgs'.
+	Bound, Cool time.Duration
 	// end: how the hold ended; empty to leave it as it is.
 	State, Why string
 	// Quiet is AcquireArgs'.
@@ -271,7 +271,7 @@ func (a HoldArgs) argv(k Keys) []any {
 	switch a.Op {
 	case "begin":
 		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "replicas", a.Replicas, "meta", a.Meta,
-			"bound", max(a.Bound, 0).Milliseconds())
+			"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds())
 	case "end":
 		argv = append(argv, "state", a.State, "why", a.Why)
 	}

@@ -253,7 +253,7 @@ func TestScriptsCoolingIsNoLease(t *testing.T) {
 			}
 
 			runAcquireArgs(t, b.c, k, AcquireArgs{ID: "C", Permits: 2, TTL: ttl})
-			if err := b.c.HSet(t.Context(), k.Info, "#cool C", "garbage").Err(); err != nil {
+			if err := b.c.HSet(t.Context(), k.Info, "#cool "+Member("C"), "garbage").Err(); err != nil {
 				t.Fatal(err)
 			}
 			if r := renewArgs(t, b.c, key, RenewArgs{ID: "C", TTL: ttl}); !r.Renewed {

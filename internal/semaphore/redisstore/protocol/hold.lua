@@ -1,24 +1,27 @@
 -- hold.lua: a permit kept across processes (semrun acquire). The hold's
--- record is a hash of its own, named after a hash of the permit id (the
--- hold prefix, ':' and the first 16 hex digits of its SHA-1, in the key's
--- hash slot), that outlives the key's other records by HOLDLIFE so that a
--- release a day later still learns how the hold ended:
+-- record is a hash of its own, named after a hash of the permit's member
+-- (the hold prefix, ':' and the first 16 hex digits of its SHA-1, in the
+-- key's hash slot, as a wake list), that outlives the key's other records
+-- by HOLDLIFE so that a release a day later still learns how the hold
+-- ended:
 --   state held|released|lost|max-runtime|revoked; why, at: its end
---   ttl, fence, replicas, permits, weight, token, meta, bound: its grant
+--   ttl, fence, replicas, permits, weight, token, meta, bound, cool: its
+--   grant
 --   '@<share>' -> the lease expiry of one attached process: its keeper
 --   ('k.' and a name), a run under its handle
 -- The permit's own lease is never shortened: each renewal pushes it to at
 -- least now + ttl, so it lasts as long as the longest share. Once the
 -- hold has ended, the permit goes back when no live share is left: an end
--- never makes two holders. A bounded hold (see bound in lib.lua) is
--- renewed, permit and shares, no further than its bound, and ends as
--- max-runtime there.
+-- never makes two holders; with a min hold (cool), it stays taken until
+-- then, as cooling, as a run's does (see terms in lib.lua). A bounded
+-- hold (see bound in lib.lua) is renewed, permit and shares, no further
+-- than its bound, and ends as max-runtime there.
 -- KEYS: see lib.lua. ARGV (HoldArgs in args.go): op (begin, renew, end);
 -- id, the permit id; hold, the prefix of hold records; wake; share, the
 -- attached process (renew, end; may be empty for end); begin: ttl, fence,
--- replicas (the min replicas each renewal waits for), meta, bound (ms
--- after the grant; 0: none); end: state and why ('' leaves the state as
--- it is).
+-- replicas (the min replicas each renewal waits for), meta, bound and
+-- cool (ms after the grant; 0: none); end: state and why ('' leaves the
+-- state as it is).
 -- Reply: state, why, at (ms; 0 when unknown), now (1 when this call ended
 -- the hold), permits, weight, token, ttl, replicas, meta, released (1 when
 -- this call gave the permit back), left (renew: ms left of the share's
@@ -27,25 +30,29 @@
 -- Events: the permit's release (or loss) when the last one out gives it
 -- back.
 local a = args()
-local op, id, prefix, wake = a.op, a.id, a.hold, a.wake
-if not (op and id and prefix and wake) then
+local op, prefix, wake = a.op, a.hold, a.wake
+if not (op and a.id and prefix and wake) then
   return redis.error_reply('ERR semrun: hold.lua: bad arguments')
 end
+local id = member(a.id)
 local hk = wakekey(prefix, id)
 local out = {state = 'lost', why = '', at = 0, now = 0, permits = 0, weight = 0, token = 0, ttl = 0, replicas = 0, meta = '',
   released = 0, left = 0, hard = 0, bad = bad, handed = handed, fresh = 0}
 
--- alive is the permit's lease expiry while it has not lapsed, else nil.
+-- alive is the permit's lease expiry while it has not lapsed, else nil:
+-- a permit cooling is given back, and no hold of it comes back.
 local function alive()
-  local score = claimed(id) or num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
+  local _, _, cooling, claim = terms(id)
+  if cooling then return nil end
+  local score = (claim[1] and claimed(id, claim)) or num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
   if score and score > now then return score end
   return nil
 end
 
 if op == 'begin' then
   local ttl, fence, replicas = num(a.ttl, MINTTL, MAXTTL), num(a.fence or '0', 0, MAXTTL), num(a.replicas or '0', 0, MAXREPLICAS)
-  local asked = num(a.bound or '0', 0, MAXBOUND)
-  if not (ttl and fence and replicas and asked and a.meta) then
+  local asked, coolFor = num(a.bound or '0', 0, MAXBOUND), num(a.cool or '0', 0, MAXCOOL)
+  if not (ttl and fence and replicas and asked and coolFor and a.meta) then
     return redis.error_reply('ERR semrun: hold.lua: bad arguments')
   end
   rebase()
@@ -56,11 +63,14 @@ if op == 'begin' then
   end
   h.meta = a.meta
   redis.call('HSET', infoKey, id, holderRecord(h))
-  local hard = recordTerms(id, asked, 0, terms(id), nil, h.since)
+  local hard, minEnd = terms(id)
+  hard = recordTerms(id, asked, coolFor, hard, minEnd, h.since)
   if hard then out.hard = hard - now end
   redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'replicas', replicas, 'permits', h.permits,
-    'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked)
+    'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked, 'cool', coolFor)
   redis.call('PEXPIRE', hk, HOLDLIFE)
+  -- A min hold recorded here: the keys outlive it (keepalive).
+  if coolUntil > now then keepalive(0) end
   out.state, out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = 'held', h.permits, h.weight, h.token, ttl,
     replicas, a.meta
   return reply(out)
@@ -73,6 +83,23 @@ end
 
 -- The record, checked: anyone who can write these keys may have written it.
 local flat = redis.call('HGETALL', hk)
+if #flat == 0 and #a.id == 26 and not string.find(a.id, '[^A-Z2-7]') then
+  -- A hold begun by a semrun from before members (see member in lib.lua):
+  -- its permit goes by its id, its record by a hash of that. Only an id of
+  -- a handle's shape (26 base32 digits) is looked for so, never a member
+  -- (40 hex digits) read from the keys; and a record still held whose
+  -- permit is not among the holders by that id is none (a hash that
+  -- happens to match must not end anyone's hold).
+  local old = wakekey(prefix, a.id)
+  local was = redis.call('HGETALL', old)
+  local held = false
+  for i = 1, #was, 2 do
+    if was[i] == 'state' then held = was[i + 1] == 'held' end
+  end
+  if #was > 0 and (not held or redis.call('ZSCORE', holdersKey, a.id)) then
+    id, hk, flat = a.id, old, was
+  end
+end
 if #flat == 0 or #flat > 2 * (MAXSHARES + 16) then
   out.why = 'the store has no such hold: it ended over a day ago, or the store lost its data'
   return reply(out)
@@ -89,6 +116,7 @@ end
 local ttl, fence, replicas = num(rec.ttl, MINTTL, MAXTTL), num(rec.fence or '0', 0, MAXTTL), num(rec.replicas or '0', 0, MAXREPLICAS)
 local permits, weight = num(rec.permits, 1, MAXPERMITS), num(rec.weight, 1, MAXPERMITS)
 local asked = num(rec.bound or '0', 0, MAXBOUND) or 0
+local coolFor = num(rec.cool or '0', 0, MAXCOOL) or 0
 local token = num(rec.token, 1, MAXINT)
 local states = {held = true, released = true, lost = true, ['max-runtime'] = true, revoked = true}
 if not (ttl and fence and replicas and permits and weight and token and states[rec.state]) or weight > permits then
@@ -117,7 +145,12 @@ local function ended(state, why, at)
 end
 
 local score = alive()
-local hard = rec.state == 'held' and recordTerms(id, asked, 0, terms(id), nil)
+local hard = nil
+if rec.state == 'held' then
+  local minEnd
+  hard, minEnd = terms(id)
+  hard = recordTerms(id, asked, coolFor, hard, minEnd)
+end
 if hard then out.hard = math.max(hard - now, 0) end
 local revoked = rec.state == 'held' and revokedMark(id)
 if revoked then
@@ -175,10 +208,25 @@ else
       if exp > now and string.sub(s, 1, 2) ~= 'k.' then live = true end
     end
     -- The last one out gives the permit back, as release.lua does: a
-    -- release, or a loss when its lease lapsed.
+    -- release, or a loss when its lease lapsed; with a min hold that has
+    -- not passed, as cooling until then (no one command's exit status),
+    -- and a cooling already is left as it is.
     local at = redis.call('ZSCORE', holdersKey, id)
-    if not live and at then
-      local h, cooled = removeHolder(id)
+    local _, minEnd, cooled = terms(id)
+    if not live and at and minEnd and minEnd > now then
+      if not cooled then
+        cool(id, minEnd, -1)
+        keepalive(0)
+        if score then
+          released(id, readHolder(redis.call('HGET', infoKey, id)), -1, minEnd - now)
+        else
+          lost(id, nil, tonumber(at) or now)
+        end
+      end
+      out.released = 1
+    elseif not live and at then
+      local h
+      h, cooled = removeHolder(id)
       if not cooled and score then
         released(id, h, -1, 0)
       elseif not cooled then

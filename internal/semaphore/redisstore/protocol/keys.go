@@ -78,19 +78,31 @@ func IndexPattern(prefix string) string {
 	return globEscaper.Replace(Index(prefix))
 }
 
-// WakeList is the wake list of the waiter whose permit id is id: named
-// after a hash of the id, so that the list tells nobody a permit id. It
-// shares the semaphore's hash tag. lib.lua's wakekey names it alike.
-func (k Keys) WakeList(id string) string {
+// Member is the name the permit of id goes by in the keys (lib.lua's
+// member): its SHA-1, in hex. The keys hold members, never ids, and the
+// scripts take ids: whoever reads the keys can use nothing they hold.
+func Member(id string) string {
 	sum := sha1.Sum([]byte(id))
-	return k.Wake + ":" + hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:])
+}
+
+// WakeList is the wake list of the waiter whose permit id is id: named
+// after a hash of its member, so that the list tells nobody a permit id.
+// It shares the semaphore's hash tag. lib.lua's wakekey names it alike.
+func (k Keys) WakeList(id string) string {
+	return k.Wake + ":" + shortHash(Member(id))
 }
 
 // HoldRecord is the record of the hold whose permit id is id, named
-// after a hash of it as a wake list is (hold.lua's hk).
+// after a hash of its member as a wake list is (hold.lua's hk).
 func (k Keys) HoldRecord(id string) string {
-	sum := sha1.Sum([]byte(id))
-	return k.Hold + ":" + hex.EncodeToString(sum[:8])
+	return k.Hold + ":" + shortHash(Member(id))
+}
+
+// shortHash is the first 16 hex digits of the SHA-1 of s.
+func shortHash(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:8])
 }
 
 // IsWakeList tells whether l could be one of the key's own wake lists:
@@ -102,10 +114,40 @@ func (k Keys) IsWakeList(l string) bool {
 // globEscaper escapes what SCAN's MATCH pattern would read as a wildcard.
 var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
 
-// KeyPattern is SCAN's MATCH pattern for the keys of every semaphore under
-// prefix.
-func KeyPattern(prefix string) string {
-	return globEscaper.Replace(keyEscaper.Replace(prefix)+"{") + "*}:*"
+// KeyPattern is SCAN's MATCH pattern, or an ACL key pattern, for the keys
+// of every semaphore under prefix.
+func KeyPattern(prefix string) string { return SuffixPattern(prefix, "*") }
+
+// SuffixPattern is an ACL key pattern, or SCAN's MATCH, for the keys of
+// every semaphore under prefix whose name ends in suffix after the hash
+// tag ("holders", "wake:*"): anchored on the tag, it matches no key of
+// another kind, whatever characters a key's name holds. A key's braces
+// are escaped, so the only "}" in its Redis keys ends the tag, and
+// "semrun:{*}:hold:*" cannot match "semrun:{deploy:hold:prod}:policy" as
+// "semrun:*:hold:*" would.
+func SuffixPattern(prefix, suffix string) string {
+	return globEscaper.Replace(keyEscaper.Replace(prefix)+"{") + "*}:" + suffix
+}
+
+// RunKeys are the ACL key selectors of a Redis user for runs only under
+// prefix (semrun, acquire, --handle, release, status, events, metrics,
+// doctor): every key of a semaphore's state, its wake lists, holds, log
+// and counters, and the index, read and written; its policy read only,
+// so that the user may not change a key's settings (semrun key).
+// docs/configuration.md gives them for the prefix semrun:.
+func RunKeys(prefix string) []string {
+	out := make([]string, 0, 12)
+	for _, suffix := range []string{"holders", "info", "token", "queue", "waiters", "leases", "wake:*", "hold:*", "events", "stats"} {
+		out = append(out, "~"+SuffixPattern(prefix, suffix))
+	}
+	return append(out, "~"+IndexPattern(prefix), "%R~"+SuffixPattern(prefix, "policy"))
+}
+
+// OperatorKeys are the ACL key selectors of a Redis user that may also
+// change a key's settings (semrun key): every key of every semaphore
+// under prefix, and the index.
+func OperatorKeys(prefix string) []string {
+	return []string{"~" + KeyPattern(prefix), "~" + IndexPattern(prefix)}
 }
 
 // SemaphoreOf is the semaphore a key SCAN found under prefix belongs to.
@@ -121,10 +163,4 @@ func SemaphoreOf(prefix, redisKey string) (string, bool) {
 // which outlives its state.
 func IsPast(redisKey string) bool {
 	return strings.HasSuffix(redisKey, "}:events") || strings.HasSuffix(redisKey, "}:stats")
-}
-
-// PrefixPattern is an ACL key pattern, or SCAN's MATCH, for every key the
-// store writes under prefix.
-func PrefixPattern(prefix string) string {
-	return globEscaper.Replace(keyEscaper.Replace(prefix)) + "*"
 }

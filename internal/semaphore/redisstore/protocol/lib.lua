@@ -3,6 +3,10 @@
 -- keys, arguments and replies, the records, the clock, the sweep and the
 -- hand-over.
 --
+-- A permit goes by its member in every key: the SHA-1 of its id (member),
+-- never the id itself, which only its holder knows. Below, "id" in a
+-- key's description is that member.
+--
 -- KEYS, the same for every script, in this order (keys.go names them):
 --   holders: sorted set, permit id -> lease expiry (ms on the server's clock)
 --   info:    hash, permit id -> holder record; "#cap" -> the capacity the
@@ -42,8 +46,8 @@
 -- A waiter's id is the permit id it will hold. When its turn comes, the
 -- script that made it gives it its permit and pushes a turn record to its
 -- wake list: the prefix the wake argument names, ":" and the first 16 hex
--- digits of the SHA-1 of its id (in the key's hash slot; it blocks on it
--- with BLPOP). Meta is opaque to the scripts.
+-- digits of the SHA-1 of its member (in the key's hash slot; it blocks on
+-- it with BLPOP). Meta is opaque to the scripts.
 --
 -- Every script's work grows with the logarithm of the line and the
 -- holders (sorted sets), plus the permits it hands over: nothing walks a
@@ -141,7 +145,16 @@ local function turnRecord(token, expiry)
   return string.format('g %d %d', token, expiry)
 end
 
--- wakekey names a waiter's wake list: after a hash of its id, never the id.
+-- member is the name the permit of id goes by in the keys: its SHA-1, 40
+-- hex digits. Whoever may read the keys learns members, never ids, and
+-- every script takes an id, never a member (a member given as an id is
+-- hashed again): reading the keys lets nobody renew, release or take a
+-- permit, nor run under a hold or end it.
+local function member(id)
+  return redis.sha1hex(id)
+end
+
+-- wakekey names a waiter's wake list, from its member: after a hash of it.
 local function wakekey(prefix, id)
   return prefix .. ':' .. string.sub(redis.sha1hex(id), 1, 16)
 end
@@ -203,7 +216,7 @@ local function dropWaiter(id)
 end
 
 -- publicID is the id status shows of a holder, and an operator revokes
--- it by: a hash of its permit id, which tells nothing of it.
+-- it by: a hash of its member.
 local function publicID(id)
   return string.sub(redis.sha1hex(id), 1, 10)
 end
@@ -374,7 +387,16 @@ end
 -- permit handed over has them recorded by its holder's first call, which
 -- knows them (recordTerms). A holder that stops renewing, hangs or is
 -- old then frees its permit by its bound, and one that crashed, or whose
--- release never came, still cools.
+-- release never came, still cools: the keys live until its min hold ends
+-- (coolUntil, keepalive), whether or not anyone calls, so that the first
+-- call after a silence finds its lease lapsed and cools it (sweep).
+
+-- coolUntil is the latest min hold end this call recorded, or cooling it
+-- made: keepalive keeps the keys at least that long.
+local coolUntil = 0
+local function coolsUntil(ends)
+  if ends and ends > coolUntil then coolUntil = ends end
+end
 
 -- terms reads id's bound and min hold end (nil: none), whether it cools,
 -- and, for claimed, its '#claim' and '#bound' as they are (all in one
@@ -387,6 +409,7 @@ end
 -- cool keeps id's permit taken until ends, with the exit status of its
 -- command (-1: unknown): nobody renews it; the sweep removes it then.
 local function cool(id, ends, exit)
+  coolsUntil(ends)
   redis.call('ZADD', holdersKey, 'XX', ends, id)
   redis.call('HDEL', infoKey, '#claim ' .. id, '#bound ' .. id)
   redis.call('HSET', infoKey, '#cool ' .. id, exit)
@@ -497,6 +520,7 @@ local function grant(id, n, weight, ttl, expiry, meta, hard, minEnd)
   end
   if minEnd then
     fields[#fields + 1], fields[#fields + 2] = '#min ' .. id, minEnd
+    coolsUntil(minEnd)
   end
   redis.call('HSET', infoKey, unpack(fields))
   return token
@@ -521,9 +545,28 @@ local function recordTerms(id, asked, cool, hard, minEnd, since)
   if not minEnd and cool > 0 then
     minEnd = since + cool
     fields[#fields + 1], fields[#fields + 2] = '#min ' .. id, minEnd
+    coolsUntil(minEnd)
   end
   redis.call('HSET', infoKey, unpack(fields))
   return hard, minEnd
+end
+
+-- silence is how far rebase pushes leases back now, from the key's last
+-- reading of the clock and its longest lease (see rebase): the ms the key
+-- has been silent beyond half that lease, at most the lease; 0 for none.
+local function silence(last, longest)
+  if not last or not longest or now < last - 1000 or now - last <= longest / 2 then return 0 end
+  return math.min(now - last - math.floor(longest / 2), longest)
+end
+
+-- pushed is where rebase pushes a lease that ends at score, by ms (see
+-- silence): a lease the key's last reading saw alive moves by, but never
+-- past the longest lease from now, and none is shortened.
+local function pushed(score, last, longest, by)
+  if by > 0 and score > last and score < now + longest then
+    return math.min(score + by, now + longest)
+  end
+  return score
 end
 
 -- rebase compares the server's clock with the last reading a script of
@@ -540,21 +583,24 @@ end
 -- longer. It
 -- returns the ms the holders were pushed back, or minus the ms the clock
 -- went back, or 0; and the reading it compared with (nil for none).
+--
+-- status.lua reads a key as the next call would find it after rebase
+-- (silence, pushed), without writing: a lease it finds lapsed cannot be
+-- pushed back alive later, as the push grows no faster than the clock.
 local function rebase()
   local rec = redis.call('HMGET', infoKey, '#clock', '#ttl')
   local last, longest = num(rec[1], 0, MAXINT), num(rec[2], 0, MAXTTL)
   if not last then return 0 end -- no holder yet, or the keys expired
   local moved = 0
+  local by = silence(last, longest)
   if now < last - 1000 then
     moved = math.max(now - last, -MAXINT)
-  elseif longest and now - last > longest / 2 then
-    local by = math.min(now - last - math.floor(longest / 2), longest)
+  elseif by > 0 then
     local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', last), '+inf', 'WITHSCORES')
     for i = 1, #held, 2 do
       local score = tonumber(held[i + 1])
-      if score < now + longest then
-        redis.call('ZADD', holdersKey, 'XX', math.min(score + by, now + longest), held[i])
-      end
+      local to = pushed(score, last, longest, by)
+      if to ~= score then redis.call('ZADD', holdersKey, 'XX', to, held[i]) end
       local hard = field('#bound ' .. held[i], 0, MAXINT)
       if hard then redis.call('HSET', infoKey, '#bound ' .. held[i], hard + by) end
     end
@@ -763,11 +809,12 @@ local function earliest()
 end
 
 -- keepalive makes every key live at least as long as the longest lease,
--- the restart fence, or ms, and a second more, so an abandoned semaphore
--- vanishes on its own. It never shortens a key's life: a waiter's lease
--- may be the longest.
+-- the restart fence, a min hold this call recorded (coolUntil), or ms,
+-- and a second more, so an abandoned semaphore vanishes on its own. It
+-- never shortens a key's life: a waiter's lease may be the longest, or a
+-- min hold an earlier call recorded.
 local function keepalive(ms)
-  ms = math.max(ms, fenceLeft()) -- the fence outlives no key that keeps it
+  ms = math.max(ms, fenceLeft(), coolUntil - now) -- the fence outlives no key that keeps it
   local last = redis.call('ZRANGE', holdersKey, -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
   ms = math.min(ms, math.max(2 * MAXTTL, MAXCOOL))

@@ -24,18 +24,19 @@ local coolFor, exit = num(a.cool or '0', 0, MAXCOOL), num(a.exit or '-1', -1, 25
 if not (a.id and a.wake and coolFor and exit) then
   return redis.error_reply('ERR semrun: release.lua: bad arguments')
 end
-redis.call('DEL', wakekey(a.wake, a.id))
+local id = member(a.id)
+redis.call('DEL', wakekey(a.wake, id))
 local moved = rebase()
 local removed, cooling = 0, 0
-if redis.call('ZSCORE', holdersKey, a.id) then
+if redis.call('ZSCORE', holdersKey, id) then
   local ends = 0
   local h, cooled
   if coolFor > 0 then
     -- As recorded at its grant, or from the grant's time when the first
     -- call of a permit handed over never came.
     local _, minEnd
-    _, minEnd, cooled = terms(a.id)
-    h = readHolder(redis.call('HGET', infoKey, a.id))
+    _, minEnd, cooled = terms(id)
+    h = readHolder(redis.call('HGET', infoKey, id))
     if not minEnd then
       minEnd = h and h.since + coolFor
     end
@@ -43,17 +44,17 @@ if redis.call('ZSCORE', holdersKey, a.id) then
   end
   if ends > now then
     cooling = ends - now
-    cool(a.id, ends, exit)
+    cool(id, ends, exit)
     keepalive(cooling)
   else
-    h, cooled = removeHolder(a.id)
+    h, cooled = removeHolder(id)
     removed = 1
   end
-  if not cooled then released(a.id, h, exit, cooling) end
+  if not cooled then released(id, h, exit, cooling) end
 end
-if redis.call('ZSCORE', queueKey, a.id) then
-  local w = readWaiter(redis.call('HGET', waitersKey, a.id))
-  dropWaiter(a.id)
+if redis.call('ZSCORE', queueKey, id) then
+  local w = readWaiter(redis.call('HGET', waitersKey, id))
+  dropWaiter(id)
   removed = 1
   if w then
     local waited = math.max(now - w.since, 0)

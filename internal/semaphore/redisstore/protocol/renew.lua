@@ -14,7 +14,7 @@
 -- ms until its bound (0: none); revoked, 1 when an operator revoked it,
 -- with reason.
 local a = args()
-local id, ttl, fence = a.id, num(a.ttl, MINTTL, MAXTTL), num(a.fence or '0', 0, MAXTTL)
+local id, ttl, fence = a.id and member(a.id), num(a.ttl, MINTTL, MAXTTL), num(a.fence or '0', 0, MAXTTL)
 local asked, coolFor = num(a.bound or '0', 0, MAXBOUND), num(a.cool or '0', 0, MAXCOOL)
 if not (id and ttl and fence and asked and coolFor) then
   return redis.error_reply('ERR semrun: renew.lua: bad arguments')

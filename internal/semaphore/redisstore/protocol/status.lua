@@ -2,6 +2,12 @@
 -- returned.
 -- KEYS: see lib.lua. ARGV: list, how many holders and how many waiters to
 -- list at most.
+-- It reads the key as the next call would find it (a grant, a renewal):
+-- with the holders' leases pushed back after a silence (rebase's silence
+-- and pushed, in lib.lua), and a permit handed over counted until its full
+-- lease while it may still be taken (see claimed): so a holder status
+-- finds lapsed no renewal can bring back, and one a renewal would keep
+-- is shown.
 -- Reply (DecodeStatus in args.go), for the holders and waiters whose
 -- lease has not lapsed:
 --   now       the server's clock, ms
@@ -9,7 +15,8 @@
 --   held      the permits the holders take
 --   holding   how many holders there are, lapsed ones not yet swept included
 --   waiting   how many wait, lapsed ones not yet swept included
---   holders   {lease expiry ms, holder record, cooling, public id} each,
+--   holders   {lease expiry ms (as the next call would find it), holder
+--             record, cooling, public id} each,
 --             at most list; cooling is '' for a holder, the exit status of
 --             its command for a permit given back as cooling (release.lua)
 --   waiters   the waiter records, in line, at most list
@@ -27,13 +34,33 @@ local holders = {}
 local holding = redis.call('ZCARD', holdersKey)
 local taken = 0
 if list > 0 then
-  local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', now), '+inf', 'WITHSCORES', 'LIMIT', 0, list)
+  local clock = redis.call('HMGET', infoKey, '#clock', '#ttl')
+  local last, longest = num(clock[1], 0, MAXINT), num(clock[2], 0, MAXTTL)
+  local by = silence(last, longest)
+  -- A lease that lapsed longer than the longest lease ago can neither be
+  -- pushed back alive nor be a hand-over's short one.
+  local from = now
+  if last and longest then from = now - longest end
+  local held = redis.call('ZRANGEBYSCORE', holdersKey, string.format('(%d', from), '+inf', 'WITHSCORES', 'LIMIT', 0, list)
   for i = 1, #held, 2 do
-    local got = redis.call('HMGET', infoKey, held[i], '#cool ' .. held[i])
-    local rec = got[1] or ''
-    local h = readHolder(rec)
-    taken = taken + (h and h.weight or 1)
-    holders[#holders + 1] = {tonumber(held[i + 1]), rec, got[2] or '', publicID(held[i])}
+    local id, score = held[i], tonumber(held[i + 1])
+    local got = redis.call('HMGET', infoKey, id, '#cool ' .. id, '#claim ' .. id, '#bound ' .. id)
+    local expiry = score
+    if last then expiry = pushed(score, last, longest, by) end
+    local full = num(got[3], 0, now + MAXTTL)
+    if full then
+      -- Handed over: the next renewal by its waiter takes it in full, to
+      -- its bound (as rebase pushed it), whether its short lease lapsed.
+      local hard = num(got[4], 0, MAXINT)
+      if hard and last and score > last then hard = hard + by end
+      expiry = math.min(full, hard or full)
+    end
+    if expiry > now then
+      local rec = got[1] or ''
+      local h = readHolder(rec)
+      taken = taken + (h and h.weight or 1)
+      holders[#holders + 1] = {expiry, rec, got[2] or '', publicID(id)}
+    end
   end
 end
 if holding > list then taken = used() end
