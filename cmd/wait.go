@@ -220,12 +220,13 @@ func (o *waitOptions) coolingText(ctx context.Context, store semaphore.Store) st
 		return ""
 	}
 	first := slices.MinFunc(st[0].Cooling, func(a, b semaphore.Cooling) int { return cmp.Compare(a.EndsIn, b.EndsIn) })
-	exit := fmt.Sprintf("after exit %d", first.ExitStatus)
+	after := fmt.Sprintf("after exit %d on %s", first.ExitStatus, printable.String(first.Host))
 	if first.ExitStatus < 0 {
-		exit = "its command's status unknown"
+		// Its holder crashed, or its release never came.
+		after = fmt.Sprintf("after a run on %s whose status is unknown", printable.String(first.Host))
 	}
-	until := fmt.Sprintf("until %s (in %v), %s on %s (--min-hold)",
-		time.Now().Add(first.EndsIn).Format("2006-01-02 15:04:05 MST"), first.EndsIn.Round(time.Second), exit, printable.String(first.Host))
+	until := fmt.Sprintf("until %s (in %v), %s (--min-hold)",
+		time.Now().Add(first.EndsIn).Format("2006-01-02 15:04:05 MST"), first.EndsIn.Round(time.Second), after)
 	held := len(st[0].Holders)
 	switch n := len(st[0].Cooling); {
 	case n == 1 && held == 0:

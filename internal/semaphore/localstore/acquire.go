@@ -265,18 +265,19 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, i
 	}
 	defer func() { _, _ = flock(a.grant, unix.LOCK_UN) }()
 	a.readPolicy(time.Now())
+	if w := a.req.Takes(); w > a.capacity {
+		// Refused rather than left waiting: first in line, it would keep
+		// everyone behind it waiting for a grant that cannot come. Refused,
+		// it is no caller of the key: it records and is told nothing more.
+		return nil, 0, &semaphore.SettingError{Setting: semaphore.WeightSetting, Value: w,
+			Err: fmt.Errorf("more than key %q's stored capacity of %d (semrun key set): it could never be granted", a.req.Key, a.capacity)}
+	}
 	if !a.told {
 		a.told = true
 		a.checkCapacity()
 	}
 	if a.paused != nil && a.req.NoWait {
 		return nil, 0, &semaphore.PausedError{Key: a.req.Key, Pause: *a.paused}
-	}
-	if w := a.req.Takes(); w > a.capacity {
-		// Refused rather than left waiting: first in line, it would keep
-		// everyone behind it waiting for a grant that cannot come.
-		return nil, 0, &semaphore.SettingError{Setting: semaphore.WeightSetting, Value: w,
-			Err: fmt.Errorf("more than the capacity an operator set for key %q, %s: it could never be granted", a.req.Key, semaphore.Count(a.capacity, "permit"))}
 	}
 	if gate != nil {
 		ok, err := gate()

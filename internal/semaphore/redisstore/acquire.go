@@ -272,7 +272,10 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		s.abandon(ctx, a.keys, a.id)
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
-	a.warn(r)
+	if !r.Over {
+		// A caller refused for its weight hears that alone, in one line.
+		a.warn(r)
+	}
 	a.held = int(r.Held)
 	s.dropped(req.Key, r.Bad)
 	s.indexed(ctx, a.keys, r.Fresh)
@@ -284,7 +287,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	}
 	if r.Over {
 		return nil, 0, &semaphore.SettingError{Setting: semaphore.WeightSetting, Value: req.Takes(),
-			Err: fmt.Errorf("more than key %q's stored capacity of %d (semrun key set)", req.Key, r.Stored)}
+			Err: fmt.Errorf("more than key %q's stored capacity of %d (semrun key set): it could never be granted", req.Key, r.Stored)}
 	}
 	fenced := protocol.Span(r.Fenced)
 	if req.NoWait {

@@ -168,12 +168,14 @@ elseif expiry then
   busy = used()
 end
 
-redis.call('HSET', infoKey, '#cap', n)
 if weight > capacity(n) then
+  -- Refused, it is no caller of the key: the capacity it asked is not the
+  -- latest caller's.
   if inline then dropWaiter(id) end
   keepalive(longest)
   return answer(0, 0, 0, 0, wakeIn(), 0, 0, 1)
 end
+redis.call('HSET', infoKey, '#cap', n)
 if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= capacity(n) and fenced() == 0
   and not policy().paused then
   local left = ttl
