@@ -24,8 +24,8 @@ const defaultMaxRuntime = time.Hour
 // may last.
 type acquireOptions struct {
 	waitOptions
-	ownerPID   int
-	json       bool
+	ownerPID int
+	json     bool
 	// owner watches --owner-pid's process, once found.
 	owner *keeper.Owner
 }
