@@ -116,6 +116,12 @@ func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *
 	return o.ran(ctx, lease, res, runErr, started, log)
 }
 
+// unknownHold is the outcome of a handle whose hold the store does not
+// know: bad input, 125, as a malformed handle; the handle is not shown.
+func unknownHold(ended *semaphore.HoldEndedError, then string) error {
+	return usageErrorf("the %v; %s", ended, then)
+}
+
 // holdEnded is the outcome of a hold found ended: its status (lost, max
 // runtime, revoked; a hold released is lost to a run), with one line that
 // says how and when, and then.
@@ -123,6 +129,9 @@ func (o *runOptions) holdEnded(err error, then string) error {
 	var ended *semaphore.HoldEndedError
 	if !errors.As(err, &ended) {
 		return err
+	}
+	if ended.End.State == semaphore.HoldUnknown {
+		return unknownHold(ended, then)
 	}
 	code := holdEndCode(ended.End, o.lostExitCode)
 	if code == 0 {

@@ -63,6 +63,9 @@ func (c *commonOptions) releaseHold(ctx context.Context, store semaphore.Store, 
 		return nil
 	}
 	ended := &semaphore.HoldEndedError{Key: h.Key, End: end}
+	if end.State == semaphore.HoldUnknown {
+		return unknownHold(ended, "nothing released")
+	}
 	code := holdEndCode(end, defaultLostExitCode)
 	if code == 0 {
 		log.Warnf("the %v, before this release", ended)

@@ -51,6 +51,12 @@ const (
 	HoldMaxRuntime HoldState = "max-runtime"
 	// HoldRevoked: an operator revoked it.
 	HoldRevoked HoldState = "revoked"
+	// HoldUnknown: the store has no record of the hold: not a handle
+	// semrun acquire printed for this store (a forged or mistyped one,
+	// one of another store), or its hold ended longer ago than the store
+	// remembers, or the store lost its data. It wraps ErrLost as any end:
+	// a run whose hold's record vanished stops its command.
+	HoldUnknown HoldState = "unknown"
 )
 
 // said is the state in words, after "the hold of key K": one a store
@@ -67,6 +73,8 @@ func (s HoldState) said() string {
 		return "timed out"
 	case HoldRevoked:
 		return "was revoked"
+	case HoldUnknown:
+		return "is unknown to the store"
 	}
 	return fmt.Sprintf("ended in a state semrun does not know (%q)", Clip(string(s), 40))
 }

@@ -90,7 +90,7 @@ const (
 // Why a hold was found lost.
 const (
 	lapsedWhy    = "its keeper and every run under it had gone"
-	noHoldWhy    = "this lock directory has no such hold of this key"
+	noHoldWhy    = "no acquire printed it for this lock directory, its hold ended over a day ago, or the directory was emptied"
 	badRecordWhy = "its record in the lock directory is malformed"
 	goneWhy      = "its record is gone from the lock directory"
 )
@@ -244,7 +244,7 @@ func holdEnded(key string, r holdRecord, err error) (*semaphore.HoldEndedError, 
 	var bad *badHoldError
 	switch {
 	case errors.Is(err, errNoHold), err == nil && r.Key != key:
-		return &semaphore.HoldEndedError{Key: key, End: semaphore.HoldEnd{State: semaphore.HoldLost, Why: noHoldWhy}}, nil
+		return &semaphore.HoldEndedError{Key: key, End: semaphore.HoldEnd{State: semaphore.HoldUnknown, Why: noHoldWhy}}, nil
 	case errors.As(err, &bad):
 		return &semaphore.HoldEndedError{Key: key, End: semaphore.HoldEnd{State: semaphore.HoldLost, Why: badRecordWhy}}, nil
 	case err != nil:

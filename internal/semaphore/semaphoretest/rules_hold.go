@@ -196,8 +196,9 @@ func ruleHoldLapses(t *testing.T, b *Backend, st semaphore.Store) {
 	Hold(t, st, req)
 }
 
-// ruleUnknownHandle: a handle no hold has, or one of another key, is lost,
-// never an error that hides it.
+// ruleUnknownHandle: a handle no hold has, or one of another key, is a
+// hold the store does not know (for the user: not a handle acquire
+// printed here), never an error that hides it, nor a hold it ends.
 func ruleUnknownHandle(t *testing.T, _ *Backend, st semaphore.Store) {
 	key := UniqueKey(t)
 	h, _, _ := startHold(t, st, semaphore.Request{Key: key, Permits: 1, TTL: 10 * time.Second, NoWait: true})
@@ -206,10 +207,10 @@ func ruleUnknownHandle(t *testing.T, _ *Backend, st semaphore.Store) {
 		{Store: h.Store, Key: key + "-other", Secret: h.Secret},
 	} {
 		_, _, err := st.Attach(Context(t, 5*time.Second), bad, false)
-		endedAs(t, "Attach with an unknown handle", err, semaphore.HoldLost)
+		endedAs(t, "Attach with an unknown handle", err, semaphore.HoldUnknown)
 		end, now, err := st.EndHold(Context(t, 5*time.Second), bad, semaphore.HoldEnd{State: semaphore.HoldReleased})
-		if err != nil || now || end.State != semaphore.HoldLost {
-			t.Fatalf("EndHold with an unknown handle: got (%+v, %v, %v), want lost, not now", end, now, err)
+		if err != nil || now || end.State != semaphore.HoldUnknown {
+			t.Fatalf("EndHold with an unknown handle: got (%+v, %v, %v), want unknown, not now", end, now, err)
 		}
 	}
 	if s := StatusOf(t, st, key); s.Held != 1 {

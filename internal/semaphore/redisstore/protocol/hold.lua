@@ -100,8 +100,13 @@ if #flat == 0 and #a.id == 26 and not string.find(a.id, '[^A-Z2-7]') then
     id, hk, flat = a.id, old, was
   end
 end
-if #flat == 0 or #flat > 2 * (MAXSHARES + 16) then
-  out.why = 'the store has no such hold: it ended over a day ago, or the store lost its data'
+if #flat == 0 then
+  -- No record: a handle no acquire printed here, or one whose hold ended
+  -- over a day ago, or the store lost its data.
+  out.state, out.why = 'unknown', 'no acquire printed it here, its hold ended over a day ago, or the store lost its data'
+  return reply(out)
+elseif #flat > 2 * (MAXSHARES + 16) then
+  out.why = 'the store has no such hold: its record is not one'
   return reply(out)
 end
 local rec, shares = {}, {}
