@@ -208,7 +208,9 @@ func endLost(t *testing.T, st semaphore.Store, h semaphore.Handle, what string) 
 
 // notHeld tells the states of a hold a forged or broken record stands
 // for: lost (a record there, but not one), or unknown (none there).
-func notHeld(s semaphore.HoldState) bool { return s == semaphore.HoldLost || s == semaphore.HoldUnknown }
+func notHeld(s semaphore.HoldState) bool {
+	return s == semaphore.HoldLost || s == semaphore.HoldUnknown
+}
 
 // busy checks that a no-wait Acquire of req is refused.
 func busy(t *testing.T, st semaphore.Store, req semaphore.Request, what string) {
