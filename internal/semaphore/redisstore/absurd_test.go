@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,5 +85,47 @@ func TestDoctorReadsAnyInfo(t *testing.T) {
 	}
 	if got := parseInfo("# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:3\r\n"); got["redis_version"] != "7.0.15" || got["uptime_in_seconds"] != "3" || len(got) != 2 {
 		t.Errorf("parseInfo: got %v", got)
+	}
+}
+
+// TestNotRedisIsSaid: a server of another protocol at the address (a web
+// server) is said to be one, at once and in one line, not an absurd Redis
+// retried for the connect timeout.
+func TestNotRedisIsSaid(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, answer, want string }{
+		{"HTTP", "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", `not Redis: an HTTP server there answered "HTTP/1.1 400 Bad Request"`},
+		{"HTTP/0.9", "<!DOCTYPE HTML>\n<html>", `not Redis: a server there answered "<!DOCTYPE HTML>"`},
+		{"SSH", "SSH-2.0-OpenSSH_9.2\r\n", `not Redis: an SSH server there answered "SSH-2.0-OpenSSH_9.2"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ln.Close() })
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+						buf := make([]byte, 512)
+						_, _ = c.Read(buf)
+						_, _ = c.Write([]byte(tc.answer))
+					}()
+				}
+			}()
+			st := newStore(t, "redis://"+ln.Addr().String()+"/0", Options{ConnectTimeout: 30 * time.Second})
+			_, err = st.Acquire(ctxTimeout(t, 40*time.Second), semaphore.Request{Key: "k", Permits: 1, TTL: 30 * time.Second})
+			// Not retried: well within the 30s connect timeout, whatever the load.
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "unreachable") {
+				t.Errorf("Acquire: got %v, want one line saying %s", err, tc.want)
+			}
+		})
 	}
 }

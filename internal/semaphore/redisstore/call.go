@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net"
 	"net/url"
 	"strings"
 	"syscall"
@@ -49,6 +50,12 @@ func (s *Store) call(ctx context.Context, k protocol.Keys, args protocol.Args) (
 		}
 		if noServer := s.noServer(err); noServer != nil {
 			return nil, noServer
+		}
+		if noSuchHost(err) && !s.reached.Load() {
+			// A name no resolver knows (a typo in the URL) will not heal
+			// within the connect timeout; once the store was reached, an
+			// answer like it is an outage, ridden out.
+			return nil, s.explain(ctx, err)
 		}
 		if failing == nil && s.retrying != nil {
 			s.retrying(s.addr, err)
@@ -118,7 +125,7 @@ func unauthenticated(err error) bool {
 // retryable tells failures that may heal from those that will not (bad
 // password, missing permission, a script error).
 func retryable(err error) bool {
-	if untrusted(err) || plainText(err) || errors.Is(err, errAbsurdReply) {
+	if untrusted(err) || plainText(err) || errors.Is(err, errAbsurdReply) || errors.Is(err, errNotRedis) {
 		return false
 	}
 	var rerr redis.Error
@@ -135,6 +142,13 @@ func retryable(err error) bool {
 	// shares its slot) fails, for as long as the migration lasts. The
 	// scripts are safe to run again.
 	return strings.Contains(rerr.Error(), "Script attempted to access a non local key in a cluster node")
+}
+
+// noSuchHost tells a host name the resolver says does not exist, as
+// opposed to one it could not look up for now.
+func noSuchHost(err error) bool {
+	var dns *net.DNSError
+	return errors.As(err, &dns) && dns.IsNotFound
 }
 
 // backoff doubles a delay up to max, each step jittered by ±25% so that

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/semrun/semrun/internal/redistest"
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -117,5 +119,49 @@ func TestRedisBusyServerIsRetried(t *testing.T) {
 	var rerr interface{ RedisError() }
 	if !errors.As(seen, &rerr) {
 		t.Errorf("the failure retried: got %T, want Redis's own error", seen)
+	}
+}
+
+// A host name no resolver knows (a typo in the URL) fails at once, with
+// the resolver's word; one it could not look up for now is retried for the
+// connect timeout, as any outage.
+func TestUnknownHostFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		dns   net.DNSError
+		retry bool
+	}{
+		{"no such host", net.DNSError{Err: "no such host", Name: "redsi.example", IsNotFound: true}, false},
+		{"a resolver that timed out", net.DNSError{Err: "i/o timeout", Name: "redis.example", IsTimeout: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var dials sync.Mutex
+			tries := 0
+			c := redis.NewClient(&redis.Options{Addr: tc.dns.Name + ":6379", DisableIdentity: true, Protocol: 2, MaxRetries: -1, DialerRetries: 1,
+				Dialer: func(context.Context, string, string) (net.Conn, error) {
+					dials.Lock()
+					tries++
+					dials.Unlock()
+					err := tc.dns
+					return nil, &net.OpError{Op: "dial", Net: "tcp", Err: &err}
+				}})
+			t.Cleanup(func() { _ = c.Close() })
+			st := NewWithClient(ServerClient(c), "redis://"+tc.dns.Name+":6379/0", Options{Prefix: testPrefix, ConnectTimeout: 500 * time.Millisecond})
+			_, err := st.Acquire(ctxTimeout(t, 10*time.Second), semaphore.Request{Key: "k", Permits: 1, TTL: 30 * time.Second})
+			dials.Lock()
+			n := tries
+			dials.Unlock()
+			unreachable := errors.Is(err, semaphore.ErrUnreachable)
+			switch {
+			case err == nil || !strings.Contains(err.Error(), tc.dns.Err):
+				t.Errorf("Acquire: got %v, want the resolver's %q", err, tc.dns.Err)
+			case !tc.retry && (unreachable || n != 1):
+				t.Errorf("Acquire: got %v after %d dials, want it at the first, not retried", err, n)
+			case tc.retry && (!unreachable || n < 2):
+				t.Errorf("Acquire: got %v after %d dials, want it retried for the connect timeout", err, n)
+			}
+		})
 	}
 }

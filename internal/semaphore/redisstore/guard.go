@@ -61,6 +61,9 @@ func (c *guardedConn) Read(p []byte) (int, error) {
 	if n > 0 {
 		if gerr := c.guard.scan(p[:n]); gerr != nil {
 			c.err = fmt.Errorf("%w: %w", errAbsurdReply, gerr)
+			if errors.Is(gerr, errNotRedis) {
+				c.err = gerr
+			}
 			_ = c.Conn.Close()
 			return 0, c.err
 		}
@@ -116,6 +119,9 @@ type replyGuard struct {
 	body     int64       // bytes of a bulk string still to come, CRLF included
 	open     []aggregate // the aggregates being read, innermost last
 	declared int64       // elements the aggregates of this reply declared
+	// spoke: a reply was read whole, so the server speaks RESP; before,
+	// a line that is none is a server of another protocol (notRedis).
+	spoke bool
 }
 
 // aggregate is an array, set, push or map being read.
@@ -147,6 +153,9 @@ func (g *replyGuard) scan(b []byte) error {
 			return nil // the rest of the line comes with the next read
 		}
 		err := g.header(g.line)
+		if err != nil && !g.spoke && len(g.open) == 0 {
+			err = notRedis(g.line, err)
+		}
 		g.line = g.line[:0]
 		if err != nil {
 			return err
@@ -221,4 +230,25 @@ func (g *replyGuard) done() {
 		g.open = g.open[:len(g.open)-1]
 	}
 	g.declared = 0 // the reply is complete
+	g.spoke = true
 }
+
+// notRedis is the error of a server whose first answer is no RESP at all:
+// another service at the address (a web server, SSH), not a broken Redis.
+// What it said is shown short, escaped where it is printed.
+func notRedis(first []byte, err error) error {
+	what := "a server there"
+	switch {
+	case bytes.HasPrefix(first, []byte("HTTP/")):
+		what = "an HTTP server there"
+	case bytes.HasPrefix(first, []byte("SSH-")):
+		what = "an SSH server there"
+	}
+	// Two %w: go-redis unwraps a handshake's error once, which would leave
+	// the bare errNotRedis of an error with one.
+	return fmt.Errorf("%w: %s answered %.30q (%w)", errNotRedis, what, bytes.TrimRight(first, "\r\n"), err)
+}
+
+// errNotRedis is a server at the address that does not speak Redis's
+// protocol; nothing is retried after it.
+var errNotRedis = errors.New("not Redis")
