@@ -146,9 +146,10 @@ func (c *commonOptions) openStore(log *logger, doctor runAsks) (semaphore.Store,
 	if c.local {
 		return c.openLocal(log.Warnf, n)
 	}
+	password, readPassword := c.passwordSource()
 	o := redisstore.Options{
 		URL: c.redisURL, Prefix: c.prefix, ConnectTimeout: c.connectTimeout, Warnf: log.Warnf, Infof: log.Infof,
-		TLS: c.tls, Password: c.password, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
+		TLS: c.tls, Password: readPassword, Cluster: c.cluster, SentinelMaster: c.sentinel, Names: n,
 		Unnamed: c.src.origin("redis") == fromDefault, RestartFence: doctor.fence, MinReplicas: doctor.minReplicas,
 		NoEvents: !c.events,
 		// -q silences what -v would say.
@@ -164,6 +165,10 @@ func (c *commonOptions) openStore(log *logger, doctor runAsks) (semaphore.Store,
 	s, err := redisstore.New(o)
 	if err != nil {
 		return nil, c.refused(err)
+	}
+	if s.PasswordAsked() && password != (passwordSource{}) {
+		c.secrets.held = true
+		c.secrets.usedCLIAuth = password.variable == envRedisCLIAuth
 	}
 	if c.secrets.held || s.PasswordInURL() || c.tls.KeyFile != "" {
 		runner.ProtectSecrets()
@@ -221,27 +226,32 @@ const (
 	envRedisCLIAuth  = "REDISCLI_AUTH" // redis-cli's
 )
 
-// password is the Redis password from --redis-password-file, else
-// SEMRUN_REDIS_PASSWORD, else REDISCLI_AUTH; empty when none is set. The
-// store asks for it only when the URL carries none. A file others can read
-// is refused: the password would not be secret.
-func (c *commonOptions) password() (string, error) {
-	if c.passwordFile != "" {
-		name := c.src.name("redis-password-file")
-		b, err := settingfile.Secret(c.passwordFile, maxPasswordFile)
-		if err != nil {
-			return "", usageErrorf("%s %s: %v", name, c.passwordFile, err)
+// passwordSource is where the Redis password comes from when the URL
+// carries none: --redis-password-file, else SEMRUN_REDIS_PASSWORD, else
+// REDISCLI_AUTH; empty for none.
+type passwordSource struct {
+	file     string
+	variable string
+}
+
+// passwordSource is where the password would come from, and read, which
+// reads it from there (empty when none is set). A file others can read is
+// refused: the password would not be secret. Reading changes nothing:
+// what the store took is asked of the store.
+func (c *commonOptions) passwordSource() (passwordSource, func() (string, error)) {
+	switch {
+	case c.passwordFile != "":
+		return passwordSource{file: c.passwordFile}, func() (string, error) {
+			b, err := settingfile.Secret(c.passwordFile, maxPasswordFile)
+			if err != nil {
+				return "", usageErrorf("%s %s: %v", c.src.name("redis-password-file"), c.passwordFile, err)
+			}
+			return strings.TrimRight(string(b), "\r\n"), nil
 		}
-		c.secrets.held = true
-		return strings.TrimRight(string(b), "\r\n"), nil
+	case c.f.getenv(envRedisPassword) != "":
+		return passwordSource{variable: envRedisPassword}, func() (string, error) { return c.f.getenv(envRedisPassword), nil }
+	case c.f.getenv(envRedisCLIAuth) != "":
+		return passwordSource{variable: envRedisCLIAuth}, func() (string, error) { return c.f.getenv(envRedisCLIAuth), nil }
 	}
-	if p := c.f.getenv(envRedisPassword); p != "" {
-		c.secrets.held = true
-		return p, nil
-	}
-	if p := c.f.getenv(envRedisCLIAuth); p != "" {
-		c.secrets.usedCLIAuth, c.secrets.held = true, true
-		return p, nil
-	}
-	return "", nil
+	return passwordSource{}, func() (string, error) { return "", nil }
 }

@@ -110,6 +110,8 @@ type Store struct {
 	cluster        bool
 	// urlPassword: the URL carries a password, the server's or the sentinels'.
 	urlPassword bool
+	// askedPassword: New took the password from Options.Password.
+	askedPassword bool
 	// dial makes a client like client, with connections of its own (nil
 	// for a store over a client it was given: NewWithClient).
 	dial  func() Client
@@ -153,7 +155,8 @@ func New(o Options) (*Store, error) {
 	if err := o.applyTLS(t.opt.TLSConfig, t.shown); err != nil {
 		return nil, err
 	}
-	if o.Password != nil && t.opt.Password == "" {
+	asked := o.Password != nil && t.opt.Password == ""
+	if asked {
 		if t.opt.Password, err = o.Password(); err != nil {
 			return nil, err
 		}
@@ -183,7 +186,7 @@ func New(o Options) (*Store, error) {
 	}
 	s := NewWithClient(dial(), addr, o)
 	s.dial = dial
-	s.urlPassword = t.password
+	s.urlPassword, s.askedPassword = t.password, asked
 	s.unnamed, s.retrying, s.restartFence = o.Unnamed, o.Retrying, o.RestartFence
 	return s, nil
 }
@@ -266,6 +269,10 @@ func (s *Store) String() string { return "Redis at " + s.addr }
 // PasswordInURL tells whether the URL carries a password (the server's, or
 // the sentinels'), which then is wherever the URL is: a command line.
 func (s *Store) PasswordInURL() bool { return s.urlPassword }
+
+// PasswordAsked tells whether New took the password from Options.Password:
+// the URL carried none where one goes.
+func (s *Store) PasswordAsked() bool { return s.askedPassword }
 
 // Close closes the store's connections.
 func (s *Store) Close() error { return s.client.Close() }
