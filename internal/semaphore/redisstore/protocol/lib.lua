@@ -89,12 +89,15 @@ local function num(v, lo, hi)
   return n
 end
 
--- reply turns a table of named values into name, value, ... for the store.
+-- reply turns a table of named values into name, value, ... for the store,
+-- leaving out those that say nothing (0, '', an empty list), which the
+-- store reads as such: each value costs Redis its making.
 local function reply(fields)
-  local out = {}
+  local out, n = {}, 0
   for name, value in pairs(fields) do
-    out[#out + 1] = name
-    out[#out + 1] = value
+    if value ~= 0 and value ~= '' and (type(value) ~= 'table' or value[1] ~= nil) then
+      out[n + 1], out[n + 2], n = name, value, n + 2
+    end
   end
   return out
 end
