@@ -1,10 +1,16 @@
 package protocol
 
 import (
+	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/semrun/semrun/internal/redistest"
 )
 
 // A script leaves out of its reply what says nothing (0, an empty string,
@@ -106,5 +112,41 @@ func TestArgumentsLeaveOutWhatSaysNothing(t *testing.T) {
 		if got := sent(tc.args); got != tc.want {
 			t.Errorf("%T%+v sends %q, want %q", tc.args, tc.args, got, tc.want)
 		}
+	}
+}
+
+// The commands an uncontended grant and release make Redis run: the
+// line's length is read once, and the line's keys are left alone while
+// nobody waits (keepalive looks at the holders, info, token and waiters
+// only). A command a script calls costs Redis more than the command.
+func TestUncontendedRunLeavesTheLineAlone(t *testing.T) {
+	srv := redistest.New(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	k := NewKeys(testPrefix, "lean-run")
+	// The scripts loaded, and the key's log made, as by any earlier run.
+	runScript(t, c, k, AcquireArgs{ID: "W", Permits: 2, TTL: 10 * time.Second, Weight: 1, Wait: time.Second})
+	runScript(t, c, k, ReleaseArgs{ID: "W"})
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := DecodeAcquire(runScript(t, c, k, AcquireArgs{ID: "A", Permits: 2, TTL: 10 * time.Second, Weight: 1, Wait: time.Second})); err != nil || !r.Granted {
+		t.Fatalf("acquire: got %+v, %v; want a grant", r, err)
+	}
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for l := range strings.Lines(info) {
+		name, stats, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(l), "cmdstat_"), ":calls=")
+		if ok {
+			calls[name], _ = strconv.Atoi(stats[:strings.IndexByte(stats, ',')])
+		}
+	}
+	// ZCARD: the line, and the holders (used).
+	if calls["pttl"] != 4 || calls["zcard"] > 3 {
+		t.Errorf("an uncontended grant ran PTTL %d times and ZCARD %d times, want 4 (holders, info, token, waiters) and at most 3", calls["pttl"], calls["zcard"])
 	}
 }
