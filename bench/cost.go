@@ -232,6 +232,6 @@ func commandCostTable(sides []*procSide, least *procSide) *table {
 		parts = append(parts, fmt.Sprintf("%s %.2f× %.1f µs", strings.ToUpper(name), float64(n)/float64(least.runs), float64(least.spent[name])/float64(least.runs)))
 	}
 	slices.Sort(parts)
-	t.note("Over every round: µs is the usec INFO commandstats gives each command, per run; a script's commands are counted in its EVALSHA's µs as well as in their own rows. The minimal semaphore's run: %s.", strings.Join(parts, ", "))
+	t.note("Over every round: µs is the usec INFO commandstats gives each command, per run; a script's commands are counted in its EVALSHA's µs as well as in their own rows. PING and PUBLISH, and a few INFO, are the bench's Sentinel's. The minimal semaphore's run: %s.", strings.Join(parts, ", "))
 	return t
 }
