@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/semrun/semrun/bench/minimal"
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -18,22 +19,6 @@ const (
 	// as a multiple of the minimal semaphore's.
 	grantRatioTarget = 8.0
 )
-
-// minimalAcquire is a counting semaphore at its simplest: one sorted set
-// of leases on the server's clock; the lapsed are swept, the rest
-// counted, and a lease added when one is free. Its release is a ZREM.
-// No line, no fencing token, no restart fence, no weights, no events:
-// what semrun does beyond it is what its promises cost.
-var minimalAcquire = redis.NewScript(`local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1`)
-
-// minimalScripted is what minimalAcquire calls.
-var minimalScripted = map[string]bool{"time": true, "zremrangebyscore": true, "zcard": true, "zadd": true, "pexpire": true}
 
 // grantCost measures, A/B in one run, Redis's time per uncontended grant
 // and release: semrun's store asked as a run asks (a lease of 30s, 3
@@ -51,39 +36,31 @@ func (b *bench) grantCost(scripted map[string]bool) (*table, error) {
 	defer closeSides(sides)
 	key, _ := b.key("minimal")
 	n := 0
-	minimal := &costSide{name: "minimal semaphore", scripted: minimalScripted, run: func() error {
+	least := &costSide{name: "minimal semaphore", scripted: minimal.Scripted, run: func() error {
 		n++
-		id := fmt.Sprintf("%026d", n)
-		got, err := minimalAcquire.Run(b.ctx, c, []string{key}, 3, 30000, id).Int()
-		if err != nil {
-			return err
-		}
-		if got != 1 {
-			return fmt.Errorf("minimal semaphore: not granted")
-		}
-		return c.ZRem(b.ctx, key, id).Err()
+		return minimal.GrantRelease(b.ctx, c, key, fmt.Sprintf("%026d", n))
 	}}
-	sides = append(sides, minimal)
+	sides = append(sides, least)
 	if err := b.costRounds(c, sides, grantRuns, grantRounds); err != nil {
 		return nil, err
 	}
-	return grantTable(sides, minimal), nil
+	return grantTable(sides, least), nil
 }
 
 // grantTable shows each side's cost per grant and release, against the
 // minimal semaphore's.
-func grantTable(sides []*costSide, minimal *costSide) *table {
+func grantTable(sides []*costSide, least *costSide) *table {
 	t := &table{
 		title: fmt.Sprintf("grant: Redis's time per uncontended grant and release, against a minimal semaphore (%d each, A/B alternated in %d rounds)", grantRuns, grantRounds),
 		head:  []string{"store", "commands sent", "commands in all", "Redis µs", "/ minimal", "target"},
 	}
 	per := func(n int64) float64 { return float64(n) / grantRuns }
-	floor := median(minimal.usec)
+	floor := median(least.usec)
 	for _, s := range sides {
 		// Each round's ratio: both sides ran then, on the same machine.
 		ratios := make([]float64, len(s.usec))
 		for r := range ratios {
-			ratios[r] = s.usec[r] / max(minimal.usec[r], 0.01)
+			ratios[r] = s.usec[r] / max(least.usec[r], 0.01)
 		}
 		ratio, target := median(ratios), ""
 		if s == sides[0] {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,8 +24,12 @@ const (
 	lineAloneRatio = 2.0
 	lineAloneSize  = 50
 	lineCPUMax     = 500 * time.Microsecond
-	linePermits    = 10
-	lineHold       = 200 * time.Millisecond
+	// lineCrowdMax bounds Redis's CPU per grant from a line of
+	// lineCrowdSize.
+	lineCrowdMax  = time.Millisecond
+	lineCrowdSize = 1000
+	linePermits   = 10
+	lineHold      = 200 * time.Millisecond
 )
 
 // line measures what a long line costs Redis: for each size, that many
@@ -32,7 +38,8 @@ const (
 // holding 200ms. While it drains, Redis's CPU (INFO cpu) and the commands
 // semruns send (INFO commandstats) are counted per grant; and the children
 // say their place and fencing token, which must rise in the order they
-// arrived.
+// arrived. With -compare, semrun B's line of each size drains after this
+// tree's, in the same run.
 func (b *bench) line() ([]*table, error) {
 	if b.redis == nil {
 		fmt.Fprintln(os.Stderr, "bench: line: skipped, without redis-server")
@@ -42,36 +49,81 @@ func (b *bench) line() ([]*table, error) {
 	defer c.Close()
 	t := &table{
 		title: fmt.Sprintf("line: Redis's work per grant as the line grows, one key of %d permits, children of %v", linePermits, lineHold),
-		head:  []string{"waiters", "Redis CPU / grant", "× shortest", "commands / grant", "in order", "drained in", "target"},
+		head:  []string{"semrun", "waiters", "Redis CPU / grant", "× shortest", "commands / grant", "in order", "drained in", "target"},
 	}
 	alone, err := b.lineAlone(c)
 	if err != nil {
 		return []*table{t}, err
 	}
-	var first time.Duration
+	var names []string
+	for _, l := range b.lockers(linePermits, false) {
+		if l.name == "semrun (Redis)" || l.name == "semrun B (Redis)" {
+			names = append(names, l.name)
+		}
+	}
+	first := map[string]time.Duration{}
+	longest := map[string]lineResult{}
 	for _, n := range b.o.lineSizes {
-		r, err := b.lineRound(c, n)
-		if err != nil {
-			return []*table{t}, err
+		for _, name := range names {
+			r, err := b.lineRound(c, name, n)
+			if err != nil {
+				return []*table{t}, err
+			}
+			if first[name] == 0 {
+				first[name] = r.cpu
+			}
+			longest[name] = r
+			x := float64(r.cpu) / float64(first[name])
+			var targets []string
+			if n == b.o.lineSizes[len(b.o.lineSizes)-1] && len(b.o.lineSizes) > 1 {
+				targets = append(targets, fmt.Sprintf("≤ %.0f× and ≤ %v: %s", lineCPURatio, lineCPUMax, verdict(x <= lineCPURatio && r.cpu <= lineCPUMax)))
+			}
+			if n == lineCrowdSize {
+				targets = append(targets, fmt.Sprintf("≤ %v: %s", lineCrowdMax, verdict(r.cpu <= lineCrowdMax)))
+			}
+			if n == lineAloneSize {
+				x := float64(r.cpu) / float64(alone)
+				targets = append(targets, fmt.Sprintf("≤ %.0f× uncontended (%.2f×): %s", lineAloneRatio, x, verdict(x <= lineAloneRatio)))
+			}
+			if name != names[0] {
+				targets = nil
+			}
+			t.add(strings.TrimSuffix(name, " (Redis)"), strconv.Itoa(n), fmt.Sprintf("%.3f ms", float64(r.cpu)/float64(time.Millisecond)), fmt.Sprintf("%.2f", x),
+				fmt.Sprintf("%.2f", r.commands), r.order, r.took.Round(time.Millisecond).String(), strings.Join(targets, "; "))
 		}
-		if first == 0 {
-			first = r.cpu
-		}
-		x := float64(r.cpu) / float64(first)
-		target := ""
-		if n == b.o.lineSizes[len(b.o.lineSizes)-1] && len(b.o.lineSizes) > 1 {
-			target = fmt.Sprintf("≤ %.0f× and ≤ %v: %s", lineCPURatio, lineCPUMax, verdict(x <= lineCPURatio && r.cpu <= lineCPUMax))
-		}
-		if n == lineAloneSize {
-			x := float64(r.cpu) / float64(alone)
-			target = fmt.Sprintf("≤ %.0f× uncontended (%.2f×): %s", lineAloneRatio, x, verdict(x <= lineAloneRatio))
-		}
-		t.add(strconv.Itoa(n), fmt.Sprintf("%.3f ms", float64(r.cpu)/float64(time.Millisecond)), fmt.Sprintf("%.2f", x),
-			fmt.Sprintf("%.2f", r.commands), r.order, r.took.Round(time.Millisecond).String(), target)
 	}
 	t.note("Uncontended: %d runs of the same semrun one after another on a key of %d permits, nothing waiting, the child `true`: %.3f ms of Redis CPU a grant, counted alike.", lineAloneSize, linePermits, float64(alone)/float64(time.Millisecond))
-	t.note("Each waiter keeps its place with a lease of 120ms a waiter (from the TTL, at most 10s, to 20m); a permit handed over is claimed for 2s until its waiter takes it. CPU is used_cpu_user + used_cpu_sys of the server while the line drains, over the grants; commands are those semrun sends (EVALSHA, BLPOP...), not those its scripts run.")
-	return []*table{t}, nil
+	t.note("Each waiter keeps its place with a lease of 120ms a waiter (from the TTL, at most 10s, to 20m); a permit handed over is claimed for 2s until its waiter takes it. CPU is used_cpu_user + used_cpu_sys of the server while the line drains, over the grants; commands are those semrun sends (EVALSHA, BLPOP...), not those its scripts run. The server's own timers count too: with a longer line, each grant waits on more clients.")
+	return []*table{t, lineCommandTable(names, longest, b.o.lineSizes[len(b.o.lineSizes)-1])}, nil
+}
+
+// lineCommandTable shows what each command cost Redis per grant while the
+// longest line (of n waiters) drained, for each semrun.
+func lineCommandTable(names []string, rs map[string]lineResult, n int) *table {
+	t := &table{
+		title: fmt.Sprintf("line: what each command cost Redis per grant while a line of %d drained", n),
+		head:  []string{"command"},
+	}
+	spent := map[string]int64{}
+	for _, name := range names {
+		short := strings.TrimSuffix(name, " (Redis)")
+		t.head = append(t.head, short+" calls", short+" µs")
+		for c, u := range rs[name].usec {
+			spent[c] = max(spent[c], u)
+		}
+	}
+	cmds := slices.Collect(maps.Keys(spent))
+	slices.SortFunc(cmds, func(a, b string) int { return cmp.Or(cmp.Compare(spent[b], spent[a]), cmp.Compare(a, b)) })
+	for _, c := range cmds {
+		row := []string{strings.ToUpper(c)}
+		for _, name := range names {
+			r := rs[name]
+			row = append(row, fmt.Sprintf("%.2f", float64(r.calls[c])/float64(n)), fmt.Sprintf("%.1f", float64(r.usec[c])/float64(n)))
+		}
+		t.add(row...)
+	}
+	t.note("The usec INFO commandstats gives each command, over the grants; a script's commands are counted in its EVALSHA's µs as well as in their own rows. The rest of Redis's CPU a grant is the connections' reads, writes, accepts and closes, and the server's timers.")
+	return t
 }
 
 // lineAlone is Redis's CPU per grant of lineAloneSize runs one after
@@ -105,12 +157,16 @@ type lineResult struct {
 	commands float64
 	order    string
 	took     time.Duration
+	// calls and usec are what INFO commandstats counted of each command
+	// while the line drained.
+	calls, usec map[string]int64
 }
 
-func (b *bench) lineRound(c *redis.Client, n int) (lineResult, error) {
+// lineRound drains a line of n waiters, of the locker named name.
+func (b *bench) lineRound(c *redis.Client, name string, n int) (lineResult, error) {
 	var r lineResult
 	key, log := b.key("line")
-	l := find(b.lockers(linePermits, false), "semrun (Redis)")
+	l := find(b.lockers(linePermits, false), name)
 	gate := filepath.Join(b.dir, key+".gate")
 	order := filepath.Join(b.dir, key+".order")
 	g := newGroup(b.ctx, b.env)
@@ -166,6 +222,10 @@ func (b *bench) lineRound(c *redis.Client, n int) (lineResult, error) {
 		return r, err
 	}
 	calls := commandStats(info)
+	r.usec = commandUsec(info)
+	delete(calls, "config|resetstat") // the bench's
+	delete(r.usec, "config|resetstat")
+	r.calls = calls
 	scripted := scriptCommands(b.root)
 	var top int64
 	for name, k := range calls {

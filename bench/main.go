@@ -86,6 +86,7 @@ var parts = []part{
 	{"utilization", (*bench).utilization},
 	{"rss", (*bench).rss},
 	{"line", (*bench).line},
+	{"cost", (*bench).cost},
 }
 
 func main() {

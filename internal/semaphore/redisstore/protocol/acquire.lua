@@ -74,7 +74,7 @@ end
 
 local prev = field('#cap', 1, MAXPERMITS) or n
 if wlease > 0 then
-  wlease = math.min(math.max(wlease, redis.call('ZCARD', queueKey) * PERWAITER), MAXWAIT)
+  wlease = math.min(math.max(wlease, waiting() * PERWAITER), MAXWAIT)
 end
 remember(fence, ttl, math.max(ttl, wlease))
 
@@ -113,7 +113,7 @@ end
 -- while no script could hand it over (the restart fence held it back). So
 -- does a caller that finds permits free and a line: its head may be a
 -- record that is not one, or a waiter whose lease lapsed.
-if changed or inline or (busy < n and redis.call('ZCARD', queueKey) > 0) then
+if changed or inline or (busy < n and waiting() > 0) then
   local given, err
   longest, given, err = handoff(wake, busy)
   if err then return redis.error_reply(err) end
@@ -129,7 +129,7 @@ local function answer(granted, token, left, position, lapse, full, since, over)
     recent = ok and num(v, 0, MAXINT) or 0
   end
   return reply{granted = granted, token = token, held = busy, previous = prev, lapse = lapse,
-    position = position, waiting = redis.call('ZCARD', queueKey), now = now, left = left,
+    position = position, waiting = waiting(), now = now, left = left,
     fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed,
     wait = position > 0 and wlease or 0, since = since or 0, stored = p.cap or 0,
     paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
@@ -176,7 +176,7 @@ if weight > capacity(n) then
   return answer(0, 0, 0, 0, wakeIn(), 0, 0, 1)
 end
 redis.call('HSET', infoKey, '#cap', n)
-if not inline and redis.call('ZCARD', queueKey) == 0 and busy + weight <= capacity(n) and fenced() == 0
+if not inline and waiting() == 0 and busy + weight <= capacity(n) and fenced() == 0
   and not policy().paused then
   local left = ttl
   if asked > 0 then left = math.min(ttl, asked) end
@@ -208,7 +208,7 @@ if wlease == 0 then
 end
 
 if not inline then
-  if redis.call('ZCARD', queueKey) >= line then
+  if waiting() >= line then
     keepalive(longest)
     refused('line full')
     return answer(0, 0, 0, 0, wakeIn(), 1)
@@ -220,6 +220,7 @@ if not inline then
   end
   redis.call('HSET', waitersKey, '#seq', seq + 1)
   redis.call('ZADD', queueKey, seq + 1, id)
+  inLine = nil
   -- Its wait counts from when its call began.
   record(math.max(now - waited, 0))
   -- A permit handed over before, which lapsed unused, left its turn there.

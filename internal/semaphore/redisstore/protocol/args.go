@@ -55,18 +55,37 @@ func flag(b bool) int {
 	return 0
 }
 
+// optional appends to argv each name and value of nv whose value is not 0:
+// a script reads an argument left out as 0 (as false, for a flag), and
+// each one costs Redis its making.
+func optional(argv []any, nv ...any) []any {
+	for i := 0; i+1 < len(nv); i += 2 {
+		switch v := nv[i+1].(type) {
+		case int:
+			if v == 0 {
+				continue
+			}
+		case int64:
+			if v == 0 {
+				continue
+			}
+		}
+		argv = append(argv, nv[i], nv[i+1])
+	}
+	return argv
+}
+
 func (AcquireArgs) script() *Script { return acquireScript }
 
 func (a AcquireArgs) argv(k Keys) []any {
 	if a.Line <= 0 {
 		a.Line = MaxLine
 	}
-	return []any{
+	return optional([]any{
 		"id", a.ID, "permits", a.Permits, "ttl", a.TTL.Milliseconds(), "meta", a.Meta,
 		"weight", a.Weight, "wait", a.Wait.Milliseconds(), "wake", k.Wake, "fence", max(a.Fence, 0).Milliseconds(), "line", a.Line,
-		"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds(),
-		"waited", max(a.Waited, 0).Milliseconds(), "fencewait", max(a.FenceWait, 0).Milliseconds(), "quiet", flag(a.Quiet),
-	}
+	}, "bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds(),
+		"waited", max(a.Waited, 0).Milliseconds(), "fencewait", max(a.FenceWait, 0).Milliseconds(), "quiet", flag(a.Quiet))
 }
 
 // AcquireReply is acquire.lua's reply. Times are ms: spans, or readings
@@ -166,8 +185,8 @@ type RenewArgs struct {
 func (RenewArgs) script() *Script { return renewScript }
 
 func (a RenewArgs) argv(Keys) []any {
-	return []any{"id", a.ID, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(),
-		"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds()}
+	return optional([]any{"id", a.ID, "ttl", a.TTL.Milliseconds()}, "fence", max(a.Fence, 0).Milliseconds(),
+		"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds())
 }
 
 // RenewReply is renew.lua's reply: whether the lease was extended, how
@@ -211,8 +230,12 @@ type ReleaseArgs struct {
 func (ReleaseArgs) script() *Script { return releaseScript }
 
 func (a ReleaseArgs) argv(k Keys) []any {
-	return []any{"id", a.ID, "wake", k.Wake, "cool", max(a.Cool, 0).Milliseconds(), "exit", min(max(a.Exit, -1), 255),
-		"timeout", flag(a.Timeout), "quiet", flag(a.Quiet)}
+	argv := optional([]any{"id", a.ID, "wake", k.Wake}, "cool", max(a.Cool, 0).Milliseconds(), "timeout", flag(a.Timeout),
+		"quiet", flag(a.Quiet))
+	if a.Exit >= 0 { // left out: unknown
+		argv = append(argv, "exit", min(a.Exit, 255))
+	}
+	return argv
 }
 
 // ReleaseReply is release.lua's reply.
@@ -267,11 +290,11 @@ type HoldArgs struct {
 func (HoldArgs) script() *Script { return holdScript }
 
 func (a HoldArgs) argv(k Keys) []any {
-	argv := []any{"op", a.Op, "id", a.ID, "hold", k.Hold, "wake", k.Wake, "share", a.Share, "quiet", flag(a.Quiet)}
+	argv := optional([]any{"op", a.Op, "id", a.ID, "hold", k.Hold, "wake", k.Wake, "share", a.Share}, "quiet", flag(a.Quiet))
 	switch a.Op {
 	case "begin":
-		argv = append(argv, "ttl", a.TTL.Milliseconds(), "fence", max(a.Fence, 0).Milliseconds(), "replicas", a.Replicas, "meta", a.Meta,
-			"bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds())
+		argv = optional(append(argv, "ttl", a.TTL.Milliseconds(), "meta", a.Meta), "fence", max(a.Fence, 0).Milliseconds(),
+			"replicas", a.Replicas, "bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds())
 	case "end":
 		argv = append(argv, "state", a.State, "why", a.Why)
 	}
@@ -309,11 +332,13 @@ func DecodeHold(res any) (HoldReply, error) {
 // decodeReply reads a reply of names and values into fields, each an
 // *int64, a *string, a *[]any or a *[]string (of the strings of a list) by
 // its name.
-// Every field must be there, once, with a value of its type, and nothing
-// else: a reply is the scripts' own, and any other is not to be trusted.
+// A field is there at most once, with a value of its type, and nothing
+// else is: a reply is the scripts' own, and any other is not to be
+// trusted. A field left out is 0, "" or an empty list, as the scripts
+// leave out those (lib.lua's reply).
 func decodeReply(script string, res any, fields map[string]any) error {
 	v, ok := res.([]any)
-	if !ok || len(v) != 2*len(fields) {
+	if !ok || len(v)%2 != 0 || len(v) > 2*len(fields) {
 		return fmt.Errorf("%s: unexpected reply %s", script, shortReply(res))
 	}
 	seen := map[string]bool{}

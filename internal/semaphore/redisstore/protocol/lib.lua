@@ -89,12 +89,15 @@ local function num(v, lo, hi)
   return n
 end
 
--- reply turns a table of named values into name, value, ... for the store.
+-- reply turns a table of named values into name, value, ... for the store,
+-- leaving out those that say nothing (0, '', an empty list), which the
+-- store reads as such: each value costs Redis its making.
 local function reply(fields)
-  local out = {}
+  local out, n = {}, 0
   for name, value in pairs(fields) do
-    out[#out + 1] = name
-    out[#out + 1] = value
+    if value ~= 0 and value ~= '' and (type(value) ~= 'table' or value[1] ~= nil) then
+      out[n + 1], out[n + 2], n = name, value, n + 2
+    end
   end
   return out
 end
@@ -208,8 +211,17 @@ local function claimed(id, rec)
   return full
 end
 
+-- waiting is how many wait in line, read once a script until the line
+-- changes (dropWaiter; a caller that joins it sets inLine to nil).
+local inLine = nil
+local function waiting()
+  if not inLine then inLine = redis.call('ZCARD', queueKey) end
+  return inLine
+end
+
 -- dropWaiter takes a waiter out of the line.
 local function dropWaiter(id)
+  inLine = nil
   redis.call('ZREM', queueKey, id)
   redis.call('ZREM', leasesKey, id)
   redis.call('HDEL', waitersKey, id)
@@ -818,8 +830,12 @@ local function keepalive(ms)
   local last = redis.call('ZRANGE', holdersKey, -1, -1, 'WITHSCORES')
   if #last > 0 then ms = math.max(ms, tonumber(last[2]) - now) end
   ms = math.min(ms, math.max(2 * MAXTTL, MAXCOOL))
-  -- The log and the counters live on their own (count).
-  for _, key in ipairs({holdersKey, infoKey, tokenKey, queueKey, waitersKey, leasesKey}) do
+  -- The log and the counters live on their own (count). The line's own
+  -- keys hold nothing while nobody waits (the waiters' hash may keep its
+  -- ticket counter): a waiter's lease is only given with its place.
+  local keys = {holdersKey, infoKey, tokenKey, waitersKey}
+  if waiting() > 0 then keys[5], keys[6] = queueKey, leasesKey end
+  for _, key in ipairs(keys) do
     local left = redis.call('PTTL', key)
     if left == -1 or (left >= 0 and left < ms + 1000) then
       redis.call('PEXPIRE', key, ms + 1000)

@@ -62,10 +62,15 @@ func newScript(name, body string) *Script { return &Script{name: name, body: bod
 
 // Build makes the script's source and hash now, if not made yet: a caller
 // that will need it at a moment when every millisecond counts (a release
-// that hands a permit over) makes it beforehand.
+// that hands a permit over) makes it beforehand. The source carries only
+// the part of lib.lua the script needs (libFor).
 func (s *Script) Build() {
 	s.once.Do(func() {
-		s.source = limitsLua() + libLua + s.body
+		lib, err := libFor(s.name)
+		if err != nil { // lib.lua is embedded: TestScriptsDefineWhatTheyCall fails first
+			panic(err)
+		}
+		s.source = limitsLua() + lib + s.body
 		s.lua = redis.NewScript(s.source)
 	})
 }
