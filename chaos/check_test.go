@@ -425,7 +425,7 @@ func TestChecks(t *testing.T) {
 			{revocation{status: 1, end: ms(1000)}, run{status: 7, code: 7}, &kid{how: "done", end: ms(5000)}, false, true}, // no such holder
 			{revocation{status: 125, end: ms(1000)}, run{status: 7, code: 7}, &kid{how: "done", end: ms(5000)}, false, true},
 		} {
-			if got := revokeVerdict(c.rv, c.r, c.k, c.excused); (got == "") != c.ok {
+			if got := revokeVerdict(c.rv, c.r, c.k, c.excused, 0); (got == "") != c.ok {
 				t.Errorf("revokeVerdict(%+v, %+v, %+v, excused %v) = %q, want ok %v", c.rv, c.r, c.k, c.excused, got, c.ok)
 			}
 		}
@@ -476,7 +476,7 @@ func TestChecks(t *testing.T) {
 			t.Errorf("runningAt: got %+v, want run 1", got)
 		}
 		launched := map[int]int64{5: ms(5000), 6: ms(3000), 7: ms(5500)}
-		if got := lineBeforeArrival(p.line, launched); len(got) != 1 || got[0] != [2]int{5, 6} {
+		if got := lineBeforeArrival(p.line, launched, 0); len(got) != 1 || got[0] != [2]int{5, 6} {
 			t.Errorf("lineBeforeArrival: got %v, want [[5 6]] (6 came 2s before 5, 7 0.5s after)", got)
 		}
 	})

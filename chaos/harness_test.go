@@ -247,7 +247,7 @@ type cluster struct {
 	permits int
 	rec     *recorder
 	bin     string // semrun
-	self    string // this test binary: the child
+	child   string // what semrun runs (chaos/child)
 	env     []string
 	seed    uint64
 	t0      int64
@@ -292,11 +292,7 @@ type fault struct {
 
 func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluster {
 	t.Helper()
-	bin := semrun(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, child := binaries(t)
 	srv := redistest.New(t)
 	// A short directory: a unix socket's path has at most 107 bytes.
 	dir, err := os.MkdirTemp("", "chaos-")
@@ -306,7 +302,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	c := &cluster{
 		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds,
-		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, self: self, runs: map[int]*run{},
+		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, child: child, runs: map[int]*run{},
 	}
 	url := srv.URL() // what semrun is given
 	if n.replicated {
@@ -336,7 +332,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	c.env = append(c.env,
 		"SEMRUN_REDIS_URL="+url,
 		"XDG_CONFIG_HOME="+dir, // no user's config file
-		childEnv+"=1", socketEnv+"="+filepath.Join(dir, "kids"))
+		socketEnv+"="+filepath.Join(dir, "kids"))
 	// Keepers outlive the semruns that started them: whatever holds the
 	// test took, their keepers end with it.
 	t.Cleanup(c.stopKeepers)
@@ -446,7 +442,7 @@ func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(
 // childArgs is the command of r's semrun: the child, told r's id, hold
 // and exit status.
 func (c *cluster) childArgs(r *run) []string {
-	return []string{c.self, childArg, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code)}
+	return []string{c.child, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code)}
 }
 
 // spawn starts semrun with args for r, with env added to the cluster's.
