@@ -5,6 +5,7 @@ package chaos
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ func startProber(t *testing.T, seed uint64) *prober {
 		close(stop)
 		<-done
 		c.killUntilDone()
-		t.Logf("machine lag (a semrun's launch to its child's start, every %v): %s", probeEvery, p)
+		t.Logf("machine lag (a semrun's launch to its child's start, every %v): %s; second:ms of each probe:%s", probeEvery, p, p.series(c.t0))
 	})
 	return p
 }
@@ -170,4 +171,17 @@ func (p *prober) String() string {
 	slices.Sort(ds)
 	return fmt.Sprintf("%d probes (%d without a child), p50 %v, p99 %v, max %v", len(ds), p.failed,
 		quantile(ds, 0.5).Round(time.Millisecond), quantile(ds, 0.99).Round(time.Millisecond), maxDur(ds).Round(time.Millisecond))
+}
+
+// series shows the lags of the probes in order, in ms, with the seconds
+// since from at which each was launched, so that a figure can be read
+// against what ran then.
+func (p *prober) series(from int64) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	for _, pr := range p.probes {
+		fmt.Fprintf(&b, " %.0f:%d", float64(pr.launched-from)/1e9, (pr.started-pr.launched)/int64(time.Millisecond))
+	}
+	return b.String()
 }
