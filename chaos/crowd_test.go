@@ -79,6 +79,7 @@ func runHoldCrowd(t *testing.T, n nemesis, seed uint64) figures {
 func crowd(t *testing.T, n nemesis, seed uint64, size int, holds bool) figures {
 	began := time.Now()
 	c := newCluster(t, n, 2, crowdPermits, seed)
+	c.connect = calmConnect
 	if holds {
 		c.env = append(c.env, "SEMRUN_RESTART_FENCE=0") // as start gives a run
 	}

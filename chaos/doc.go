@@ -127,7 +127,10 @@
 // its own lane, trials one after another for -chaos.duration), a trial
 // takes a hold, breaks something at a chosen moment, and measures what
 // follows with a plain run (a waiter) whose child starts once the permit is
-// free. Their redis-server never restarts: no restart fence.
+// free. Their redis-server never restarts: no restart fence; and nothing
+// stands between semrun and Redis, so their semruns have a
+// --connect-timeout of 30s (the crowds' too): a loaded machine never
+// excuses a 125 there.
 //
 //	hold-keeper        The keeper is SIGKILLed; a step under way must go on and pass its
 //	                   child's status through (it renews the permit itself), and a step
@@ -182,7 +185,7 @@
 // semruns join the line one at a time (the harness waits until each is in
 // Redis's line before it starts the next), each
 //
-//	semrun -k KEY -n 5 --ttl 30s --kill-after 500ms --connect-timeout 2s -- CHILD RUN 0 0
+//	semrun -k KEY -n 5 --ttl 30s --kill-after 500ms --connect-timeout 30s -- CHILD RUN 0 0
 //
 // Every other one, the 2nd, 4th and so on, is SIGKILLed at once, keeping
 // its place (a waiter lease of 10s and more), and the file lets the

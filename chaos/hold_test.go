@@ -116,7 +116,7 @@ func (c *cluster) startAcquire(h *hold, extra ...string) (wait func(), err error
 	r.of, r.role, h.acquire = h, "acquire", r
 	c.mu.Unlock()
 	args := append([]string{"acquire", "-k", h.key, "-n", strconv.Itoa(c.permits), "--ttl", h.lease.String(),
-		"--connect-timeout", connectTimeout.String(), "--json"}, extra...)
+		"--connect-timeout", c.connect.String(), "--json"}, extra...)
 	w, err := c.spawn(r, args, holdEnv+"="+h.tag)
 	if err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func (c *cluster) startStep(h *hold, r *run) (wait func(), err error) {
 	h.steps = append(h.steps, r)
 	handle := h.handle
 	c.mu.Unlock()
-	args := append([]string{"--handle", handle, "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(), "--"},
+	args := append([]string{"--handle", handle, "--kill-after", killAfter.String(), "--connect-timeout", c.connect.String(), "--"},
 		c.childArgs(r)...)
 	return c.spawn(r, args)
 }
@@ -191,7 +191,7 @@ func (c *cluster) startRelease(h *hold) (*run, func(), error) {
 	r.of, r.role, h.release = h, "release", r
 	handle := h.handle
 	c.mu.Unlock()
-	wait, err := c.spawn(r, []string{"release", "--connect-timeout", connectTimeout.String(), handle})
+	wait, err := c.spawn(r, []string{"release", "--connect-timeout", c.connect.String(), handle})
 	return r, wait, err
 }
 

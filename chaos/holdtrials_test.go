@@ -112,6 +112,7 @@ func trials(trial func(l *lane)) func(*testing.T, nemesis, uint64) figures {
 	return func(t *testing.T, n nemesis, seed uint64) figures {
 		began := time.Now()
 		c := newCluster(t, n, 2**keysFlag, 1, seed)
+		c.connect = calmConnect
 		// Its redis-server never restarts: no restart fence, which would
 		// hold the first grants back for a TTL.
 		c.env = append(c.env, "SEMRUN_RESTART_FENCE=0")

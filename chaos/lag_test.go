@@ -89,7 +89,7 @@ func (p *prober) once(c *cluster) {
 	p.mu.Lock()
 	p.cur = mono()
 	p.mu.Unlock()
-	wait, err := c.spawn(r, append([]string{"-k", r.key, "-n", "1000", "--ttl", "30s", "--connect-timeout", "1m", "--"}, c.childArgs(r)...))
+	wait, err := c.spawn(r, append([]string{"-k", r.key, "-n", "1000", "--ttl", "30s", "--connect-timeout", calmConnect.String(), "--"}, c.childArgs(r)...))
 	if err != nil {
 		c.t.Errorf("prober: start semrun: %v", err)
 		return
