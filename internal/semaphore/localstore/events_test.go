@@ -134,10 +134,10 @@ func TestLocalFollowerSeesEveryEventOnceAcrossRewrites(t *testing.T) {
 			release(t, acquire(t, st, req))
 			// The follower may lag, by less than the log keeps.
 			if runs++; runs%100 == 0 {
-				waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
+				waitFor(t, time.Minute, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
 			}
 		}
-		waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
+		waitFor(t, time.Minute, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
 	}
 	// Past two rewrites by its writers.
 	run(3 * semaphore.MaxEvents / 2)
