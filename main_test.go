@@ -76,6 +76,9 @@ func TestScripts(t *testing.T) {
 	startWithDefaultSignals()
 	for _, store := range []string{"redis", "local"} {
 		t.Run(store, func(t *testing.T) {
+			// The stores' scripts share the -parallel slots: one store's
+			// last long scripts leave none idle for the other's.
+			t.Parallel()
 			testscript.Run(t, testscript.Params{
 				Dir:                 "testdata/script",
 				RequireExplicitExec: true,
