@@ -29,8 +29,10 @@ const (
 	// waiter keeps its place (a waiter lease of 10s, stretched by 120ms a
 	// waiter in a longer line) unless the roll call takes it out.
 	crowdTTL = 30 * time.Second
-	// crowdHold bounds how long a holder's child waits for its release.
-	crowdHold = 2 * time.Minute
+	// crowdHold bounds how long a holder's child waits for its release:
+	// longer than a loaded machine takes to line up 300 waiters, one
+	// after another (2 minutes was not).
+	crowdHold = 10 * time.Minute
 	// crowdWait bounds how long the live waiters may take to run their
 	// children once the holders are gone: longer than the dead waiters'
 	// places last, so that a line held up by them is measured, not cut
