@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -75,6 +76,9 @@ func TestScripts(t *testing.T) {
 	startWithDefaultSignals()
 	for _, store := range []string{"redis", "local"} {
 		t.Run(store, func(t *testing.T) {
+			// The stores' scripts share the -parallel slots: one store's
+			// last long scripts leave none idle for the other's.
+			t.Parallel()
 			testscript.Run(t, testscript.Params{
 				Dir:                 "testdata/script",
 				RequireExplicitExec: true,
@@ -218,12 +222,23 @@ var semrunVariables = sync.OnceValue(func() []string {
 	return names
 })
 
-// jobrec LOG HOLD: a child that appends its start and end, on the
-// system-wide monotonic clock, and its fencing token, to LOG.
+// jobrec LOG HOLD [N]: a child that appends its start and end, on the
+// system-wide monotonic clock, and its fencing token, to LOG. With N, it
+// holds on after HOLD until LOG shows that N jobs ran at once (for at most
+// 30s): copies that start slowly on a loaded machine still overlap, and a
+// semaphore that lets fewer than N run still fails overlap's check.
 func jobrec() {
+	if len(os.Args) < 3 || len(os.Args) > 4 {
+		fmt.Fprintln(os.Stderr, "usage: jobrec LOG HOLD [N]")
+		os.Exit(2)
+	}
 	hold, err := time.ParseDuration(os.Args[2])
+	together := 0
+	if err == nil && len(os.Args) == 4 {
+		together, err = strconv.Atoi(os.Args[3])
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "jobrec LOG HOLD:", err)
+		fmt.Fprintln(os.Stderr, "jobrec LOG HOLD [N]:", err)
 		os.Exit(2)
 	}
 	record := func(event string) {
@@ -239,7 +254,47 @@ func jobrec() {
 	}
 	record("start")
 	time.Sleep(hold)
+	// The bound only keeps a broken semaphore from holding the script up.
+	for deadline := time.Now().Add(30 * time.Second); together > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(os.Args[1]); err == nil && mostAtOnce(string(b)) >= together {
+			break
+		}
+	}
 	record("end")
+}
+
+// mostAtOnce is the most jobs of a jobrec log that ran at once, a job
+// that has not ended running still. Lines still being written are left
+// out.
+func mostAtOnce(log string) int {
+	type event struct {
+		at    int64
+		delta int
+	}
+	var events []event
+	for _, line := range strings.Split(log, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		at, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		d := 1
+		if f[0] == "end" {
+			d = -1
+		}
+		events = append(events, event{at, d})
+	}
+	// At equal times an end comes first: touching runs do not overlap.
+	slices.SortFunc(events, func(a, b event) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
+	running, most := 0, 0
+	for _, e := range events {
+		running += e.delta
+		most = max(most, running)
+	}
+	return most
 }
 
 // store start: get this run's store ready: start a redis-server, or

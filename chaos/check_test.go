@@ -425,7 +425,7 @@ func TestChecks(t *testing.T) {
 			{revocation{status: 1, end: ms(1000)}, run{status: 7, code: 7}, &kid{how: "done", end: ms(5000)}, false, true}, // no such holder
 			{revocation{status: 125, end: ms(1000)}, run{status: 7, code: 7}, &kid{how: "done", end: ms(5000)}, false, true},
 		} {
-			if got := revokeVerdict(c.rv, c.r, c.k, c.excused); (got == "") != c.ok {
+			if got := revokeVerdict(c.rv, c.r, c.k, c.excused, 0); (got == "") != c.ok {
 				t.Errorf("revokeVerdict(%+v, %+v, %+v, excused %v) = %q, want ok %v", c.rv, c.r, c.k, c.excused, got, c.ok)
 			}
 		}
@@ -476,8 +476,62 @@ func TestChecks(t *testing.T) {
 			t.Errorf("runningAt: got %+v, want run 1", got)
 		}
 		launched := map[int]int64{5: ms(5000), 6: ms(3000), 7: ms(5500)}
-		if got := lineBeforeArrival(p.line, launched); len(got) != 1 || got[0] != [2]int{5, 6} {
+		if got := lineBeforeArrival(p.line, launched, 0); len(got) != 1 || got[0] != [2]int{5, 6} {
 			t.Errorf("lineBeforeArrival: got %v, want [[5 6]] (6 came 2s before 5, 7 0.5s after)", got)
+		}
+		if got := lineBeforeArrival(p.line, launched, time.Second); len(got) != 0 {
+			t.Errorf("lineBeforeArrival, allowing a second for the machine: got %v, want none", got)
+		}
+	})
+	t.Run("lag", func(t *testing.T) {
+		// Probes of 50ms every 250ms, one of 3s launched at 10s; one under
+		// way since 20s.
+		p := &prober{}
+		for at := int64(0); at < 20_000; at += 250 {
+			d := int64(50)
+			if at == 10_000 {
+				d = 3000
+			}
+			p.probes = append(p.probes, probe{launched: ms(at), started: ms(at + d)})
+		}
+		p.cur = mono() - int64(5*time.Second)
+		for _, c := range []struct {
+			from, to int64
+			want     time.Duration
+		}{
+			{ms(2000), ms(4000), 50 * time.Millisecond},
+			{ms(12000), ms(12500), 3 * time.Second},       // under way then
+			{ms(13500), ms(14000), 3 * time.Second},       // a second before
+			{ms(14500), ms(15000), 50 * time.Millisecond}, // over by then
+			{ms(9000), ms(9900), 50 * time.Millisecond},   // launched after
+			{mono(), mono(), 5 * time.Second},             // the one under way, 5s and more
+		} {
+			got := p.lag(c.from, c.to)
+			if got < c.want || c.want < time.Second && got != c.want || got > c.want+time.Second {
+				t.Errorf("lag(%v, %v): got %v, want %v", time.Duration(c.from), time.Duration(c.to), got, c.want)
+			}
+		}
+		if got := (*prober)(nil).lag(0, ms(1000)); got != 0 {
+			t.Errorf("lag without a prober: got %v, want 0", got)
+		}
+		if p.allowance(ms(12000), ms(12500)) != 6*time.Second {
+			t.Errorf("allowance: got %v, want twice the lag", p.allowance(ms(12000), ms(12500)))
+		}
+		machine = p
+		defer func() { machine = nil }()
+		for _, c := range []struct {
+			status   int
+			from, to int64
+			want     bool
+		}{
+			{statusLost, ms(12000), ms(12500), true},
+			{statusFailure, ms(12000), ms(12500), true},
+			{statusLost, ms(2000), ms(4000), false}, // a quiet machine excuses nothing
+			{7, ms(12000), ms(12500), false},        // nor another status
+		} {
+			if got := starved(c.status, c.from, c.to); got != c.want {
+				t.Errorf("starved(%d, %v, %v): got %v, want %v", c.status, time.Duration(c.from), time.Duration(c.to), got, c.want)
+			}
 		}
 	})
 }

@@ -5,29 +5,33 @@
 //
 // # Running it
 //
-// The short run is part of the README's test command, so CI runs it. Every
-// nemesis gets about 15 seconds; they run at once, the hold nemeses in a
-// second wave, in about 50 seconds on 2 CPUs:
+// The nemeses run with -chaos only. The README's test command runs this
+// package's own tests of the checks, and CI runs the short run as a step
+// of its own, after the other packages' tests (.ci/run): its timing is
+// then its own. Every nemesis gets about 15 seconds; six run at once, in
+// about 100 seconds on 2 CPUs:
 //
-//	go test -count=1 ./chaos
-//	go test -count=1 -v ./chaos                             # with the figures
-//	go test -count=1 -v ./chaos -run TestChaos/redis-pause  # one nemesis
+//	go test -race -count=1 ./chaos -chaos
+//	go test -race -count=1 -v ./chaos -chaos                             # with the figures
+//	go test -race -count=1 -v ./chaos -chaos -run TestChaos/redis-pause  # one nemesis
 //
 // The long run gives each nemesis at least ten minutes (the crowd lines up
 // once, as in the short run), makes 1000 SIGKILL trials, and goes on until
 // the nemeses have made 100,000 grants in all (about 20 minutes on 2
-// CPUs). Build it without -race, so that the children start fast:
+// CPUs):
 //
 //	go test ./chaos -run TestChaos -timeout 0 -v -args -chaos.long
 //
 // -chaos.long sets -chaos.duration=10m -chaos.kill-trials=1000
 // -chaos.hold-min=20ms -chaos.hold-max=200ms -chaos.grants=100000
-// -chaos.hold-crowd=200; a flag given as well wins. The short run holds
-// each child 100ms to 1s instead,
-// because under -race a child costs about 17ms of CPU to start, and CI
-// runs the other packages' tests at the same time. The nemeses run at once
-// unless -parallel is given: with -parallel 1 they run one after another,
-// each with the whole machine. -chaos.keys=K gives each nemesis K keys
+// -chaos.hold-crowd=200 and -chaos; a flag given as well wins. The short
+// run holds each child 100ms to 1s instead, so that its grants cost a
+// machine that runs other work too less. Six nemeses run at once unless
+// -parallel is given: with -parallel 1 they run one after another, each
+// with the whole machine; with -parallel 18, all at once. The harness
+// builds semrun and the child (chaos/child) without -race whatever the
+// test is built with: a child costs a few milliseconds of CPU to start,
+// not the tens the race detector adds. -chaos.keys=K gives each nemesis K keys
 // (kill9 4K, the hold trials 2K); -chaos.crowd=L makes the crowd's line L
 // waiters long (200), -chaos.hold-crowd=L the hold crowd's (40).
 // -chaos.seed=S repeats a run's random choices (the seed is
@@ -43,7 +47,7 @@
 //
 //	semrun -k KEY -n N --ttl 2s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
 //
-// where CHILD is this test binary started again in child mode. The child
+// where CHILD is the child (chaos/child), told its run. The child
 // notes its start on CLOCK_MONOTONIC first, tells the harness over a unix
 // socket its start, its fencing token and its key, holds for HOLD, notes
 // its end, tells that too, and exits with CODE. On SIGTERM it tells its end
@@ -123,8 +127,10 @@
 // its own lane, trials one after another for -chaos.duration), a trial
 // takes a hold, breaks something at a chosen moment, and measures what
 // follows with a plain run (a waiter) whose child starts once the permit is
-// free. Their redis-server never restarts: no restart fence; and their
-// children, GORACE=atexit_sleep_ms=0, as the crowd's.
+// free. Their redis-server never restarts: no restart fence; and nothing
+// stands between semrun and Redis, so their semruns have a
+// --connect-timeout of 30s (the crowds' too): a loaded machine never
+// excuses a 125 there.
 //
 //	hold-keeper        The keeper is SIGKILLed; a step under way must go on and pass its
 //	                   child's status through (it renews the permit itself), and a step
@@ -146,8 +152,27 @@
 //	                   taken the hold was never told the handle was printed, and must end
 //	                   it and be gone within 3s of the kill.
 //
-// Every bound of a trial allows 1.5s more (machines are noisy); the
-// figures show how much was used.
+// Every bound of a trial allows 1.5s more (machines are noisy), and the
+// machine's allowance (below); the figures show how much was used.
+//
+// # A loaded machine
+//
+// A CI runner with noisy neighbours, or two CPU-bound processes beside the
+// run, stretches every step the nemeses time. So the harness measures the
+// machine's lag as it goes: every 250ms, a semrun on a key and a
+// redis-server of its own that no nemesis touches, timed from its launch
+// to its child's start (a few tens to a few hundred milliseconds on a
+// quiet machine). Each liveness bound below (a heal, a permit freed, a
+// child stopped, a keeper gone, a line's order of arrival, the crowd's
+// stall) allows twice the longest lag measured around its step; a semrun
+// that ended 112 or 125 with no fault near, while the lag was past 500ms
+// (a renewal must succeed within 1.3s, a connection within 2s), is
+// counted as the machine's ("on a starved machine" in the figures), not
+// failed. The safety checks (overlaps, tokens, leaked permits, Redis's
+// count of holders, a killed semrun's child gone) allow for nothing, and
+// the harness's own waits for what must come (a child started, semruns
+// ended) are a minute: they only catch a hang. The log ends with the lags
+// measured, second by second.
 //
 // After a fault heals, the harness waits for the next child to start (that
 // wait is the heal time), then about one TTL more. When the time is up, the
@@ -160,7 +185,7 @@
 // semruns join the line one at a time (the harness waits until each is in
 // Redis's line before it starts the next), each
 //
-//	semrun -k KEY -n 5 --ttl 30s --kill-after 500ms --connect-timeout 2s -- CHILD RUN 0 0
+//	semrun -k KEY -n 5 --ttl 30s --kill-after 500ms --connect-timeout 30s -- CHILD RUN 0 0
 //
 // Every other one, the 2nd, 4th and so on, is SIGKILLed at once, keeping
 // its place (a waiter lease of 10s and more), and the file lets the
@@ -171,11 +196,12 @@
 // With --ttl 30s only the roll call of watch.lua (docs/how-it-works.md,
 // "Waiting") takes the dead out of line in time; without it each dead
 // waiter at the head costs a 2s claim until the places lapse. Its semruns
-// have no restart fence (its redis-server never restarts), and its
-// children GORACE=atexit_sleep_ms=0, since a child built with -race
-// otherwise sleeps 1s on exit, holding its permit. Its 310 semruns start in
-// about 7s on 2 CPUs, and the crowd takes 10 to 15s in all, in parallel
-// with the other nemeses.
+// have no restart fence (its redis-server never restarts). Its 310
+// semruns start in about 7s on 2 CPUs, and the crowd takes 10 to 15s in
+// all, in parallel with the other nemeses. A holder that loses its permit
+// before the release lets its line through early, and the stall then
+// measures nothing: on a machine stalled long enough to starve a 30s
+// lease, the stalls are not compared; otherwise that fails.
 //
 // # What it checks
 //
@@ -200,9 +226,11 @@
 //     nemeses that can cause them (pause, restart, blackhole, dropped
 //     replies, partition) and while a fault was under way or up to one TTL
 //     after it healed. kill9, proxy-cut and script-flush must cause neither.
+//     A machine starved past 500ms of lag excuses them too (above).
 //   - key-revoke: a holder revoked while Redis answers (the command said
 //     so, no fault of Redis within a TTL) has its child stopped within a
-//     third of a TTL and 600ms of the revoke (its next renewal) and exits
+//     third of a TTL and 600ms of the revoke (its next renewal; and the
+//     machine's allowance) and exits
 //     113 naming the reason, or its child ended by itself before then and
 //     it exits with the child's status. Under a fault of Redis, 112 is
 //     excused as above. 113 is excused only for a run a revoke was aimed
@@ -217,17 +245,20 @@
 //     holds the key, no child of it runs. After the pause, the first
 //     grants go to the line read while paused, in its order (the order of
 //     their tokens), and that line is the order of arrival (no later
-//     place launched more than 1s before an earlier one). The line is
-//     then served within 2 TTLs (the heal).
-//   - After each fault heals, the next child starts within 2 TTLs. The
-//     target is TTL + TTL/3, reported as a figure and not failed on, since
-//     machines are noisy.
-//   - A SIGKILLed semrun's child is gone within 1s, in every trial. The
-//     target is 100ms, reported as p50, p99 and max, and not failed on,
-//     since machines are noisy.
+//     place launched more than 1s, and the machine's allowance, before an
+//     earlier one). The line is then served within 2 TTLs (the heal).
+//   - After each fault heals, the next child starts within 2 TTLs and the
+//     machine's allowance. The target is TTL + TTL/3, reported as a figure
+//     and not failed on, since machines are noisy.
+//   - A SIGKILLed semrun's child is gone within 1s, in every trial: a
+//     pidfd of the child, opened before the kill, is looked at 1s after it,
+//     however late the harness gets there. The target is 100ms, reported
+//     as p50, p99 and max of when the harness saw the child's connection
+//     end, and not failed on, since machines are noisy.
 //   - Crowd: the live waiters behind the dead ones run their children at
 //     most 10s later in all than the baseline (for a line shorter than 200,
-//     10s scaled to its length, at least 3s), every live semrun exits 0,
+//     10s scaled to its length, at least 3s; as long as the baseline took,
+//     when longer; and the machine's allowance), every live semrun exits 0,
 //     and no child of a killed waiter ever runs. The checks above run on
 //     its children too. Hold crowd: the same, at least 5s (the roll call
 //     costs about 2s however short the line); every live acquire and its
@@ -255,7 +286,8 @@
 //     sample it every 50ms, in one script with the clock (holds hold permits
 //     with no child running).
 //   - Every keeper has exited once its hold was released (a third of the
-//     TTL later, at its next renewal; the harness allows a TTL).
+//     TTL later, at its next renewal; the harness allows a TTL, and the
+//     machine's allowance).
 //
 // The figures are logged per nemesis: semruns, grants, faults, overlaps,
 // token faults, reordered starts, leaked permits, when the permits were all

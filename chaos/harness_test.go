@@ -28,9 +28,15 @@ import (
 
 // What every semrun of the harness is given.
 const (
-	ttl            = 2 * time.Second
-	killAfter      = 500 * time.Millisecond
+	ttl       = 2 * time.Second
+	killAfter = 500 * time.Millisecond
+	// connectTimeout is the --connect-timeout of the nemeses that fault
+	// Redis: their semruns give up (125) on a fault that outlasts it.
 	connectTimeout = 2 * time.Second
+	// calmConnect is that of the nemeses that leave Redis alone (the
+	// trials, the crowds, the prober): nothing excuses a 125 there, however
+	// slowly a loaded machine runs.
+	calmConnect = 30 * time.Second
 )
 
 // kid is one child as the harness saw it over its connection. Times are
@@ -246,8 +252,9 @@ type cluster struct {
 	keys    []string
 	permits int
 	rec     *recorder
-	bin     string // semrun
-	self    string // this test binary: the child
+	bin     string        // semrun
+	child   string        // what semrun runs (chaos/child)
+	connect time.Duration // the semruns' --connect-timeout
 	env     []string
 	seed    uint64
 	t0      int64
@@ -292,11 +299,7 @@ type fault struct {
 
 func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluster {
 	t.Helper()
-	bin := semrun(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, child := binaries(t)
 	srv := redistest.New(t)
 	// A short directory: a unix socket's path has at most 107 bytes.
 	dir, err := os.MkdirTemp("", "chaos-")
@@ -306,7 +309,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	c := &cluster{
 		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds,
-		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, self: self, runs: map[int]*run{},
+		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, child: child, connect: connectTimeout, runs: map[int]*run{},
 	}
 	url := srv.URL() // what semrun is given
 	if n.replicated {
@@ -336,7 +339,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	c.env = append(c.env,
 		"SEMRUN_REDIS_URL="+url,
 		"XDG_CONFIG_HOME="+dir, // no user's config file
-		childEnv+"=1", socketEnv+"="+filepath.Join(dir, "kids"))
+		socketEnv+"="+filepath.Join(dir, "kids"))
 	// Keepers outlive the semruns that started them: whatever holds the
 	// test took, their keepers end with it.
 	t.Cleanup(c.stopKeepers)
@@ -438,7 +441,7 @@ func (c *cluster) newRun(key string, hold, code int) *run {
 // cluster's. wait waits for it to end and records how.
 func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(), err error) {
 	args := append([]string{"-k", r.key, "-n", strconv.Itoa(c.permits),
-		"--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(),
+		"--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", c.connect.String(),
 		"--"}, c.childArgs(r)...)
 	return c.spawn(r, args, env...)
 }
@@ -446,7 +449,7 @@ func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(
 // childArgs is the command of r's semrun: the child, told r's id, hold
 // and exit status.
 func (c *cluster) childArgs(r *run) []string {
-	return []string{c.self, childArg, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code)}
+	return []string{c.child, strconv.Itoa(r.id), strconv.Itoa(r.hold), strconv.Itoa(r.code)}
 }
 
 // spawn starts semrun with args for r, with env added to the cluster's.

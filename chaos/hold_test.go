@@ -116,7 +116,7 @@ func (c *cluster) startAcquire(h *hold, extra ...string) (wait func(), err error
 	r.of, r.role, h.acquire = h, "acquire", r
 	c.mu.Unlock()
 	args := append([]string{"acquire", "-k", h.key, "-n", strconv.Itoa(c.permits), "--ttl", h.lease.String(),
-		"--connect-timeout", connectTimeout.String(), "--json"}, extra...)
+		"--connect-timeout", c.connect.String(), "--json"}, extra...)
 	w, err := c.spawn(r, args, holdEnv+"="+h.tag)
 	if err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func (c *cluster) startStep(h *hold, r *run) (wait func(), err error) {
 	h.steps = append(h.steps, r)
 	handle := h.handle
 	c.mu.Unlock()
-	args := append([]string{"--handle", handle, "--kill-after", killAfter.String(), "--connect-timeout", connectTimeout.String(), "--"},
+	args := append([]string{"--handle", handle, "--kill-after", killAfter.String(), "--connect-timeout", c.connect.String(), "--"},
 		c.childArgs(r)...)
 	return c.spawn(r, args)
 }
@@ -191,7 +191,7 @@ func (c *cluster) startRelease(h *hold) (*run, func(), error) {
 	r.of, r.role, h.release = h, "release", r
 	handle := h.handle
 	c.mu.Unlock()
-	wait, err := c.spawn(r, []string{"release", "--connect-timeout", connectTimeout.String(), handle})
+	wait, err := c.spawn(r, []string{"release", "--connect-timeout", c.connect.String(), handle})
 	return r, wait, err
 }
 
@@ -506,7 +506,8 @@ func (c *cluster) relRun(r *run, exited bool) string {
 // its keeper was SIGKILLed, or a fault of Redis came near. The same goes
 // for release: 0, or 112 when the hold may have been lost; 125 when Redis
 // was out of reach. A release's 0 is checked with the holders (span), and
-// fails here when Redis restarted empty during the hold.
+// fails here when Redis restarted empty during the hold. A machine too
+// slow (starved) excuses 112 and 125 as a fault would.
 func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses bool) []string {
 	excused := func(from, to int64) bool {
 		for _, f := range faults {
@@ -514,7 +515,7 @@ func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses
 				return true
 			}
 		}
-		return false
+		return machine.lag(from, to) >= starvedLag
 	}
 	a := h.acquire
 	if a == nil || a.proc == nil {
@@ -584,17 +585,19 @@ func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses
 	return out
 }
 
-// keepersLeft waits, for at most d, until no keeper of the cluster runs
-// but those of skip, then SIGKILLs the rest and reports each.
+// keepersLeft waits, for at most d and the machine's allowance meanwhile,
+// until no keeper of the cluster runs but those of skip, then SIGKILLs the
+// rest and reports each.
 func (c *cluster) keepersLeft(d time.Duration, skip map[string]bool) int {
-	deadline := time.Now().Add(d)
+	from := mono()
 	for {
 		left := keepers(c.dir + "/")
 		maps.DeleteFunc(left, func(_ int, tag string) bool { return skip[tag] })
 		if len(left) == 0 {
 			return 0
 		}
-		if time.Now().After(deadline) {
+		if now := mono(); now > from+int64(d+machine.allowance(from, now)) {
+			d += machine.allowance(from, now)
 			c.mu.Lock()
 			byTag := map[string]*hold{}
 			for _, h := range c.holds {
@@ -623,11 +626,11 @@ func (h *hold) releaseStderr() string {
 
 // liveHolders counts a key's holders whose lease has not lapsed on Redis's
 // clock, in one step, so that no grant or sweep comes between the reading
-// of the clock and the count.
+// of the clock and the count: {count, now in ms}.
 var liveHolders = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+return {redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf'), now}
 `)
 
 // watchHolders counts, every 50ms until stop is called, the holders Redis
@@ -643,13 +646,14 @@ func (c *cluster) watchHolders() (stop func() (int, []string)) {
 		for ctx.Err() == nil {
 			for _, key := range c.keys {
 				callCtx, cancelCall := context.WithTimeout(ctx, 500*time.Millisecond)
-				n, err := liveHolders.Run(callCtx, rc, []string{"semrun:{" + key + "}:holders"}).Int()
+				res, err := liveHolders.Run(callCtx, rc, []string{"semrun:{" + key + "}:holders"}).Int64Slice()
 				cancelCall()
-				if err == nil && n > c.permits {
-					over++
-					if len(first) < 5 {
-						first = append(first, fmt.Sprintf("%d holders of %q at %s", n, key, c.rel(mono())))
-					}
+				if err != nil || len(res) != 2 || res[0] <= int64(c.permits) {
+					continue
+				}
+				over++
+				if len(first) < 5 {
+					first = append(first, fmt.Sprintf("%d holders of %q at %s", res[0], key, c.rel(mono())))
 				}
 			}
 			select {

@@ -105,14 +105,19 @@ func TestVersionLdflags(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "semrun")
 	const pkg = "github.com/semrun/semrun/cmd."
 	ldflags := "-X " + pkg + "version=v9.9.9 -X " + pkg + "commit=0123abc -X " + pkg + "date=2001-02-03T04:05:06Z"
-	// Not -trimpath nor CGO_ENABLED=0, as releases are built: either
-	// changes every package's build, and this build then compiles them
-	// all again (2.5 minutes of the test suite); what -X sets is the same.
-	build := exec.Command(goTool, "build", "-ldflags", ldflags, "-o", bin, "github.com/semrun/semrun")
+	// Not -trimpath nor CGO_ENABLED=0, as releases are built, and with
+	// -race when the tests are: any other flags change every package's
+	// build, and this build then compiles them all again (20s and more of
+	// CPU, 2.5 minutes of the test suite with -trimpath); what -X sets is
+	// the same.
+	build := exec.Command(goTool, append(append([]string{"build"}, raceFlags...), "-ldflags", ldflags, "-o", bin, "github.com/semrun/semrun")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	out, err := exec.Command(bin, "version").CombinedOutput()
+	version := exec.Command(bin, "version")
+	// A program built with -race sleeps 1s before it exits.
+	version.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	out, err := version.CombinedOutput()
 	if err != nil {
 		t.Fatalf("semrun version: %v\n%s", err, out)
 	}

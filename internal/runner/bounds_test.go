@@ -96,7 +96,7 @@ func TestBoundStopsTheChildAsMaxRuntime(t *testing.T) {
 	// SIGKILL is due at +17s.
 	h.advanceTo(out - time.Millisecond)
 	early := h.start.Add(bound - killAfter - runner.Margin(ttl) + killAfter)
-	ctx, cancel := context.WithTimeout(context.Background(), patience/4)
+	ctx, cancel := context.WithTimeout(context.Background(), quietFor)
 	defer cancel()
 	if h.clk.BlockUntilFunc(ctx, func(alarms []clock.Instant) bool { return slices.Contains(alarms, early) }) == nil {
 		t.Fatalf("at +%v: a SIGKILL due at +%v; want the child left alone until +%v", out-time.Millisecond, early.Sub(h.start), out)

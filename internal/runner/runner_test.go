@@ -40,8 +40,12 @@ const (
 	// killAfter is the default grace period of these tests: with it, the
 	// child is told to stop 30s - 6s - 3s = 21s after the last renewal.
 	killAfter = 6 * time.Second
-	// patience bounds every wait for the runner to react, in real time.
-	patience = 2 * time.Second
+	// patience bounds every wait for the runner to react, in real time: it
+	// reacts at once, and the bound only catches a hang (a loaded machine
+	// held a reaction up for 2s).
+	patience = 30 * time.Second
+	// quietFor is how long a test watches for what must not happen.
+	quietFor = 500 * time.Millisecond
 	// slow bounds every wait for a child process, which a busy machine
 	// may start late.
 	slow = 10 * time.Second

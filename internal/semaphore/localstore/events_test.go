@@ -128,16 +128,27 @@ func TestLocalFollowerSeesEveryEventOnceAcrossRewrites(t *testing.T) {
 	f := semaphoretest.Follow(t, st, semaphore.EventQuery{Keys: []string{key}})
 	req := semaphore.Request{Key: key, Permits: 1, TTL: time.Second}
 	runs := 0
+	// recorded is how many events the log took: a writer that waits more
+	// than 100ms for its lock drops its event and its count together, and
+	// a follower reading under that lock while a loaded machine holds it
+	// up makes it wait that long.
+	recorded := func() int {
+		c := statusOf(t, st, key).Counts
+		if c == nil {
+			return 0
+		}
+		return int(c.Grants) + int(c.Held.Count())
+	}
 	run := func(n int) {
 		t.Helper()
 		for range n {
 			release(t, acquire(t, st, req))
 			// The follower may lag, by less than the log keeps.
 			if runs++; runs%100 == 0 {
-				waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
+				waitFor(t, time.Minute, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(recorded()))
 			}
 		}
-		waitFor(t, 10*time.Second, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(2*runs))
+		waitFor(t, time.Minute, fmt.Sprintf("the follower told of %d runs", runs), f.AtLeast(recorded()))
 	}
 	// Past two rewrites by its writers.
 	run(3 * semaphore.MaxEvents / 2)
@@ -195,19 +206,37 @@ func TestLocalFollowerSeesEveryEventOnceAcrossRewrites(t *testing.T) {
 		t.Errorf("Events following, once its context ended: got %v, want nil", err)
 	}
 	got := f.Told()
-	if len(got) != 2*runs {
-		t.Fatalf("events followed: got %d, want %d, each grant and release once", len(got), 2*runs)
+	if want := recorded(); len(got) != want {
+		t.Fatalf("events followed: got %d, want the %d recorded (of %d runs), each grant and release once", len(got), want, runs)
 	}
 	var last int64
-	for i, e := range got {
-		want := semaphore.EventGrant
-		if i%2 == 1 {
-			want = semaphore.EventRelease
+	if len(got) == 2*runs {
+		for i, e := range got {
+			want := semaphore.EventGrant
+			if i%2 == 1 {
+				want = semaphore.EventRelease
+			}
+			if e.Kind != want || i%2 == 1 && e.Token != got[i-1].Token || i%2 == 0 && e.Token <= last || i > 0 && !e.Time.After(got[i-1].Time) {
+				t.Fatalf("event %d followed: got %+v after %+v, want a %s, a grant with a new token, times rising", i, e, got[max(i-1, 0)], want)
+			}
+			last = e.Token
 		}
-		if e.Kind != want || i%2 == 1 && e.Token != got[i-1].Token || i%2 == 0 && e.Token <= last || i > 0 && !e.Time.After(got[i-1].Time) {
-			t.Fatalf("event %d followed: got %+v after %+v, want a %s, a grant with a new token, times rising", i, e, got[max(i-1, 0)], want)
+	} else {
+		// Some were dropped: each of the others once, oldest first.
+		t.Logf("%d of %d events dropped as they were written", 2*runs-len(got), 2*runs)
+		type once struct {
+			kind  semaphore.EventKind
+			token int64
 		}
-		last = e.Token
+		seen := map[once]bool{}
+		for i, e := range got {
+			k := once{e.Kind, e.Token}
+			if seen[k] || i > 0 && !e.Time.After(got[i-1].Time) {
+				t.Fatalf("event %d followed: got %+v after %+v, want each event once, times rising", i, e, got[max(i-1, 0)])
+			}
+			seen[k] = true
+			last = max(last, e.Token)
+		}
 	}
 
 	// History, read after the rewrite cut short, has each event once.

@@ -510,7 +510,7 @@ func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
 	// for a clock step that pushes the lease back (rebase in lib.lua).
 	c.advanceTouched(st, busy, leaseTTL, leaseTTL-5*time.Millisecond)
 	done := make(chan error, 1)
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := ctxTimeout(t, time.Minute)
 	go func() {
 		l, err := st.Acquire(ctx, semaphore.Request{Key: key, Permits: 1, TTL: leaseTTL})
 		if err == nil {
@@ -518,20 +518,26 @@ func TestClockWaiterRechecksWhenEarliestLeaseCanLapse(t *testing.T) {
 		}
 		done <- err
 	}()
-	n1 := runs.Load()
-	time.Sleep(300 * time.Millisecond)
-	looks := runs.Load() - n1
+	// Time the waiter's first 30 looks: one every ~5ms, against one every
+	// few seconds (a third of its place's lease) without the recheck. The
+	// bound, a look per 200ms, leaves room for a loaded machine.
+	const looks = 30
+	n1, began := runs.Load(), time.Now()
+	for runs.Load()-n1 < looks && time.Since(began) < 30*time.Second {
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(began)
 	c.advance(5 * time.Millisecond)
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("waiter after the lease lapsed: got %v, want a permit", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("waiter after the lease lapsed: still waiting after 5s, want a permit")
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waiter after the lease lapsed: still waiting after 30s, want a permit")
 	}
-	if looks < 15 {
-		t.Errorf("looks in 300ms at a lease lapsing in 5ms: got %d, want at least 15 (one per ~6ms, bounded by load)", looks)
+	if took > looks*200*time.Millisecond {
+		t.Errorf("%d looks at a lease lapsing in 5ms took %v, want under %v: a look every ~5ms", looks, took.Round(time.Millisecond), looks*200*time.Millisecond)
 	}
 }
 

@@ -338,15 +338,16 @@ func TestRedisOnWaitFollowsLine(t *testing.T) {
 	place := func(pos, waiting int) func() bool {
 		return func() bool { s := last(); return s.Position == pos && s.Waiting == waiting }
 	}
-	waitFor(t, 10*time.Second, "OnWait: third of 3", place(3, 3))
+	// The bounds only catch a hang: a loaded machine took more than 5s.
+	waitFor(t, 30*time.Second, "OnWait: third of 3", place(3, 3))
 	stopFirst() // the first gives up
-	waitFor(t, 5*time.Second, "OnWait: second of 2, after the first gave up", place(2, 2))
+	waitFor(t, 30*time.Second, "OnWait: second of 2, after the first gave up", place(2, 2))
 	release(t, h) // the second gets in
-	r := receive(t, second, 5*time.Second, "second waiter after the holder released")
+	r := receive(t, second, 30*time.Second, "second waiter after the holder released")
 	if r.Err != nil {
 		t.Fatalf("second waiter after the holder released: got %v, want a permit", r.Err)
 	}
-	waitFor(t, 5*time.Second, "OnWait: first of 1, after the one ahead got in", place(1, 1))
+	waitFor(t, 30*time.Second, "OnWait: first of 1, after the one ahead got in", place(1, 1))
 	release(t, r.L)
 	if r := receive(t, third, 5*time.Second, "third waiter after the others"); r.Err != nil {
 		t.Fatalf("third waiter after the others: got %v, want a permit", r.Err)

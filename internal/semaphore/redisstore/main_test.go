@@ -1,0 +1,10 @@
+package redisstore
+
+import (
+	"os"
+	"testing"
+
+	"github.com/semrun/semrun/internal/semaphore/semaphoretest"
+)
+
+func TestMain(m *testing.M) { os.Exit(semaphoretest.Main(m)) }
