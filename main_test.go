@@ -712,12 +712,12 @@ func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
 	checkStatus(ts, args[0], err, args[1])
 }
 
-// waitfile FILE...: wait (at most 30s) until each file exists.
+// waitfile FILE...: wait (at most 60s, a hang bound) until each file exists.
 func cmdWaitfile(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) == 0 {
 		ts.Fatalf("usage: waitfile FILE...")
 	}
-	waitFor(ts, 30*time.Second, fmt.Sprintf("waitfile: %q all exist", args), func() (bool, string) {
+	waitFor(ts, 60*time.Second, fmt.Sprintf("waitfile: %q all exist", args), func() (bool, string) {
 		for _, f := range args {
 			if _, err := os.Stat(ts.MkAbs(f)); err != nil {
 				return false, err.Error()
