@@ -1,3 +1,5 @@
+//go:build !semrun_nometrics
+
 package cmd
 
 import (

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !semrun_nometrics
 
 package cmd
 

@@ -102,12 +102,25 @@ func appendFloat(b []byte, f float64) []byte {
 	return strconv.AppendFloat(b, f, 'g', -1, 64)
 }
 
-// The text format escapes a backslash and a newline in HELP, and a
-// double quote too in a label's value. Made when first used: not at the
-// start of every run.
-var (
-	helpEscaper  = sync.OnceValue(func() *strings.Replacer { return strings.NewReplacer(`\`, `\\`, "\n", `\n`) })
-	valueEscaper = sync.OnceValue(func() *strings.Replacer {
-		return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
-	})
-)
+// escapers are the text format's: it escapes a backslash and a newline
+// in HELP, and a double quote too in a label's value. Made when first
+// used, not at the start of every run (a var set by a call would be).
+var escapers struct {
+	once        sync.Once
+	help, value *strings.Replacer
+}
+
+func helpEscaper() *strings.Replacer {
+	escapers.once.Do(makeEscapers)
+	return escapers.help
+}
+
+func valueEscaper() *strings.Replacer {
+	escapers.once.Do(makeEscapers)
+	return escapers.value
+}
+
+func makeEscapers() {
+	escapers.help = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+	escapers.value = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+}
