@@ -143,6 +143,7 @@ func (o *metricsOptions) serve(ctx context.Context, c *metrics.Collector, log *l
 		_ = srv.Close()
 	}
 	<-served
+	c.Wait() // a reading no scrape waits for any more
 	return nil
 }
 

@@ -130,6 +130,18 @@ func (c *Collector) Shared(ctx context.Context) *Scrape {
 	}
 }
 
+// Wait waits for the reading of the store under way, if any, to end
+// (within ScrapeTimeout): a server that stopped closes its store only
+// once nothing reads it.
+func (c *Collector) Wait() {
+	c.mu.Lock()
+	r := c.reading
+	c.mu.Unlock()
+	if r != nil {
+		<-r.done
+	}
+}
+
 // gzipped is b compressed with gzip.
 func gzipped(b []byte) []byte {
 	var out bytes.Buffer

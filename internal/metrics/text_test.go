@@ -283,6 +283,19 @@ func TestMetricsSharedReading(t *testing.T) {
 	if again == first || store.calls != 2 {
 		t.Errorf("a scrape after the reading ended: want a new reading (store read %d times)", store.calls)
 	}
+	// Wait waits for a reading that no scrape waits for any more.
+	store.release = make(chan struct{})
+	go c.Shared(gaveUp)
+	<-store.entered
+	waited := make(chan struct{})
+	go func() { c.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Errorf("Wait returned while the store was read")
+	case <-time.After(10 * time.Millisecond): // a regression shows sometimes, never a false failure
+	}
+	close(store.release)
+	<-waited
 }
 
 // gunzip is b decompressed.
