@@ -84,9 +84,12 @@ func (b *bench) contenders(rounds, semRounds int) []*contender {
 			cs = append(cs, &contender{name: c.name + ", metrics not linked", every: 1, argv: argv})
 		}
 	}
+	version := slices.IndexFunc(cs, func(c *contender) bool { return c.name == "semrun version" }) + 1
+	if b.o.compare != "" {
+		cs = slices.Insert(cs, version, &contender{name: "semrun B version", argv: []string{b.o.compare, "version"}})
+	}
 	if b.unlinked != "" {
-		cs = slices.Insert(cs, slices.IndexFunc(cs, func(c *contender) bool { return c.name == "semrun version" })+1,
-			&contender{name: "semrun version, metrics not linked", argv: []string{b.unlinked, "version"}})
+		cs = slices.Insert(cs, version, &contender{name: "semrun version, metrics not linked", argv: []string{b.unlinked, "version"}})
 	}
 	return cs
 }
