@@ -43,8 +43,9 @@ store keeps counters of, the first 200 of them.
 
 With --listen, it serves them on http://ADDR/metrics, reading the store at each
 scrape (once for the scrapes that come while it reads), until SIGINT or SIGTERM
-(it then exits 0); it says where it listens on stderr. With --textfile, it writes them once to FILE, atomically, for
-node_exporter's textfile collector, from cron: it exits 0 once FILE is written.
+(it then exits 0); it says where it listens on stderr. With --textfile, it
+writes them once to FILE, atomically, for node_exporter's textfile collector,
+from cron: it exits 0 once FILE is written.
 
 semrun_up is 0 when the store could not be read, and semrun_key_readable 0 for
 a key that could not be: the other metrics are then missing, and a line on
@@ -124,7 +125,7 @@ func (o *metricsOptions) serve(ctx context.Context, c *metrics.Collector, log *l
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.src.show("listen", o.listen), addrWhy(err))
 	}
-	srv := metricsServer(c, log.Warnf, writeTime)
+	srv := metricsServer(c, log.Warnf)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	o.tell("serving metrics on http://%s/metrics", ln.Addr())
@@ -148,19 +149,18 @@ func (o *metricsOptions) serve(ctx context.Context, c *metrics.Collector, log *l
 }
 
 // metricsServer is the server of c's metrics on /metrics, and nothing
-// else, each answer written within write once the store is read; its
-// complaints, and answers that could not be written, are said with warnf,
-// once an episode.
-func metricsServer(c *metrics.Collector, warnf func(string, ...any), write time.Duration) *http.Server {
+// else; its complaints, and answers that could not be written, are said
+// with warnf, once an episode.
+func metricsServer(c *metrics.Collector, warnf func(string, ...any)) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", &metricsHandler{c: c, write: write, failed: &episode{warnf: warnf, quiet: quietSpell}})
+	mux.Handle("/metrics", &metricsHandler{c: c, failed: &episode{warnf: warnf, quiet: quietSpell}})
 	return &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: headerTime,
 		ReadTimeout:       headerTime,
 		// The handler sets its own, once the store is read; this bounds
 		// the rest.
-		WriteTimeout:   metrics.ScrapeTimeout + write + time.Second,
+		WriteTimeout:   metrics.ScrapeTimeout + writeTime + time.Second,
 		IdleTimeout:    time.Minute,
 		MaxHeaderBytes: 16 << 10, // a scrape's headers are a few hundred bytes
 		// net/http's own complaints (an accept error, retried every
@@ -175,7 +175,6 @@ func metricsServer(c *metrics.Collector, warnf func(string, ...any), write time.
 // text format, gzipped when the client takes it (as Prometheus does).
 type metricsHandler struct {
 	c      *metrics.Collector
-	write  time.Duration
 	failed *episode
 }
 
@@ -198,7 +197,7 @@ func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	// From now: the time the store took is not the client's.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(h.write))
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTime))
 	if r.Method == http.MethodHead {
 		return
 	}
