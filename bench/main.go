@@ -141,14 +141,16 @@ func main() {
 type bench struct {
 	ctx    context.Context
 	o      options
-	dir    string   // removed at the end
-	root   string   // the module's root
-	semrun string   // built as releases are
-	gowrap string   // the floor of a Go wrapper, built the same way
-	child  string   // the child the contenders run (see childc.go)
-	childC bool     // written in C, else in Go
-	env    []string // for every process started
-	redis  *redistest.Server
+	dir    string // removed at the end
+	root   string // the module's root
+	semrun string // built as releases are
+	// unlinked is semrun built without the metrics code (overhead).
+	unlinked string
+	gowrap   string   // the floor of a Go wrapper, built the same way
+	child    string   // the child the contenders run (see childc.go)
+	childC   bool     // written in C, else in Go
+	env      []string // for every process started
+	redis    *redistest.Server
 	// cluster and sentinel are the other topologies, when they started:
 	// a Redis Cluster of 3 masters, and a Sentinel watching redis.
 	cluster  []*redistest.Server
@@ -283,10 +285,10 @@ func (b *bench) startTopologies() {
 }
 
 // build compiles pkg, relative to the module's root, as releases are
-// built: static, trimmed, stripped.
-func (b *bench) build(name, pkg string) (string, error) {
+// built: static, trimmed, stripped; with the build tags tags.
+func (b *bench) build(name, pkg string, tags ...string) (string, error) {
 	out := filepath.Join(b.dir, name)
-	cmd := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd := exec.CommandContext(b.ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-tags="+strings.Join(tags, ","), "-o", out, pkg)
 	cmd.Dir = b.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

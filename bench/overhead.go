@@ -9,19 +9,24 @@ import (
 	"time"
 )
 
-// Start-up targets: semrun's whole-process time next to flock's, in the
-// same run.
+// Start-up targets: semrun's whole-process time next to the floor of a Go
+// wrapper's (gowrap), in the same run.
 const (
-	overheadRedisTarget = 2.2
-	overheadLocalTarget = 1.5
+	overheadRedisTarget = 2.0
+	overheadLocalTarget = 1.6
 )
+
+// unlinkedTag builds semrun without the metrics code (cmd's
+// metrics_unlinked.go): its runs are timed beside the others', so that
+// what the metrics code costs a run that serves none is seen.
+const unlinkedTag = "semrun_nometrics"
 
 // A contender is one command line whose whole-process time is measured.
 type contender struct {
 	name   string
 	argv   []string
 	every  int     // measured in one round out of every
-	target float64 // the most its p50 may be, as a multiple of flock's
+	target float64 // the most its p50 may be, as a multiple of the Go wrapper's
 	times  []time.Duration
 }
 
@@ -30,6 +35,12 @@ type contender struct {
 // (gowrap) and GNU sem.
 func (b *bench) overhead() ([]*table, error) {
 	rounds := max(b.o.rounds, 1)
+	if b.unlinked == "" {
+		var err error
+		if b.unlinked, err = b.build("semrun-unlinked", ".", unlinkedTag); err != nil {
+			return nil, err
+		}
+	}
 	cs := b.contenders(rounds, b.o.semRounds)
 	if err := b.timeContenders(cs, rounds); err != nil {
 		return nil, err
@@ -67,6 +78,18 @@ func (b *bench) contenders(rounds, semRounds int) []*contender {
 			c.name = "semrun -k K -n 3 -- true " + store
 		}
 		cs = append(cs, c)
+		if b.unlinked != "" && (l.name == "semrun --local" || l.name == "semrun (Redis)") {
+			argv := slices.Clone(c.argv)
+			argv[0] = b.unlinked
+			cs = append(cs, &contender{name: c.name + ", metrics not linked", every: 1, argv: argv})
+		}
+	}
+	version := slices.IndexFunc(cs, func(c *contender) bool { return c.name == "semrun version" }) + 1
+	if b.o.compare != "" {
+		cs = slices.Insert(cs, version, &contender{name: "semrun B version", argv: []string{b.o.compare, "version"}})
+	}
+	if b.unlinked != "" {
+		cs = slices.Insert(cs, version, &contender{name: "semrun version, metrics not linked", argv: []string{b.unlinked, "version"}})
 	}
 	return cs
 }
@@ -118,15 +141,18 @@ func (b *bench) overheadTable(cs []*contender, rounds int) *table {
 	for _, c := range cs {
 		p50 := quantile(c.times, 0.5)
 		target := ""
-		if c.target > 0 && flock > 0 {
-			ok := float64(p50) <= c.target*float64(flock)
-			target = fmt.Sprintf("≤ %.1f× flock: %s", c.target, verdict(ok))
+		if c.target > 0 && floor > 0 {
+			ok := float64(p50) <= c.target*float64(floor)
+			target = fmt.Sprintf("≤ %.1f× Go wrapper: %s", c.target, verdict(ok))
 		}
 		t.add(b.code(c.name), fmt.Sprint(len(c.times)), ms(p50), ms(quantile(c.times, 0.9)),
 			ratio(float64(p50), float64(flock)), ratio(float64(p50), float64(floor)), target)
 	}
 	t.note("Each process is started by the bench and timed from fork to reaped; in each round every command runs once, in a random order, so that noise falls on all alike.")
 	t.note("Go wrapper: bench/gowrap, which runs its arguments with os/exec and does nothing else, built as semrun is: the floor of any wrapper written in Go.")
+	if b.unlinked != "" {
+		t.note("metrics not linked: the same tree built with -tags %s, whose semrun metrics is a stub: what the metrics code costs a run that serves none is the difference.", unlinkedTag)
+	}
 	t.note("semrun runs with a restart fence of %v (the Redis servers are older), keys and lock files that exist after the first run, and the local store in a lock directory of the bench's.", benchFence)
 	return t
 }

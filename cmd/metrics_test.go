@@ -1,18 +1,24 @@
-//go:build unix
+//go:build unix && !semrun_nometrics
 
 package cmd
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/semrun/semrun/internal/metrics/metricstest"
 	"github.com/semrun/semrun/internal/semaphore"
@@ -49,7 +55,7 @@ func TestMetricsTextfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	fams := metricstest.Parse(t, string(b))
-	if metricstest.Value(fams, "semrun_held", "busy") != 1 || metricstest.Value(fams, "semrun_capacity", "busy") != 2 || metricstest.Value(fams, "semrun_held", "idle") != 0 {
+	if metricstest.Value(fams, "semrun_held_permits", "busy") != 1 || metricstest.Value(fams, "semrun_capacity_permits", "busy") != 2 || metricstest.Value(fams, "semrun_held_permits", "idle") != 0 {
 		t.Errorf("want busy 1 held of 2, idle 0 held:\n%s", b)
 	}
 	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o644 {
@@ -88,66 +94,188 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// listening is a semrun metrics --listen started by startListen.
+type listening struct {
+	url    string
+	stderr *syncBuffer
+	stop   func() int // stops it, and is its status
+}
+
+// startListen starts semrun metrics --listen on a free port of 127.0.0.1
+// with args, and waits (at most patience) until it says where it listens.
+func startListen(t *testing.T, args ...string) *listening {
+	t.Helper()
+	f := testFactory(t)
+	l := &listening{stderr: &syncBuffer{}}
+	f.Streams.In, f.Streams.Out, f.Streams.ErrOut = strings.NewReader(""), io.Discard, l.stderr
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, append([]string{"metrics", "--listen", "127.0.0.1:0"}, args...), f)
+	}()
+	stopped, code := false, 0
+	l.stop = func() int {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case code = <-done:
+			case <-time.After(patience):
+				t.Fatalf("metrics --listen still serves %v after it was told to stop", patience)
+			}
+		}
+		return code
+	}
+	t.Cleanup(func() { l.stop() })
+	line := regexp.MustCompile(`^semrun: serving metrics on (http://127\.0\.0\.1:[0-9]+/metrics)\n$`)
+	for deadline := time.Now().Add(patience); l.url == ""; time.Sleep(10 * time.Millisecond) {
+		if m := line.FindStringSubmatch(l.stderr.String()); m != nil {
+			l.url = m[1]
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("metrics --listen ended with status %d before it listened: %q", code, l.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics --listen: no line saying where it listens within %v: %q", patience, l.stderr.String())
+		}
+	}
+	return l
+}
+
+// scrape GETs url as Prometheus does (gzip taken), within wait, checks
+// the answer is 200 and the text format, and returns it; nil when not.
+func scrape(t *testing.T, url string, wait time.Duration) []byte {
+	t.Helper()
+	client := &http.Client{Timeout: wait}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Errorf("GET %s: got %d, %q, %v; want 200 and the text format", url, resp.StatusCode, resp.Header.Get("Content-Type"), err)
+		return nil
+	}
+	return body
+}
+
 func TestMetricsListen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	held(t, dir, "busy")
-	f := testFactory(t)
-	var stderr syncBuffer
-	f.Streams.In, f.Streams.Out, f.Streams.ErrOut = strings.NewReader(""), io.Discard, &stderr
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() {
-		done <- Run(ctx, []string{"metrics", "--local", "--lock-dir", dir, "--listen", "127.0.0.1:0", "busy"}, f)
-	}()
-	line := regexp.MustCompile(`^semrun: serving metrics on (http://127\.0\.0\.1:[0-9]+/metrics)\n$`)
-	var url string
-	for deadline := time.Now().Add(patience); url == ""; time.Sleep(10 * time.Millisecond) {
-		if m := line.FindStringSubmatch(stderr.String()); m != nil {
-			url = m[1]
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("metrics --listen ended with status %d before it listened: %q", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics --listen: no line saying where it listens within %v: %q", patience, stderr.String())
-		}
-	}
-	client := &http.Client{Timeout: patience}
-	resp, err := client.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("GET %s: got %d, %q, %v; want 200 and the text format", url, resp.StatusCode, resp.Header.Get("Content-Type"), err)
-	}
-	fams := metricstest.Parse(t, string(body))
-	if metricstest.Value(fams, "semrun_up", "") != 1 || metricstest.Value(fams, "semrun_held", "busy") != 1 || metricstest.Value(fams, "semrun_capacity", "busy") != 2 {
-		t.Errorf("GET %s: want semrun_up 1, busy 1 held of 2:\n%s", url, body)
+	l := startListen(t, "--local", "--lock-dir", dir, "busy")
+	fams := metricstest.Parse(t, string(scrape(t, l.url, patience)))
+	if metricstest.Value(fams, "semrun_up", "") != 1 || metricstest.Value(fams, "semrun_held_permits", "busy") != 1 || metricstest.Value(fams, "semrun_capacity_permits", "busy") != 2 {
+		t.Errorf("GET %s: want semrun_up 1, busy 1 held of 2: %v", l.url, fams)
 	}
 	for name := range fams {
 		if _, ok := metricstest.Families[name]; !ok {
-			t.Errorf("GET %s: %s, a family no one asked for", url, name)
+			t.Errorf("GET %s: %s, a family no one asked for", l.url, name)
 		}
 	}
-	if resp, err := client.Get(strings.TrimSuffix(url, "metrics") + "debug/vars"); err != nil || resp.StatusCode != http.StatusNotFound {
+	client := &http.Client{Timeout: patience}
+	if resp, err := client.Get(strings.TrimSuffix(l.url, "metrics") + "debug/vars"); err != nil || resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /debug/vars: got %v (%v), want 404: nothing but /metrics is served", resp.StatusCode, err)
 	} else {
 		resp.Body.Close()
 	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("metrics --listen, stopped: got status %d, stderr %q; want 0", code, stderr.String())
+	if resp, err := client.Post(l.url, "text/plain", strings.NewReader("x")); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: got %v (%v), want 405", resp.StatusCode, err)
+	} else {
+		resp.Body.Close()
+	}
+	if code := l.stop(); code != 0 {
+		t.Errorf("metrics --listen, stopped: got status %d, stderr %q; want 0", code, l.stderr.String())
+	}
+}
+
+// neverReads sends a scrape to url that asks for the text (no gzip), on
+// a connection with a small receive buffer, and reads the first byte of
+// the answer: its writing has begun. It then reads nothing more.
+func neverReads(t *testing.T, url string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: patience, Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		if cerr := c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096) }); cerr != nil {
+			return cerr
 		}
-	case <-time.After(patience):
-		t.Fatalf("metrics --listen still serves %v after it was told to stop", patience)
+		return err
+	}}
+	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/metrics")
+	conn, err := d.Dial("tcp", host)
+	if err != nil {
+		t.Fatalf("dial %s: %v", host, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := fmt.Fprintf(conn, "GET /metrics HTTP/1.1\r\nHost: %s\r\n\r\n", host); err != nil {
+		t.Fatalf("a scrape that never reads: %v", err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(patience))
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("a scrape that never reads: no answer begun within %v: %v", patience, err)
+	}
+	return conn
+}
+
+// Clients that never read, and crowds of scrapes at once, hold up no
+// scrape: with eight clients whose answers stall (more than the scrapes
+// served at once before), twenty scrapes at once are all answered in
+// full, none refused; and the clients that fail are said once, not once
+// a write. The answer is larger than a socket's buffers hold (600 keys
+// of long names, about 9MB), so that a client that does not read stalls
+// the writing of its answer.
+func TestMetricsListenHoldsUpUnderHostileClients(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"--local", "--lock-dir", dir}
+	for i := range 600 {
+		args = append(args, fmt.Sprintf("%03d-", i)+strings.Repeat("k", semaphore.MaxKeyLen-4))
+	}
+	l := startListen(t, args...)
+	var stalled []net.Conn
+	for range 8 {
+		stalled = append(stalled, neverReads(t, l.url))
+	}
+	// Twenty answers of 9MB to unpack, on a machine that may be busy: the
+	// wait bounds a hang, not the speed.
+	const wait = 2 * time.Minute
+	var wg sync.WaitGroup
+	bodies := make([][]byte, 20)
+	for i := range bodies {
+		wg.Go(func() { bodies[i] = scrape(t, l.url, wait) })
+	}
+	wg.Wait()
+	last := fmt.Sprintf(`semrun_waiting{key="%s"} 0`+"\n", args[len(args)-1])
+	for i, b := range bodies {
+		if b != nil && !bytes.HasSuffix(b, []byte(last)) {
+			t.Errorf("scrape %d beside clients that never read: %d bytes, not ending with the last key's last series", i, len(b))
+		}
+	}
+	if fams := metricstest.Parse(t, string(bodies[0])); len(fams["semrun_key_readable"].GetMetric()) != 600 {
+		t.Errorf("a scrape beside clients that never read: got %d keys, want 600", len(fams["semrun_key_readable"].GetMetric()))
+	}
+	// The clients that never read go, abruptly: their answers fail.
+	for _, c := range stalled {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // a reset: the writer learns at once
+		}
+		c.Close()
+	}
+	if code := l.stop(); code != 0 { // once every answer ended
+		t.Errorf("metrics --listen, stopped: got status %d; want 0", code)
+	}
+	var warnings []string
+	for _, line := range strings.Split(l.stderr.String(), "\n") {
+		if strings.Contains(line, "warning") {
+			warnings = append(warnings, line)
+		}
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "could not be written") {
+		t.Errorf("8 answers that failed: got warnings %q, want one line", warnings)
 	}
 }
 

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -14,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/semrun/semrun/internal/metrics/metricstest"
@@ -59,19 +59,12 @@ func (s *fixedStore) Status(_ context.Context, keys []string) ([]semaphore.KeySt
 	return out, nil
 }
 
-// collectText writes what c collects to a textfile, and parses the
-// file back with the client library's own parser.
-func collectText(t *testing.T, c prometheus.Collector) (map[string]*dto.MetricFamily, string) {
+// collectText is what c collects, and that text parsed back with the
+// client library's own parser.
+func collectText(t *testing.T, c *Collector) (map[string]*dto.MetricFamily, string) {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "semrun.prom")
-	if err := prometheus.WriteToTextfile(file, Registry(c)); err != nil {
-		t.Fatalf("WriteToTextfile: %v", err)
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metricstest.Parse(t, string(b)), string(b)
+	text := string(c.Text())
+	return metricstest.Parse(t, text), text
 }
 
 // checkBuckets checks that h's buckets are semaphore.Buckets in seconds,
@@ -141,8 +134,8 @@ func TestMetricsOfAKeyStatus(t *testing.T) {
 		want float64
 	}{
 		{"semrun_key_readable", 1},
-		{"semrun_capacity", 5}, // the stored capacity wins
-		{"semrun_held", 3},
+		{"semrun_capacity_permits", 5}, // the stored capacity wins
+		{"semrun_held_permits", 3},
 		{"semrun_waiting", 3},
 		{"semrun_paused", 1},
 		{"semrun_oldest_holder_age_seconds", 600},
@@ -159,18 +152,19 @@ func TestMetricsOfAKeyStatus(t *testing.T) {
 	if got := metricstest.Value(fams, "semrun_up", ""); got != 1 {
 		t.Errorf("semrun_up: got %v, want 1", got)
 	}
-	//                              1s 5s 15s 30s 1m 2m 5m 10m 30m 1h 2h 4h 8h 24h
-	checkBuckets(t, "semrun_wait_seconds", metricstest.Series(fams, "semrun_wait_seconds", "pdf").GetHistogram(),
-		[]uint64{1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}, 4, 90006.5)
-	checkBuckets(t, "semrun_held_seconds", metricstest.Series(fams, "semrun_held_seconds", "pdf").GetHistogram(),
-		[]uint64{0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2}, 2, 210)
+	//                              10ms 25ms 50ms 100ms 250ms 500ms 1s 5s 15s 30s 1m 2m 5m 10m 30m 1h 2h 4h 8h 24h
+	checkBuckets(t, "semrun_wait_duration_seconds", metricstest.Series(fams, "semrun_wait_duration_seconds", "pdf").GetHistogram(),
+		[]uint64{0, 0, 0, 0, 0, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}, 4, 90006.5)
+	checkBuckets(t, "semrun_hold_duration_seconds", metricstest.Series(fams, "semrun_hold_duration_seconds", "pdf").GetHistogram(),
+		[]uint64{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2}, 2, 210)
 	// The text itself, as node_exporter and Prometheus read it.
 	for _, line := range []string{
 		`# TYPE semrun_grants_total counter`,
 		`semrun_grants_total{key="pdf"} 7`,
-		`semrun_wait_seconds_bucket{key="pdf",le="5"} 3`,
-		`semrun_wait_seconds_bucket{key="pdf",le="+Inf"} 4`,
-		`semrun_wait_seconds_count{key="pdf"} 4`,
+		`semrun_wait_duration_seconds_bucket{key="pdf",le="5"} 3`,
+		`semrun_wait_duration_seconds_bucket{key="pdf",le="0.5"} 1`,
+		`semrun_wait_duration_seconds_bucket{key="pdf",le="+Inf"} 4`,
+		`semrun_wait_duration_seconds_count{key="pdf"} 4`,
 	} {
 		if !strings.Contains(text, "\n"+line+"\n") {
 			t.Errorf("the text lacks the line %q:\n%s", line, text)
@@ -179,27 +173,27 @@ func TestMetricsOfAKeyStatus(t *testing.T) {
 }
 
 // A key nobody asked for yet has no capacity (not 0, which
-// semrun_held >= semrun_capacity would take for full), and counters and
+// semrun_held_permits >= semrun_capacity_permits would take for full), and counters and
 // histograms at 0 when the store counted nothing.
 func TestMetricsOfANewKey(t *testing.T) {
 	t.Parallel()
 	fams, text := collectText(t, NewCollector(&fixedStore{statuses: []semaphore.KeyStatus{{Key: "new"}}}, []string{"new"}, t.Logf))
-	if m := metricstest.Series(fams, "semrun_capacity", "new"); m != nil {
-		t.Errorf("semrun_capacity of a key of unknown capacity: got %v, want none", m)
+	if m := metricstest.Series(fams, "semrun_capacity_permits", "new"); m != nil {
+		t.Errorf("semrun_capacity_permits of a key of unknown capacity: got %v, want none", m)
 	}
-	for _, name := range []string{"semrun_held", "semrun_waiting", "semrun_paused", "semrun_oldest_holder_age_seconds",
+	for _, name := range []string{"semrun_held_permits", "semrun_waiting", "semrun_paused", "semrun_oldest_holder_age_seconds",
 		"semrun_grants_total", "semrun_busy_total", "semrun_timeouts_total", "semrun_losses_total", "semrun_revokes_total"} {
 		if got := metricstest.Value(fams, name, "new"); got != 0 {
 			t.Errorf("%s{key=\"new\"}: got %v, want 0\n%s", name, got, text)
 		}
 	}
 	zeros := make([]uint64, len(semaphore.Buckets))
-	checkBuckets(t, "semrun_wait_seconds", metricstest.Series(fams, "semrun_wait_seconds", "new").GetHistogram(), zeros, 0, 0)
-	checkBuckets(t, "semrun_held_seconds", metricstest.Series(fams, "semrun_held_seconds", "new").GetHistogram(), zeros, 0, 0)
+	checkBuckets(t, "semrun_wait_duration_seconds", metricstest.Series(fams, "semrun_wait_duration_seconds", "new").GetHistogram(), zeros, 0, 0)
+	checkBuckets(t, "semrun_hold_duration_seconds", metricstest.Series(fams, "semrun_hold_duration_seconds", "new").GetHistogram(), zeros, 0, 0)
 	// The caller's capacity when none is stored.
 	fams, _ = collectText(t, NewCollector(&fixedStore{statuses: []semaphore.KeyStatus{{Key: "k", Capacity: 2}}}, []string{"k"}, t.Logf))
-	if got := metricstest.Value(fams, "semrun_capacity", "k"); got != 2 {
-		t.Errorf("semrun_capacity with no stored capacity: got %v, want the caller's 2", got)
+	if got := metricstest.Value(fams, "semrun_capacity_permits", "k"); got != 2 {
+		t.Errorf("semrun_capacity_permits with no stored capacity: got %v, want the caller's 2", got)
 	}
 }
 
@@ -220,17 +214,17 @@ func TestMetricsBoundWhatTheStoreSays(t *testing.T) {
 	if got := metricstest.Value(fams, "semrun_grants_total", "odd"); got != 0 {
 		t.Errorf("a count below 0: got %v, want 0", got)
 	}
-	if got := metricstest.Value(fams, "semrun_held", "odd"); got != 0 {
+	if got := metricstest.Value(fams, "semrun_held_permits", "odd"); got != 0 {
 		t.Errorf("held below 0: got %v, want 0", got)
 	}
 	ones := slices.Repeat([]uint64{1}, n)
-	checkBuckets(t, "a histogram too long", metricstest.Series(fams, "semrun_wait_seconds", "odd").GetHistogram(), ones, 3, 0)
+	checkBuckets(t, "a histogram too long", metricstest.Series(fams, "semrun_wait_duration_seconds", "odd").GetHistogram(), ones, 3, 0)
 	maxed := slices.Repeat([]uint64{maxCount}, n)
-	checkBuckets(t, "a histogram that overflows", metricstest.Series(fams, "semrun_held_seconds", "odd").GetHistogram(), maxed, maxCount, 0)
+	checkBuckets(t, "a histogram that overflows", metricstest.Series(fams, "semrun_hold_duration_seconds", "odd").GetHistogram(), maxed, maxCount, 0)
 	short := semaphore.KeyStatus{Key: "short", Counts: &semaphore.Counts{Wait: semaphore.Histogram{Counts: []uint64{2, 1}}}}
 	fams, _ = collectText(t, NewCollector(&fixedStore{statuses: []semaphore.KeyStatus{short}}, []string{"short"}, t.Logf))
 	want := append([]uint64{2}, slices.Repeat([]uint64{3}, n-1)...)
-	checkBuckets(t, "a histogram too short", metricstest.Series(fams, "semrun_wait_seconds", "short").GetHistogram(), want, 3, 0)
+	checkBuckets(t, "a histogram too short", metricstest.Series(fams, "semrun_wait_duration_seconds", "short").GetHistogram(), want, 3, 0)
 }
 
 // A key that could not be read has semrun_key_readable 0 and nothing
@@ -252,7 +246,7 @@ func TestMetricsOfAKeyThatCouldNotBeRead(t *testing.T) {
 			t.Errorf("%s of a key that could not be read: want none\n%s", name, text)
 		}
 	}
-	if metricstest.Value(fams, "semrun_up", "") != 1 || metricstest.Value(fams, "semrun_key_readable", "good") != 1 || metricstest.Value(fams, "semrun_held", "good") != 1 {
+	if metricstest.Value(fams, "semrun_up", "") != 1 || metricstest.Value(fams, "semrun_key_readable", "good") != 1 || metricstest.Value(fams, "semrun_held_permits", "good") != 1 {
 		t.Errorf("beside a key that could not be read: want semrun_up 1 and the other key's metrics\n%s", text)
 	}
 	said := w.Take()
@@ -274,7 +268,7 @@ func TestMetricsOfAStoreThatCannotBeRead(t *testing.T) {
 	c := NewCollector(store, []string{"k"}, w.Warnf)
 	for i := range 2 {
 		fams, text := collectText(t, c)
-		if len(fams) != 1 || metricstest.Value(fams, "semrun_up", "") != 0 {
+		if !onlyScrapes(fams) || metricstest.Value(fams, "semrun_up", "") != 0 {
 			t.Errorf("scrape %d of a store down: want semrun_up 0 alone, got\n%s", i, text)
 		}
 	}
@@ -297,7 +291,7 @@ func TestMetricsOfAStoreThatCannotBeRead(t *testing.T) {
 	}
 	// Keys that cannot be listed are the store down too.
 	fams, _ := collectText(t, NewCollector(&fixedStore{keysErr: errors.New("events: not built yet")}, nil, w.Warnf))
-	if len(fams) != 1 || metricstest.Value(fams, "semrun_up", "") != 0 {
+	if !onlyScrapes(fams) || metricstest.Value(fams, "semrun_up", "") != 0 {
 		t.Errorf("keys that cannot be listed: want semrun_up 0 alone")
 	}
 }
@@ -317,22 +311,67 @@ func TestMetricsReadTheKeysTheStoreKeeps(t *testing.T) {
 	}
 	none := &fixedStore{}
 	fams, _ = collectText(t, NewCollector(none, nil, t.Logf))
-	if len(none.asked) != 0 || len(fams) != 1 || metricstest.Value(fams, "semrun_up", "") != 1 {
-		t.Errorf("a store that keeps no key: Status asked %q, %d families; want no Status, semrun_up 1 alone", none.asked, len(fams))
+	if len(none.asked) != 0 || !onlyScrapes(fams) || metricstest.Value(fams, "semrun_up", "") != 1 {
+		t.Errorf("a store that keeps no key: Status asked %q, %d families; want no Status, semrun_up 1 and no key's series", none.asked, len(fams))
 	}
 	named := &fixedStore{keysErr: errors.New("listed")}
 	collectText(t, NewCollector(named, []string{"x", "x"}, t.Logf))
 	if named.listed != 0 || len(named.asked) != 1 || !slices.Equal(named.asked[0], []string{"x"}) {
 		t.Errorf("a key named twice: Keys called %d times, Status asked %q; want no Keys, x once", named.listed, named.asked)
 	}
+}
+
+// onlyScrapes tells whether fams has the scrape's families alone
+// (semrun_up, semrun_keys_left_out), and no key's.
+func onlyScrapes(fams map[string]*dto.MetricFamily) bool {
+	for name := range fams {
+		if name != "semrun_up" && name != "semrun_keys_left_out" {
+			return false
+		}
+	}
+	return true
+}
+
+// A scrape has a bounded size: of the keys a store lists (anyone who can
+// write to it may list made-up ones, as long as they can be), the first
+// MaxKeys are read, semrun_keys_left_out says how many more, and it is
+// said once; keys named are all read.
+func TestMetricsOfAScrapeAreBounded(t *testing.T) {
+	t.Parallel()
 	many := &fixedStore{}
-	for i := range maxKeys + 5 {
-		many.keys = append(many.keys, fmt.Sprintf("k%04d", i))
+	for i := range 1000 {
+		// As long as a key can be, each character escaped: the largest.
+		many.keys = append(many.keys, fmt.Sprintf("%04d", i)+strings.Repeat(`"`, semaphore.MaxKeyLen-4))
 	}
 	var w semaphoretest.Warnings
-	collectText(t, NewCollector(many, nil, w.Warnf))
-	if len(many.asked) != 1 || len(many.asked[0]) != maxKeys || !slices.ContainsFunc(w.Take(), func(s string) bool { return strings.Contains(s, "name the keys wanted") }) {
-		t.Errorf("%d keys: want the first %d read, and why said", len(many.keys), maxKeys)
+	c := NewCollector(many, nil, w.Warnf)
+	text := string(c.Text()) // not parsed whole: 5MB, slow under the race detector
+	if len(many.asked) != 1 || len(many.asked[0]) != MaxKeys || !slices.Equal(many.asked[0], many.keys[:MaxKeys]) {
+		t.Errorf("1000 keys listed: want the first %d read", MaxKeys)
+	}
+	if got := strings.Count(text, "\nsemrun_key_readable{"); got != MaxKeys {
+		t.Errorf("1000 keys listed: got the series of %d, want %d", got, MaxKeys)
+	}
+	if want := fmt.Sprintf("\nsemrun_keys_left_out %d\n", 1000-MaxKeys); !strings.Contains(text, want) {
+		t.Errorf("semrun_keys_left_out: want the line %q", want)
+	}
+	// The bound docs/watching.md gives: at most 27KB a key.
+	if most := MaxKeys * 27 << 10; len(text) > most {
+		t.Errorf("a scrape of 1000 keys listed: %d bytes, want at most %d", len(text), most)
+	}
+	said := w.Take()
+	if len(said) != 1 || !strings.Contains(said[0], "name the keys wanted") {
+		t.Errorf("got warnings %q, want one saying keys were left out", said)
+	}
+	many.keys = append(many.keys, "another")
+	c.Text()
+	if said := w.Take(); len(said) != 0 {
+		t.Errorf("a scrape again, with one more key: got warnings %q, want none (said once)", said)
+	}
+	named := &fixedStore{}
+	NewCollector(named, many.keys, t.Logf).Text()
+	if len(named.asked) != 1 || len(named.asked[0]) != len(many.keys) {
+		t.Errorf("%d keys named: want them all read", len(many.keys))
 	}
 }
 
@@ -351,12 +390,12 @@ func TestMetricsOfHostileKeys(t *testing.T) {
 		t.Fatalf("Status asked %q, want the %d keys that can be keys", store.asked, len(hostile))
 	}
 	for _, k := range hostile {
-		if metricstest.Value(fams, "semrun_key_readable", k) != 1 || metricstest.Value(fams, "semrun_capacity", k) != 1 {
+		if metricstest.Value(fams, "semrun_key_readable", k) != 1 || metricstest.Value(fams, "semrun_capacity_permits", k) != 1 {
 			t.Errorf("key %q: its series did not come back as it was:\n%s", k, text)
 		}
 	}
-	if got := len(fams["semrun_held"].GetMetric()); got != len(hostile) {
-		t.Errorf("got %d semrun_held series, want %d: one a key\n%s", got, len(hostile), text)
+	if got := len(fams["semrun_held_permits"].GetMetric()); got != len(hostile) {
+		t.Errorf("got %d semrun_held_permits series, want %d: one a key\n%s", got, len(hostile), text)
 	}
 	if metricstest.Value(fams, "semrun_up", "") != 1 || len(fams["semrun_up"].GetMetric()) != 1 {
 		t.Errorf("a key that looks like a series made one:\n%s", text)
@@ -368,7 +407,7 @@ func TestMetricsOfHostileKeys(t *testing.T) {
 	// that cannot be a key, too).
 	twice := &fixedStore{statuses: []semaphore.KeyStatus{{Key: "k", Held: 1}, {Key: "k", Held: 2}, {Key: "\x1b[2J"}}}
 	fams, text = collectText(t, NewCollector(twice, []string{"k"}, w.Warnf))
-	if len(fams["semrun_held"].GetMetric()) != 1 || metricstest.Value(fams, "semrun_held", "k") != 1 || strings.Contains(text, "\x1b") {
+	if len(fams["semrun_held_permits"].GetMetric()) != 1 || metricstest.Value(fams, "semrun_held_permits", "k") != 1 || strings.Contains(text, "\x1b") {
 		t.Errorf("a status of one key twice, and one of no key: want the first alone\n%s", text)
 	}
 	if said := w.Take(); len(said) != 2 {
@@ -400,32 +439,138 @@ func TestMetricsSayFewLines(t *testing.T) {
 	}
 }
 
-// The table of docs/watching.md lists every metric semrun metrics makes,
-// with its type, and nothing else; its queries and rules name no other.
-func TestDocsListEveryMetric(t *testing.T) {
-	t.Parallel()
+// renamed are the names semrun metrics said before, which
+// docs/watching.md names to say what they became.
+var renamed = map[string]string{
+	"semrun_capacity":     "semrun_capacity_permits",
+	"semrun_held":         "semrun_held_permits",
+	"semrun_wait_seconds": "semrun_wait_duration_seconds",
+	"semrun_held_seconds": "semrun_hold_duration_seconds",
+}
+
+// watching is docs/watching.md.
+func watching(t *testing.T) string {
+	t.Helper()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "watching.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	documented := map[string]string{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `(semrun_[a-z_]+)` \\| ([a-z]+) \\|").FindAllStringSubmatch(string(doc), -1) {
-		documented[m[1]] = m[2]
-	}
-	for name, typ := range metricstest.Families {
-		if got, want := documented[name], strings.ToLower(typ.String()); got != want {
-			t.Errorf("docs/watching.md: %s is a %s, the table says %q", name, want, got)
-		}
-	}
-	for _, m := range regexp.MustCompile(`semrun_[a-z_]+`).FindAllString(string(doc), -1) {
-		name := m
-		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if base, ok := strings.CutSuffix(m, suffix); ok && metricstest.Families[base] == dto.MetricType_HISTOGRAM {
-				name = base
+	return string(doc)
+}
+
+// family is the family a series' name belongs to (a histogram's
+// _bucket, _sum and _count are its own), and whether semrun makes it.
+func family(name string) (*Family, bool) {
+	for i, f := range Families {
+		base := name
+		if f.Type == "histogram" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				base = strings.TrimSuffix(base, suffix)
 			}
 		}
-		if _, ok := metricstest.Families[name]; !ok {
+		if base == f.Name {
+			return &Families[i], true
+		}
+	}
+	return nil, false
+}
+
+// The table of docs/watching.md lists every metric semrun metrics makes,
+// with its type, and nothing else; its queries and rules name no other
+// (but the names of before, said once, as renamed).
+func TestDocsListEveryMetric(t *testing.T) {
+	t.Parallel()
+	doc := watching(t)
+	documented := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(semrun_[a-z_]+)` \\| ([a-z]+) \\|").FindAllStringSubmatch(doc, -1) {
+		documented[m[1]] = m[2]
+	}
+	for _, f := range Families {
+		if got := documented[f.Name]; got != f.Type {
+			t.Errorf("docs/watching.md: %s is a %s, the table says %q", f.Name, f.Type, got)
+		}
+	}
+	for _, m := range regexp.MustCompile(`semrun_[a-z_]+`).FindAllString(doc, -1) {
+		if _, ok := family(m); !ok && renamed[m] == "" {
 			t.Errorf("docs/watching.md names %s, which semrun metrics does not make", m)
+		}
+	}
+	for old, now := range renamed {
+		if _, ok := family(now); !ok || !strings.Contains(doc, "`"+old+"`") {
+			t.Errorf("renamed %s to %s: want the new name made, and the old one said in docs/watching.md", old, now)
+		}
+	}
+}
+
+// The Grafana dashboard of docs/watching.md is JSON a Grafana imports,
+// and every metric it queries is one semrun metrics makes: the table's
+// check, again, on the queries themselves.
+func TestDocsDashboard(t *testing.T) {
+	t.Parallel()
+	doc := watching(t)
+	_, rest, ok := strings.Cut(doc, "### A Grafana dashboard")
+	if !ok {
+		t.Fatal("docs/watching.md has no section \"A Grafana dashboard\"")
+	}
+	_, rest, _ = strings.Cut(rest, "```json\n")
+	body, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("docs/watching.md: the dashboard is no ```json block")
+	}
+	var dash struct {
+		Title      string
+		Templating struct {
+			List []struct {
+				Name       string
+				Definition string
+			}
+		}
+		Panels []struct {
+			Title   string
+			Type    string
+			GridPos struct{ W, H int }
+			Targets []struct{ Expr string }
+		}
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	if err := dec.Decode(&dash); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	if dash.Title == "" || len(dash.Panels) == 0 {
+		t.Fatalf("the dashboard: got title %q, %d panels; want a title and panels", dash.Title, len(dash.Panels))
+	}
+	queries := map[string]string{}
+	for _, v := range dash.Templating.List {
+		if v.Definition != "" {
+			queries["variable "+v.Name] = v.Definition
+		}
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 || p.GridPos.W == 0 || p.GridPos.H == 0 {
+			t.Errorf("panel %q: want queries, and a place", p.Title)
+		}
+		for i, q := range p.Targets {
+			queries[fmt.Sprintf("panel %q, query %d", p.Title, i)] = q.Expr
+		}
+	}
+	queried := map[string]bool{}
+	for where, q := range queries {
+		names := regexp.MustCompile(`semrun_[a-z_]+`).FindAllString(q, -1)
+		if len(names) == 0 {
+			t.Errorf("%s: %q queries no metric of semrun's", where, q)
+		}
+		for _, name := range names {
+			f, ok := family(name)
+			if !ok {
+				t.Errorf("%s queries %s, which semrun metrics does not make", where, name)
+				continue
+			}
+			queried[f.Name] = true
+		}
+	}
+	for _, name := range []string{"semrun_held_permits", "semrun_capacity_permits", "semrun_wait_duration_seconds", "semrun_hold_duration_seconds"} {
+		if !queried[name] {
+			t.Errorf("the dashboard does not show %s", name)
 		}
 	}
 }

@@ -3,143 +3,165 @@ package metrics
 import (
 	"cmp"
 	"fmt"
-	"sync"
+	"slices"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-// keyDescs describe the metrics: semrun_up, and those of each key,
-// labelled with the key alone.
-type keyDescs struct {
-	up, readable                            *prometheus.Desc
-	capacity, held, waiting, paused, oldest *prometheus.Desc
-	grants, busy, timeouts, losses, revokes *prometheus.Desc
-	waitSeconds, heldSeconds                *prometheus.Desc
+// Family is one family of metrics semrun metrics makes.
+type Family struct {
+	// Name is its name; Type "gauge", "counter" or "histogram", as the
+	// text format says them; Help what it means.
+	Name, Type, Help string
+	// Keyed: it has a series for each key, labelled key; else a single
+	// series without labels.
+	Keyed bool
+	// value is its value for a key (or for the scrape, unkeyed), and
+	// whether it has one; hist a histogram's.
+	value func(*series) (float64, bool)
+	hist  func(*series) *histogram
 }
 
-func (d *keyDescs) all() []*prometheus.Desc {
-	return []*prometheus.Desc{d.up, d.readable, d.capacity, d.held, d.waiting, d.paused, d.oldest,
-		d.grants, d.busy, d.timeouts, d.losses, d.revokes, d.waitSeconds, d.heldSeconds}
+// Families are every family, in the order the text lists them: by name,
+// as the client library's registry sorts them. Names follow Prometheus's
+// conventions: no two stems with different units (semrun_held_permits,
+// not semrun_held beside semrun_held_seconds), counters end in _total,
+// durations are seconds.
+var Families = []Family{
+	{Name: "semrun_busy_total", Type: "counter", Keyed: true,
+		Help:  "Callers that would not wait (--no-wait) and got no permit of the key: all held, the key paused, the restart fence.",
+		value: func(s *series) (float64, bool) { return s.count(s.counts.Busy) }},
+	{Name: "semrun_capacity_permits", Type: "gauge", Keyed: true,
+		Help: "Permits of the key: the capacity kept in the store (semrun key set) when set, else the one its latest caller (or, idle, its latest grant) asked for; missing when the store knows neither.",
+		value: func(s *series) (float64, bool) {
+			// Unknown, it is missing rather than 0: held >= capacity
+			// must not hold of a key nobody asked for.
+			c := cmp.Or(max(s.status.StoredCapacity, 0), max(s.status.Capacity, 0))
+			return float64(c), s.readable() && c > 0
+		}},
+	{Name: "semrun_grants_total", Type: "counter", Keyed: true,
+		Help:  "Permits of the key granted.",
+		value: func(s *series) (float64, bool) { return s.count(s.counts.Grants) }},
+	{Name: "semrun_held_permits", Type: "gauge", Keyed: true,
+		Help:  "Permits of the key taken, by holders (each its --weight) and by coolings (--min-hold).",
+		value: func(s *series) (float64, bool) { return float64(max(s.status.Held, 0)), s.readable() }},
+	{Name: "semrun_hold_duration_seconds", Type: "histogram", Keyed: true,
+		Help: "How long each permit of the key given back was held, from its grant to its release.",
+		hist: func(s *series) *histogram { return s.held }},
+	{Name: "semrun_key_readable", Type: "gauge", Keyed: true,
+		Help: "1 when the key could be read, 0 when not (no other metric of it then).",
+		value: func(s *series) (float64, bool) {
+			if s.readable() {
+				return 1, true
+			}
+			return 0, true
+		}},
+	{Name: "semrun_keys_left_out", Type: "gauge",
+		Help:  "Keys the store listed that have no metrics: those past the first 200 (name the keys wanted).",
+		value: func(s *series) (float64, bool) { return float64(s.leftOut), true }},
+	{Name: "semrun_losses_total", Type: "counter", Keyed: true,
+		Help:  "Permits of the key lost: their holder stopped renewing or vanished without giving them back.",
+		value: func(s *series) (float64, bool) { return s.count(s.counts.Losses) }},
+	{Name: "semrun_oldest_holder_age_seconds", Type: "gauge", Keyed: true,
+		Help: "How long the key's longest holder has held it; 0 when none does. Coolings (--min-hold) do not count.",
+		value: func(s *series) (float64, bool) {
+			var oldest time.Duration
+			for _, h := range s.status.Holders {
+				oldest = max(oldest, h.Age)
+			}
+			return oldest.Seconds(), s.readable()
+		}},
+	{Name: "semrun_paused", Type: "gauge", Keyed: true,
+		Help: "1 while the key is paused (semrun key pause), else 0.",
+		value: func(s *series) (float64, bool) {
+			if s.status.Paused != nil {
+				return 1, s.readable()
+			}
+			return 0, s.readable()
+		}},
+	{Name: "semrun_revokes_total", Type: "counter", Keyed: true,
+		Help:  "Holders of the key an operator revoked (semrun key revoke).",
+		value: func(s *series) (float64, bool) { return s.count(s.counts.Revokes) }},
+	{Name: "semrun_timeouts_total", Type: "counter", Keyed: true,
+		Help:  "Waiters whose wait ended (--timeout) before their turn came.",
+		value: func(s *series) (float64, bool) { return s.count(s.counts.Timeouts) }},
+	{Name: "semrun_up", Type: "gauge",
+		Help: "1 when the store could be read, 0 when not (no metric of a key then).",
+		value: func(s *series) (float64, bool) {
+			if s.up {
+				return 1, true
+			}
+			return 0, true
+		}},
+	{Name: "semrun_wait_duration_seconds", Type: "histogram", Keyed: true,
+		Help: "How long each grant of the key waited for its permit.",
+		hist: func(s *series) *histogram { return s.wait }},
+	{Name: "semrun_waiting", Type: "gauge", Keyed: true,
+		Help:  "Callers waiting in the key's line.",
+		value: func(s *series) (float64, bool) { return float64(len(s.status.Waiters)), s.readable() }},
 }
 
-// descs are made once, when first used: not at the start of every run.
-var descs = sync.OnceValue(func() *keyDescs {
-	key := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, []string{"key"}, nil)
-	}
-	return &keyDescs{
-		up:          prometheus.NewDesc("semrun_up", "1 when the store could be read, 0 when not (no metric of a key then).", nil, nil),
-		readable:    key("semrun_key_readable", "1 when the key could be read, 0 when not (no other metric of it then)."),
-		capacity:    key("semrun_capacity", "Permits of the key: the capacity kept in the store (semrun key set) when set, else the one its latest caller asked for; missing when unknown."),
-		held:        key("semrun_held", "Permits of the key taken, by holders and by coolings (--min-hold)."),
-		waiting:     key("semrun_waiting", "Callers waiting in the key's line."),
-		paused:      key("semrun_paused", "1 while the key is paused (semrun key pause), else 0."),
-		oldest:      key("semrun_oldest_holder_age_seconds", "How long the key's longest holder has held it; 0 when none does. Coolings (--min-hold) do not count."),
-		grants:      key("semrun_grants_total", "Permits of the key granted."),
-		busy:        key("semrun_busy_total", "Callers that would not wait (--no-wait) and got no permit of the key."),
-		timeouts:    key("semrun_timeouts_total", "Waiters whose wait ended (--timeout) before their turn came."),
-		losses:      key("semrun_losses_total", "Permits of the key lost: their holder stopped renewing or vanished without giving them back."),
-		revokes:     key("semrun_revokes_total", "Holders of the key an operator revoked (semrun key revoke)."),
-		waitSeconds: key("semrun_wait_seconds", "How long each grant of the key waited for its permit."),
-		heldSeconds: key("semrun_held_seconds", "How long each permit of the key given back was held."),
-	}
-})
+// series are what one key's metrics (or the scrape's, unkeyed) say.
+type series struct {
+	// The scrape's: whether the store could be read, and how many keys
+	// it listed were left out.
+	up      bool
+	leftOut int
 
-// keyMetrics are the metrics of one key's status: the one place that
-// makes them, for a server and a textfile alike. A key that could not be
-// read has semrun_key_readable 0 and nothing else. What the store said is
-// bounded here too: counters below 0 are 0.
-func keyMetrics(k semaphore.KeyStatus) ([]prometheus.Metric, error) {
+	status     semaphore.KeyStatus
+	counts     semaphore.Counts
+	wait, held *histogram
+}
+
+// keySeries are the series of one key's status. What the store said is
+// bounded here: counters below 0 are 0, counts that do not add up stop
+// at maxCount.
+func keySeries(k semaphore.KeyStatus) (*series, error) {
 	if err := semaphore.CheckKey(k.Key); err != nil {
 		return nil, fmt.Errorf("the store named a key %q, which cannot be one: %v", shorten(k.Key, semaphore.MaxKeyLen), err)
 	}
-	d := descs()
-	m := &metricList{key: k.Key}
-	if k.Error != "" {
-		m.gauge(d.readable, 0)
-		return m.out, m.err
-	}
-	m.gauge(d.readable, 1)
-	if c := cmp.Or(k.StoredCapacity, k.Capacity); c > 0 {
-		// Unknown, it is missing rather than 0: semrun_held >=
-		// semrun_capacity must not hold of a key nobody asked for yet.
-		m.gauge(d.capacity, float64(c))
-	}
-	m.gauge(d.held, float64(max(k.Held, 0)))
-	m.gauge(d.waiting, float64(len(k.Waiters)))
-	paused := 0.0
-	if k.Paused != nil {
-		paused = 1
-	}
-	m.gauge(d.paused, paused)
-	var oldest time.Duration
-	for _, h := range k.Holders {
-		oldest = max(oldest, h.Age)
-	}
-	m.gauge(d.oldest, oldest.Seconds())
+	s := &series{status: k}
 	// No counts yet is none counted: a counter that starts at 0, not
 	// one that appears at its first increase, which rate() would miss.
-	var counts semaphore.Counts
 	if k.Counts != nil {
-		counts = *k.Counts
+		s.counts = *k.Counts
 	}
-	m.counter(d.grants, counts.Grants)
-	m.counter(d.busy, counts.Busy)
-	m.counter(d.timeouts, counts.Timeouts)
-	m.counter(d.losses, counts.Losses)
-	m.counter(d.revokes, counts.Revokes)
-	m.histogram(d.waitSeconds, counts.Wait)
-	m.histogram(d.heldSeconds, counts.Held)
-	return m.out, m.err
+	s.wait, s.held = newHistogram(s.counts.Wait), newHistogram(s.counts.Held)
+	return s, nil
 }
 
-// metricList gathers one key's metrics, and the first error in making one.
-type metricList struct {
-	key string
-	out []prometheus.Metric
-	err error
+// readable tells whether the key could be read: a key that could not
+// has semrun_key_readable 0 and nothing else.
+func (s *series) readable() bool { return s.status.Error == "" }
+
+// count is a counter's value, at least 0.
+func (s *series) count(n int64) (float64, bool) { return float64(max(n, 0)), s.readable() }
+
+// histogram is a semaphore.Histogram as Prometheus counts it.
+type histogram struct {
+	// cumulative[i] is how many were at most semaphore.Buckets[i]; count
+	// is them all, the longer ones included (+Inf), and sum their sum in
+	// seconds.
+	cumulative []uint64
+	count      uint64
+	sum        float64
 }
 
-func (l *metricList) add(m prometheus.Metric, err error) {
-	if err != nil {
-		l.err = cmp.Or(l.err, fmt.Errorf("key %q: %w", l.key, err))
-		return
-	}
-	l.out = append(l.out, m)
-}
-
-func (l *metricList) gauge(d *prometheus.Desc, v float64) {
-	l.add(prometheus.NewConstMetric(d, prometheus.GaugeValue, v, l.key))
-}
-
-func (l *metricList) counter(d *prometheus.Desc, v int64) {
-	l.add(prometheus.NewConstMetric(d, prometheus.CounterValue, float64(max(v, 0)), l.key))
-}
-
-func (l *metricList) histogram(d *prometheus.Desc, h semaphore.Histogram) {
-	count, sum, buckets := promHistogram(h)
-	l.add(prometheus.NewConstHistogram(d, count, sum, buckets, l.key))
-}
-
-// promHistogram is h as Prometheus counts it: at each upper bound of
-// semaphore.Buckets, in seconds, how many were at most that long (h
-// counts each bucket apart); count is them all, the longer ones
-// included (+Inf), and sum their sum in seconds.
-func promHistogram(h semaphore.Histogram) (count uint64, sum float64, buckets map[float64]uint64) {
-	buckets = make(map[float64]uint64, len(semaphore.Buckets))
-	for i, b := range semaphore.Buckets {
+// newHistogram is h as Prometheus counts it (h counts each bucket apart).
+func newHistogram(h semaphore.Histogram) *histogram {
+	out := &histogram{cumulative: make([]uint64, len(semaphore.Buckets))}
+	for i := range semaphore.Buckets {
 		if i < len(h.Counts) {
-			count = addCapped(count, h.Counts[i])
+			out.count = addCapped(out.count, h.Counts[i])
 		}
-		buckets[b.Seconds()] = count
+		out.cumulative[i] = out.count
 	}
 	for _, c := range h.Counts[min(len(h.Counts), len(semaphore.Buckets)):] {
-		count = addCapped(count, c)
+		out.count = addCapped(out.count, c)
 	}
-	return count, max(h.Sum, 0).Seconds(), buckets
+	out.sum = max(h.Sum, 0).Seconds()
+	return out
 }
 
 // maxCount is the largest count the metrics say: the largest integer a
@@ -153,4 +175,46 @@ func addCapped(a, b uint64) uint64 {
 		return maxCount
 	}
 	return a + b
+}
+
+// writeFamilies writes the families of the scrape's series and of each
+// key's, keys sorted (as the registry sorts a family's series), in the
+// text format; a family with no series is left out, as the registry
+// leaves it out.
+func writeFamilies(t *text, scrape *series, keys []*series) {
+	keys = slices.Clone(keys)
+	slices.SortFunc(keys, func(a, b *series) int { return cmp.Compare(a.status.Key, b.status.Key) })
+	for i := range Families {
+		f := &Families[i]
+		if !f.Keyed {
+			if v, ok := f.value(scrape); ok {
+				t.family(f)
+				t.sample(f.Name, "", "", v)
+			}
+			continue
+		}
+		begun := false
+		for _, s := range keys {
+			if f.hist != nil {
+				if !s.readable() {
+					continue
+				}
+				if !begun {
+					t.family(f)
+					begun = true
+				}
+				t.histogram(f.Name, s.status.Key, f.hist(s))
+				continue
+			}
+			v, ok := f.value(s)
+			if !ok {
+				continue
+			}
+			if !begun {
+				t.family(f)
+				begun = true
+			}
+			t.sample(f.Name, "", s.status.Key, v)
+		}
+	}
 }

@@ -1,36 +1,22 @@
 package metrics
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/rand"
 	"os"
 	"path/filepath"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 )
 
-// WriteTextfile writes what g gathers to path through a new file of its
-// own in path's directory, renamed onto path. Not the client library's
+// WriteTextfile writes text to path through a new file of its own in
+// path's directory, renamed onto path. Not the client library's
 // WriteToTextfile: it sets the new file's mode by its name, while it
 // reads the store, and in a directory others may write (node_exporter's,
 // shared with a group) one of them could put a symbolic link under that
 // name, and have root's cron job make any file readable by all. Here the
-// store is read first, and the file is made (O_EXCL, never through a
-// link), its mode set, and renamed, through one descriptor of the
+// store is read first (text), and the file is made (O_EXCL, never through
+// a link), its mode set, and renamed, through one descriptor of the
 // directory and one of the file.
-func WriteTextfile(path string, g prometheus.Gatherer) (err error) {
-	families, err := g.Gather()
-	if err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	for _, mf := range families {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			return err
-		}
-	}
+func WriteTextfile(path string, text []byte) (err error) {
 	dir, name := filepath.Split(path)
 	root, err := os.OpenRoot(cmp.Or(dir, "."))
 	if err != nil {
@@ -48,7 +34,7 @@ func WriteTextfile(path string, g prometheus.Gatherer) (err error) {
 			_ = root.Remove(tmp)
 		}
 	}()
-	_, err = f.Write(b.Bytes())
+	_, err = f.Write(text)
 	if err == nil {
 		// node_exporter runs as another user.
 		err = f.Chmod(0o644)

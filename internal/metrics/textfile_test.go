@@ -6,25 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// swapCollector plays another user who may write the textfile's
-// directory: when collected, it puts a symbolic link to target in place
-// of every file there but the textfile, as a cron job run by root writes
-// it.
-type swapCollector struct {
+// swapper plays another user who may write the textfile's directory: it
+// puts a symbolic link to target in place of every file there but the
+// textfile, as a cron job run by root writes it.
+type swapper struct {
 	dir, target, keep string
-	prometheus.Collector
 }
 
-func (c *swapCollector) Collect(ch chan<- prometheus.Metric) {
-	c.swapAll()
-	c.Collector.Collect(ch)
-}
-
-func (c *swapCollector) swapAll() {
+func (c *swapper) swapAll() {
 	entries, _ := os.ReadDir(c.dir)
 	for _, e := range entries {
 		if e.Name() == c.keep || e.Type()&os.ModeSymlink != 0 {
@@ -50,10 +41,8 @@ func TestMetricsTextfileFollowsNoLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(out, "semrun.prom")
-	c := &swapCollector{dir: out, target: precious, keep: filepath.Base(file),
-		Collector: prometheus.NewGauge(prometheus.GaugeOpts{Name: "semrun_up", Help: "up"})}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
+	c := &swapper{dir: out, target: precious, keep: filepath.Base(file)}
+	text := []byte("# TYPE semrun_up gauge\nsemrun_up 1\n")
 	// And at any moment of the write.
 	stop := make(chan struct{})
 	swapping := make(chan struct{})
@@ -69,7 +58,8 @@ func TestMetricsTextfileFollowsNoLink(t *testing.T) {
 		}
 	}()
 	for range 20 {
-		_ = WriteTextfile(file, reg) // it may fail: the other user may move its file
+		c.swapAll()
+		_ = WriteTextfile(file, text) // it may fail: the other user may move its file
 	}
 	close(stop)
 	<-swapping

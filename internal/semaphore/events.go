@@ -132,9 +132,23 @@ type Counts struct {
 	RecentHold time.Duration `json:"recent_hold_ns,omitempty"`
 }
 
-// Buckets are the upper bounds of a Histogram's buckets, from a second
-// to a day: a wait or a hold is anything from an instant to hours.
+// Buckets are the upper bounds of a Histogram's buckets, from 10ms to a
+// day: a wait or a hold is anything from an instant to hours. They hold
+// every bound of OldBuckets, so that counts kept in those fall in the
+// bucket of the same bound.
 var Buckets = []time.Duration{
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
+	250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second,
+	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 30 * time.Minute,
+	time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour, 24 * time.Hour,
+}
+
+// OldBuckets are the buckets of counters a store kept before Buckets
+// began at 10ms (from a second). A store reads counts kept in them still,
+// each in the bucket of its bound (Bucket): no count goes down, and the
+// waits under a second they counted stay in the bucket of 1s.
+var OldBuckets = []time.Duration{
 	time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second,
 	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 30 * time.Minute,
 	time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour, 24 * time.Hour,

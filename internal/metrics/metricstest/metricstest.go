@@ -17,9 +17,10 @@ import (
 // Families are every family semrun metrics has, and its type.
 var Families = map[string]dto.MetricType{
 	"semrun_up":                        dto.MetricType_GAUGE,
+	"semrun_keys_left_out":             dto.MetricType_GAUGE,
 	"semrun_key_readable":              dto.MetricType_GAUGE,
-	"semrun_capacity":                  dto.MetricType_GAUGE,
-	"semrun_held":                      dto.MetricType_GAUGE,
+	"semrun_capacity_permits":          dto.MetricType_GAUGE,
+	"semrun_held_permits":              dto.MetricType_GAUGE,
 	"semrun_waiting":                   dto.MetricType_GAUGE,
 	"semrun_paused":                    dto.MetricType_GAUGE,
 	"semrun_oldest_holder_age_seconds": dto.MetricType_GAUGE,
@@ -28,8 +29,8 @@ var Families = map[string]dto.MetricType{
 	"semrun_timeouts_total":            dto.MetricType_COUNTER,
 	"semrun_losses_total":              dto.MetricType_COUNTER,
 	"semrun_revokes_total":             dto.MetricType_COUNTER,
-	"semrun_wait_seconds":              dto.MetricType_HISTOGRAM,
-	"semrun_held_seconds":              dto.MetricType_HISTOGRAM,
+	"semrun_wait_duration_seconds":     dto.MetricType_HISTOGRAM,
+	"semrun_hold_duration_seconds":     dto.MetricType_HISTOGRAM,
 }
 
 // Parse parses text, in the text format, as Prometheus would.

@@ -65,7 +65,7 @@ const (
 	eventsFile        = "events"
 	eventsDraftPrefix = "events-draft."
 	statsFile         = "stats"
-	statsVersion      = 1
+	statsVersion      = 2
 	// maxStats bounds the stats file; maxEventLine a line of the log.
 	maxStats     = 4 << 10
 	maxEventLine = 8 << 10
@@ -248,19 +248,23 @@ func plainText(s string, n int) bool {
 // log needs. It is one line of numbers, as every grant and release reads
 // and writes it (as JSON, that took a fifth of an event's time):
 //
-//	1 LAST LINES GRANTS BUSY TIMEOUTS LOSSES REVOKES RECENT WAITSUM W0 ... W14 HELDSUM H0 ... H14
+//	2 LAST LINES GRANTS BUSY TIMEOUTS LOSSES REVOKES RECENT WAITSUM W0 ... W20 HELDSUM H0 ... H20
 //
-// 1 is its version; LAST the time of the log's last line, in µs; LINES
+// 2 is its version; LAST the time of the log's last line, in µs; LINES
 // how many lines the log has (since it was last rewritten); RECENT and
 // the sums are in ns; W0... and H0... are the counts of the histograms'
-// buckets (semaphore.Buckets).
+// buckets (semaphore.Buckets). Version 1, written before the buckets
+// began at 10ms, counted in semaphore.OldBuckets (W0 ... W14): it is
+// read still, each count in the bucket of its bound, and written as
+// version 2 at the next event, so that no count goes down.
 type stats struct {
 	Last, Lines int64
 	semaphore.Counts
 }
 
-// statsFields is how many numbers a stats file has.
-var statsFields = 9 + 2*(2+len(semaphore.Buckets))
+// statsFields is how many numbers a stats file has whose histograms have
+// buckets buckets.
+func statsFields(buckets int) int { return 9 + 2*(2+buckets) }
 
 // encode is st as its file says it.
 func (st *stats) encode() []byte {
@@ -296,8 +300,20 @@ func decodeStats(b []byte, shown string) (stats, error) {
 		return bad(fmt.Sprintf("longer than %d bytes", maxStats))
 	}
 	fields := bytes.Fields(b)
-	if len(fields) != statsFields || string(fields[0]) != strconv.Itoa(statsVersion) {
-		return bad(fmt.Sprintf("not %d numbers, the first %d", statsFields, statsVersion))
+	// slot is the bucket of semaphore.Buckets the file's bucket i is.
+	buckets, slot := len(semaphore.Buckets), func(i int) int { return i }
+	if len(fields) > 0 && string(fields[0]) == "1" {
+		buckets, slot = len(semaphore.OldBuckets), func(i int) int {
+			if i == len(semaphore.OldBuckets) {
+				return len(semaphore.Buckets)
+			}
+			return semaphore.Bucket(semaphore.OldBuckets[i])
+		}
+	} else if len(fields) == 0 || string(fields[0]) != strconv.Itoa(statsVersion) {
+		return bad(fmt.Sprintf("not version %d", statsVersion))
+	}
+	if len(fields) != statsFields(buckets) {
+		return bad(fmt.Sprintf("not %d numbers", statsFields(buckets)))
 	}
 	nums := make([]int64, len(fields)-1)
 	for i, f := range fields[1:] {
@@ -314,13 +330,13 @@ func decodeStats(b []byte, shown string) (stats, error) {
 	for _, h := range []*semaphore.Histogram{&c.Wait, &c.Held} {
 		h.Sum = time.Duration(nums[0])
 		h.Counts = make([]uint64, len(semaphore.Buckets)+1)
-		for i := range h.Counts {
-			h.Counts[i] = uint64(nums[1+i])
+		for i := range buckets + 1 {
+			h.Counts[slot(i)] = uint64(nums[1+i])
 		}
 		if h.Count() == 0 {
 			h.Counts = nil // none yet, as semaphore.Histogram says
 		}
-		nums = nums[len(semaphore.Buckets)+2:]
+		nums = nums[buckets+2:]
 	}
 	return st, nil
 }

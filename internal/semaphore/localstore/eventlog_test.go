@@ -131,7 +131,8 @@ func TestStatsRoundTrip(t *testing.T) {
 	}
 	b := st.encode()
 	for _, bad := range [][]byte{
-		[]byte("2" + string(b[1:])),                           // another version
+		[]byte("3" + string(b[1:])),                           // another version
+		[]byte("1" + string(b[1:])),                           // version 1, with more buckets
 		bytes.Replace(b, []byte(" 1001 "), []byte(" -1 "), 1), // below 0
 		b[:len(b)-3], // a number short
 		[]byte(`{"v":1,"grants":3}`),
@@ -140,6 +141,40 @@ func TestStatsRoundTrip(t *testing.T) {
 		if _, err := decodeStats(bad, "stats"); !errors.As(err, &e) {
 			t.Errorf("decodeStats(%q): got %v, want a *badFileError", bad, err)
 		}
+	}
+}
+
+// Stats of version 1, counted in semaphore.OldBuckets before the buckets
+// began at 10ms, are read with each count in the bucket of its bound, and
+// written as version 2: no count goes down.
+func TestStatsOfTheOldBuckets(t *testing.T) {
+	old := len(semaphore.OldBuckets)
+	// 4 waits of at most 1s, 2 of 5s to 15s, 1 longer than a day; a hold
+	// of at most 1h.
+	nums := []string{"1", "1764659143123456", "12", "7", "1", "0", "0", "0", "60000000000", "90000000000000"}
+	waits := make([]string, old+1)
+	holds := make([]string, old+1)
+	for i := range waits {
+		waits[i], holds[i] = "0", "0"
+	}
+	waits[0], waits[2], waits[old] = "4", "2", "1"
+	holds[9] = "1"
+	nums = append(append(append(nums, waits...), "3600000000000"), holds...)
+	st, err := decodeStats([]byte(strings.Join(nums, " ")+"\n"), "stats")
+	if err != nil {
+		t.Fatalf("decodeStats of version 1: %v", err)
+	}
+	want := make([]uint64, len(semaphore.Buckets)+1)
+	want[semaphore.Bucket(time.Second)], want[semaphore.Bucket(15*time.Second)], want[len(semaphore.Buckets)] = 4, 2, 1
+	if !reflect.DeepEqual(st.Wait.Counts, want) || st.Grants != 7 || st.Lines != 12 || st.Wait.Sum != 25*time.Hour ||
+		st.Held.Count() != 1 || st.Held.Counts[semaphore.Bucket(time.Hour)] != 1 || st.RecentHold != time.Minute {
+		t.Errorf("version 1 read: got %+v, want waits %v, 7 grants, a hold of at most 1h", st, want)
+	}
+	count(&st.Counts, semaphore.Event{Kind: semaphore.EventGrant, Waited: 30 * time.Millisecond})
+	again, err := decodeStats(st.encode(), "stats")
+	want[semaphore.Bucket(30*time.Millisecond)]++
+	if err != nil || !reflect.DeepEqual(again, st) || !reflect.DeepEqual(again.Wait.Counts, want) || !bytes.HasPrefix(st.encode(), []byte("2 ")) {
+		t.Errorf("written again: got %+v, %v; want version 2 with waits %v", again, err, want)
 	}
 }
 

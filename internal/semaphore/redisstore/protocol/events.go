@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -143,20 +144,25 @@ func cut(s string, most int) string {
 
 // readCounts reads the counters status.lua answered, name, value, ...;
 // nil when there are none. A value that is not a count is left out, and
-// a sum of ms counts at most a hundred years.
+// a sum of ms counts at most a hundred years. A bucket is named by its
+// bound, in ms ("w:250", "w:inf"), or by its index among
+// semaphore.OldBuckets ("w1"... kept before the buckets began at 10ms):
+// each count goes to the bucket of semaphore.Buckets its bound falls in,
+// added to what is there, so that no cumulative count goes down however
+// the buckets change.
 func readCounts(flat []any) *semaphore.Counts {
 	var c semaphore.Counts
 	found := false
 	slots := len(semaphore.Buckets) + 1
 	observe := func(h *semaphore.Histogram, bucket string, n int64) bool {
-		i, err := strconv.Atoi(bucket)
-		if err != nil || i < 1 || i > slots {
+		i, ok := bucketOf(bucket)
+		if !ok {
 			return false
 		}
 		if h.Counts == nil {
 			h.Counts = make([]uint64, slots)
 		}
-		h.Counts[i-1] = uint64(n)
+		h.Counts[i] = min(h.Counts[i]+uint64(n), MaxInt) // each at most MaxInt: no wrap
 		return true
 	}
 	for i := 0; i+1 < len(flat); i += 2 {
@@ -194,4 +200,29 @@ func readCounts(flat []any) *semaphore.Counts {
 		return nil
 	}
 	return &c
+}
+
+// bucketOf is the index in semaphore.Histogram.Counts of a bucket of the
+// counters as a field names it after its "w" or "h": ":" and its bound in
+// ms, ":inf", or the index from 1 of one of semaphore.OldBuckets (one
+// more: longer than the last).
+func bucketOf(name string) (int, bool) {
+	if bound, ok := strings.CutPrefix(name, ":"); ok {
+		if bound == "inf" {
+			return len(semaphore.Buckets), true
+		}
+		ms, err := strconv.ParseInt(bound, 10, 64)
+		if err != nil || ms < 0 {
+			return 0, false
+		}
+		return semaphore.Bucket(time.Duration(min(ms, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond), true
+	}
+	i, err := strconv.Atoi(name)
+	switch {
+	case err != nil || i < 1 || i > len(semaphore.OldBuckets)+1:
+		return 0, false
+	case i > len(semaphore.OldBuckets):
+		return len(semaphore.Buckets), true
+	}
+	return semaphore.Bucket(semaphore.OldBuckets[i-1]), true
 }

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -232,5 +233,89 @@ func TestDecodeEventBoundsWhatItReads(t *testing.T) {
 		if ok != tt.ok || (ok && (e.Key != "k" || !tt.want(e))) {
 			t.Errorf("%s: got (%+v, %v), want ok %v and bounded", tt.name, e, ok, tt.ok)
 		}
+	}
+}
+
+// TestScriptsReadTheOldBuckets: counters a release before the buckets
+// began at 10ms kept ("w1"... by index of semaphore.OldBuckets) are read
+// still, each in the bucket of its bound, beside the new ones, named by
+// their bound: every cumulative count a histogram had stays, and rises.
+func TestScriptsReadTheOldBuckets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "oldbuckets"
+			k := NewKeys(testPrefix, key)
+			// As the old scripts left them: 4 waits of at most 1s (w1), 2
+			// of 5s to 15s (w3), 1 longer than a day (w15); a hold of 1h.
+			old := len(semaphore.OldBuckets)
+			b.c.HSet(ctx, k.Stats, "grants", 7, "w1", 4, "w3", 2, fmt.Sprintf("w%d", old+1), 1, "wsum", 90_000_000,
+				"h10", 1, "hsum", 3_600_000)
+			before := countsOf(t, b.c, key)
+			a := AcquireArgs{ID: "PERMIT0NEWBUCKETS", Permits: 1, TTL: 10 * time.Second, Waited: 30 * time.Millisecond}
+			if r := runAcquireArgs(t, b.c, k, a); !r.Granted {
+				t.Fatalf("grant: got %+v, want granted", r)
+			}
+			after := countsOf(t, b.c, key)
+			want := make([]uint64, len(semaphore.Buckets)+1)
+			want[semaphore.Bucket(time.Second)] = 4
+			want[semaphore.Bucket(15*time.Second)] = 2
+			want[len(semaphore.Buckets)] = 1
+			if !slices.Equal(before.Wait.Counts, want) || before.Wait.Count() != 7 || before.Held.Counts[semaphore.Bucket(time.Hour)] != 1 {
+				t.Errorf("the old counts: got waits %v, holds %v; want waits %v, the hold in the bucket of 1h", before.Wait.Counts, before.Held.Counts, want)
+			}
+			want[semaphore.Bucket(30*time.Millisecond)]++
+			if !slices.Equal(after.Wait.Counts, want) || after.Grants != 8 || after.Wait.Sum != 90_000_030*time.Millisecond {
+				t.Errorf("a grant after waiting 30ms: got %+v, want waits %v, 8 grants", after, want)
+			}
+			for i := range want {
+				if cumulative(before.Wait.Counts, i) > cumulative(after.Wait.Counts, i) {
+					t.Errorf("the count of waits up to bucket %d went down: %d, then %d", i, cumulative(before.Wait.Counts, i), cumulative(after.Wait.Counts, i))
+				}
+			}
+			if n, err := b.c.HGet(ctx, k.Stats, "w:50").Int(); err != nil || n != 1 {
+				t.Errorf("the field of the 50ms bucket: got (%d, %v), want 1", n, err)
+			}
+		})
+	}
+}
+
+// cumulative is how many counts has up to and with bucket i.
+func cumulative(counts []uint64, i int) uint64 {
+	var n uint64
+	for _, c := range counts[:i+1] {
+		n += c
+	}
+	return n
+}
+
+// TestScriptsKeepAnIdleKeysCapacity: once a key's records expired (no
+// holder for a while), status still says the capacity its latest grant
+// asked, kept with the counters; a key with neither says none.
+func TestScriptsKeepAnIdleKeysCapacity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "idlecap"
+			k := NewKeys(testPrefix, key)
+			for _, n := range []int{5, 3} {
+				a := AcquireArgs{ID: fmt.Sprintf("PERMIT0IDLE%d", n), Permits: n, TTL: 10 * time.Second}
+				if r := runAcquireArgs(t, b.c, k, a); !r.Granted {
+					t.Fatalf("grant: got %+v, want granted", r)
+				}
+				runScript(t, b.c, k, ReleaseArgs{ID: a.ID})
+			}
+			if err := b.c.Del(ctx, k.List()...).Err(); err != nil { // as when they expire
+				t.Fatal(err)
+			}
+			if st := runStatus(t, b.c, key); st.Capacity != 3 {
+				t.Errorf("an idle key: got capacity %d, want 3, its latest grant's", st.Capacity)
+			}
+			if st := runStatus(t, b.c, "idlecap-never"); st.Capacity != 0 {
+				t.Errorf("a key never granted: got capacity %d, want 0 (unknown)", st.Capacity)
+			}
+		})
 	}
 }

@@ -30,11 +30,15 @@
 --   events:  stream, what happened to the key (log): its events, oldest
 --            first, trimmed to about MAXEVENTS; the entry id's ms is when
 --   stats:   hash, its counters (count): "grants", "busy", "timeouts",
---            "losses", "revokes" -> the events of those kinds; "w<i>",
---            "h<i>" -> the grants' waits and the releases' holds in
---            bucket i (BUCKETS, ms; the one after the last: longer);
---            "wsum", "hsum" -> their sums, ms; "recent" -> a moving
---            average of the holds, ms (RECENTWEIGHT); "#until" -> when
+--            "losses", "revokes" -> the events of those kinds; "w:<ms>",
+--            "h:<ms>" -> the grants' waits and the releases' holds in
+--            the bucket whose upper bound is ms (BUCKETS; "w:inf",
+--            "h:inf": longer than the last), and "w<i>", "h<i>" -> those
+--            counted in bucket i of the buckets before (OLDBUCKETS; no
+--            longer written); "wsum", "hsum" -> their sums, ms; "recent"
+--            -> a moving average of the holds, ms (RECENTWEIGHT); "cap" ->
+--            the capacity the latest grant asked, which status reports
+--            of a key idle once its records expired; "#until" -> when
 --            both expire
 --            These two outlive the others: EVENTLIFE after the last event.
 -- and, not among KEYS either (its name is info's, ending "policy"):
@@ -319,7 +323,7 @@ local function record(e, hist, ms)
       if ms <= BUCKETS[i] then b = i end
     end
     local i = #names
-    names[i + 1], adds[i + 1] = hist .. b, 1
+    names[i + 1], adds[i + 1] = hist .. ':' .. (BUCKETS[b] or 'inf'), 1
     names[i + 2], adds[i + 2] = hist .. 'sum', ms
     if hist == 'h' then names[i + 3], adds[i + 3] = 'recent', false end
   end
@@ -343,6 +347,8 @@ local function record(e, hist, ms)
     end
     set[#set + 1], set[#set + 2] = names[i], v
   end
+  -- A grant's capacity outlives the key's records here: an idle key's.
+  if e.e == 'grant' and num(e.n, 1, MAXPERMITS) then set[#set + 1], set[#set + 2] = 'cap', e.n end
   local ends = counted(got[1])
   local renew = newLog or ends < now + EVENTLIFE - EVENTREFRESH or ends > now + EVENTLIFE
   if renew then

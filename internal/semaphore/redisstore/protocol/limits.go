@@ -133,8 +133,10 @@ var limits = []limit{
 
 // limitsLua declares the limits as Lua locals, on one line: Redis counts
 // it as line 1 of every script (see Script.Wrap). Besides the integers:
-// RECENTWEIGHT, semaphore.RecentWeight, and BUCKETS, the upper bounds of
-// a histogram's buckets (semaphore.Buckets), in ms.
+// RECENTWEIGHT, semaphore.RecentWeight; BUCKETS, the upper bounds of a
+// histogram's buckets (semaphore.Buckets), in ms; and OLDBUCKETS, how
+// many there were before they began at 10ms (semaphore.OldBuckets), whose
+// counts status.lua still reads.
 func limitsLua() string {
 	names := make([]string, len(limits), len(limits)+1)
 	values := make([]string, len(limits), len(limits)+1)
@@ -148,7 +150,7 @@ func limitsLua() string {
 		bounds[i] = fmt.Sprint(b.Milliseconds())
 	}
 	return "local " + strings.Join(names, ", ") + " = " + strings.Join(values, ", ") +
-		"; local BUCKETS = {" + strings.Join(bounds, ", ") + "} -- limits.go\n"
+		"; local BUCKETS, OLDBUCKETS = {" + strings.Join(bounds, ", ") + "}, " + strconv.Itoa(len(semaphore.OldBuckets)) + " -- limits.go\n"
 }
 
 // Span is a span of time a script answered, in milliseconds, bounded by

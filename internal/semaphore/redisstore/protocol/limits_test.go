@@ -53,6 +53,10 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 		if want := strings.Join(bounds, " "); err != nil || got != want {
 			t.Errorf("BUCKETS in the scripts on %s: got (%s, %v), want %s (ms)", addr, got, err, want)
 		}
+		got, err = c.Eval(context.Background(), chunk+"return string.format('%d', OLDBUCKETS)", nil).Text()
+		if want := strconv.Itoa(len(semaphore.OldBuckets)); err != nil || got != want {
+			t.Errorf("OLDBUCKETS in the scripts on %s: got (%s, %v), want %s", addr, got, err, want)
+		}
 		got, err = c.Eval(context.Background(), chunk+"return string.format('%.6f', RECENTWEIGHT)", nil).Text()
 		if want := strconv.FormatFloat(semaphore.RecentWeight, 'f', 6, 64); err != nil || got != want {
 			t.Errorf("RECENTWEIGHT in the scripts on %s: got (%s, %v), want %s", addr, got, err, want)

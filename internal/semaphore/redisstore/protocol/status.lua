@@ -11,7 +11,9 @@
 -- Reply (DecodeStatus in args.go), for the holders and waiters whose
 -- lease has not lapsed:
 --   now       the server's clock, ms
---   capacity  the capacity the latest caller asked, or -1
+--   capacity  the capacity the latest caller asked; once the key's records
+--             expired (idle), the one its latest grant asked (stats'
+--             "cap"); else -1
 --   held      the permits the holders take
 --   holding   how many holders there are, lapsed ones not yet swept included
 --   waiting   how many wait, lapsed ones not yet swept included
@@ -77,6 +79,10 @@ end
 -- have filled.
 local names = {'grants', 'busy', 'timeouts', 'losses', 'revokes', 'wsum', 'hsum', 'recent'}
 for i = 1, #BUCKETS + 1 do
+  local b = BUCKETS[i] or 'inf'
+  names[#names + 1], names[#names + 2] = 'w:' .. b, 'h:' .. b
+end
+for i = 1, OLDBUCKETS + 1 do
   names[#names + 1], names[#names + 2] = 'w' .. i, 'h' .. i
 end
 local counts = {}
@@ -88,8 +94,9 @@ if ok then
     end
   end
 end
+local capOK, lastCap = pcall(redis.call, 'HGET', statsKey, 'cap')
 local p = policy()
-return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or -1, held = taken,
+return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or (capOK and num(lastCap, 1, MAXPERMITS)) or -1, held = taken,
   holding = holding, waiting = redis.call('ZCARD', queueKey),
   holders = holders, waiters = waiters, fenced = fencePeek(), stored = p.cap or 0,
   paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '', pausedfor = p.paused and p.paused.left or 0,
