@@ -31,7 +31,7 @@ func TestLocalHoldEvents(t *testing.T) {
 	}
 
 	lapsed := newHeldKey(t, 1, 1)
-	abandon(lapsed.l) // its only process gone
+	abandonLast(t, lapsed.l) // its only process gone
 	_, _, err = lapsed.st.Attach(ctxTimeout(t, 5*time.Second), lapsed.h, false)
 	lostAs(t, "Attach to a hold whose processes are gone", err, "had gone")
 	endLost(t, lapsed.st, lapsed.h, "of a hold whose processes are gone")
