@@ -127,6 +127,7 @@ func TestReadingTheKeysGrantsNothing(t *testing.T) {
 		}
 	}
 	release(t, last) // the first waiter is handed it: its turn waits in its wake list
+	handedAt := time.Now()
 	// The ids that grant a permit, a turn or a hold (a share's name in a
 	// hold's record grants nothing without the hold's secret).
 	secrets := []string{run.(*lease).id, cooled.(*lease).id, h.Secret, handedID, waiterID}
@@ -190,7 +191,17 @@ func TestReadingTheKeysGrantsNothing(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	if after.Held != n || len(after.Cooling) != 1 || len(after.Waiters) != 1 || !slices.Equal(tokens(before), tokens(after)) {
+	same := after.Held == n && len(after.Cooling) == 1 && len(after.Waiters) == 1 && slices.Equal(tokens(before), tokens(after))
+	if !same && time.Since(handedAt) > protocol.Claim {
+		// A loaded machine took longer than the claim: the handed-over
+		// permit lapsed unclaimed, as it must, and the line moved on. The
+		// run's, the hold's and the cooling permits stay as they were,
+		// and no more are taken.
+		got := tokens(after)
+		same = after.Held == n && len(after.Cooling) == 1 && len(after.Waiters) <= 1 &&
+			slices.Contains(got, run.Token()) && slices.Contains(got, held.Token())
+	}
+	if !same {
 		t.Errorf("status after the reader's tries: got %+v, want it as before: %+v", after, before)
 	}
 	for what, l := range map[string]semaphore.Lease{"the run": run, "the hold's keeper": keeper, "the run under the handle": step} {
