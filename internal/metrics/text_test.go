@@ -285,6 +285,7 @@ func TestMetricsSharedReading(t *testing.T) {
 	}
 	// Wait waits for a reading that no scrape waits for any more.
 	store.release = make(chan struct{})
+	store.entered = make(chan struct{}, 1) // not the last reading's
 	go c.Shared(gaveUp)
 	<-store.entered
 	waited := make(chan struct{})
