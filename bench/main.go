@@ -3,7 +3,7 @@
 // absolute times on a shared machine say little, ratios to a peer measured
 // in the same run do.
 //
-//	go run ./bench [-only overhead,handoff,commands,utilization,rss,line] [-markdown]
+//	go run ./bench [-only overhead,handoff,commands,utilization,rss,line,cost] [-markdown]
 //
 // Its parts, each printed as a table with its targets:
 //
@@ -21,6 +21,8 @@
 //   - rss: resident memory of a waiting and of a holding semrun.
 //   - line: Redis's CPU and semrun's commands per grant, and the order of
 //     grants, with 50, 500 and 2,000 waiters on one key of 10 permits.
+//   - cost: what a run costs Redis, a process a run, beside the minimal
+//     Redis semaphore (bench/minimal), and what each command of a run costs.
 //
 // -markdown prints the tables as markdown, for docs/benchmarks.md; -compare
 // BIN measures another semrun binary beside this tree's, as "semrun B", for
