@@ -104,6 +104,7 @@ var nemeses = []nemesis{
 	{name: "hold-crowd", own: runHoldCrowd},
 	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, inject: revokeHolder, check: (*cluster).checkRevokes},
 	{name: "key-pause", inject: pauseKey, check: (*cluster).checkPauses},
+	{name: "min-hold-kill9", own: runMinHold},
 }
 
 // pauseRedis stops redis-server with SIGSTOP for d (0: 0.5 to 3 TTLs).

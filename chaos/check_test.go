@@ -221,6 +221,7 @@ func eachToken(sorted []kid, f func(g []kid, newKey bool)) {
 
 // Exit statuses semrun decides itself.
 const (
+	statusBusy       = 75
 	statusLost       = 112
 	statusRevoked    = 113
 	statusMaxRuntime = 124
@@ -254,6 +255,8 @@ func judge(r run, k *kid, excused bool) string {
 			return "status 125 after its child started"
 		}
 		return ""
+	case k == nil && r.mayBeBusy && r.status == statusBusy:
+		return "" // turned away: the key was taken, or cooling
 	case k == nil:
 		return fmt.Sprintf("status %d, and its child never said it started", r.status)
 	case k.how == "done" && r.status == r.code:
@@ -394,6 +397,9 @@ func TestChecks(t *testing.T) {
 			{run{status: 113, code: 7}, term, true, false},
 			{run{status: 113, revoked: true}, nil, true, false},
 			{run{status: 7, code: 7, revoked: true}, done, false, true},
+			{run{status: 75, mayBeBusy: true}, nil, false, true},
+			{run{status: 75}, nil, false, false},
+			{run{status: 76, mayBeBusy: true}, nil, false, false},
 		} {
 			if got := judge(c.r, c.k, c.excused); (got == "") != c.ok {
 				t.Errorf("judge(%+v, %+v, excused %v) = %q, want ok %v", c.r, c.k, c.excused, got, c.ok)
@@ -481,6 +487,60 @@ func TestChecks(t *testing.T) {
 		}
 		if got := lineBeforeArrival(p.line, launched, time.Second); len(got) != 0 {
 			t.Errorf("lineBeforeArrival, allowing a second for the machine: got %v, want none", got)
+		}
+	})
+	t.Run("min hold", func(t *testing.T) {
+		// Tokens are µs of Redis's clock; starts ms here. A min hold of 1s.
+		d := map[string]time.Duration{"a": time.Second, "b": time.Second, "c": time.Second}
+		g := func(key string, grantMs, startMs int64) kid {
+			x := k(key, grantMs*1000, startMs, startMs+100)
+			return x
+		}
+		kids := []kid{
+			g("a", 0, 10), g("a", 1000, 1010), g("a", 2500, 2510), // one permit: 1s apart, fine
+			g("b", 0, 10), g("b", 999, 1005), // 999ms after: too soon
+			g("c", 0, 10), g("c", 400, 420), g("c", 900, 990), // two permits: three within 1s
+		}
+		none := func(int64, int64) time.Duration { return 0 }
+		one := slices.DeleteFunc(slices.Clone(kids), func(x kid) bool { return x.key == "c" })
+		if got := crowded(one, 1, d, nil); len(got) != 1 || got[0][0].key != "b" || got[0][1].token != 999_000 {
+			t.Errorf("crowded, one permit: got %+v, want b's 0 and 999", got)
+		}
+		if got := crowded(kids, 2, d, nil); len(got) != 1 || got[0][0].key != "c" {
+			t.Errorf("crowded, two permits: got %+v, want c's three", got)
+		}
+		// Redis restarted empty between b's grants: its data lost excuses them.
+		empty := fault{restart: true, wallStart: 500_000, wallHeal: 600_000, start: ms(500), heal: ms(600)}
+		if got := crowded(one, 1, d, []fault{empty, {what: "with data", start: ms(500), heal: ms(600)}}); len(got) != 0 {
+			t.Errorf("crowded across a restart empty: got %+v, want none", got)
+		}
+		if got := crowded(one, 1, d, []fault{{what: "with data", start: ms(500), heal: ms(600), wallStart: 500_000, wallHeal: 600_000}}); len(got) != 1 {
+			t.Errorf("crowded across a restart that kept the data: got %+v, want b's", got)
+		}
+		// By the starts: b's 995ms apart fail with no slack, pass with 10ms.
+		if got := crowdedStarts(one, 1, d, nil, none); len(got) != 1 || got[0][0].key != "b" {
+			t.Errorf("crowdedStarts: got %+v, want b's", got)
+		}
+		if got := crowdedStarts(one, 1, d, nil, func(int64, int64) time.Duration { return 10 * time.Millisecond }); len(got) != 0 {
+			t.Errorf("crowdedStarts with 10ms of slack: got %+v, want none", got)
+		}
+		if got := crowdedStarts(one, 1, d, []fault{empty}, none); len(got) != 0 {
+			t.Errorf("crowdedStarts across a restart empty: got %+v, want none", got)
+		}
+		// The nemesis must have tested the cooling.
+		good := silence{d: 8 * time.Second, grant: ms(0), from: ms(100), to: ms(100) + int64(quietFor)}
+		short := good
+		short.to -= ms(1)
+		late := good
+		late.from, late.to = ms(3000), ms(3000)+int64(quietFor)
+		if n, why := silencesTested(nil); n != 0 || why == "" {
+			t.Errorf("silencesTested with none: got %d, %q; want a failure", n, why)
+		}
+		if n, why := silencesTested([]silence{short, late}); n != 0 || why == "" {
+			t.Errorf("silencesTested with one too short and one back after the min hold: got %d, %q; want a failure", n, why)
+		}
+		if n, why := silencesTested([]silence{short, good}); n != 1 || why != "" {
+			t.Errorf("silencesTested: got %d, %q; want 1", n, why)
 		}
 	})
 	t.Run("lag", func(t *testing.T) {

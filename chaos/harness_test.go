@@ -49,6 +49,7 @@ type kid struct {
 	start     int64
 	end       int64  // from its E line, or when its connection ended without one
 	how       string // done, term, or killed: it never said E
+	code      int    // the exit status it said it exits with, -1 when it never said E
 	gone      int64  // when its connection ended: the process is gone
 	goneCh    chan struct{}
 	hold      int  // the hold it ran a step of, 0 for none (the checks set it)
@@ -128,7 +129,7 @@ func (r *recorder) read(c net.Conn) {
 		r.mu.Lock()
 		switch {
 		case len(f) == 7 && f[0] == "S" && k == nil:
-			k = &kid{goneCh: make(chan struct{}), announced: true, key: f[5]}
+			k = &kid{goneCh: make(chan struct{}), announced: true, key: f[5], code: -1}
 			var errs [5]error
 			k.pid, errs[0] = strconv.Atoi(f[1])
 			k.ppid, errs[1] = strconv.Atoi(f[2])
@@ -141,13 +142,14 @@ func (r *recorder) read(c net.Conn) {
 			r.kids[k.run] = k
 			r.last[k.key] = max(r.last[k.key], k.start)
 			grants.Add(1)
-		case len(f) == 3 && f[0] == "E" && k != nil && k.end == 0:
-			end, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
+		case len(f) == 4 && f[0] == "E" && k != nil && k.end == 0:
+			end, err1 := strconv.ParseInt(f[1], 10, 64)
+			code, err2 := strconv.Atoi(f[3])
+			if err := errors.Join(err1, err2); err != nil {
 				r.bad = append(r.bad, fmt.Sprintf("%q: %v", line, err))
-				end = mono()
+				end, code = mono(), -1
 			}
-			k.end, k.how = end, f[2]
+			k.end, k.how, k.code = end, f[2], code
 		default:
 			r.bad = append(r.bad, fmt.Sprintf("%q", line))
 		}
@@ -235,8 +237,14 @@ type run struct {
 	signal   syscall.Signal // the signal that ended it
 	killed   bool           // by the kill9 nemesis
 	revoked  bool           // an operator's revoke was aimed at it (key-revoke)
-	stdout   string         // what acquire printed
-	stderr   string
+	// mayBeBusy: it tried once, or waited a while (--no-wait, --timeout):
+	// the busy status (75) with no child is an answer.
+	mayBeBusy bool
+	// group: its semrun leads a process group of its own, which a nemesis
+	// may stop whole (min-hold-kill9).
+	group  bool
+	stdout string // what acquire printed
+	stderr string
 	// of is the hold this semrun acquires, runs a step of or releases,
 	// as its role says; nil for a run of its own.
 	of   *hold
@@ -461,7 +469,7 @@ func (c *cluster) spawn(r *run, args []string, env ...string) (wait func(), err 
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Should the harness die, its semruns die with it, and their children
 	// with them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: r.group}
 	launched := mono()
 	err = cmd.Start()
 	c.mu.Lock()
