@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -541,6 +542,69 @@ func TestChecks(t *testing.T) {
 		}
 		if n, why := silencesTested([]silence{short, good}); n != 1 || why != "" {
 			t.Errorf("silencesTested: got %d, %q; want 1", n, why)
+		}
+	})
+	t.Run("drain", func(t *testing.T) {
+		// Drained at 1000ms, resumed at 2000ms.
+		held := []kid{
+			k("a", 1, 0, 900),                                // ended before: fine
+			k("a", 2, 500, 1100),                             // still ran once drained
+			k("a", 3, 1500, 1600),                            // started while drained
+			k("a", 4, 2000, 2500),                            // started at the resume: fine
+			k("b", 5, 1500, 1600),                            // another key
+			{run: 99, key: "a", start: ms(100), how: "hold"}, // a hold never seen to end
+		}
+		got := heldWhileDrained(held, "a", ms(1000), ms(2000))
+		var runs []int
+		for _, x := range got {
+			runs = append(runs, x.run)
+		}
+		if want := []int{held[1].run, held[2].run, 99}; !slices.Equal(runs, want) {
+			t.Errorf("heldWhileDrained: got runs %v, want %v", runs, want)
+		}
+		started := &kid{token: 9, how: "done"}
+		for _, c := range []struct {
+			r  *run
+			k  *kid
+			ok bool
+		}{
+			{&run{proc: &os.Process{}, status: statusLost}, nil, true},
+			{&run{proc: &os.Process{}, status: statusLost}, started, false}, // its child ran
+			{&run{proc: &os.Process{}, status: 7, code: 7}, started, false},
+			{&run{proc: &os.Process{}, status: 0}, nil, false},
+			{nil, nil, true}, // none tried
+		} {
+			if got := refusalVerdict(c.r, c.k); (got == "") != c.ok {
+				t.Errorf("refusalVerdict(%+v, %+v) = %q, want ok %v", c.r, c.k, got, c.ok)
+			}
+		}
+	})
+	t.Run("frozen keeper", func(t *testing.T) {
+		p := &os.Process{}
+		notStarved := func(int, int64, int64) bool { return false }
+		during, after := "thawed during the step", "thawed after the step"
+		done7 := &kid{how: "done", code: 7}
+		for _, c := range []struct {
+			th thaw
+			k  *kid
+			ok bool
+		}{
+			{thaw{mode: during, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 0}}, done7, true},
+			{thaw{mode: during, step: &run{proc: p, status: 112, stderr: "lost"}, release: &run{proc: p, status: 112}}, &kid{how: "term", code: 143}, false}, // the step killed
+			{thaw{mode: during, step: &run{proc: p, status: 0}, release: &run{proc: p, status: 0}}, done7, false},                                            // not its child's status
+			{thaw{mode: during, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 112, stderr: "may have run without the permit"}}, done7, false},
+			{thaw{mode: after, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 112, stderr: "permit lost"}}, done7, true},
+			{thaw{mode: after, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 125}}, done7, false},
+			{thaw{mode: during, step: &run{proc: p, status: 3}}, nil, false}, // its child never started
+		} {
+			if got := thawVerdict(c.th, c.k, notStarved); (got == "") != c.ok {
+				t.Errorf("thawVerdict(%+v, %+v) = %q, want ok %v", c.th, c.k, got, c.ok)
+			}
+		}
+		// A starved machine excuses a lost step.
+		th := thaw{mode: during, step: &run{proc: p, status: 112}, release: &run{proc: p, status: 112}}
+		if got := thawVerdict(th, &kid{how: "term", code: 143}, func(s int, _, _ int64) bool { return s == statusLost }); got != "" {
+			t.Errorf("thawVerdict on a starved machine: %q, want ok", got)
 		}
 	})
 	t.Run("lag", func(t *testing.T) {

@@ -284,9 +284,17 @@ type cluster struct {
 	holds  []*hold
 	// The operator's acts of key-revoke and key-pause (operator_test.go),
 	// and the watches of revoked holders' permits.
-	revokes  []*revocation
-	pauses   []*keyPause
+	revokes []*revocation
+	pauses  []*keyPause
+	// The acts of hold-drain and hold-frozen-keeper (holdops_test.go).
+	drains   []*drainAct
+	thaws    []*thaw
 	watching sync.WaitGroup
+
+	// silent keys get no new turn of a worker; turns counts those under
+	// way, by key (enter, leave, silence).
+	silent map[string]bool
+	turns  map[string]int
 
 	stop    context.CancelFunc
 	workers sync.WaitGroup
@@ -318,6 +326,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	c := &cluster{
 		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds,
 		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, child: child, connect: connectTimeout, runs: map[int]*run{},
+		silent: map[string]bool{}, turns: map[string]int{},
 	}
 	url := srv.URL() // what semrun is given
 	if n.replicated {
@@ -373,11 +382,16 @@ func (c *cluster) start(perKey int) {
 			go func() {
 				defer c.workers.Done()
 				for ctx.Err() == nil {
-					if c.withHolds && j%2 == 1 {
-						c.holdOnce(key, rng)
+					if !c.enter(key) {
+						time.Sleep(20 * time.Millisecond)
 						continue
 					}
-					c.runOnce(key, j%2, rng)
+					if c.withHolds && j%2 == 1 {
+						c.holdOnce(key, rng)
+					} else {
+						c.runOnce(key, j%2, rng)
+					}
+					c.leave(key)
 				}
 			}()
 		}
@@ -386,6 +400,49 @@ func (c *cluster) start(perKey int) {
 		stop()
 		c.killUntilDone()
 	})
+}
+
+// enter counts a worker's turn on key under way, unless the key is left
+// silent (silence).
+func (c *cluster) enter(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.silent[key] {
+		return false
+	}
+	c.turns[key]++
+	return true
+}
+
+// leave ends a worker's turn on key.
+func (c *cluster) leave(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.turns[key]--
+}
+
+// silence stops the workers of key from starting turns (or lets them
+// again, when on is false), and, when on, waits until none is under way,
+// for at most d; it returns when the last one ended, 0 when some still
+// ran at d.
+func (c *cluster) silence(key string, on bool, d time.Duration) int64 {
+	c.mu.Lock()
+	c.silent[key] = on
+	c.mu.Unlock()
+	if !on {
+		return 0
+	}
+	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		c.mu.Lock()
+		n := c.turns[key]
+		c.mu.Unlock()
+		if n == 0 {
+			return mono()
+		}
+		if time.Now().After(deadline) {
+			return 0
+		}
+	}
 }
 
 // killUntilDone kills every semrun until the workers have all returned: a

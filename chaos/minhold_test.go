@@ -62,17 +62,11 @@ func (s silence) meaningful() bool {
 	return s.to-s.from >= int64(quietFor) && s.to < s.grant+int64(s.d)
 }
 
-// minHold is one cluster of min-hold-kill9: its keys' min holds, the
-// gates that leave a key silent, and what the nemesis did.
+// minHold is one cluster of min-hold-kill9: its keys' min holds, and
+// what the nemesis did.
 type minHold struct {
-	c *cluster
-	d map[string]time.Duration
-	// Per key: closed leaves the key silent; inflight counts its semruns
-	// under way.
-	gmu      sync.Mutex
-	closed   map[string]bool
-	inflight map[string]int
-
+	c        *cluster
+	d        map[string]time.Duration
 	mu       sync.Mutex
 	silences []silence
 	freezes  int
@@ -93,7 +87,7 @@ func runMinHold(t *testing.T, n nemesis, seed uint64) figures {
 	for i, s := range specs {
 		// Clusters are made here, on t's goroutine: making one may end t.
 		c := newCluster(t, nemesis{name: s.name}, s.keys, s.permits, seed+uint64(i))
-		m := &minHold{c: c, d: map[string]time.Duration{}, closed: map[string]bool{}, inflight: map[string]int{}}
+		m := &minHold{c: c, d: map[string]time.Duration{}}
 		rng := rand.New(rand.NewPCG(seed, uint64(100+i)))
 		for _, key := range c.keys {
 			m.d[key] = (minHoldLo + upTo(rng, minHoldHi-minHoldLo)).Round(time.Millisecond)
@@ -196,12 +190,12 @@ func (m *minHold) start(seed uint64) {
 			rng := rand.New(rand.NewPCG(seed, uint64(i*1000+j)))
 			c.workers.Go(func() {
 				for ctx.Err() == nil {
-					if !m.enter(key) {
+					if !c.enter(key) {
 						time.Sleep(20 * time.Millisecond)
 						continue
 					}
 					m.call(key, j == 0, rng)
-					m.leave(key)
+					c.leave(key)
 					select {
 					case <-ctx.Done():
 					case <-time.After(200*time.Millisecond + upTo(rng, 500*time.Millisecond)):
@@ -214,23 +208,6 @@ func (m *minHold) start(seed uint64) {
 		stop()
 		c.killUntilDone()
 	})
-}
-
-// enter counts a semrun of key under way, unless the key is left silent.
-func (m *minHold) enter(key string) bool {
-	m.gmu.Lock()
-	defer m.gmu.Unlock()
-	if m.closed[key] {
-		return false
-	}
-	m.inflight[key]++
-	return true
-}
-
-func (m *minHold) leave(key string) {
-	m.gmu.Lock()
-	defer m.gmu.Unlock()
-	m.inflight[key]--
 }
 
 // call runs one semrun on key with its --min-hold, whose child holds 0.2
@@ -302,14 +279,8 @@ func (m *minHold) cycle(key, kind string, rng *rand.Rand) (silence, bool) {
 // once its last semrun exited, and lets the callers come again.
 func (m *minHold) killAndSilence(key string, k *kid, r *run, rng *rand.Rand) (silence, bool) {
 	c := m.c
-	m.gmu.Lock()
-	m.closed[key] = true
-	m.gmu.Unlock()
-	defer func() {
-		m.gmu.Lock()
-		m.closed[key] = false
-		m.gmu.Unlock()
-	}()
+	c.silence(key, true, 0)
+	defer c.silence(key, false, 0)
 	at := mono()
 	if r.proc.Kill() != nil {
 		return silence{}, false // it ended meanwhile
@@ -321,19 +292,10 @@ func (m *minHold) killAndSilence(key string, k *kid, r *run, rng *rand.Rand) (si
 	// or 125.
 	c.addFault(fault{what: fmt.Sprintf("SIGKILL semrun %d (run %d) on %q, then silence", r.proc.Pid, r.id, key), start: at, heal: at, operator: true})
 	s := silence{key: key, d: m.d[key], victim: r.id, grant: k.token*int64(time.Microsecond) - c.wallOff, killed: at}
-	for deadline := time.Now().Add(hangBound); ; time.Sleep(5 * time.Millisecond) {
-		m.gmu.Lock()
-		n := m.inflight[key]
-		m.gmu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			c.t.Errorf("%s: semruns still under way %v after the kill", key, hangBound)
-			return silence{}, false
-		}
+	if s.from = c.silence(key, true, hangBound); s.from == 0 {
+		c.t.Errorf("%s: semruns still under way %v after the kill", key, hangBound)
+		return silence{}, false
 	}
-	s.from = mono()
 	time.Sleep(quietFor + upTo(rng, 300*time.Millisecond))
 	s.to = mono()
 	m.mu.Lock()
