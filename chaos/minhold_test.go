@@ -71,6 +71,7 @@ type minHold struct {
 	silences []silence
 	freezes  int
 	restarts int
+	drops    int // spells of dropped replies
 	skipped  int // group SIGSTOPs skipped: too little of the min hold left
 }
 
@@ -86,7 +87,7 @@ func runMinHold(t *testing.T, n nemesis, seed uint64) figures {
 	ms := make([]*minHold, len(specs))
 	for i, s := range specs {
 		// Clusters are made here, on t's goroutine: making one may end t.
-		c := newCluster(t, nemesis{name: s.name}, s.keys, s.permits, seed+uint64(i))
+		c := newCluster(t, nemesis{name: s.name, proxied: true}, s.keys, s.permits, seed+uint64(i))
 		m := &minHold{c: c, d: map[string]time.Duration{}}
 		rng := rand.New(rand.NewPCG(seed, uint64(100+i)))
 		for _, key := range c.keys {
@@ -140,15 +141,24 @@ func (m *minHold) run(n nemesis, seed uint64) figures {
 	var wg sync.WaitGroup
 	for i, key := range c.keys {
 		rng := rand.New(rand.NewPCG(seed, uint64(i+7)))
+		// Once a kill and a silence tested the cooling, the strikes take
+		// turns; one lane strikes the cluster's Redis, and its first is a
+		// restart on one cluster, a SIGSTOP on the other, so that a short
+		// run makes both.
+		turns := []string{"group SIGSTOP", "kill9"}
+		if i == 0 {
+			turns = []string{"restart with data", "group SIGSTOP", "drop replies", "kill9"}
+			if m.c.permits > 1 {
+				turns[0], turns[1] = turns[1], turns[0]
+			}
+		}
 		wg.Go(func() {
 			tested := false // a kill and a silence that tested the cooling
-			for time.Now().Before(end) || !tested && time.Now().Before(end.Add(3*minHoldHi)) {
+			for turn := 0; time.Now().Before(end) || !tested && time.Now().Before(end.Add(3*minHoldHi)); {
 				kind := "kill9"
 				if tested {
-					kind = []string{"kill9", "group SIGSTOP", "group SIGSTOP", "restart with data"}[rng.IntN(4)]
-				}
-				if kind == "restart with data" && i > 0 {
-					kind = "group SIGSTOP" // one lane restarts the cluster's Redis
+					kind = turns[turn%len(turns)]
+					turn++
 				}
 				if s, ok := m.cycle(key, kind, rng); ok && s.meaningful() {
 					tested = true
@@ -269,6 +279,19 @@ func (m *minHold) cycle(key, kind string, rng *rand.Rand) (silence, bool) {
 		return m.killAndSilence(key, k, r, rng)
 	case "group SIGSTOP":
 		m.freeze(key, k, r, rng)
+	case "drop replies":
+		// A grant Redis made whose reply never came: semrun asks again,
+		// and the grant it never heard of cools all the same.
+		d := ttl/2 + upTo(rng, ttl)
+		f := fault{what: fmt.Sprintf("drop 1/4 of replies for %v", d.Round(time.Millisecond)), start: mono()}
+		c.proxy.DropReplies(0.25)
+		time.Sleep(d)
+		c.proxy.Heal()
+		f.heal = mono()
+		c.addFault(f)
+		m.mu.Lock()
+		m.drops++
+		m.mu.Unlock()
 	default:
 		c.addFault(m.restartWithData(rng))
 	}
@@ -461,7 +484,7 @@ func (m *minHold) check(fig *figures) {
 	c.mu.Unlock()
 	m.mu.Lock()
 	silences := slices.Clone(m.silences)
-	freezes, restarts, skipped := m.freezes, m.restarts, m.skipped
+	freezes, restarts, skipped, drops := m.freezes, m.restarts, m.skipped, m.drops
 	m.mu.Unlock()
 	byTokens := crowded(kids, c.permits, m.d, faults)
 	byStarts := crowdedStarts(kids, c.permits, m.d, faults, startSlack)
@@ -491,9 +514,9 @@ func (m *minHold) check(fig *figures) {
 	if len(quiet) > 0 {
 		least = slices.Min(quiet)
 	}
-	fig.faults = len(silences) + freezes + restarts
-	fig.faultNote = fmt.Sprintf("%d kills then silences (%d back within the min hold; silent %v to %v), %d group SIGSTOPs (%d skipped), %d restarts with data; %d grants within a min hold by token, %d by start",
-		len(silences), tested, least.Round(time.Millisecond), maxDur(quiet).Round(time.Millisecond), freezes, skipped, restarts, len(byTokens), len(byStarts))
+	fig.faults = len(silences) + freezes + restarts + drops
+	fig.faultNote = fmt.Sprintf("%d kills then silences (%d back within the min hold; silent %v to %v), %d group SIGSTOPs (%d skipped), %d restarts with data, %d spells of dropped replies (%d dropped); %d grants within a min hold by token, %d by start",
+		len(silences), tested, least.Round(time.Millisecond), maxDur(quiet).Round(time.Millisecond), freezes, skipped, restarts, drops, c.proxy.Counts().Dropped, len(byTokens), len(byStarts))
 }
 
 // silencesTested counts the silences that tested the cooling, and says
