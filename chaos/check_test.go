@@ -502,7 +502,7 @@ func TestChecks(t *testing.T) {
 			g("b", 0, 10), g("b", 999, 1005), // 999ms after: too soon
 			g("c", 0, 10), g("c", 400, 420), g("c", 900, 990), // two permits: three within 1s
 		}
-		none := func(int64, int64) time.Duration { return 0 }
+		none := func(kid, kid) time.Duration { return 0 }
 		one := slices.DeleteFunc(slices.Clone(kids), func(x kid) bool { return x.key == "c" })
 		if got := crowded(one, 1, d, nil); len(got) != 1 || got[0][0].key != "b" || got[0][1].token != 999_000 {
 			t.Errorf("crowded, one permit: got %+v, want b's 0 and 999", got)
@@ -522,22 +522,32 @@ func TestChecks(t *testing.T) {
 		if got := crowdedStarts(one, 1, d, nil, none); len(got) != 1 || got[0][0].key != "b" {
 			t.Errorf("crowdedStarts: got %+v, want b's", got)
 		}
-		if got := crowdedStarts(one, 1, d, nil, func(int64, int64) time.Duration { return 10 * time.Millisecond }); len(got) != 0 {
+		if got := crowdedStarts(one, 1, d, nil, func(kid, kid) time.Duration { return 10 * time.Millisecond }); len(got) != 0 {
 			t.Errorf("crowdedStarts with 10ms of slack: got %+v, want none", got)
 		}
 		if got := crowdedStarts(one, 1, d, []fault{empty}, none); len(got) != 0 {
 			t.Errorf("crowdedStarts across a restart empty: got %+v, want none", got)
 		}
+		// A child that started 500ms after its grant (its reply lost, and
+		// asked again) is allowed that much by the cluster's slack.
+		c := &cluster{wallOff: 0}
+		late := []kid{g("b", 0, 500), g("b", 1000, 1005)}
+		if got := crowdedStarts(late, 1, d, nil, c.startSlack); len(got) != 0 {
+			t.Errorf("crowdedStarts, a start 500ms after its grant: got %+v, want none", got)
+		}
+		if got := crowdedStarts([]kid{g("b", 0, 10), g("b", 1000, 505)}, 1, d, nil, c.startSlack); len(got) != 1 {
+			t.Errorf("crowdedStarts, a start 495ms after the one before it: got %+v, want one", got)
+		}
 		// The nemesis must have tested the cooling.
 		good := silence{d: 8 * time.Second, grant: ms(0), from: ms(100), to: ms(100) + int64(quietFor)}
 		short := good
 		short.to -= ms(1)
-		late := good
-		late.from, late.to = ms(3000), ms(3000)+int64(quietFor)
+		back := good
+		back.from, back.to = ms(3000), ms(3000)+int64(quietFor)
 		if n, why := silencesTested(nil); n != 0 || why == "" {
 			t.Errorf("silencesTested with none: got %d, %q; want a failure", n, why)
 		}
-		if n, why := silencesTested([]silence{short, late}); n != 0 || why == "" {
+		if n, why := silencesTested([]silence{short, back}); n != 0 || why == "" {
 			t.Errorf("silencesTested with one too short and one back after the min hold: got %d, %q; want a failure", n, why)
 		}
 		if n, why := silencesTested([]silence{short, good}); n != 1 || why != "" {

@@ -432,15 +432,17 @@ func crowded(kids []kid, n int, d map[string]time.Duration, faults []fault) [][2
 }
 
 // crowdedStarts is crowded read from the children's starts: a child
-// starts after its grant, at most slack(from, to) later (the machine's
-// allowance, lag_test.go, and a margin), so the Nth child of a key to
-// start after another starts no sooner than the min hold less that slack.
-func crowdedStarts(kids []kid, n int, d map[string]time.Duration, faults []fault, slack func(from, to int64) time.Duration) [][2]kid {
+// starts after its grant, at most slack(a, b) later for the first child a
+// of a pair (the machine's allowance, lag_test.go, or how late a started
+// after its token says it was granted, as when a lost reply was asked
+// again, and a margin), so the Nth child of a key to start after another
+// starts no sooner than the min hold less that slack.
+func crowdedStarts(kids []kid, n int, d map[string]time.Duration, faults []fault, slack func(a, b kid) time.Duration) [][2]kid {
 	var out [][2]kid
 	for _, g := range byKey(kids, func(a, b kid) int { return cmp.Compare(a.start, b.start) }) {
 		for i := 0; i+n < len(g); i++ {
 			a, b := g[i], g[i+n]
-			if b.start-a.start >= int64(d[a.key]-slack(a.start, b.start)) || slices.ContainsFunc(faults, func(f fault) bool {
+			if b.start-a.start >= int64(d[a.key]-slack(a, b)) || slices.ContainsFunc(faults, func(f fault) bool {
 				return f.restart && f.heal > a.start && f.start < b.start
 			}) {
 				continue
@@ -466,10 +468,12 @@ func byKey(kids []kid, order func(a, b kid) int) [][]kid {
 	return out
 }
 
-// startSlack is what crowdedStarts allows between a grant and its child's
-// start: the machine's allowance, and 100ms.
-func startSlack(from, to int64) time.Duration {
-	return machine.allowance(from-int64(time.Second), to) + 100*time.Millisecond
+// startSlack is what crowdedStarts allows between a's grant and its
+// start: the machine's allowance, or how much later than its token (on
+// the wall clock, turned into mono()) it started, and 100ms.
+func (c *cluster) startSlack(a, b kid) time.Duration {
+	late := time.Duration(a.start - (a.token*int64(time.Microsecond) - c.wallOff))
+	return max(machine.allowance(a.start-int64(time.Second), b.start), late) + 100*time.Millisecond
 }
 
 // check runs min-hold-kill9's own checks: no more than N grants of a key
@@ -487,7 +491,7 @@ func (m *minHold) check(fig *figures) {
 	freezes, restarts, skipped, drops := m.freezes, m.restarts, m.skipped, m.drops
 	m.mu.Unlock()
 	byTokens := crowded(kids, c.permits, m.d, faults)
-	byStarts := crowdedStarts(kids, c.permits, m.d, faults, startSlack)
+	byStarts := crowdedStarts(kids, c.permits, m.d, faults, c.startSlack)
 	for i, p := range append(slices.Clone(byTokens), byStarts...) {
 		if i == 10 {
 			c.t.Errorf("... and %d more", len(byTokens)+len(byStarts)-10)
