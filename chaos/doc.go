@@ -100,15 +100,16 @@
 //	                      SAVE, or SIGKILL after a SAVE made while writes were held); a
 //	                      quarter of the replies dropped through a proxy for 0.5 to 1.5 TTLs
 //	hold-drain            the hold workload; the nemesis's own hold, its keeper SIGKILLed or
-//	                      its group SIGSTOPped during a step, between steps or idle (half the
-//	                      time with the workers of the key stopped from before the strike
-//	                      until the resume), then semrun key drain; once drained, a step under
+//	                      its group SIGSTOPped during a step, between steps or idle (every
+//	                      other time, the first included, with the workers of the key stopped
+//	                      from before the strike until the resume), then semrun key drain; once drained, a step under
 //	                      the handle; 0.5 to 1.5 TTLs later semrun key resume, the keeper
 //	                      SIGCONTed, the hold released
 //	hold-frozen-keeper    the hold workload; the nemesis's own hold, a step under it whose
 //	                      child runs, the keeper's group SIGSTOPped for 1.5 to 2.5 TTLs (past
-//	                      its loss point); two times in three the step runs on 1 to 2s past
-//	                      the thaw, else it ends while the keeper is frozen; then release
+//	                      its loss point); the step runs on 1 to 2s past the thaw, or, in the
+//	                      second act and every third after, ends while the keeper is frozen;
+//	                      then release
 //
 // min-hold-kill9 runs two clusters, each with its redis-server behind a
 // proxy: two keys of one permit, and a key of two. On each key one worker

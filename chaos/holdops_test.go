@@ -109,8 +109,9 @@ func (c *cluster) ownHold(rng *rand.Rand) *hold {
 }
 
 // drainHold is the hold-drain nemesis: a hold of its own, its keeper
-// SIGKILLed or its group SIGSTOPped during a step, between steps or idle;
-// then semrun key drain. Once drain says nobody holds the key, a step
+// SIGKILLed or its group SIGSTOPped during a step, between steps or idle,
+// every other time (the first included) with the workers of the key
+// stopped from before until the resume; then semrun key drain. Once drain says nobody holds the key, a step
 // under the hold's handle must refuse (112) without starting its child;
 // then, 0.5 to 1.5 TTLs later, semrun key resume, the keeper thawed, and
 // the hold released (112: it was lost).
@@ -120,7 +121,12 @@ func drainHold(c *cluster, rng *rand.Rand) fault {
 	if h == nil {
 		return fault{what: "drain: no hold taken", start: at, heal: mono(), operator: true}
 	}
-	d := &drainAct{key: h.key, hold: h, mode: drainModes[rng.IntN(len(drainModes))], quiet: rng.IntN(2) == 0}
+	// Every other drain, the first of a run included, on a silent key: a
+	// short run makes one at least.
+	c.mu.Lock()
+	quiet := len(c.drains)%2 == 0
+	c.mu.Unlock()
+	d := &drainAct{key: h.key, hold: h, mode: drainModes[rng.IntN(len(drainModes))], quiet: quiet}
 	stop := rng.IntN(2) == 0
 	if d.quiet {
 		// Nobody but the nemesis calls the key from now until the resume.
@@ -316,9 +322,9 @@ type thaw struct {
 
 // freezeKeeper is the hold-frozen-keeper nemesis: a hold of its own, a
 // step under it whose child runs, and its keeper's group SIGSTOPped for
-// 1.5 to 2.5 TTLs, past its own loss point. Two times in three the step
-// runs on a second or two past the thaw; else it ends while the keeper is
-// frozen. The step must keep its child and pass its status through (it
+// 1.5 to 2.5 TTLs, past its own loss point. The step runs on a second or
+// two past the thaw, but for the second act of a run and every third
+// after, when it ends while the keeper is frozen. The step must keep its child and pass its status through (it
 // renews the hold itself), and release then say 0, or, when nothing
 // renewed the hold for a lease, that it was lost.
 func freezeKeeper(c *cluster, rng *rand.Rand) fault {
@@ -329,7 +335,10 @@ func freezeKeeper(c *cluster, rng *rand.Rand) fault {
 	}
 	th := &thaw{hold: h, mode: "thawed during the step", frozen: ttl*3/2 + upTo(rng, ttl)}
 	hold := th.frozen + time.Second + upTo(rng, time.Second)
-	if rng.IntN(3) == 0 {
+	c.mu.Lock()
+	after := len(c.thaws)%3 == 1 // the second of a run, and every third after
+	c.mu.Unlock()
+	if after {
 		th.mode, hold = "thawed after the step", 300*time.Millisecond+upTo(rng, 500*time.Millisecond)
 	}
 	r := c.newRun(h.key, int(hold.Milliseconds()), rng.IntN(101))
