@@ -104,6 +104,9 @@ var nemeses = []nemesis{
 	{name: "hold-crowd", own: runHoldCrowd},
 	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, inject: revokeHolder, check: (*cluster).checkRevokes},
 	{name: "key-pause", inject: pauseKey, check: (*cluster).checkPauses},
+	{name: "min-hold-kill9", own: runMinHold},
+	{name: "hold-drain", holds: true, inject: drainHold, check: (*cluster).checkDrains},
+	{name: "hold-frozen-keeper", holds: true, inject: freezeKeeper, check: (*cluster).checkThaws},
 }
 
 // pauseRedis stops redis-server with SIGSTOP for d (0: 0.5 to 3 TTLs).
@@ -323,7 +326,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	if n.check != nil {
 		n.check(c, &fig)
 	}
-	if fig.keeperKills > 0 {
+	if fig.keeperKills > 0 && n.check == nil {
 		fig.faultNote = fmt.Sprintf("%d keepers SIGKILLed, %d during a step", fig.keeperKills, fig.keeperKillsInStep)
 	}
 	if p := c.proxy; p != nil {

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -221,6 +222,7 @@ func eachToken(sorted []kid, f func(g []kid, newKey bool)) {
 
 // Exit statuses semrun decides itself.
 const (
+	statusBusy       = 75
 	statusLost       = 112
 	statusRevoked    = 113
 	statusMaxRuntime = 124
@@ -254,6 +256,8 @@ func judge(r run, k *kid, excused bool) string {
 			return "status 125 after its child started"
 		}
 		return ""
+	case k == nil && r.mayBeBusy && r.status == statusBusy:
+		return "" // turned away: the key was taken, or cooling
 	case k == nil:
 		return fmt.Sprintf("status %d, and its child never said it started", r.status)
 	case k.how == "done" && r.status == r.code:
@@ -394,6 +398,9 @@ func TestChecks(t *testing.T) {
 			{run{status: 113, code: 7}, term, true, false},
 			{run{status: 113, revoked: true}, nil, true, false},
 			{run{status: 7, code: 7, revoked: true}, done, false, true},
+			{run{status: 75, mayBeBusy: true}, nil, false, true},
+			{run{status: 75}, nil, false, false},
+			{run{status: 76, mayBeBusy: true}, nil, false, false},
 		} {
 			if got := judge(c.r, c.k, c.excused); (got == "") != c.ok {
 				t.Errorf("judge(%+v, %+v, excused %v) = %q, want ok %v", c.r, c.k, c.excused, got, c.ok)
@@ -481,6 +488,133 @@ func TestChecks(t *testing.T) {
 		}
 		if got := lineBeforeArrival(p.line, launched, time.Second); len(got) != 0 {
 			t.Errorf("lineBeforeArrival, allowing a second for the machine: got %v, want none", got)
+		}
+	})
+	t.Run("min hold", func(t *testing.T) {
+		// Tokens are µs of Redis's clock; starts ms here. A min hold of 1s.
+		d := map[string]time.Duration{"a": time.Second, "b": time.Second, "c": time.Second}
+		g := func(key string, grantMs, startMs int64) kid {
+			x := k(key, grantMs*1000, startMs, startMs+100)
+			return x
+		}
+		kids := []kid{
+			g("a", 0, 10), g("a", 1000, 1010), g("a", 2500, 2510), // one permit: 1s apart, fine
+			g("b", 0, 10), g("b", 999, 1005), // 999ms after: too soon
+			g("c", 0, 10), g("c", 400, 420), g("c", 900, 990), // two permits: three within 1s
+		}
+		none := func(kid, kid) time.Duration { return 0 }
+		one := slices.DeleteFunc(slices.Clone(kids), func(x kid) bool { return x.key == "c" })
+		if got := crowded(one, 1, d, nil); len(got) != 1 || got[0][0].key != "b" || got[0][1].token != 999_000 {
+			t.Errorf("crowded, one permit: got %+v, want b's 0 and 999", got)
+		}
+		if got := crowded(kids, 2, d, nil); len(got) != 1 || got[0][0].key != "c" {
+			t.Errorf("crowded, two permits: got %+v, want c's three", got)
+		}
+		// Redis restarted empty between b's grants: its data lost excuses them.
+		empty := fault{restart: true, wallStart: 500_000, wallHeal: 600_000, start: ms(500), heal: ms(600)}
+		if got := crowded(one, 1, d, []fault{empty, {what: "with data", start: ms(500), heal: ms(600)}}); len(got) != 0 {
+			t.Errorf("crowded across a restart empty: got %+v, want none", got)
+		}
+		if got := crowded(one, 1, d, []fault{{what: "with data", start: ms(500), heal: ms(600), wallStart: 500_000, wallHeal: 600_000}}); len(got) != 1 {
+			t.Errorf("crowded across a restart that kept the data: got %+v, want b's", got)
+		}
+		// By the starts: b's 995ms apart fail with no slack, pass with 10ms.
+		if got := crowdedStarts(one, 1, d, nil, none); len(got) != 1 || got[0][0].key != "b" {
+			t.Errorf("crowdedStarts: got %+v, want b's", got)
+		}
+		if got := crowdedStarts(one, 1, d, nil, func(kid, kid) time.Duration { return 10 * time.Millisecond }); len(got) != 0 {
+			t.Errorf("crowdedStarts with 10ms of slack: got %+v, want none", got)
+		}
+		if got := crowdedStarts(one, 1, d, []fault{empty}, none); len(got) != 0 {
+			t.Errorf("crowdedStarts across a restart empty: got %+v, want none", got)
+		}
+		// A child that started 500ms after its grant (its reply lost, and
+		// asked again) is allowed that much by the cluster's slack.
+		c := &cluster{wallOff: 0}
+		late := []kid{g("b", 0, 500), g("b", 1000, 1005)}
+		if got := crowdedStarts(late, 1, d, nil, c.startSlack); len(got) != 0 {
+			t.Errorf("crowdedStarts, a start 500ms after its grant: got %+v, want none", got)
+		}
+		if got := crowdedStarts([]kid{g("b", 0, 10), g("b", 1000, 505)}, 1, d, nil, c.startSlack); len(got) != 1 {
+			t.Errorf("crowdedStarts, a start 495ms after the one before it: got %+v, want one", got)
+		}
+		// The nemesis must have tested the cooling.
+		good := silence{d: 8 * time.Second, grant: ms(0), from: ms(100), to: ms(100) + int64(quietFor)}
+		short := good
+		short.to -= ms(1)
+		back := good
+		back.from, back.to = ms(3000), ms(3000)+int64(quietFor)
+		if n, why := silencesTested(nil); n != 0 || why == "" {
+			t.Errorf("silencesTested with none: got %d, %q; want a failure", n, why)
+		}
+		if n, why := silencesTested([]silence{short, back}); n != 0 || why == "" {
+			t.Errorf("silencesTested with one too short and one back after the min hold: got %d, %q; want a failure", n, why)
+		}
+		if n, why := silencesTested([]silence{short, good}); n != 1 || why != "" {
+			t.Errorf("silencesTested: got %d, %q; want 1", n, why)
+		}
+	})
+	t.Run("drain", func(t *testing.T) {
+		// Drained at 1000ms, resumed at 2000ms.
+		held := []kid{
+			k("a", 1, 0, 900),                                // ended before: fine
+			k("a", 2, 500, 1100),                             // still ran once drained
+			k("a", 3, 1500, 1600),                            // started while drained
+			k("a", 4, 2000, 2500),                            // started at the resume: fine
+			k("b", 5, 1500, 1600),                            // another key
+			{run: 99, key: "a", start: ms(100), how: "hold"}, // a hold never seen to end
+		}
+		got := heldWhileDrained(held, "a", ms(1000), ms(2000))
+		var runs []int
+		for _, x := range got {
+			runs = append(runs, x.run)
+		}
+		if want := []int{held[1].run, held[2].run, 99}; !slices.Equal(runs, want) {
+			t.Errorf("heldWhileDrained: got runs %v, want %v", runs, want)
+		}
+		started := &kid{token: 9, how: "done"}
+		for _, c := range []struct {
+			r  *run
+			k  *kid
+			ok bool
+		}{
+			{&run{proc: &os.Process{}, status: statusLost}, nil, true},
+			{&run{proc: &os.Process{}, status: statusLost}, started, false}, // its child ran
+			{&run{proc: &os.Process{}, status: 7, code: 7}, started, false},
+			{&run{proc: &os.Process{}, status: 0}, nil, false},
+			{nil, nil, true}, // none tried
+		} {
+			if got := refusalVerdict(c.r, c.k); (got == "") != c.ok {
+				t.Errorf("refusalVerdict(%+v, %+v) = %q, want ok %v", c.r, c.k, got, c.ok)
+			}
+		}
+	})
+	t.Run("frozen keeper", func(t *testing.T) {
+		p := &os.Process{}
+		notStarved := func(int, int64, int64) bool { return false }
+		during, after := "thawed during the step", "thawed after the step"
+		done7 := &kid{how: "done", code: 7}
+		for _, c := range []struct {
+			th thaw
+			k  *kid
+			ok bool
+		}{
+			{thaw{mode: during, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 0}}, done7, true},
+			{thaw{mode: during, step: &run{proc: p, status: 112, stderr: "lost"}, release: &run{proc: p, status: 112}}, &kid{how: "term", code: 143}, false}, // the step killed
+			{thaw{mode: during, step: &run{proc: p, status: 0}, release: &run{proc: p, status: 0}}, done7, false},                                            // not its child's status
+			{thaw{mode: during, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 112, stderr: "may have run without the permit"}}, done7, false},
+			{thaw{mode: after, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 112, stderr: "permit lost"}}, done7, true},
+			{thaw{mode: after, step: &run{proc: p, status: 7}, release: &run{proc: p, status: 125}}, done7, false},
+			{thaw{mode: during, step: &run{proc: p, status: 3}}, nil, false}, // its child never started
+		} {
+			if got := thawVerdict(c.th, c.k, notStarved); (got == "") != c.ok {
+				t.Errorf("thawVerdict(%+v, %+v) = %q, want ok %v", c.th, c.k, got, c.ok)
+			}
+		}
+		// A starved machine excuses a lost step.
+		th := thaw{mode: during, step: &run{proc: p, status: 112}, release: &run{proc: p, status: 112}}
+		if got := thawVerdict(th, &kid{how: "term", code: 143}, func(s int, _, _ int64) bool { return s == statusLost }); got != "" {
+			t.Errorf("thawVerdict on a starved machine: %q, want ok", got)
 		}
 	})
 	t.Run("lag", func(t *testing.T) {

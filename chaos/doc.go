@@ -50,8 +50,8 @@
 // where CHILD is the child (chaos/child), told its run. The child
 // notes its start on CLOCK_MONOTONIC first, tells the harness over a unix
 // socket its start, its fencing token and its key, holds for HOLD, notes
-// its end, tells that too, and exits with CODE. On SIGTERM it tells its end
-// and exits 143 at once. A child killed by SIGKILL says nothing: its end is
+// its end and the status it exits with, tells that too, and exits with
+// CODE. On SIGTERM it tells its end and exits 143 at once. A child killed by SIGKILL says nothing: its end is
 // the moment the harness reads the end of its connection, later than its
 // real end.
 //
@@ -92,6 +92,38 @@
 //	key-pause             semrun key pause, drain or pause --for D of the key, its workers
 //	                      waiting in line, for 0.5 to 1.5 TTLs; the line read with semrun
 //	                      status --json while paused; then semrun key resume, or the pause's end
+//	min-hold-kill9        once per window (--min-hold 7.5 to 8.5s, children of 0.2 to 1.2s):
+//	                      SIGKILL of the semrun whose child just started, then no caller of
+//	                      the key at all for 5s (lease, push-back, a second) and a little,
+//	                      then callers again; SIGSTOP of the process groups of a holder and
+//	                      its child past the lease; Redis restarted with its data (SHUTDOWN
+//	                      SAVE, or SIGKILL after a SAVE made while writes were held); a
+//	                      quarter of the replies dropped through a proxy for 0.5 to 1.5 TTLs
+//	hold-drain            the hold workload; the nemesis's own hold, its keeper SIGKILLed or
+//	                      its group SIGSTOPped during a step, between steps or idle (every
+//	                      other time, the first included, with the workers of the key stopped
+//	                      from before the strike until the resume), then semrun key drain; once drained, a step under
+//	                      the handle; 0.5 to 1.5 TTLs later semrun key resume, the keeper
+//	                      SIGCONTed, the hold released
+//	hold-frozen-keeper    the hold workload; the nemesis's own hold, a step under it whose
+//	                      child runs, the keeper's group SIGSTOPped for 1.5 to 2.5 TTLs (past
+//	                      its loss point); the step runs on 1 to 2s past the thaw, or, in the
+//	                      second act and every third after, ends while the keeper is frozen;
+//	                      then release
+//
+// min-hold-kill9 runs two clusters, each with its redis-server behind a
+// proxy: two keys of one permit, and a key of two. On each key one worker
+// waits in line for at most a second (--timeout 1s), and one more per
+// permit tries once (--no-wait), pausing 0.2 to 0.7s between calls, each
+//
+//	semrun -k KEY -n N --ttl 2s --min-hold D --no-wait (or --timeout 1s) --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
+//
+// in a process group of its own. Each key has a lane of strikes: kills
+// and silences until one tested the cooling (the callers came back
+// before the killed holder's min hold was over), then, in turn, a group
+// SIGSTOP (thawed at least 1.5s before the min hold since the grant ends,
+// as a frozen child still runs for the checks), a restart with data and
+// dropped replies (one lane per cluster), and kills.
 //
 // The operator's commands reach the redis-server itself, never through the
 // proxy. In key-revoke every other worker's child holds 1.5 to 2.5s, and
@@ -247,6 +279,27 @@
 //     their tokens), and that line is the order of arrival (no later
 //     place launched more than 1s, and the machine's allowance, before an
 //     earlier one). The line is then served within 2 TTLs (the heal).
+//   - min-hold-kill9: no more than N grants of a key within its min hold:
+//     the Nth grant after another, by their tokens (Redis's clock at the
+//     grant), comes the min hold later at least, and, by the children's
+//     starts, the Nth child to start after another starts no sooner than
+//     the min hold less the machine's allowance (or, if more, how late the
+//     first started after its token, as when a lost reply was asked
+//     again) and 100ms. A restart empty between excuses the pair (data
+//     lost is documented); a restart with data excuses nothing. And at
+//     least one kill was followed by a silence of 5s that ended before the
+//     killed holder's min hold: a run that tested nothing fails.
+//   - hold-drain: drain exits 0 (or a starved machine excuses it); from
+//     its exit until the resume, nothing holds a permit of the key, by the
+//     children's lines and the holds' spans; the step under the handle
+//     tried meanwhile exits 112 without starting its child; and the
+//     hold's release says 112 (lost), never 0.
+//   - hold-frozen-keeper: the step's status is its child's, as the child
+//     said it in its last line (it renews the hold itself while the keeper
+//     is frozen); release says 0, or, when the step ended while the keeper
+//     was frozen, 112 naming the loss; and no overlap of the holders (a
+//     release that said 0 for a hold it had lost would show as one). A
+//     starved machine excuses a 112 or 125.
 //   - After each fault heals, the next child starts within 2 TTLs and the
 //     machine's allowance. The target is TTL + TTL/3, reported as a figure
 //     and not failed on, since machines are noisy.
@@ -298,7 +351,12 @@
 // for holds, the holds taken, the statuses of acquire, steps and release,
 // and, for the trials, their counts by kind and each measure's median and
 // maximum (the permit free after what, the push-back, the keepers' exits),
-// the table showing the longest wait for a hold's permit; for key-revoke,
+// the table showing the longest wait for a hold's permit; for
+// min-hold-kill9, its strikes by kind and the silences, and the grants
+// that broke a min hold (in the overlaps column); for hold-drain, the
+// drains by kind, their statuses and how long they took, and what held
+// while drained (in the overlaps column); for hold-frozen-keeper, the
+// frozen keepers and how their releases ended; for key-revoke,
 // the revokes by kind, how the revoked ended (113, 112, their child first),
 // how soon their child stopped and their permit was free; for key-pause, the
 // pauses by kind, grants while paused, lines read and served out of order.

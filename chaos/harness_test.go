@@ -49,6 +49,7 @@ type kid struct {
 	start     int64
 	end       int64  // from its E line, or when its connection ended without one
 	how       string // done, term, or killed: it never said E
+	code      int    // the exit status it said it exits with, -1 when it never said E
 	gone      int64  // when its connection ended: the process is gone
 	goneCh    chan struct{}
 	hold      int  // the hold it ran a step of, 0 for none (the checks set it)
@@ -128,7 +129,7 @@ func (r *recorder) read(c net.Conn) {
 		r.mu.Lock()
 		switch {
 		case len(f) == 7 && f[0] == "S" && k == nil:
-			k = &kid{goneCh: make(chan struct{}), announced: true, key: f[5]}
+			k = &kid{goneCh: make(chan struct{}), announced: true, key: f[5], code: -1}
 			var errs [5]error
 			k.pid, errs[0] = strconv.Atoi(f[1])
 			k.ppid, errs[1] = strconv.Atoi(f[2])
@@ -141,13 +142,14 @@ func (r *recorder) read(c net.Conn) {
 			r.kids[k.run] = k
 			r.last[k.key] = max(r.last[k.key], k.start)
 			grants.Add(1)
-		case len(f) == 3 && f[0] == "E" && k != nil && k.end == 0:
-			end, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
+		case len(f) == 4 && f[0] == "E" && k != nil && k.end == 0:
+			end, err1 := strconv.ParseInt(f[1], 10, 64)
+			code, err2 := strconv.Atoi(f[3])
+			if err := errors.Join(err1, err2); err != nil {
 				r.bad = append(r.bad, fmt.Sprintf("%q: %v", line, err))
-				end = mono()
+				end, code = mono(), -1
 			}
-			k.end, k.how = end, f[2]
+			k.end, k.how, k.code = end, f[2], code
 		default:
 			r.bad = append(r.bad, fmt.Sprintf("%q", line))
 		}
@@ -235,8 +237,14 @@ type run struct {
 	signal   syscall.Signal // the signal that ended it
 	killed   bool           // by the kill9 nemesis
 	revoked  bool           // an operator's revoke was aimed at it (key-revoke)
-	stdout   string         // what acquire printed
-	stderr   string
+	// mayBeBusy: it tried once, or waited a while (--no-wait, --timeout):
+	// the busy status (75) with no child is an answer.
+	mayBeBusy bool
+	// group: its semrun leads a process group of its own, which a nemesis
+	// may stop whole (min-hold-kill9).
+	group  bool
+	stdout string // what acquire printed
+	stderr string
 	// of is the hold this semrun acquires, runs a step of or releases,
 	// as its role says; nil for a run of its own.
 	of   *hold
@@ -276,9 +284,17 @@ type cluster struct {
 	holds  []*hold
 	// The operator's acts of key-revoke and key-pause (operator_test.go),
 	// and the watches of revoked holders' permits.
-	revokes  []*revocation
-	pauses   []*keyPause
+	revokes []*revocation
+	pauses  []*keyPause
+	// The acts of hold-drain and hold-frozen-keeper (holdops_test.go).
+	drains   []*drainAct
+	thaws    []*thaw
 	watching sync.WaitGroup
+
+	// silent keys get no new turn of a worker; turns counts those under
+	// way, by key (enter, leave, silence).
+	silent map[string]bool
+	turns  map[string]int
 
 	stop    context.CancelFunc
 	workers sync.WaitGroup
@@ -310,6 +326,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	c := &cluster{
 		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds,
 		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, child: child, connect: connectTimeout, runs: map[int]*run{},
+		silent: map[string]bool{}, turns: map[string]int{},
 	}
 	url := srv.URL() // what semrun is given
 	if n.replicated {
@@ -365,11 +382,16 @@ func (c *cluster) start(perKey int) {
 			go func() {
 				defer c.workers.Done()
 				for ctx.Err() == nil {
-					if c.withHolds && j%2 == 1 {
-						c.holdOnce(key, rng)
+					if !c.enter(key) {
+						time.Sleep(20 * time.Millisecond)
 						continue
 					}
-					c.runOnce(key, j%2, rng)
+					if c.withHolds && j%2 == 1 {
+						c.holdOnce(key, rng)
+					} else {
+						c.runOnce(key, j%2, rng)
+					}
+					c.leave(key)
 				}
 			}()
 		}
@@ -378,6 +400,49 @@ func (c *cluster) start(perKey int) {
 		stop()
 		c.killUntilDone()
 	})
+}
+
+// enter counts a worker's turn on key under way, unless the key is left
+// silent (silence).
+func (c *cluster) enter(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.silent[key] {
+		return false
+	}
+	c.turns[key]++
+	return true
+}
+
+// leave ends a worker's turn on key.
+func (c *cluster) leave(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.turns[key]--
+}
+
+// silence stops the workers of key from starting turns (or lets them
+// again, when on is false), and, when on, waits until none is under way,
+// for at most d; it returns when the last one ended, 0 when some still
+// ran at d.
+func (c *cluster) silence(key string, on bool, d time.Duration) int64 {
+	c.mu.Lock()
+	c.silent[key] = on
+	c.mu.Unlock()
+	if !on {
+		return 0
+	}
+	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		c.mu.Lock()
+		n := c.turns[key]
+		c.mu.Unlock()
+		if n == 0 {
+			return mono()
+		}
+		if time.Now().After(deadline) {
+			return 0
+		}
+	}
 }
 
 // killUntilDone kills every semrun until the workers have all returned: a
@@ -461,7 +526,7 @@ func (c *cluster) spawn(r *run, args []string, env ...string) (wait func(), err 
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Should the harness die, its semruns die with it, and their children
 	// with them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: r.group}
 	launched := mono()
 	err = cmd.Start()
 	c.mu.Lock()

@@ -2,7 +2,7 @@
 
 // Command child is what the chaos harness's semruns run: child RUN
 // HOLD_MS CODE. It tells the harness "S pid ppid start token key run" when
-// it starts and "E end how" when it ends, how being done (it held for
+// it starts and "E end how code" when it ends, how being done (it held for
 // HOLD_MS, or until the file $CHAOS_UNTIL appeared if sooner, and exits
 // with CODE) or term (SIGTERM: it exits 143 at once). Its start is the
 // first thing the process did, its end the last thing before exit, both on
@@ -69,7 +69,7 @@ func child(began int64, args []string) int {
 	case <-term:
 		how, code = "term", 128+int(syscall.SIGTERM)
 	}
-	fmt.Fprintf(w, "E %d %s\n", mono(), how)
+	fmt.Fprintf(w, "E %d %s %d\n", mono(), how, code)
 	_ = w.Flush()
 	return code
 }
