@@ -96,7 +96,6 @@ func start(path string, spec Spec, term *terminal, events chan<- waitEvent, aban
 		// that the child's end reaches it without a switch of threads.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		restoreCPUs()
 		pid, err := syscall.ForkExec(path, spec.Args, &syscall.ProcAttr{Env: spec.Env, Files: files, Sys: attr})
 		ready <- started{pid, err}
 		if err != nil {
