@@ -535,10 +535,12 @@ func maxRuntimeTrial(l *lane) {
 		k, ok := l.ended(r, done, d+hangBound)
 		// The hold ends d after its grant, which came after acquire
 		// started: a step a loaded machine took that long to start finds
-		// it over.
+		// it over, or starts its child too late for it to say so before
+		// it is stopped.
 		left := time.Duration(h.acquire.launched + int64(d) - r.launched)
 		switch {
-		case !ok && r.status == statusMaxRuntime && strings.Contains(r.stderr, "not started") && machine.lag(r.launched, r.exited) >= left:
+		case !ok && r.status == statusMaxRuntime && (strings.Contains(r.stderr, "not started") || strings.HasSuffix(strings.TrimSpace(r.stderr), "terminated")) &&
+			machine.lag(r.launched, r.exited) >= left:
 			l.count("max-runtime before the step started, on a loaded machine")
 		case starved(r.status, r.launched, r.exited):
 			l.count("step lost on a loaded machine")
