@@ -153,6 +153,15 @@ func TestReadingTheKeysGrantsNothing(t *testing.T) {
 		}
 	}
 
+	tokens := func(s semaphore.KeyStatus) []int64 {
+		var out []int64
+		for _, h := range s.Holders {
+			out = append(out, h.Token)
+		}
+		slices.Sort(out)
+		return out
+	}
+
 	// Everything read, tried as a secret by a user who may also run the
 	// scripts (the store's own): none works.
 	tries := candidates(read)
@@ -168,9 +177,15 @@ func TestReadingTheKeysGrantsNothing(t *testing.T) {
 			t.Errorf("release of %q: got %v, want nil (nothing to give back)", c, err)
 		}
 		r := runAcquireArgs(t, raw, k, protocol.AcquireArgs{ID: c, Permits: n, TTL: 30 * time.Second})
+		// Past the claim, a loaded machine's, the permit handed over has
+		// lapsed unclaimed and may be free: a grant of a new permit is
+		// then no one's; a grant of a permit someone had never is.
+		taken := r.Granted && (time.Since(handedAt) <= protocol.Claim || slices.Contains(tokens(before), r.Token))
 		if r.Granted {
-			t.Errorf("acquire.lua with the id %q, read from the keys, on a key whose permits are all taken: got %+v, want no grant (no turn taken)", c, r)
 			runScript(t, raw, k, protocol.ReleaseArgs{ID: c})
+		}
+		if taken {
+			t.Errorf("acquire.lua with the id %q, read from the keys, on a key whose permits are all taken: got %+v, want no grant (no turn taken)", c, r)
 		}
 		forged := semaphore.Handle{Store: semaphore.RedisStore, Key: key, Secret: c}
 		if _, _, err := st.Attach(ctx, forged, false); !isLost(err) {
@@ -183,22 +198,15 @@ func TestReadingTheKeysGrantsNothing(t *testing.T) {
 
 	// As it was: every permit, the cooling, the hold and the line.
 	after := statusOf(t, st, key)
-	tokens := func(s semaphore.KeyStatus) []int64 {
-		var out []int64
-		for _, h := range s.Holders {
-			out = append(out, h.Token)
-		}
-		slices.Sort(out)
-		return out
-	}
 	same := after.Held == n && len(after.Cooling) == 1 && len(after.Waiters) == 1 && slices.Equal(tokens(before), tokens(after))
 	if !same && time.Since(handedAt) > protocol.Claim {
 		// A loaded machine took longer than the claim: the handed-over
-		// permit lapsed unclaimed, as it must, and the line moved on. The
-		// run's, the hold's and the cooling permits stay as they were,
-		// and no more are taken.
+		// permit lapsed unclaimed, as it must, and the line moved on (the
+		// waiter, handed it in turn, never claims it either). The run's,
+		// the hold's and the cooling permits stay as they were, and no
+		// more are taken.
 		got := tokens(after)
-		same = after.Held == n && len(after.Cooling) == 1 && len(after.Waiters) <= 1 &&
+		same = (after.Held == n || after.Held == n-1) && len(after.Cooling) == 1 && len(after.Waiters) <= 1 &&
 			slices.Contains(got, run.Token()) && slices.Contains(got, held.Token())
 	}
 	if !same {
