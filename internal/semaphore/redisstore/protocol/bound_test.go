@@ -199,6 +199,29 @@ func TestScriptsSilenceNeverShortensACooling(t *testing.T) {
 	}
 }
 
+// TestScriptsSilenceOfACoolingKeyIsNoNews: nobody renews a cooling, so a
+// key that only cools is silent by nature: the cron recipe's next tick,
+// a minute later, finds it busy and is told nothing about a silence (the
+// warning of a stepped clock or of holders that all stopped renewing is
+// for a key with holders that renew). On miniredis, whose clock jumps.
+func TestScriptsSilenceOfACoolingKeyIsNoNews(t *testing.T) {
+	t.Parallel()
+	b := backends(t)[0]
+	const key = "cooling-only"
+	runCall(t, b.c, key, "A", call{n: 1, ttl: 2 * time.Second})
+	releaseArgs(t, b.c, key, ReleaseArgs{ID: "A", Cool: time.Hour, Exit: 0})
+	b.advance(time.Minute)
+	if g := runCall(t, b.c, key, "C", call{n: 1, ttl: 2 * time.Second}); g.Granted || g.Moved != 0 {
+		t.Fatalf("caller a minute after the last, to a key that only cools: got %+v, want busy, nothing moved", g)
+	}
+	// A holder that renews, beside the cooling, makes a silence news again.
+	runCall(t, b.c, key, "D", call{n: 2, ttl: 2 * time.Second})
+	b.advance(1500 * time.Millisecond)
+	if g := runCall(t, b.c, key, "E", call{n: 2, ttl: 2 * time.Second}); g.Granted || g.Moved <= 0 {
+		t.Fatalf("caller after a silence, with a holder beside the cooling: got %+v, want busy, the holder pushed back", g)
+	}
+}
+
 // TestScriptsRecordedTermsHoldWhateverTheCallSays: a bound recorded at
 // the grant caps a renewal that does not repeat it (an old or broken
 // client), and a renewal tells how long is left to the bound, which a

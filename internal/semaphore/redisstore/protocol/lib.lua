@@ -599,8 +599,10 @@ end
 -- lease from now, and none is shortened (a cooling lasts longer). A
 -- bound moves with its lease. A step backwards only makes leases last
 -- longer. It
--- returns the ms the holders were pushed back, or minus the ms the clock
--- went back, or 0; and the reading it compared with (nil for none).
+-- returns the ms the holders were pushed back (0 when only coolings were:
+-- nobody renews a cooling, so a silence then is no news), or minus the ms
+-- the clock went back, or 0; and the reading it compared with (nil for
+-- none).
 --
 -- status.lua reads a key as the next call would find it after rebase
 -- (silence, pushed), without writing: a lease it finds lapsed cannot be
@@ -621,8 +623,8 @@ local function rebase()
       if to ~= score then redis.call('ZADD', holdersKey, 'XX', to, held[i]) end
       local hard = field('#bound ' .. held[i], 0, MAXINT)
       if hard then redis.call('HSET', infoKey, '#bound ' .. held[i], hard + by) end
+      if moved == 0 and not redis.call('HGET', infoKey, '#cool ' .. held[i]) then moved = by end
     end
-    if #held > 0 then moved = by end
   end
   redis.call('HSET', infoKey, '#clock', now)
   return moved, last
