@@ -501,15 +501,7 @@ func (c *cluster) check(fig *figures, n nemesis) {
 		byRun[kids[i].run] = &kids[i]
 	}
 	c.mu.Lock()
-	holdOf := map[int]*hold{}
-	holds := make([]*hold, 0, len(c.holds))
-	for _, h := range c.holds {
-		cp := *h
-		holds = append(holds, &cp)
-		for _, r := range h.steps {
-			holdOf[r.id] = &cp
-		}
-	}
+	holds, holdOf := c.copyHolds()
 	faults := slices.Clone(c.faults)
 	c.mu.Unlock()
 	// The holds' steps, and the holds themselves over the time they are

@@ -219,6 +219,14 @@ func refusalVerdict(r *run, k *kid) string {
 func (c *cluster) allHolders() []kid {
 	kids, _ := c.rec.snapshot()
 	c.mu.Lock()
+	holds, holdOf := c.copyHolds()
+	c.mu.Unlock()
+	return holders(kids, holds, holdOf)
+}
+
+// copyHolds copies the cluster's holds, for the checks, and maps each
+// step's run to its hold's copy. c.mu must be held.
+func (c *cluster) copyHolds() ([]*hold, map[int]*hold) {
 	holdOf := map[int]*hold{}
 	holds := make([]*hold, 0, len(c.holds))
 	for _, h := range c.holds {
@@ -228,8 +236,7 @@ func (c *cluster) allHolders() []kid {
 			holdOf[r.id] = &cp
 		}
 	}
-	c.mu.Unlock()
-	return holders(kids, holds, holdOf)
+	return holds, holdOf
 }
 
 // checkDrains checks each drain of hold-drain: it said 0 (or nothing
