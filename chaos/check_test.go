@@ -554,6 +554,30 @@ func TestChecks(t *testing.T) {
 			t.Errorf("silencesTested: got %d, %q; want 1", n, why)
 		}
 	})
+	t.Run("forgotten hold", func(t *testing.T) {
+		// A hold granted at 0, released at 5000ms: told its hold is unknown
+		// (125), which a restart that lost Redis's keys since the grant
+		// explains, and nothing else does.
+		c := &cluster{}
+		unknown := "semrun: the hold of key \"a\" is unknown to the store: ...; nothing released"
+		for _, tc := range []struct {
+			faults []fault
+			stderr string
+			ok     bool
+		}{
+			{[]fault{{restart: true, start: ms(2000), heal: ms(2100)}}, unknown, true},
+			{nil, unknown, false},
+			{[]fault{{restart: true, start: -ms(1000), heal: -ms(900)}}, unknown, false},                                   // before the grant
+			{[]fault{{start: ms(2000), heal: ms(2100), operator: true}}, unknown, false},                                   // no keys lost
+			{[]fault{{restart: true, start: ms(2000), heal: ms(2100)}}, "semrun: no Redis at 127.0.0.1:1 answered", false}, // another 125
+		} {
+			h := &hold{id: 1, key: "a", handle: "h", acquire: &run{proc: &os.Process{}, launched: 0, exited: ms(100)},
+				release: &run{proc: &os.Process{}, status: statusFailure, launched: ms(5000), exited: ms(5100), stderr: tc.stderr}}
+			if got := c.judgeHold(h, nil, tc.faults, false); (len(got) == 0) != tc.ok {
+				t.Errorf("judgeHold after faults %+v, release saying %q: got %q, want ok %v", tc.faults, tc.stderr, got, tc.ok)
+			}
+		}
+	})
 	t.Run("drain", func(t *testing.T) {
 		// Drained at 1000ms, resumed at 2000ms.
 		held := []kid{

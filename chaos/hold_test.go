@@ -505,7 +505,7 @@ func (c *cluster) relRun(r *run, exited bool) string {
 // a step that did not start is lost (112) only when its hold may have been:
 // its keeper was SIGKILLed, or a fault of Redis came near. The same goes
 // for release: 0, or 112 when the hold may have been lost; 125 when Redis
-// was out of reach. A release's 0 is checked with the holders (span), and
+// was out of reach, or restarted empty since the grant (the hold unknown). A release's 0 is checked with the holders (span), and
 // fails here when Redis restarted empty during the hold. A machine too
 // slow (starved) excuses 112 and 125 as a fault would.
 func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses bool) []string {
@@ -527,6 +527,20 @@ func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses
 		end = max(end, h.release.exited)
 	}
 	lost := h.keeperKilled != 0 || excused(a.launched, end)
+	// Redis restarted empty after the grant: the hold's record went with
+	// everything else, and a step or release under its handle is told the
+	// store does not know the hold (125), as it is for a made-up handle.
+	forgotten := func(r *run) bool {
+		if r.status != statusFailure || !strings.Contains(r.stderr, "is unknown to the store") {
+			return false
+		}
+		for _, f := range faults {
+			if f.restart && f.start >= a.launched && f.start <= r.exited {
+				return true
+			}
+		}
+		return false
+	}
 	switch {
 	case a.killed && a.signal == syscall.SIGKILL:
 		return nil // by the nemesis
@@ -555,6 +569,7 @@ func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses
 			}
 		case r.status == statusLost && lost:
 		case r.status == statusFailure && excused(r.launched, r.exited):
+		case forgotten(r):
 		default:
 			out = append(out, fmt.Sprintf("step run %d from %s to %s: status %d and its child never started; its stderr: %q", r.id, c.rel(r.launched), c.rel(r.exited), r.status, r.stderr))
 		}
@@ -579,6 +594,7 @@ func (c *cluster) judgeHold(h *hold, byRun map[int]*kid, faults []fault, excuses
 		}
 	case r.status == statusLost && lost:
 	case r.status == statusFailure && excused(r.launched, r.exited):
+	case forgotten(r):
 	default:
 		out = append(out, fmt.Sprintf("release from %s to %s exited %d; its stderr: %q", c.rel(r.launched), c.rel(r.exited), r.status, r.stderr))
 	}
