@@ -258,7 +258,9 @@
 //     nemeses that can cause them (pause, restart, blackhole, dropped
 //     replies, partition) and while a fault was under way or up to one TTL
 //     after it healed. kill9, proxy-cut and script-flush must cause neither.
-//     A machine starved past 500ms of lag excuses them too (above).
+//     A machine starved past 500ms of lag excuses them too (above). A
+//     step or release under a hold whose record a restart without data
+//     took is told the hold is unknown (125) at any time after it.
 //   - key-revoke: a holder revoked while Redis answers (the command said
 //     so, no fault of Redis within a TTL) has its child stopped within a
 //     third of a TTL and 600ms of the revoke (its next renewal; and the
