@@ -197,6 +197,28 @@ type figures struct {
 	keepersLeft       int             // keepers still running past their bound
 }
 
+// add adds g's counts to f's, and keeps the longer of their longest
+// durations: the figures of several runs as one.
+func (f *figures) add(g figures) {
+	f.runs += g.runs
+	f.grants += g.grants
+	f.holds += g.holds
+	f.faults += g.faults
+	f.overlaps += g.overlaps
+	f.tokenOrder += g.tokenOrder
+	f.reused += g.reused
+	f.reordered += g.reordered
+	f.reorderedMax = max(f.reorderedMax, g.reorderedMax)
+	f.leaked += g.leaked
+	f.permitsFree = max(f.permitsFree, g.permitsFree)
+	f.starved += g.starved
+	f.lost += g.lost
+	f.failed += g.failed
+	f.revoked += g.revoked
+	f.maxRuntime += g.maxRuntime
+	f.bad += g.bad
+}
+
 // TestChaos runs every nemesis against semrun, -parallel at a time (6
 // unless given), each on a redis-server and keys of its own, with -chaos
 // only: the README's test command runs the checks' own tests, and CI runs
@@ -675,22 +697,10 @@ func table(all []figures) string {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
 			f.name, f.runs, f.grants, f.holds, f.faults, f.overlaps, f.tokenOrder+f.reused, f.reordered, f.reorderedMax.Round(time.Millisecond),
 			f.leaked, f.permitsFree.Round(time.Millisecond), holdFree, heal, f.lost, f.revoked, f.maxRuntime, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
-		sum.runs += f.runs
-		sum.grants += f.grants
-		sum.holds += f.holds
-		sum.maxRuntime += f.maxRuntime
-		sum.faults += f.faults
-		sum.overlaps += f.overlaps
-		sum.tokenOrder += f.tokenOrder + f.reused
-		sum.reordered += f.reordered
-		sum.leaked += f.leaked
-		sum.lost += f.lost
-		sum.revoked += f.revoked
-		sum.failed += f.failed
-		sum.bad += f.bad
+		sum.add(f)
 	}
 	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\t\t%d\t%d\t%d\t%d\t%d\t\t\t\t\t\n",
-		sum.runs, sum.grants, sum.holds, sum.faults, sum.overlaps, sum.tokenOrder, sum.reordered, sum.leaked, sum.lost, sum.revoked, sum.maxRuntime, sum.failed, sum.bad)
+		sum.runs, sum.grants, sum.holds, sum.faults, sum.overlaps, sum.tokenOrder+sum.reused, sum.reordered, sum.leaked, sum.lost, sum.revoked, sum.maxRuntime, sum.failed, sum.bad)
 	_ = tw.Flush()
 	b.WriteString("faults: ")
 	for i, f := range all {

@@ -104,22 +104,7 @@ func runMinHold(t *testing.T, n nemesis, seed uint64) figures {
 	fig := figures{name: n.name}
 	var notes []string
 	for i, f := range figs {
-		fig.runs += f.runs
-		fig.grants += f.grants
-		fig.faults += f.faults
-		fig.overlaps += f.overlaps
-		fig.tokenOrder += f.tokenOrder
-		fig.reused += f.reused
-		fig.reordered += f.reordered
-		fig.reorderedMax = max(fig.reorderedMax, f.reorderedMax)
-		fig.leaked += f.leaked
-		fig.permitsFree = max(fig.permitsFree, f.permitsFree)
-		fig.starved += f.starved
-		fig.lost += f.lost
-		fig.failed += f.failed
-		fig.revoked += f.revoked
-		fig.maxRuntime += f.maxRuntime
-		fig.bad += f.bad
+		fig.add(f)
 		notes = append(notes, fmt.Sprintf("N=%d: %s", specs[i].permits, f.faultNote))
 	}
 	fig.faultNote = strings.Join(notes, "; ")
