@@ -1,9 +1,12 @@
 package localstore_test
 
 import (
+	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -50,4 +53,50 @@ func kindsOf(events []semaphore.Event) []semaphore.EventKind {
 		k = append(k, e.Kind)
 	}
 	return k
+}
+
+// abandonLast abandons the last process of a lease, and returns once no
+// process holds a lock on its files, flock or byte lock (F_OFD_GETLK asks
+// for any byte): a process a parallel test forks keeps a copy of every
+// descriptor until it execs, and with it the locks.
+func abandonLast(t *testing.T, l semaphore.Lease) {
+	t.Helper()
+	var names []string
+	for _, f := range l.Files() {
+		names = append(names, f.Name())
+	}
+	abandon(l)
+	for _, name := range names {
+		f, err := os.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatalf("open %s: %v", name, err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for locked(t, f) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still locked 10s after its last process closed it", name)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		f.Close()
+	}
+}
+
+// locked tells whether another open file holds a lock on f: a flock, or
+// a byte lock on any byte.
+func locked(t *testing.T, f *os.File) bool {
+	t.Helper()
+	fd := int(f.Fd())
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 0}
+	if err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_GETLK, &lk); err != nil {
+		t.Fatalf("F_OFD_GETLK %s: %v", f.Name(), err)
+	}
+	if lk.Type != unix.F_UNLCK {
+		return true
+	}
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return true
+	}
+	_ = unix.Flock(fd, unix.LOCK_UN)
+	return false
 }

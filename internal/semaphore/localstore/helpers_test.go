@@ -8,9 +8,6 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/semrun/semrun/internal/semaphore"
 	"github.com/semrun/semrun/internal/semaphore/localstore"
@@ -91,31 +88,5 @@ func tally(l semaphore.Lease, err error, busy, failed *atomic.Int64) {
 func abandon(l semaphore.Lease) {
 	for _, f := range l.Files() {
 		f.Close()
-	}
-}
-
-// abandonLast abandons the last process of a lease, and returns once its
-// locks are free: a process a parallel test forks keeps a copy of every
-// descriptor until it execs, and with it the locks.
-func abandonLast(t *testing.T, l semaphore.Lease) {
-	t.Helper()
-	var names []string
-	for _, f := range l.Files() {
-		names = append(names, f.Name())
-	}
-	abandon(l)
-	for _, name := range names {
-		f, err := os.Open(name)
-		if err != nil {
-			t.Fatalf("open %s: %v", name, err)
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still locked 10s after its last process closed it", name)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		f.Close() // and its lock with it
 	}
 }
