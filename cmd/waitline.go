@@ -40,17 +40,19 @@ func (l *waitLine) update(st semaphore.WaitState) {
 	l.draw()
 	if first {
 		l.stop, l.done = make(chan struct{}), make(chan struct{})
-		go l.tick()
+		go l.tick(l.stop, l.done)
 	}
 }
 
-func (l *waitLine) tick() {
-	defer close(l.done)
+// tick is given its own channels: a clear and a later update may replace
+// the line's while it still runs.
+func (l *waitLine) tick(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-stop:
 			return
 		case <-t.C:
 			l.mu.Lock()
@@ -61,10 +63,11 @@ func (l *waitLine) tick() {
 }
 
 // draw rewrites the line in place; l.mu is held. It draws nothing while
-// semrun is in the background (Ctrl-Z, then bg): the prompt is the shell's.
+// semrun is in the background (Ctrl-Z, then bg), the prompt being the shell's,
+// nor once cleared: a tick may come between clear and the ticker's stop.
 // A line wider than the terminal is cut: a wrapped line cannot be redrawn.
 func (l *waitLine) draw() {
-	if l.term.Background() {
+	if l.state == nil || l.term.Background() {
 		return
 	}
 	text := "semrun: " + waitText(l.key, *l.state, time.Since(l.began))
@@ -84,13 +87,14 @@ func (l *waitLine) clear() {
 	}
 	l.mu.Lock()
 	started := l.state != nil
-	l.state = nil
+	stop, done := l.stop, l.done
+	l.state, l.stop, l.done = nil, nil, nil
 	l.mu.Unlock()
 	if !started {
 		return
 	}
-	close(l.stop)
-	<-l.done
+	close(stop)
+	<-done
 	fmt.Fprint(l.w, "\r\x1b[K")
 }
 

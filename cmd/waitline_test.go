@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,4 +45,24 @@ func TestEstimate(t *testing.T) {
 			t.Errorf("estimate(%+v, %v): got %v (%q), want %v (%q)", c.st, c.since, got, roughly(got), c.want, c.text)
 		}
 	}
+}
+
+// A tick that comes after clear has begun, before the ticker stops, draws
+// nothing; and a line cleared then updated again starts a ticker of its
+// own, which a second clear stops.
+func TestWaitLineTickAfterClear(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	l := newWaitLine(&out, fakeTerminal(80), "k")
+	l.update(semaphore.WaitState{Held: 1, Capacity: 1, Position: 1})
+	l.clear()
+	l.mu.Lock()
+	l.draw() // what a late tick does
+	l.mu.Unlock()
+	if want := "\r\x1b[K"; !strings.HasSuffix(out.String(), want) {
+		t.Fatalf("a tick after clear drew: %q", out.String())
+	}
+	l.update(semaphore.WaitState{Held: 1, Capacity: 1, Position: 1})
+	l.clear()
+	l.clear()
 }
