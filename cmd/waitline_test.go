@@ -53,7 +53,7 @@ func TestEstimate(t *testing.T) {
 func TestWaitLineTickAfterClear(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
-	l := newWaitLine(&out, fakeTerminal(80), "k")
+	l := newWaitLine(&out, wideTerminal{}, "k")
 	l.update(semaphore.WaitState{Held: 1, Capacity: 1, Position: 1})
 	l.clear()
 	l.mu.Lock()
@@ -66,3 +66,9 @@ func TestWaitLineTickAfterClear(t *testing.T) {
 	l.clear()
 	l.clear()
 }
+
+// wideTerminal is a terminal of 80 columns, in the foreground.
+type wideTerminal struct{}
+
+func (wideTerminal) Width() int       { return 80 }
+func (wideTerminal) Background() bool { return false }
