@@ -241,6 +241,16 @@ func jobrec() {
 		fmt.Fprintln(os.Stderr, "jobrec LOG HOLD [N]:", err)
 		os.Exit(2)
 	}
+	// With JOBREC_KEY, the token is that key's, of several held.
+	token := os.Getenv("SEMRUN_FENCING_TOKEN")
+	if key := os.Getenv("JOBREC_KEY"); key != "" {
+		token = ""
+		for _, line := range strings.Split(os.Getenv("SEMRUN_FENCING_TOKENS"), "\n") {
+			if i := strings.LastIndexByte(line, '='); i >= 0 && line[:i] == key {
+				token = line[i+1:]
+			}
+		}
+	}
 	record := func(event string) {
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
@@ -249,7 +259,7 @@ func jobrec() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		fmt.Fprintf(f, "%s %d %s\n", event, ts.Nano(), os.Getenv("SEMRUN_FENCING_TOKEN"))
+		fmt.Fprintf(f, "%s %d %s\n", event, ts.Nano(), token)
 		f.Close()
 	}
 	record("start")

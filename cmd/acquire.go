@@ -74,6 +74,10 @@ func (o *acquireOptions) validate() error {
 	if err := o.validateWait(); err != nil {
 		return err
 	}
+	if len(o.keys) > 1 {
+		// A handle names one key's hold, and its keeper keeps one lease.
+		return usageErrorf("%s: a hold is of one key; semrun -k a -k b -- COMMAND holds several for one command", o.src.show("key", fmt.Sprintf("%q", o.keys[1])))
+	}
 	if o.maxRuntime < 0 {
 		return usageErrorf("%s: must not be negative", o.src.show("max-runtime", o.maxRuntime))
 	}

@@ -30,6 +30,9 @@ func (o *runOptions) validateHandle() error {
 	if o.set("key") && o.key != h.Key {
 		return usageErrorf("%s: the handle is one of key %q", o.src.show("key", fmt.Sprintf("%q", o.key)), h.Key)
 	}
+	if len(o.keys) > 1 {
+		return usageErrorf("%s: the handle is one of key %q", o.src.show("key", fmt.Sprintf("%q", o.keys[1])), h.Key)
+	}
 	for _, flag := range handleFixed {
 		if o.src.origin(flag) == fromFlag {
 			return usageErrorf("--%s: the hold decided it; not with --handle", flag)
@@ -38,7 +41,7 @@ func (o *runOptions) validateHandle() error {
 	if err := o.sameStore(h); err != nil {
 		return err
 	}
-	o.key, o.hold = h.Key, h
+	o.key, o.keys, o.hold = h.Key, []string{h.Key}, h
 	return o.validateCommand()
 }
 
@@ -98,7 +101,7 @@ func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *
 	o.permits = info.Permits
 	log.Infof("key %q: running under its hold, fencing token %d", o.key, info.Token)
 	started := time.Now()
-	res, runErr := runner.Run(ctx, o.spec(lease, info.Token, info.TTL, signals, log), lease)
+	res, runErr := runner.Run(ctx, o.spec(lease, []int64{info.Token}, info.TTL, signals, log), lease)
 	if errors.Is(runErr, runner.ErrStale) {
 		// Semrun was held up between its attach and the start: the hold
 		// may be gone by now, and nothing ran.

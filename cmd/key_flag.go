@@ -1,24 +1,56 @@
 package cmd
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
 
-// keyValue is --key's value. A run holds one key: a second -k on one
-// command line would otherwise win over the first in silence, and the
-// command would run without the key the user asked for first.
-type keyValue struct {
-	key *string
-	set bool
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// keysValue is --key's value: a run or acquire may hold several keys
+// (-k a -k b), the first of which is key. A key named twice is refused:
+// it would otherwise wait for itself.
+type keysValue struct {
+	key  *string
+	keys *[]string
 }
 
-func newKey(p *string) *keyValue { return &keyValue{key: p} }
+func newKeys(key *string, keys *[]string) *keysValue { return &keysValue{key: key, keys: keys} }
 
-func (k *keyValue) Set(s string) error {
-	if k.set {
-		return fmt.Errorf("given twice (%q, then %q): a run holds one key", *k.key, s)
+func (k *keysValue) Set(s string) error {
+	switch {
+	case slices.Contains(*k.keys, s):
+		return fmt.Errorf("named twice: each key once")
+	case len(*k.keys) >= semaphore.MaxKeys:
+		return fmt.Errorf("one key too many: at most %d at once", semaphore.MaxKeys)
 	}
-	*k.key, k.set = s, true
+	*k.keys = append(*k.keys, s)
+	*k.key = (*k.keys)[0]
 	return nil
 }
 
-func (k *keyValue) Type() string   { return "string" }
-func (k *keyValue) String() string { return *k.key }
+func (k *keysValue) Type() string   { return "string" }
+func (k *keysValue) String() string { return *k.key }
+
+// intsValue is the value of a number that may be given once for every
+// key, or once per key (-n, --weight): each one given, in order, and the
+// last as the number.
+type intsValue struct {
+	n    *intValue
+	each *[]int
+}
+
+func newInts(p *int, value int, each *[]int) *intsValue {
+	return &intsValue{n: newInt(p, value), each: each}
+}
+
+func (v *intsValue) Set(s string) error {
+	if err := v.n.Set(s); err != nil {
+		return err
+	}
+	*v.each = append(*v.each, int(*v.n))
+	return nil
+}
+
+func (v *intsValue) Type() string   { return v.n.Type() }
+func (v *intsValue) String() string { return v.n.String() }

@@ -126,9 +126,9 @@ back when it exits, and exits with COMMAND's status.`,
 // addWaitFlags adds the flags of what a caller asks for and how it
 // waits, which runs and semrun acquire share.
 func (o *waitOptions) addWaitFlags(f *pflag.FlagSet) {
-	f.VarP(newKey(&o.key), "key", "k", "semaphore name (required)")
-	f.VarP(newInt(&o.permits, 1), "permits", "n", "at most N holders of this key fleet-wide")
-	f.Var(newInt(&o.weight, 1), "weight", "take K of the N permits at once, for a command that counts K times")
+	f.VarP(newKeys(&o.key, &o.keys), "key", "k", fmt.Sprintf("semaphore name (required); repeat it to hold up to %d keys at once, all or none", semaphore.MaxKeys))
+	f.VarP(newInts(&o.permits, 1, &o.permitsEach), "permits", "n", "at most N holders of this key fleet-wide; once for every key, or once per --key, in order")
+	f.Var(newInts(&o.weight, 1, &o.weightEach), "weight", "take K of the N permits at once, for a command that counts K times; once for every key, or once per --key")
 	f.Var(newDuration(&o.ttl, 30*time.Second), "ttl", "lease: a holder that vanishes frees its permit after this")
 	f.Var(newDuration(&o.timeout, 0), "timeout", "give up waiting for a permit after this (0: wait forever)")
 	f.BoolVar(&o.noWait, "no-wait", false, fmt.Sprintf("try once, don't wait (but for a restart fence that ends within %v, or --timeout; a longer one is busy at once)", redisstore.NoWaitFence))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,17 +25,25 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		waitUntil = began.Add(o.timeout)
 	}
 	for {
-		lease, err := o.acquire(ctx, store, signals, log, waitUntil)
+		lease, err := o.acquireAll(ctx, store, signals, log, waitUntil)
 		if err != nil {
 			return err
 		}
-		log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), lease.Token())
+		tokens := []int64{lease.Token()}
+		if several, ok := lease.(*semaphore.Several); ok {
+			tokens = several.Tokens()
+		}
+		if len(tokens) == 1 {
+			log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), tokens[0])
+		} else {
+			log.Infof("%s: permits held after %v, fencing tokens %s", o.keysText(), time.Since(began).Round(time.Millisecond), tokensText(tokens))
+		}
 		started := time.Now()
-		res, runErr := runner.Run(ctx, o.spec(lease, lease.Token(), o.ttl, signals, log), lease)
+		res, runErr := runner.Run(ctx, o.spec(lease, tokens, o.ttl, signals, log), lease)
 		if errors.Is(runErr, runner.ErrStale) {
 			// Nothing ran: semrun was held up between the grant and the
 			// start. The permit goes back and the wait goes on.
-			log.Warnf("key %q: %v; waiting again", o.key, runErr)
+			log.Warnf("%s: %v; waiting again", o.keysText(), runErr)
 			o.release(ctx, lease, log)
 			continue
 		}
@@ -42,11 +51,11 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 	}
 }
 
-// spec is how the runner runs the command under lease, with token, a
-// lease of ttl, and the signals caught.
-func (o *runOptions) spec(lease semaphore.Lease, token int64, ttl time.Duration, signals *runner.Signals, log *logger) runner.Spec {
+// spec is how the runner runs the command under lease, with the keys'
+// tokens, a lease of ttl, and the signals caught.
+func (o *runOptions) spec(lease semaphore.Lease, tokens []int64, ttl time.Duration, signals *runner.Signals, log *logger) runner.Spec {
 	return runner.Spec{
-		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, token), Inherit: lease.Files(),
+		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, tokens), Inherit: lease.Files(),
 		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
 		TTL: ttl, KillAfter: o.killAfter, OnLost: o.lostPolicy(), MaxRuntime: o.maxRuntime, WarnAfter: o.warnAfter,
 		Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,
@@ -73,7 +82,7 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 		case res.Signal != 0:
 			ended = "was killed by " + runner.SignalName(res.Signal)
 		}
-		log.Infof("key %q: the command %s after %v", o.key, ended, time.Since(started).Round(time.Millisecond))
+		log.Infof("%s: the command %s after %v", o.keysText(), ended, time.Since(started).Round(time.Millisecond))
 	}
 
 	if runErr != nil {
@@ -91,7 +100,7 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 		case errors.As(res.Lost, &ended) && holdEndCode(ended.End, 0) != 0:
 			code = holdEndCode(ended.End, 0) // max runtime
 		}
-		return &lostError{key: o.key, code: code, cause: res.Lost, unstopped: res.Unstopped}
+		return &lostError{key: lostKey(o.key, lease, res.Lost), code: code, cause: res.Lost, unstopped: res.Unstopped}
 	}
 	if res.RanOut {
 		return &ranOutError{key: o.key, maxRuntime: o.maxRuntime, unstopped: res.Unstopped}
@@ -102,6 +111,28 @@ func (o *runOptions) ran(ctx context.Context, lease semaphore.Lease, res runner.
 		log.Warnf("key %q: %s", o.key, couldNotStop(res.Unstopped))
 	}
 	return &childExit{code: res.ExitCode, sig: res.Signal}
+}
+
+// lostKey is the key whose permit was lost: the one the loss names, else,
+// of several, the one whose lease lapses first, else key.
+func lostKey(key string, lease semaphore.Lease, lost error) string {
+	var one *semaphore.KeyError
+	if errors.As(lost, &one) {
+		return one.Key
+	}
+	if several, ok := lease.(*semaphore.Several); ok {
+		return several.Lapsing()
+	}
+	return key
+}
+
+// tokensText says the tokens of the keys: "7", or "7, 12".
+func tokensText(tokens []int64) string {
+	s := make([]string, len(tokens))
+	for i, t := range tokens {
+		s[i] = strconv.FormatInt(t, 10)
+	}
+	return strings.Join(s, ", ")
 }
 
 // lingering says, once, that the command exited but left processes in its
@@ -169,6 +200,10 @@ func (o *waitOptions) giveBack(ctx context.Context, let func(context.Context) er
 	}
 	if o.set("handle") {
 		log.Infof("key %q: left the hold, which keeps the permit", o.key)
+		return
+	}
+	if len(o.keys) > 1 {
+		log.Infof("%s: permits released", o.keysText())
 		return
 	}
 	log.Infof("key %q: permit released", o.key)

@@ -31,6 +31,8 @@ func (o *waitOptions) validateWait() error {
 	if !set("restart-fence") {
 		o.restartFence = o.ttl
 	}
+	// The first key's, where -n or --weight is given once per key.
+	o.permits, o.weight = o.permitsOf(0), o.weightOf(0)
 	if o.weight == 0 {
 		// A request's 0 is its default, 1; from a user, 0 permits is a mistake.
 		return usageErrorf("%s: must be from 1 to %s", show("weight", 0), permits(o.permits, ""))
@@ -43,8 +45,13 @@ func (o *waitOptions) validateWait() error {
 	if err := o.req.Validate(); err != nil {
 		return o.refused(err)
 	}
-	if slices.Contains(o.heldKeys(), o.key) {
-		return usageErrorf("%s: already held by the semrun this command runs under; waiting would wait for itself", show("key", fmt.Sprintf("%q", o.key)))
+	if err := o.checkKeys(); err != nil {
+		return err
+	}
+	for _, key := range o.keys {
+		if slices.Contains(o.heldKeys(), key) {
+			return usageErrorf("%s: already held by the semrun this command runs under; waiting would wait for itself", show("key", fmt.Sprintf("%q", key)))
+		}
 	}
 	if o.timeout < 0 {
 		return usageErrorf("%s: must not be negative", show("timeout", o.timeout))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -151,6 +153,25 @@ func labelColumn(info semaphore.HolderInfo) string {
 	return printable.String(info.Label)
 }
 
+// withColumn is the WITH column of a row: the other keys of a caller of
+// several, quoted and escaped, "-" for none.
+func withColumn(info semaphore.HolderInfo) string {
+	if len(info.With) == 0 {
+		return "-"
+	}
+	quoted := make([]string, len(info.With))
+	for i, k := range info.With {
+		quoted[i] = printable.String(strconv.Quote(k))
+	}
+	return strings.Join(quoted, ", ")
+}
+
+// withAny tells whether some row has other keys: only then is there a
+// WITH column.
+func withAny[T any](rows []T, info func(T) semaphore.HolderInfo) bool {
+	return slices.ContainsFunc(rows, func(r T) bool { return len(info(r).With) > 0 })
+}
+
 // printStatus prints each key: a line of its counts, then a table of its
 // holders, its coolings, and a table of its line.
 func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
@@ -214,6 +235,10 @@ func printHolders(w io.Writer, holders []semaphore.Holder) {
 	if deadlines {
 		header += "\tMAX-RUNTIME IN" // only where some holder has one
 	}
+	with := withAny(holders, func(h semaphore.Holder) semaphore.HolderInfo { return h.HolderInfo })
+	if with {
+		header += "\tWITH"
+	}
 	if labels {
 		header += "\tLABEL"
 	}
@@ -240,6 +265,9 @@ func printHolders(w io.Writer, holders []semaphore.Holder) {
 			}
 			fmt.Fprintf(w, "\t%s", deadline)
 		}
+		if with {
+			fmt.Fprintf(w, "\t%s", withColumn(h.HolderInfo))
+		}
 		if labels {
 			fmt.Fprintf(w, "\t%s", labelColumn(h.HolderInfo))
 		}
@@ -257,6 +285,10 @@ func printWaiters(tw *tabwriter.Writer, waiters []semaphore.Waiter) {
 	_ = tw.Flush()
 	labels := slices.ContainsFunc(waiters, func(w semaphore.Waiter) bool { return w.Label != "" })
 	header := "  IN LINE\tHOST\tPID\tCOMMAND\tWANTS\tOF N\tWAITED"
+	with := withAny(waiters, func(w semaphore.Waiter) semaphore.HolderInfo { return w.HolderInfo })
+	if with {
+		header += "\tWITH"
+	}
 	if labels {
 		header += "\tLABEL"
 	}
@@ -267,6 +299,9 @@ func printWaiters(tw *tabwriter.Writer, waiters []semaphore.Waiter) {
 			place = fmt.Sprint(q.Position)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Weight, q.Permits, q.Waited.Round(time.Millisecond))
+		if with {
+			fmt.Fprintf(tw, "\t%s", withColumn(q.HolderInfo))
+		}
 		if labels {
 			fmt.Fprintf(tw, "\t%s", labelColumn(q.HolderInfo))
 		}

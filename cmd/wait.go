@@ -19,15 +19,19 @@ import (
 // and semrun acquire share, the request they make, and the wait itself.
 type waitOptions struct {
 	*commonOptions
-	key          string
-	permits      int
-	weight       int
-	ttl          time.Duration
-	timeout      time.Duration
-	noWait       bool
-	busyExitCode int
-	restartFence time.Duration
-	minReplicas  int
+	// key is the first of keys, the keys asked for in the user's order;
+	// permitsEach and weightEach are -n's and --weight's, once each given.
+	key                     string
+	keys                    []string
+	permits                 int
+	weight                  int
+	permitsEach, weightEach []int
+	ttl                     time.Duration
+	timeout                 time.Duration
+	noWait                  bool
+	busyExitCode            int
+	restartFence            time.Duration
+	minReplicas             int
 	// labelText is --label's, as given (see label).
 	labelText string
 	// maxRuntime is --max-runtime: how long a run's command, or a hold,
@@ -40,8 +44,11 @@ type waitOptions struct {
 	// who is what status shows of the caller for a command: the command's
 	// name, or semrun acquire.
 	who string
-	// req is what the flags ask of the store, once validated.
+	// req is what the flags ask of the store, once validated: of the
+	// first key, when there are several (see requests).
 	req semaphore.Request
+	// request is a caller of several keys' id, the same under each.
+	request string
 }
 
 // acquire waits for a permit until one is held, until passes (--timeout;
@@ -49,7 +56,7 @@ type waitOptions struct {
 func (o *waitOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := o.req
-	req.Holder = semaphore.HolderInfo{Host: host, PID: os.Getpid(), Command: o.who, MaxRuntime: o.maxRuntime, Label: o.req.Holder.Label}
+	req.Holder.Host, req.Holder.PID, req.Holder.Command, req.Holder.MaxRuntime = host, os.Getpid(), o.who, o.maxRuntime
 	// On a terminal a person watches: one line, kept up to date. Elsewhere
 	// (cron) only --verbose says it, once.
 	var line *waitLine

@@ -4,6 +4,7 @@
 package semaphore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -165,6 +166,11 @@ type HolderInfo struct {
 	// say); never the command's arguments. At most MaxLabel bytes of
 	// text (CheckLabel).
 	Label string `json:"label,omitempty"`
+	// With are the other keys a caller of several holds or waits for
+	// beside this one; Request is that call's id, the same under each of
+	// its keys, so that its grants and releases can be matched up.
+	With    []string `json:"with,omitempty"`
+	Request string   `json:"request,omitempty"`
 }
 
 // MaxLabel bounds a HolderInfo.Label, in bytes, as MaxKeyLen a key: room
@@ -407,9 +413,21 @@ func (r Request) Validate() error {
 		return &SettingError{Setting: MinHoldAfterSetting, Value: quoteShort(string(r.MinHoldAfter)), Err: checkCoolAfter(r.MinHoldAfter)}
 	case CheckLabel(r.Holder.Label) != nil:
 		return &SettingError{Setting: LabelSetting, Value: quoteShort(r.Holder.Label), Err: CheckLabel(r.Holder.Label)}
+	case len(r.Holder.With) > MaxKeys-1:
+		return &SettingError{Setting: KeySetting, Value: fmt.Sprintf("%q", r.Key), Err: fmt.Errorf("with %d other keys: at most %d keys at once", len(r.Holder.With), MaxKeys)}
+	case len(r.Holder.Request) > MaxRequestID || checkText(r.Holder.Request) != nil:
+		return fmt.Errorf("request id %s: at most %d bytes of text", quoteShort(r.Holder.Request), MaxRequestID)
+	}
+	for _, k := range r.Holder.With {
+		if err := CheckKey(k); err != nil || k == r.Key {
+			return &SettingError{Setting: KeySetting, Value: fmt.Sprintf("%q", k), Err: cmp.Or(err, errors.New("named twice"))}
+		}
 	}
 	return nil
 }
+
+// MaxRequestID bounds HolderInfo.Request.
+const MaxRequestID = 64
 
 // Count says "1 permit" or "3 permits".
 func Count(n int, noun string) string {

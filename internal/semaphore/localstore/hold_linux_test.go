@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -238,7 +239,7 @@ func TestLocalHoldKilledKeeperAndRun(t *testing.T) {
 	s := statusOf(t, st, req.Key)
 	want := keeperInfo
 	want.Hold = true
-	if s.Held != 1 || len(s.Holders) != 1 || s.Holders[0].HolderInfo != want {
+	if s.Held != 1 || len(s.Holders) != 1 || !reflect.DeepEqual(s.Holders[0].HolderInfo, want) {
 		t.Fatalf("Status of a hold kept by other processes: got %+v, want one holder, %+v", s, want)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -546,7 +547,7 @@ func TestLocalStatusShowsWaiters(t *testing.T) {
 				return false
 			}
 			for i := range w {
-				if w[i].HolderInfo != want[i] {
+				if !reflect.DeepEqual(w[i].HolderInfo, want[i]) {
 					return false
 				}
 			}
@@ -571,7 +572,7 @@ func TestLocalStatusShowsWaiters(t *testing.T) {
 	if r := receive(t, second, 10*time.Second, "second waiter after its context was canceled"); !errors.Is(r.Err, context.Canceled) {
 		t.Fatalf("second waiter after its context was canceled: got (%v, %v), want context.Canceled", r.L, r.Err)
 	}
-	if got := waiters(); len(got) != 1 || got[0].HolderInfo != infos[0] {
+	if got := waiters(); len(got) != 1 || !reflect.DeepEqual(got[0].HolderInfo, infos[0]) {
 		t.Errorf("waiters after the second gave up: got %+v, want only the first", got)
 	}
 
@@ -582,7 +583,7 @@ func TestLocalStatusShowsWaiters(t *testing.T) {
 		t.Fatalf("first waiter after the holder released: got %v, want a permit", r.Err)
 	}
 	s := statusOf(t, st, key)
-	if len(s.Waiters) != 0 || s.Held != 1 || s.Holders[0].HolderInfo != infos[0] || s.Holders[0].Token != r.L.Token() {
+	if len(s.Waiters) != 0 || s.Held != 1 || !reflect.DeepEqual(s.Holders[0].HolderInfo, infos[0]) || s.Holders[0].Token != r.L.Token() {
 		t.Errorf("Status after the first waiter got in: got %+v, want it as the only holder and no waiter", s)
 	}
 	if names := dirNames(t, filepath.Join(st.Dir(), key)); slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "wait.") }) {
@@ -738,7 +739,7 @@ func TestLocalKilledHolderFreesPermit(t *testing.T) {
 	}
 	s := statusOf(t, st, key)
 	want := semaphore.HolderInfo{Host: "helper", PID: child.cmd.Process.Pid, Command: "TestHelperHolder"}
-	if s.Held != 1 || s.Holders[0].HolderInfo != want || s.Holders[0].Token != child.token {
+	if s.Held != 1 || !reflect.DeepEqual(s.Holders[0].HolderInfo, want) || s.Holders[0].Token != child.token {
 		t.Errorf("Status with the permit held by another process: got %+v, want one holder %+v with token %d", s, want, child.token)
 	}
 
@@ -936,7 +937,7 @@ func TestLocalStatusDuringReleaseShowsNoBlankHolder(t *testing.T) {
 	var blank []semaphore.Holder
 	for range 1000 {
 		for _, h := range statusOf(t, st, key).Holders {
-			if h.HolderInfo != info || h.Token == 0 {
+			if !reflect.DeepEqual(h.HolderInfo, info) || h.Token == 0 {
 				blank = append(blank, h)
 			}
 		}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestHoldKeeperOfTheLongestLabel(t *testing.T) {
 		t.Fatal(err)
 	}
 	keeper.Hold = true
-	if info.Keeper != keeper {
+	if !reflect.DeepEqual(info.Keeper, keeper) {
 		t.Errorf("Attach's keeper: got %+v, want %+v", info.Keeper, keeper)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,7 +201,7 @@ func TestRedisVanishedWaiterStallsNoOne(t *testing.T) {
 	enqueued := time.Now()
 	behind, _ := startAcquire(t, st, semaphore.Request{Key: key, Permits: 1, TTL: time.Second, Holder: infoB}, 20*time.Second)
 	w := waitersOf(t, st, key, 3)
-	if w[0].HolderInfo != infoA || w[1].HolderInfo != (semaphore.HolderInfo{}) || w[2].HolderInfo != infoB {
+	if !reflect.DeepEqual(w[0].HolderInfo, infoA) || !reflect.DeepEqual(w[1].HolderInfo, (semaphore.HolderInfo{})) || !reflect.DeepEqual(w[2].HolderInfo, infoB) {
 		t.Fatalf("line: got %+v, want the first waiter, the vanishing one, the one behind", w)
 	}
 
@@ -221,7 +222,7 @@ func TestRedisVanishedWaiterStallsNoOne(t *testing.T) {
 	if d := time.Since(enqueued); d < 900*time.Millisecond {
 		t.Errorf("waiter behind a vanished one got in %v after it took its place, want not before its 1s waiter lease lapsed", d)
 	}
-	if s := statusOf(t, st, key); len(s.Waiters) != 0 || len(s.Holders) != 1 || s.Holders[0].HolderInfo != infoB {
+	if s := statusOf(t, st, key); len(s.Waiters) != 0 || len(s.Holders) != 1 || !reflect.DeepEqual(s.Holders[0].HolderInfo, infoB) {
 		t.Errorf("Status once the waiter behind got in: got %+v, want it the only holder and no waiter", s)
 	}
 }
@@ -244,7 +245,7 @@ func TestRedisGivenUpWaiterLeavesLine(t *testing.T) {
 	if time.Since(started) >= patience {
 		t.Fatalf("internal: the second waiter took its place only after the first gave up; want a longer patience than %v", patience)
 	}
-	if w[0].HolderInfo != infoA || w[1].HolderInfo != infoB || w[1].Position != 2 {
+	if !reflect.DeepEqual(w[0].HolderInfo, infoA) || !reflect.DeepEqual(w[1].HolderInfo, infoB) || w[1].Position != 2 {
 		t.Fatalf("line: got %+v, want the one that gives up first, the other at position 2", w)
 	}
 
@@ -257,7 +258,7 @@ func TestRedisGivenUpWaiterLeavesLine(t *testing.T) {
 	}
 	// At once: no lease needs to lapse.
 	s := statusOf(t, st, key)
-	if len(s.Waiters) != 1 || s.Waiters[0].HolderInfo != infoB || s.Waiters[0].Position != 1 {
+	if len(s.Waiters) != 1 || !reflect.DeepEqual(s.Waiters[0].HolderInfo, infoB) || s.Waiters[0].Position != 1 {
 		t.Fatalf("waiters right after the first gave up: got %+v, want only the other, at position 1", s.Waiters)
 	}
 	release(t, h)
@@ -288,7 +289,7 @@ func TestRedisStatusShowsLine(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // the next waits from a later millisecond
 	}
 	s := statusOf(t, st, key)
-	if s.Held != 3 || s.Capacity != 3 || len(s.Holders) != 1 || s.Holders[0].HolderInfo != infoH || s.Holders[0].Weight != 3 || s.Holders[0].Token != h.Token() {
+	if s.Held != 3 || s.Capacity != 3 || len(s.Holders) != 1 || !reflect.DeepEqual(s.Holders[0].HolderInfo, infoH) || s.Holders[0].Weight != 3 || s.Holders[0].Token != h.Token() {
 		t.Errorf("Status holders: got held %d, capacity %d, %+v, want held 3, capacity 3, one holder %+v of weight 3", s.Held, s.Capacity, s.Holders, infoH)
 	}
 	if len(s.Waiters) != len(want) {
@@ -299,7 +300,7 @@ func TestRedisStatusShowsLine(t *testing.T) {
 			t.Errorf("waiter %d waited %v, want in [0, 10s] and no more than the one before it (%v)", i+1, w.Waited, s.Waiters[max(i-1, 0)].Waited)
 		}
 		w.Waited = 0
-		if w != want[i] {
+		if !reflect.DeepEqual(w, want[i]) {
 			t.Errorf("waiter %d: got %+v, want %+v", i+1, w, want[i])
 		}
 	}

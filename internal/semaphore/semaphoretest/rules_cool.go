@@ -2,6 +2,7 @@ package semaphoretest
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func ruleMinHoldCools(t *testing.T, _ *Backend, st semaphore.Store) {
 		t.Fatalf("Status while the permit cools: got %+v, want 2 held, no holder, one cooling", s)
 	}
 	c := s.Cooling[0]
-	if c.HolderInfo != who || c.Permits != 2 || c.Weight != 2 || c.ExitStatus != 3 {
+	if !reflect.DeepEqual(c.HolderInfo, who) || c.Permits != 2 || c.Weight != 2 || c.ExitStatus != 3 {
 		t.Errorf("cooling: got %+v, want %+v, 2 of 2 permits, exit status 3", c, who)
 	}
 	if c.EndsIn <= 0 || c.EndsIn > coolFor {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -111,7 +112,7 @@ func ruleStatus(t *testing.T, b *Backend, st semaphore.Store) {
 			continue
 		}
 		delete(want, h.Token)
-		if h.HolderInfo != w.info {
+		if !reflect.DeepEqual(h.HolderInfo, w.info) {
 			t.Errorf("holder %d: got %+v, want %+v", h.Token, h.HolderInfo, w.info)
 		}
 		if h.Permits != 2 {
@@ -140,7 +141,7 @@ func ruleStatus(t *testing.T, b *Backend, st semaphore.Store) {
 
 	// Released permits leave the status at once.
 	Release(t, a)
-	if s := StatusOf(t, st, key); s.Held != 1 || len(s.Holders) != 1 || s.Holders[0].Token != c.Token() || s.Holders[0].HolderInfo != infoB {
+	if s := StatusOf(t, st, key); s.Held != 1 || len(s.Holders) != 1 || s.Holders[0].Token != c.Token() || !reflect.DeepEqual(s.Holders[0].HolderInfo, infoB) {
 		t.Errorf("Status after a holder released: got %+v, want only the holder with token %d", s, c.Token())
 	}
 

@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -227,7 +228,7 @@ func TestDecodeEventBoundsWhatItReads(t *testing.T) {
 		{"a meta too long", redis.XMessage{ID: "5-0", Values: map[string]any{"e": "busy", "m": `{"host":"` + strings.Repeat("h", MaxMeta) + `"}`}}, true,
 			func(e semaphore.Event) bool { return e.Host == "" }},
 		{"a meta that is not one", redis.XMessage{ID: "5-0", Values: map[string]any{"e": "busy", "m": `{"pid":"x"`}}, true,
-			func(e semaphore.Event) bool { return e.HolderInfo == semaphore.HolderInfo{} }},
+			func(e semaphore.Event) bool { return reflect.DeepEqual(e.HolderInfo, semaphore.HolderInfo{}) }},
 	} {
 		e, ok := DecodeEvent("k", tt.m)
 		if ok != tt.ok || (ok && (e.Key != "k" || !tt.want(e))) {

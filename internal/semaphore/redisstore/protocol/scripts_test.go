@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -457,7 +458,7 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			if w := st.Waiters[0]; w.Waited < 0 || w.Waited > time.Second {
 				t.Errorf("status waiter waited: got %v, want in [0, 1s]", w.Waited)
 			}
-			if w := st.Waiters[0]; (semaphore.Waiter{HolderInfo: w.HolderInfo, Permits: w.Permits, Weight: w.Weight, Position: w.Position}) != wantW {
+			if w := st.Waiters[0]; !reflect.DeepEqual(semaphore.Waiter{HolderInfo: w.HolderInfo, Permits: w.Permits, Weight: w.Weight, Position: w.Position}, wantW) {
 				t.Errorf("status waiter: got %+v, want %+v", w, wantW)
 			}
 
@@ -859,7 +860,7 @@ func TestKeysEscapeBraces(t *testing.T) {
 func TestReadHolder(t *testing.T) {
 	h, err := readHolder(`3 1700000000000000 1700000000000 2 {"host":"h","pid":1,"command":"a b"}`, 1700000001000)
 	want := semaphore.Holder{HolderInfo: semaphore.HolderInfo{Host: "h", PID: 1, Command: "a b"}, Permits: 3, Token: 1700000000000000, Age: time.Second, Weight: 2}
-	if err != nil || h != want {
+	if err != nil || !reflect.DeepEqual(h, want) {
 		t.Errorf("readHolder: got (%+v, %v), want %+v", h, err, want)
 	}
 	for _, rec := range []string{
@@ -1176,7 +1177,7 @@ func TestReadWaiter(t *testing.T) {
 		if err != nil {
 			t.Fatalf("readWaiter(%q): got error %v, want nil", tc.rec, err)
 		}
-		if want := (semaphore.Waiter{HolderInfo: tc.wantInfo, Permits: 3, Weight: 2, Waited: time.Second}); w != want {
+		if want := (semaphore.Waiter{HolderInfo: tc.wantInfo, Permits: 3, Weight: 2, Waited: time.Second}); !reflect.DeepEqual(w, want) {
 			t.Errorf("readWaiter(%q): got %+v, want %+v", tc.rec, w, want)
 		}
 	}

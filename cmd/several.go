@@ -1,0 +1,190 @@
+package cmd
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/semrun/semrun/internal/runner"
+	"github.com/semrun/semrun/internal/semaphore"
+)
+
+// A caller of several keys (-k a -k b) takes them one after another in
+// semaphore.TakeOrder, the same for every caller, so that no two wait for
+// each other; it holds the keys taken while it waits for the next, and
+// renews them meanwhile. Its command starts once it holds them all; busy,
+// timed out or interrupted, it gives back what it took.
+
+// checkKeys checks what is asked of several keys: -n and --weight once
+// for every key or once per key, each key's request valid, none held
+// already by a semrun this one runs under.
+func (o *waitOptions) checkKeys() error {
+	if len(o.keys) == 0 {
+		o.keys = []string{o.key}
+	}
+	if len(o.keys) == 1 {
+		return nil
+	}
+	for _, c := range []struct {
+		flag string
+		each []int
+	}{{"permits", o.permitsEach}, {"weight", o.weightEach}} {
+		if n := len(c.each); n > 1 && n != len(o.keys) {
+			return usageErrorf("--%s given %d times for %d keys: give it once for every key, or once per --key, in the same order", c.flag, n, len(o.keys))
+		}
+	}
+	o.request = rand.Text()[:16]
+	for _, req := range o.requests() {
+		if err := req.Validate(); err != nil {
+			return usageErrorf("key %q: %v", req.Key, o.refused(err))
+		}
+	}
+	return nil
+}
+
+// requests are what the caller asks of each key, in the user's order:
+// the request of the first key (o.req) with each key's own capacity and
+// weight, and the others named, for status.
+func (o *waitOptions) requests() []semaphore.Request {
+	if len(o.keys) <= 1 {
+		return []semaphore.Request{o.req}
+	}
+	reqs := make([]semaphore.Request, len(o.keys))
+	for i, key := range o.keys {
+		req := o.req
+		req.Key, req.Permits, req.Weight = key, o.permitsOf(i), o.weightOf(i)
+		req.Holder.With = slices.Delete(slices.Clone(o.keys), i, i+1)
+		req.Holder.Request = o.request
+		reqs[i] = req
+	}
+	return reqs
+}
+
+func (o *waitOptions) permitsOf(i int) int { return nth(o.permitsEach, i, o.permits) }
+func (o *waitOptions) weightOf(i int) int  { return nth(o.weightEach, i, o.weight) }
+
+// nth is the i-th of values given once per key, the one given for every
+// key, or else def.
+func nth(values []int, i, def int) int {
+	switch len(values) {
+	case 0:
+		return def
+	case 1:
+		return values[0]
+	}
+	return values[i]
+}
+
+// forKey is o as it asks req, of one key of several.
+func (o *waitOptions) forKey(req semaphore.Request) *waitOptions {
+	k := *o
+	k.key, k.keys, k.permits, k.weight, k.req = req.Key, []string{req.Key}, req.Permits, req.Weight, req
+	return &k
+}
+
+// keysText names the keys asked for: `key "a"`, or `keys "a", "b"`.
+func (o *waitOptions) keysText() string {
+	if len(o.keys) <= 1 {
+		return fmt.Sprintf("key %q", o.key)
+	}
+	quoted := make([]string, len(o.keys))
+	for i, k := range o.keys {
+		quoted[i] = fmt.Sprintf("%q", k)
+	}
+	return "keys " + strings.Join(quoted, ", ")
+}
+
+// acquireAll waits for a permit of every key, one after another in
+// semaphore.TakeOrder, renewing those it holds while it waits for the
+// next. A key found lost meanwhile is given up with the others and the
+// wait starts over. It returns one lease for them all.
+func (o *waitOptions) acquireAll(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
+	if len(o.keys) <= 1 {
+		return o.acquire(ctx, store, signals, log, until)
+	}
+	reqs := o.requests()
+	for {
+		leases, err := o.takeInOrder(ctx, store, signals, log, until, reqs)
+		if errors.Is(err, errTakenLost) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return semaphore.Join(o.keys, leases), nil
+	}
+}
+
+// errTakenLost: a key taken was lost while the caller waited for another.
+var errTakenLost = errors.New("a key taken was lost while waiting for the next")
+
+// takeInOrder takes reqs' keys in semaphore.TakeOrder; on any failure it
+// gives back those it took.
+func (o *waitOptions) takeInOrder(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time, reqs []semaphore.Request) (_ []semaphore.Lease, err error) {
+	leases := make([]semaphore.Lease, len(reqs))
+	var taken []int
+	defer func() {
+		if err != nil {
+			for _, i := range taken {
+				o.forKey(reqs[i]).release(ctx, leases[i], log)
+			}
+		}
+	}()
+	for _, i := range semaphore.TakeOrder(o.keys) {
+		waitCtx, stop := context.WithCancelCause(ctx)
+		keeping := o.keepTaken(waitCtx, stop, log, reqs, leases, taken)
+		lease, err := o.forKey(reqs[i]).acquire(waitCtx, store, signals, log, until)
+		stop(nil)
+		<-keeping
+		if lost := context.Cause(waitCtx); errors.Is(lost, errTakenLost) {
+			if lease != nil {
+				o.forKey(reqs[i]).release(ctx, lease, log)
+			}
+			return nil, lost
+		}
+		if err != nil {
+			return nil, err
+		}
+		leases[i] = lease
+		taken = append(taken, i)
+	}
+	return leases, nil
+}
+
+// keepTaken renews the leases of taken, every third of the TTL, until ctx
+// is done; a loss cancels ctx with errTakenLost. The channel it returns
+// closes once it stopped.
+func (o *waitOptions) keepTaken(ctx context.Context, cancel context.CancelCauseFunc, log *logger, reqs []semaphore.Request, leases []semaphore.Lease, taken []int) <-chan struct{} {
+	done := make(chan struct{})
+	if len(taken) == 0 {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(o.ttl / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for _, i := range taken {
+				renewCtx, stop := context.WithTimeout(ctx, o.ttl/3)
+				err := leases[i].Renew(renewCtx)
+				stop()
+				if errors.Is(err, semaphore.ErrLost) {
+					log.Warnf("key %q: permit lost while waiting for the other keys (%v); giving every key back and waiting again", reqs[i].Key, runner.LostWhy(err))
+					cancel(errTakenLost)
+					return
+				}
+			}
+		}
+	}()
+	return done
+}

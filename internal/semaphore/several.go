@@ -1,0 +1,153 @@
+package semaphore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/semrun/semrun/internal/clock"
+)
+
+// MaxKeys bounds the keys one caller holds at once: a holder's record
+// names the others (HolderInfo.With), and stays of bounded size.
+const MaxKeys = 8
+
+// TakeOrder is the order in which a caller of several keys takes them:
+// reverse byte order, the same for every caller whatever order it listed
+// them in, so that no two callers can each hold a key the other waits for.
+// Reverse, so that a key that extends another ("render@host" beside
+// "render") comes first: a waiter then holds the narrower permit, which
+// only its own host's callers want, while it waits for the wider one.
+func TakeOrder(keys []string) []int {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(keys[b], keys[a]) })
+	return order
+}
+
+// KeyError is what happened to one key of several.
+type KeyError struct {
+	Key string
+	Err error
+}
+
+func (e *KeyError) Error() string { return fmt.Sprintf("key %q: %v", e.Key, e.Err) }
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Several is the permits of several keys held as one Lease: renewed,
+// given back and lost together. A loss of any one is a loss of all,
+// wrapped in a *KeyError that names its key.
+type Several struct {
+	keys   []string
+	leases []Lease
+}
+
+// Join makes one lease of the leases of keys, in the caller's order: the
+// first is the one whose token Token returns.
+func Join(keys []string, leases []Lease) *Several {
+	return &Several{keys: slices.Clone(keys), leases: slices.Clone(leases)}
+}
+
+// Keys are the keys held, in the caller's order.
+func (s *Several) Keys() []string { return slices.Clone(s.keys) }
+
+// Tokens are the fencing tokens of the keys, in the caller's order.
+func (s *Several) Tokens() []int64 {
+	t := make([]int64, len(s.leases))
+	for i, l := range s.leases {
+		t[i] = l.Token()
+	}
+	return t
+}
+
+// Token is the first key's.
+func (s *Several) Token() int64 { return s.leases[0].Token() }
+
+// Deadline is the earliest of the keys': past it, one may be someone else's.
+func (s *Several) Deadline() clock.Instant {
+	var first clock.Instant
+	for _, l := range s.leases {
+		if d := l.Deadline(); !d.IsZero() && (first.IsZero() || d.Before(first)) {
+			first = d
+		}
+	}
+	return first
+}
+
+// Lapsing is the key whose lease lapses first: the one a presumed loss
+// is of.
+func (s *Several) Lapsing() string {
+	key, first := s.keys[0], clock.Instant{}
+	for i, l := range s.leases {
+		if d := l.Deadline(); !d.IsZero() && (first.IsZero() || d.Before(first)) {
+			key, first = s.keys[i], d
+		}
+	}
+	return key
+}
+
+// Bound is the earliest of the keys' bounds.
+func (s *Several) Bound() clock.Instant {
+	var first clock.Instant
+	for _, l := range s.leases {
+		if b := l.Bound(); !b.IsZero() && (first.IsZero() || b.Before(first)) {
+			first = b
+		}
+	}
+	return first
+}
+
+// Renew renews every key's lease, all of them even after a failure, so
+// that one key in doubt does not let the others lapse. A loss comes
+// first among the errors: it ends the command whatever the others say.
+func (s *Several) Renew(ctx context.Context) error {
+	var lost, doubt error
+	for i, l := range s.leases {
+		err := l.Renew(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLost) && lost == nil:
+			lost = &KeyError{Key: s.keys[i], Err: err}
+		case doubt == nil:
+			doubt = &KeyError{Key: s.keys[i], Err: err}
+		}
+	}
+	if lost != nil {
+		return lost
+	}
+	return doubt
+}
+
+// Release gives every key's permit back.
+func (s *Several) Release(ctx context.Context) error {
+	return s.each(func(l Lease) error { return l.Release(ctx) })
+}
+
+// Finish gives every key's permit back, saying how the command ended.
+func (s *Several) Finish(ctx context.Context, exitStatus int) error {
+	return s.each(func(l Lease) error { return l.Finish(ctx, exitStatus) })
+}
+
+// Files are every key's.
+func (s *Several) Files() []*os.File {
+	var files []*os.File
+	for _, l := range s.leases {
+		files = append(files, l.Files()...)
+	}
+	return files
+}
+
+func (s *Several) each(f func(Lease) error) error {
+	var errs []error
+	for i, l := range s.leases {
+		if err := f(l); err != nil {
+			errs = append(errs, &KeyError{Key: s.keys[i], Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
