@@ -67,6 +67,22 @@ func (b *bench) cost() ([]*table, error) {
 		sides = append(sides, &procSide{name: strings.TrimSuffix(l.name, " (Redis)"), scripted: scripted,
 			argv: func(int) []string { return argv }})
 	}
+	// Several keys at once, A/B against one key in the same rounds:
+	// semrun's own build only.
+	if one := sides[0]; one.name == "semrun" {
+		for _, k := range []int{2, 3} {
+			argv := slices.Clone(one.argv(0))
+			dash := slices.Index(argv, "--")
+			var more []string
+			for range k - 1 {
+				key, _ := b.key("cost")
+				more = append(more, "-k", key)
+			}
+			argv = slices.Insert(argv, dash, more...)
+			sides = slices.Insert(sides, k-1, &procSide{name: fmt.Sprintf("semrun, %d keys", k), scripted: scripted,
+				argv: func(int) []string { return argv }})
+		}
+	}
 	key, _ := b.key("cost-minimal")
 	least := &procSide{name: "minimal semaphore", scripted: minimal.Scripted, argv: func(i int) []string {
 		return []string{minsem, b.redis.Addr, key, fmt.Sprintf("%026d", i)}
@@ -170,6 +186,7 @@ func costTable(sides []*procSide, least *procSide) *table {
 			fmt.Sprintf("%.0f", median(s.usec)), fmt.Sprintf("%.2f×", x), fmt.Sprintf("%.0f", median(s.cpu)),
 			fmt.Sprintf("%.2f×", ratio(s.cpu, least.cpu)), target)
 	}
+	t.note("semrun, 2 keys and 3 keys are `semrun -k KEY -k KEY2 [-k KEY3] -n 3 -- true`: a caller of several keys takes them one after another, a grant and a release of each.")
 	t.note("Each run is a process of its own, started one after another, %v apart besides their start: semrun is `semrun -k KEY -n 3 -- true` (a 30s lease, the bench's restart fence of %v), the minimal semaphore bench/minimal/minsem, one grant and release of one sorted set of leases (a script and a ZREM, on a connection of its own, with semrun's handshake). Between two processes Redis's caches go cold, as between the runs of a fleet: a command costs it several times what it does back to back (the grant table).", costGap, benchFence)
 	t.note("Redis µs is the usec INFO commandstats gives the commands sent (the scripts' commands included), per run, the median of the rounds; / minimal, the median of each round's ratio. Redis CPU is used_cpu_user + used_cpu_sys of the server (INFO cpu) per run, which also counts the connection's accept and close, its reads and writes, and the server's own timers.")
 	return t
