@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -134,7 +135,8 @@ func (o *waitOptions) takeInOrder(ctx context.Context, store semaphore.Store, si
 			}
 		}
 	}()
-	for _, i := range semaphore.TakeOrder(o.keys) {
+	order := semaphore.TakeOrder(o.keys)
+	for at, i := range order {
 		waitCtx, stop := context.WithCancelCause(ctx)
 		keeping := o.keepTaken(waitCtx, stop, log, reqs, leases, taken)
 		lease, err := o.forKey(reqs[i]).acquire(waitCtx, store, signals, log, until)
@@ -145,6 +147,10 @@ func (o *waitOptions) takeInOrder(ctx context.Context, store semaphore.Store, si
 				o.forKey(reqs[i]).release(ctx, lease, log)
 			}
 			return nil, lost
+		}
+		var busy *busyError
+		if errors.As(err, &busy) && busy.why != "" {
+			busy.why += o.busyToo(ctx, store, reqs, order[at+1:])
 		}
 		if err != nil {
 			return nil, err
@@ -187,4 +193,36 @@ func (o *waitOptions) keepTaken(ctx context.Context, cancel context.CancelCauseF
 		}
 	}()
 	return done
+}
+
+// busyToo names, after the key a caller was turned away from, those of
+// the keys it did not try yet that were full too (or paused), for one
+// line that says every key still busy: "; also busy: key "b"". It reads
+// their status within a bound, and says nothing of a key it cannot read.
+func (o *waitOptions) busyToo(ctx context.Context, store semaphore.Store, reqs []semaphore.Request, untried []int) string {
+	if len(untried) == 0 || store == nil {
+		return ""
+	}
+	keys := make([]string, len(untried))
+	for j, i := range untried {
+		keys[j] = reqs[i].Key
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(o.connectTimeout, coolingLook))
+	defer cancel()
+	st, err := store.Status(ctx, keys)
+	if err != nil || len(st) != len(keys) {
+		return ""
+	}
+	var busy []string
+	for j, k := range st {
+		req := reqs[untried[j]]
+		capacity := cmp.Or(k.StoredCapacity, req.Permits)
+		if k.Error == "" && (k.Paused != nil || k.Held+req.Takes() > capacity || len(k.Waiters) > 0) {
+			busy = append(busy, fmt.Sprintf("key %q", req.Key))
+		}
+	}
+	if len(busy) == 0 {
+		return ""
+	}
+	return "; also busy: " + strings.Join(busy, ", ")
 }
