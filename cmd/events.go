@@ -88,7 +88,8 @@ type eventJSON struct {
 const eventTime = "2006-01-02T15:04:05.000Z07:00"
 
 // printEvent prints one event on one line: its time, key and kind, who
-// (holder id, host:pid, command, label) and what came of it. Everything
+// (holder id, host:pid, command, label, the request of a caller of
+// several keys) and what came of it. Everything
 // but the time was read from the store, so is escaped: the kind too,
 // which a store checks, but a store's bug must not drive a terminal.
 func printEvent(w io.Writer, e semaphore.Event) error {
@@ -105,6 +106,10 @@ func printEvent(w io.Writer, e semaphore.Event) error {
 	}
 	if e.Label != "" {
 		add("label %s", strconv.Quote(e.Label))
+	}
+	if e.Request != "" {
+		// A caller of several keys: the same under each of them.
+		add("request %s", printable.String(e.Request))
 	}
 	switch e.Kind {
 	case semaphore.EventGrant:

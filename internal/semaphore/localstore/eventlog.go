@@ -105,6 +105,7 @@ type eventLine struct {
 	Cmd      string              `json:"cmd,omitempty"`
 	Hold     bool                `json:"hold,omitempty"`
 	Label    string              `json:"label,omitempty"`
+	Req      string              `json:"req,omitempty"`
 	Permits  int                 `json:"n,omitempty"`
 	Weight   int                 `json:"w,omitempty"`
 	Token    int64               `json:"tok,omitempty"`
@@ -126,6 +127,7 @@ func lineOf(e semaphore.Event) eventLine {
 	l := eventLine{
 		Kind: e.Kind, Host: boundText(e.Host, maxInfoText), PID: within(e.PID, math.MaxInt32),
 		Cmd: boundText(e.Command, maxInfoText), Hold: e.Hold, Label: boundText(e.Label, semaphore.MaxLabel),
+		Req:     boundText(e.Request, semaphore.MaxRequestID),
 		Permits: within(e.Permits, semaphore.MaxPermits), Weight: within(e.Weight, semaphore.MaxPermits), Token: max(e.Token, 0),
 		HeldMS: max(e.Held, 0).Milliseconds(), WaitedMS: max(e.Waited, 0).Milliseconds(),
 		CoolMS: max(e.Cooling, 0).Milliseconds(), UntilMS: max(e.Until, 0).Milliseconds(),
@@ -145,7 +147,7 @@ func lineOf(e semaphore.Event) eventLine {
 func (l eventLine) event(key string) semaphore.Event {
 	e := semaphore.Event{
 		Time: time.UnixMicro(l.T), Key: key, Kind: l.Kind, Holder: l.ID,
-		HolderInfo: semaphore.HolderInfo{Host: l.Host, PID: l.PID, Command: l.Cmd, Hold: l.Hold, Label: l.Label},
+		HolderInfo: semaphore.HolderInfo{Host: l.Host, PID: l.PID, Command: l.Cmd, Hold: l.Hold, Label: l.Label, Request: l.Req},
 		Permits:    l.Permits, Weight: l.Weight, Token: l.Token,
 		Held: ms(l.HeldMS), Waited: ms(l.WaitedMS), Cooling: ms(l.CoolMS), Until: ms(l.UntilMS),
 		Capacity: l.Capacity, Reason: l.Reason, Forced: l.Forced,
@@ -179,7 +181,7 @@ func (l eventLine) check(nowUS int64) error {
 		return fmt.Errorf("event %q", l.Kind)
 	case l.ID != "" && !validID(l.ID):
 		return errors.New("its holder's id is no holder's")
-	case !plainText(l.Host, maxInfoText) || !plainText(l.Cmd, maxInfoText) || !plainText(l.Label, semaphore.MaxLabel) || !plainText(l.Reason, semaphore.MaxReason):
+	case !plainText(l.Host, maxInfoText) || !plainText(l.Cmd, maxInfoText) || !plainText(l.Label, semaphore.MaxLabel) || !plainText(l.Reason, semaphore.MaxReason) || !plainText(l.Req, semaphore.MaxRequestID):
 		return errors.New("a text too long, not UTF-8 or with control characters")
 	case l.PID < 0 || l.PID > math.MaxInt32 || l.Token < 0:
 		return fmt.Errorf("pid %d, token %d", l.PID, l.Token)
