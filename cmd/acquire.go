@@ -74,10 +74,6 @@ func (o *acquireOptions) validate() error {
 	if err := o.validateWait(); err != nil {
 		return err
 	}
-	if len(o.keys) > 1 {
-		// A handle names one key's hold, and its keeper keeps one lease.
-		return usageErrorf("%s: a hold is of one key; semrun -k a -k b -- COMMAND holds several for one command", o.src.show("key", fmt.Sprintf("%q", o.keys[1])))
-	}
 	if o.maxRuntime < 0 {
 		return usageErrorf("%s: must not be negative", o.src.show("max-runtime", o.maxRuntime))
 	}
@@ -118,26 +114,30 @@ func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store,
 	if o.timeout > 0 {
 		waitUntil = time.Now().Add(o.timeout)
 	}
-	lease, err := o.acquire(ctx, store, signals, log, waitUntil)
+	lease, err := o.acquireAll(ctx, store, signals, log, waitUntil)
 	if err != nil {
 		return err
 	}
 	granted := time.Now()
-	log.Infof("key %q: permit held, fencing token %d; starting its keeper", o.key, lease.Token())
-	h, keeper, toKeeper, err := o.startKeeper(ctx, store, lease, granted)
+	tokens := []int64{lease.Token()}
+	if several, ok := lease.(*semaphore.Several); ok {
+		tokens = several.Tokens()
+	}
+	log.Infof("%s: permit held, fencing token %s; starting its keeper", o.keysText(), tokensText(tokens))
+	hs, keeper, toKeeper, err := o.startKeeper(ctx, store, lease, granted)
 	if err != nil {
 		o.release(ctx, lease, log)
-		return fmt.Errorf("key %q: %w; nothing held", o.key, err)
+		return fmt.Errorf("%s: %w; nothing held", o.keysText(), err)
 	}
 	defer toKeeper.Close()
-	log.Infof("key %q: kept by pid %d", o.key, keeper)
+	log.Infof("%s: kept by pid %d", o.keysText(), keeper)
 	// The lease is the keeper's now: this process lets go of it by exiting.
-	if err := o.printHold(o.f.Streams.Out, h, lease.Token(), keeper); err != nil {
+	if err := o.printHold(o.f.Streams.Out, hs, tokens, keeper); err != nil {
 		// Nobody has the handle: the keeper, not told it was printed, ends the hold.
-		return fmt.Errorf("key %q: print the handle: %w; the hold is given back", o.key, err)
+		return fmt.Errorf("%s: print the handle: %w; the hold is given back", o.keysText(), err)
 	}
 	if err := toKeeper.Printed(); err != nil {
-		return fmt.Errorf("key %q: its keeper stopped: %w; nothing held", o.key, err)
+		return fmt.Errorf("%s: its keeper stopped: %w; nothing held", o.keysText(), err)
 	}
 	return nil
 }
@@ -145,23 +145,40 @@ func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store,
 // Variables acquire prints, besides the child's own.
 const envHandle = "SEMRUN_HANDLE"
 
-// printHold prints what eval, $GITHUB_ENV or a JSON reader need of a hold.
-func (o *acquireOptions) printHold(w io.Writer, h semaphore.Handle, token int64, keeper int) error {
+// printHold prints what eval, $GITHUB_ENV or a JSON reader need of a hold:
+// of several keys, the handle names them all, and the variables tell of
+// the first, as a run's command gets them (the runs under the handle get
+// every key's token).
+func (o *acquireOptions) printHold(w io.Writer, hs []semaphore.Handle, tokens []int64, keeper int) error {
+	handle := semaphore.HandlesText(hs)
 	if o.json {
 		host, _ := os.Hostname()
-		return json.NewEncoder(printable.JSON(w)).Encode(struct {
-			Handle  string `json:"handle"`
+		type keyJSON struct {
 			Key     string `json:"key"`
 			Permits int    `json:"permits"`
 			Weight  int    `json:"weight"`
 			Token   int64  `json:"token"`
-			Host    string `json:"host"`
-			Keeper  int    `json:"keeper_pid"`
-			Label   string `json:"label,omitempty"`
-		}{h.String(), h.Key, o.permits, o.req.Takes(), token, host, keeper, o.req.Holder.Label})
+		}
+		var keys []keyJSON // of several keys only
+		for i, h := range hs {
+			if len(hs) > 1 {
+				keys = append(keys, keyJSON{h.Key, o.permitsOf(i), o.weightOf(i), tokens[i]})
+			}
+		}
+		return json.NewEncoder(printable.JSON(w)).Encode(struct {
+			Handle  string    `json:"handle"`
+			Key     string    `json:"key"`
+			Permits int       `json:"permits"`
+			Weight  int       `json:"weight"`
+			Token   int64     `json:"token"`
+			Keys    []keyJSON `json:"keys,omitempty"`
+			Host    string    `json:"host"`
+			Keeper  int       `json:"keeper_pid"`
+			Label   string    `json:"label,omitempty"`
+		}{handle, hs[0].Key, o.permitsOf(0), o.weightOf(0), tokens[0], keys, host, keeper, o.req.Holder.Label})
 	}
 	_, err := fmt.Fprintf(w, "%s=%s\n%s=%s\n%s=%d\n%s=%d\n",
-		envHandle, h, envHeldKey, shellWord(h.Key), envHeldPermits, o.permits, envFencingToken, token)
+		envHandle, handle, envHeldKey, shellWord(hs[0].Key), envHeldPermits, o.permitsOf(0), envFencingToken, tokens[0])
 	return err
 }
 

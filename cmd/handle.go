@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,26 +24,37 @@ func (o *runOptions) validateHandle() error {
 	if err := o.commandLineOnly("handle"); err != nil {
 		return err
 	}
-	h, err := o.parseHandle("--handle", o.handle)
+	hs, err := o.parseHandle("--handle", o.handle)
 	if err != nil {
 		return err
 	}
-	if o.set("key") && o.key != h.Key {
-		return usageErrorf("%s: the handle is one of key %q", o.src.show("key", fmt.Sprintf("%q", o.key)), h.Key)
-	}
-	if len(o.keys) > 1 {
-		return usageErrorf("%s: the handle is one of key %q", o.src.show("key", fmt.Sprintf("%q", o.keys[1])), h.Key)
+	keys := handleKeys(hs)
+	if o.set("key") {
+		for _, key := range o.keys {
+			if !slices.Contains(keys, key) {
+				return usageErrorf("%s: the handle is one of %s", o.src.show("key", fmt.Sprintf("%q", key)), keysText(keys))
+			}
+		}
 	}
 	for _, flag := range handleFixed {
 		if o.src.origin(flag) == fromFlag {
 			return usageErrorf("--%s: the hold decided it; not with --handle", flag)
 		}
 	}
-	if err := o.sameStore(h); err != nil {
+	if err := o.sameStore(hs[0]); err != nil {
 		return err
 	}
-	o.key, o.keys, o.hold = h.Key, []string{h.Key}, h
+	o.key, o.keys, o.holds = keys[0], keys, hs
 	return o.validateCommand()
+}
+
+// handleKeys are the keys of the holds hs name, in their order.
+func handleKeys(hs []semaphore.Handle) []string {
+	keys := make([]string, len(hs))
+	for i, h := range hs {
+		keys[i] = h.Key
+	}
+	return keys
 }
 
 // commandLineOnly refuses flag from a variable or a config file: it names
@@ -57,22 +69,22 @@ func (c *commonOptions) commandLineOnly(flag string) error {
 // parseHandle reads a handle given by flag, or by the variable @NAME
 // names (which ps does not show, as it shows argv), and says what is
 // wrong with one that is not: never the text itself, which may be most of
-// a secret.
-func (c *commonOptions) parseHandle(flag, s string) (semaphore.Handle, error) {
+// a secret. The handle of an acquire of several keys names a hold of each.
+func (c *commonOptions) parseHandle(flag, s string) ([]semaphore.Handle, error) {
 	if s == "" {
-		return semaphore.Handle{}, usageErrorf("%s: empty: give the handle semrun acquire printed, or @VAR", flag)
+		return nil, usageErrorf("%s: empty: give the handle semrun acquire printed, or @VAR", flag)
 	}
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		if s = c.f.getenv(name); s == "" {
-			return semaphore.Handle{}, usageErrorf("%s @%s: %s is not set", flag, name, name)
+			return nil, usageErrorf("%s @%s: %s is not set", flag, name, name)
 		}
 		flag += " @" + name
 	}
-	h, err := semaphore.ParseHandle(s)
+	hs, err := semaphore.ParseHandles(s)
 	if err != nil {
-		return h, usageErrorf("%s: %v", flag, err)
+		return nil, usageErrorf("%s: %v", flag, err)
 	}
-	return h, nil
+	return hs, nil
 }
 
 // sameStore refuses a handle of a hold kept in the other kind of store.
@@ -87,33 +99,52 @@ func (c *commonOptions) sameStore(h semaphore.Handle) error {
 }
 
 // runHandle runs the command under the hold, at once: the hold's permit,
-// token and capacity, renewed by this run too while the command runs.
+// token and capacity, renewed by this run too while the command runs. A
+// handle of several keys' holds runs under all of them, or not at all.
 func (o *runOptions) runHandle(ctx context.Context, store semaphore.Store, log *logger) error {
 	signals := runner.CatchSignals()
-	lease, info, err := store.Attach(ctx, o.hold, false)
-	if err != nil {
-		return o.holdEnded(err, "the command was not started")
+	leases := make([]semaphore.Lease, 0, len(o.holds))
+	infos := make([]semaphore.HoldInfo, 0, len(o.holds))
+	for _, h := range o.holds {
+		lease, info, err := store.Attach(ctx, h, false)
+		if err != nil {
+			for _, l := range leases {
+				o.release(ctx, l, log)
+			}
+			return o.holdEnded(err, "the command was not started")
+		}
+		leases, infos = append(leases, lease), append(infos, info)
 	}
-	if err := o.checkKillAfter(info.TTL); err != nil {
+	lease, ttl, tokens := leases[0], infos[0].TTL, []int64{infos[0].Token}
+	if len(leases) > 1 {
+		several := semaphore.Join(o.keys, leases)
+		lease, tokens = several, several.Tokens()
+		for _, info := range infos {
+			ttl = min(ttl, info.TTL)
+		}
+	}
+	if err := o.checkKillAfter(ttl); err != nil {
 		o.release(ctx, lease, log)
 		return err
 	}
-	o.permits = info.Permits
-	log.Infof("key %q: running under its hold, fencing token %d", o.key, info.Token)
+	o.permits = infos[0].Permits
+	log.Infof("%s: running under its hold, fencing token %s", o.keysText(), tokensText(tokens))
 	started := time.Now()
-	res, runErr := runner.Run(ctx, o.spec(lease, []int64{info.Token}, info.TTL, signals, log), lease)
+	res, runErr := runner.Run(ctx, o.spec(lease, tokens, ttl, signals, log), lease)
 	if errors.Is(runErr, runner.ErrStale) {
 		// Semrun was held up between its attach and the start: the hold
 		// may be gone by now, and nothing ran.
 		o.release(ctx, lease, log)
 		return &lostError{key: o.key, code: o.lostExitCode, cause: runErr}
 	}
-	if res.Bounded && !clock.Now().Before(semaphore.RunsOut(lease.Bound(), holdKillAfter(info.TTL), info.TTL)) {
+	if res.Bounded && !clock.Now().Before(semaphore.RunsOut(lease.Bound(), holdKillAfter(ttl), ttl)) {
 		// The hold's --max-runtime ran out here first: said for the
 		// release to report, as its keeper would a moment later. A run
 		// with a longer kill-after stops sooner, and leaves that to it.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
-		_, _, _ = store.EndHold(endCtx, o.hold, semaphore.HoldEnd{State: semaphore.HoldMaxRuntime, Why: "its --max-runtime ran out"})
+		for _, h := range o.holds {
+			_, _, _ = store.EndHold(endCtx, h, semaphore.HoldEnd{State: semaphore.HoldMaxRuntime, Why: "its --max-runtime ran out"})
+		}
 		cancel()
 	}
 	return o.ran(ctx, lease, res, runErr, started, log)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/semrun/semrun/internal/keeper"
@@ -41,11 +42,11 @@ func findOwner(pid int) (*keeper.Owner, error) {
 // process (keeper.Start). It returns once the keeper renews the hold,
 // with the keeper's pid, and the keeper, which acquire tells once it
 // printed the handle.
-func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store, lease semaphore.Lease, granted time.Time) (semaphore.Handle, int, *keeper.Started, error) {
+func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store, lease semaphore.Lease, granted time.Time) ([]semaphore.Handle, int, *keeper.Started, error) {
 	// The name it was started by, as a test's copy needs.
 	k, err := keeper.Start(o.f.Self, os.Args[0], o.f.Environ, o.owner)
 	if err != nil {
-		return semaphore.Handle{}, 0, nil, fmt.Errorf("start its keeper: %w", err)
+		return nil, 0, nil, fmt.Errorf("start its keeper: %w", err)
 	}
 	kept := false
 	defer func() {
@@ -54,12 +55,32 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 		}
 	}()
 	host, _ := os.Hostname()
-	h, err := store.Hold(ctx, lease, semaphore.HolderInfo{Host: host, PID: k.PID, MaxRuntime: o.maxRuntime, Label: o.req.Holder.Label})
-	if err != nil {
-		k.Kill()
-		return semaphore.Handle{}, 0, nil, err
+	leases := []semaphore.Lease{lease}
+	if several, ok := lease.(*semaphore.Several); ok {
+		leases = several.Leases()
 	}
-	msg := keeper.Message{Args: o.args, Handle: h.String(), OwnerPID: o.ownerPID, OwnerFD: o.owner.HasFD()}
+	var hs []semaphore.Handle
+	endAll := func(why string) {
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
+		defer cancel()
+		for _, h := range hs {
+			_, _, _ = store.EndHold(endCtx, h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: why})
+		}
+	}
+	for i, l := range leases {
+		info := semaphore.HolderInfo{Host: host, PID: k.PID, MaxRuntime: o.maxRuntime, Label: o.req.Holder.Label}
+		if len(leases) > 1 {
+			info.With, info.Request = slices.Delete(slices.Clone(o.keys), i, i+1), o.request
+		}
+		h, err := store.Hold(ctx, l, info)
+		if err != nil {
+			k.Kill()
+			endAll("its keeper did not start")
+			return nil, 0, nil, err
+		}
+		hs = append(hs, h)
+	}
+	msg := keeper.Message{Args: o.args, Handle: semaphore.HandlesText(hs), OwnerPID: o.ownerPID, OwnerFD: o.owner.HasFD()}
 	if o.maxRuntime > 0 {
 		msg.MaxRuntime = max(o.maxRuntime-time.Since(granted), time.Millisecond)
 	}
@@ -71,14 +92,11 @@ func (o *acquireOptions) startKeeper(ctx context.Context, store semaphore.Store,
 	}
 	if err != nil {
 		k.Kill()
-		end := semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper did not start"}
-		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(o.connectTimeout, releaseTimeout))
-		defer cancel()
-		_, _, _ = store.EndHold(endCtx, h, end)
-		return semaphore.Handle{}, 0, nil, fmt.Errorf("its keeper did not start: %w", err)
+		endAll("its keeper did not start")
+		return nil, 0, nil, fmt.Errorf("its keeper did not start: %w", err)
 	}
 	kept = true
-	return h, k.PID, k, nil
+	return hs, k.PID, k, nil
 }
 
 // pathSettings are the settings that name a file or a directory: a
@@ -126,39 +144,70 @@ func (o *acquireOptions) holdEnd(e keeper.End) semaphore.HoldEnd {
 // or its loss; then it ends the hold with why, and exits.
 func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *logger) error {
 	msg := o.keeper
-	h, err := semaphore.ParseHandle(msg.Handle)
+	hs, err := semaphore.ParseHandles(msg.Handle)
 	if err != nil {
 		return err
 	}
 	signals, stopSignals := runner.UntilStopped(runner.Hangup)
 	defer stopSignals()
-	lease, info, err := store.Attach(ctx, h, true)
-	if err != nil {
-		return err
+	endAll := func(ctx context.Context, end semaphore.HoldEnd) {
+		for _, h := range hs {
+			_, _, _ = store.EndHold(ctx, h, end)
+		}
+	}
+	leases := make([]semaphore.Lease, 0, len(hs))
+	ttl := time.Duration(0)
+	for _, h := range hs {
+		lease, info, err := store.Attach(ctx, h, true)
+		if err != nil {
+			// acquire hears that its keeper stopped, and says nothing is
+			// held: the holds taken are ended.
+			endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
+			defer cancel()
+			endAll(endCtx, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper could not attach to every key's hold"})
+			for _, l := range leases {
+				_ = l.Release(endCtx)
+			}
+			return err
+		}
+		leases = append(leases, lease)
+		if ttl == 0 || info.TTL < ttl {
+			ttl = info.TTL
+		}
+	}
+	lease := leases[0]
+	if len(leases) > 1 {
+		lease = semaphore.Join(handleKeys(hs), leases)
 	}
 	msg.Kept()
 	if !msg.Printed() {
 		// acquire was killed, or could not print: nobody has the handle.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
 		defer cancel()
-		_, _, _ = store.EndHold(endCtx, h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun acquire ended before it printed the handle"})
+		endAll(endCtx, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun acquire ended before it printed the handle"})
 		return lease.Release(endCtx)
 	}
 
 	keepCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	ends := msg.Watch(keepCtx, signals, stop)
-	lost := runner.Keep(keepCtx, runner.Spec{TTL: info.TTL, Warnf: log.Warnf}, lease)
+	lost := runner.Keep(keepCtx, runner.Spec{TTL: ttl, Warnf: log.Warnf}, lease)
 
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.connectTimeout)
 	defer cancel()
 	var ended *semaphore.HoldEndedError
 	switch {
 	case errors.As(lost, &ended):
-		// Ended elsewhere: semrun release, a revoke.
+		// Ended elsewhere: semrun release, a revoke. The other keys'
+		// holds, if any, end the same way, naming that key.
+		if len(hs) > 1 {
+			end := ended.End
+			end.Why = semaphore.Clip(fmt.Sprintf("with key %q's hold (%s)", ended.Key, ended.End.Why), semaphore.MaxHoldWhy)
+			endAll(endCtx, end)
+		}
 	case lost != nil:
 		// Said, if the store can be told, for release and --handle runs.
-		_, _, _ = store.EndHold(endCtx, h, semaphore.HoldEnd{State: semaphore.HoldLost, Why: "its keeper lost it: " + runner.LostWhy(lost)})
+		endAll(endCtx, semaphore.HoldEnd{State: semaphore.HoldLost, Why: "its keeper lost it: " + runner.LostWhy(lost)})
 	default:
 		end := semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "its keeper stopped"}
 		select {
@@ -166,7 +215,7 @@ func (o *acquireOptions) keep(ctx context.Context, store semaphore.Store, log *l
 			end = o.holdEnd(e)
 		default:
 		}
-		_, _, _ = store.EndHold(endCtx, h, end)
+		endAll(endCtx, end)
 	}
 	return lease.Release(endCtx)
 }

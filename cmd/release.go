@@ -34,26 +34,40 @@ never waits for the line.`,
 			} else {
 				return usageErrorf("no handle: give one, or set %s (semrun acquire prints it)", envHandle)
 			}
-			var h semaphore.Handle
+			var hs []semaphore.Handle
 			checkHandle := func() (err error) {
-				if h, err = o.parseHandle(flag, text); err != nil {
+				if hs, err = o.parseHandle(flag, text); err != nil {
 					return err
 				}
-				if err := o.sameStore(h); err != nil {
+				if err := o.sameStore(hs[0]); err != nil {
 					return err
 				}
-				o.logAttrs = append(o.logAttrs, "key", h.Key)
+				o.logAttrs = append(o.logAttrs, "key", hs[0].Key)
 				return nil
 			}
 			return o.withStore(cmd, checkHandle, func(store semaphore.Store, log *logger) error {
-				return o.releaseHold(cmd.Context(), store, h, log)
+				// Every key's hold, whatever became of the others; the
+				// outcome is the first that is not a plain release.
+				var first error
+				for i, h := range hs {
+					// A hold of several keys ends as one: the keeper ends
+					// the others once it sees the first released, which
+					// is no news for the keys after it.
+					if err := o.releaseHold(cmd.Context(), store, h, i > 0, log); err != nil && first == nil {
+						first = err
+					} else if err != nil {
+						log.Warnf("%v", err)
+					}
+				}
+				return first
 			})
 		},
 	}
 }
 
 // releaseHold ends the hold as released, or says how it had ended.
-func (c *commonOptions) releaseHold(ctx context.Context, store semaphore.Store, h semaphore.Handle, log *logger) error {
+// With quietReleased, a hold found released before says nothing.
+func (c *commonOptions) releaseHold(ctx context.Context, store semaphore.Store, h semaphore.Handle, quietReleased bool, log *logger) error {
 	end, now, err := store.EndHold(ctx, h, semaphore.HoldEnd{State: semaphore.HoldReleased, Why: "semrun release"})
 	if err != nil {
 		return err
@@ -68,7 +82,9 @@ func (c *commonOptions) releaseHold(ctx context.Context, store semaphore.Store, 
 	}
 	code := holdEndCode(end, defaultLostExitCode)
 	if code == 0 {
-		log.Warnf("the %v, before this release", ended)
+		if !quietReleased {
+			log.Warnf("the %v, before this release", ended)
+		}
 		return nil
 	}
 	then := "what ran under it may have run without the permit"

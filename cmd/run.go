@@ -40,8 +40,8 @@ type runOptions struct {
 	command []string
 	// path is the command's file, found before the wait (runner.Find).
 	path string
-	// hold is --handle's, once read.
-	hold semaphore.Handle
+	// holds are --handle's, once read: one a key.
+	holds []semaphore.Handle
 }
 
 func newCmdRun(common *commonOptions) *cobra.Command {
@@ -76,8 +76,8 @@ back when it exits, and exits with COMMAND's status.`,
 				return err
 			}
 			if o.set("handle") && o.key == "" {
-				if h, err := o.parseHandle("--handle", o.handle); err == nil {
-					o.key = h.Key // the key it names, for every line
+				if hs, err := o.parseHandle("--handle", o.handle); err == nil {
+					o.key = hs[0].Key // the (first) key it names, for every line
 				}
 			}
 			o.logAttrs = append(o.logAttrs, "key", o.key) // for every line from here on, the final one too

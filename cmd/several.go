@@ -89,11 +89,19 @@ func (o *waitOptions) forKey(req semaphore.Request) *waitOptions {
 
 // keysText names the keys asked for: `key "a"`, or `keys "a", "b"`.
 func (o *waitOptions) keysText() string {
-	if len(o.keys) <= 1 {
-		return fmt.Sprintf("key %q", o.key)
+	if len(o.keys) == 0 {
+		return keysText([]string{o.key})
 	}
-	quoted := make([]string, len(o.keys))
-	for i, k := range o.keys {
+	return keysText(o.keys)
+}
+
+// keysText names keys: `key "a"`, or `keys "a", "b"`.
+func keysText(keys []string) string {
+	if len(keys) == 1 {
+		return fmt.Sprintf("key %q", keys[0])
+	}
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
 		quoted[i] = fmt.Sprintf("%q", k)
 	}
 	return "keys " + strings.Join(quoted, ", ")

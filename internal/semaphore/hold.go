@@ -189,6 +189,48 @@ func ParseHandle(s string) (Handle, error) {
 	return h, nil
 }
 
+// The holds of one semrun acquire of several keys go by one text: their
+// handles joined by handleSep, which no handle holds, and a shell and a
+// CI variable file take as it is.
+const handleSep = ","
+
+// HandlesText is the text of the handles of one acquire: a single handle's
+// own for one key.
+func HandlesText(hs []Handle) string {
+	texts := make([]string, len(hs))
+	for i, h := range hs {
+		texts[i] = h.String()
+	}
+	return strings.Join(texts, handleSep)
+}
+
+// ParseHandles reads what HandlesText wrote: at most MaxKeys handles, of
+// one kind of store and of as many keys. Whatever it is given is
+// untrusted: nothing of it is shown back, but its length.
+func ParseHandles(s string) ([]Handle, error) {
+	if len(s) > MaxKeys*512 {
+		return nil, fmt.Errorf("%d bytes long: %w", len(s), ErrBadHandle)
+	}
+	texts := strings.Split(s, handleSep)
+	if len(texts) > MaxKeys {
+		return nil, fmt.Errorf("%d handles, at most %d: %w", len(texts), MaxKeys, ErrBadHandle)
+	}
+	hs := make([]Handle, len(texts))
+	for i, text := range texts {
+		h, err := ParseHandle(text)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range hs[:i] {
+			if o.Key == h.Key || o.Store != h.Store {
+				return nil, ErrBadHandle
+			}
+		}
+		hs[i] = h
+	}
+	return hs, nil
+}
+
 // IsRandText tells whether s could be the first n digits of a
 // rand.Text: n base32 digits, A to Z and 2 to 7.
 func IsRandText(s string, n int) bool {

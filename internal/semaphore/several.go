@@ -56,6 +56,9 @@ func Join(keys []string, leases []Lease) *Several {
 // Keys are the keys held, in the caller's order.
 func (s *Several) Keys() []string { return slices.Clone(s.keys) }
 
+// Leases are the keys' own, in the caller's order.
+func (s *Several) Leases() []Lease { return slices.Clone(s.leases) }
+
 // Tokens are the fencing tokens of the keys, in the caller's order.
 func (s *Several) Tokens() []int64 {
 	t := make([]int64, len(s.leases))
