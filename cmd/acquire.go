@@ -41,7 +41,8 @@ SEMRUN_FENCING_TOKEN, one a line (ready for eval and for $GITHUB_ENV), and
 exits 0. A keeper process it leaves behind renews the permit until
 semrun release, --max-runtime, the exit of --owner-pid, or SIGTERM, SIGINT or
 SIGHUP to the keeper. Whoever has the handle can run under the permit
-(semrun --handle) and release it.`,
+(semrun --handle) and release it. With several keys (-k a -k b), one handle
+covers them all, and the variables tell of the first.`,
 		Example: `  hold=$(semrun acquire -k staging --max-runtime 30m) || exit
   set -a; eval "$hold"; set +a
   trap 'semrun release' EXIT
