@@ -39,6 +39,10 @@ func (o *waitOptions) checkKeys() error {
 	}
 	o.request = rand.Text()[:16]
 	for _, req := range o.requests() {
+		if req.Weight == 0 {
+			// As for the first key (validateWait): a request's 0 is 1.
+			return usageErrorf("key %q: %s: must be from 1 to %s", req.Key, o.src.show("weight", 0), permits(req.Permits, ""))
+		}
 		if err := req.Validate(); err != nil {
 			return usageErrorf("key %q: %v", req.Key, o.refused(err))
 		}
