@@ -141,7 +141,20 @@ func (o *waitOptions) takeInOrder(ctx context.Context, store semaphore.Store, si
 	for _, i := range semaphore.TakeOrder(o.keys) {
 		waitCtx, stop := context.WithCancelCause(ctx)
 		keeping := o.keepTaken(waitCtx, stop, log, reqs, leases, taken)
-		lease, err := o.forKey(reqs[i]).acquire(waitCtx, store, signals, log, until)
+		k := o.forKey(reqs[i])
+		if len(taken) > 0 {
+			// Stopped (Ctrl-Z), a waiter keeps nobody waiting: what it
+			// took goes back at once, and once continued it starts over.
+			k.stopping = func() {
+				stop(errTakenLost)
+				<-keeping
+				for _, j := range taken {
+					o.forKey(reqs[j]).release(ctx, leases[j], log)
+				}
+				taken = nil
+			}
+		}
+		lease, err := k.acquire(waitCtx, store, signals, log, until)
 		stop(nil)
 		<-keeping
 		if lost := context.Cause(waitCtx); errors.Is(lost, errTakenLost) {
