@@ -40,6 +40,10 @@ func (o *waitOptions) checkKeys() error {
 	}
 	o.request = rand.Text()[:16]
 	for _, req := range o.requests() {
+		if req.Weight == 0 {
+			// As for the first key (validateWait): a request's 0 is 1.
+			return usageErrorf("key %q: %s: must be from 1 to %s", req.Key, o.src.show("weight", 0), permits(req.Permits, ""))
+		}
 		if err := req.Validate(); err != nil {
 			return usageErrorf("key %q: %v", req.Key, o.refused(err))
 		}
@@ -147,7 +151,20 @@ func (o *waitOptions) takeInOrder(ctx context.Context, store semaphore.Store, si
 	for at, i := range order {
 		waitCtx, stop := context.WithCancelCause(ctx)
 		keeping := o.keepTaken(waitCtx, stop, log, reqs, leases, taken)
-		lease, err := o.forKey(reqs[i]).acquire(waitCtx, store, signals, log, until)
+		k := o.forKey(reqs[i])
+		if len(taken) > 0 {
+			// Stopped (Ctrl-Z), a waiter keeps nobody waiting: what it
+			// took goes back at once, and once continued it starts over.
+			k.stopping = func() {
+				stop(errTakenLost)
+				<-keeping
+				for _, j := range taken {
+					o.forKey(reqs[j]).release(ctx, leases[j], log)
+				}
+				taken = nil
+			}
+		}
+		lease, err := k.acquire(waitCtx, store, signals, log, until)
 		stop(nil)
 		<-keeping
 		if lost := context.Cause(waitCtx); errors.Is(lost, errTakenLost) {

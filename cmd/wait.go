@@ -49,6 +49,9 @@ type waitOptions struct {
 	req semaphore.Request
 	// request is a caller of several keys' id, the same under each.
 	request string
+	// stopping, when set, runs before semrun stops (Ctrl-Z) while it
+	// waits: a caller of several keys gives back those it took.
+	stopping func()
 }
 
 // acquire waits for a permit until one is held, until passes (--timeout;
@@ -93,7 +96,12 @@ func (o *waitOptions) acquire(ctx context.Context, store semaphore.Store, signal
 	lease, err := signals.Wait(waitCtx, runner.Waiting{
 		Acquire:  func(ctx context.Context) (semaphore.Lease, error) { return store.Acquire(ctx, req) },
 		GiveBack: func(lease semaphore.Lease) { o.release(ctx, lease, log) },
-		Stopping: line.clear,
+		Stopping: func() {
+			line.clear()
+			if o.stopping != nil {
+				o.stopping()
+			}
+		},
 	})
 	var interrupted *runner.Interrupted
 	if errors.As(err, &interrupted) {
