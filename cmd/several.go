@@ -120,6 +120,20 @@ func (o *waitOptions) acquireAll(ctx context.Context, store semaphore.Store, sig
 		return o.acquire(ctx, store, signals, log, until)
 	}
 	reqs := o.requests()
+	if all, ok := store.(semaphore.AllAtOnce); ok {
+		lease, err := o.acquireBy(ctx, store, signals, log, until, func(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
+			for i := range reqs {
+				// The caller as acquire made it, under each key.
+				h := &reqs[i].Holder
+				h.Host, h.PID, h.Command, h.MaxRuntime = req.Holder.Host, req.Holder.PID, req.Holder.Command, req.Holder.MaxRuntime
+				reqs[i].OnWait = req.OnWait
+			}
+			return all.AcquireAll(ctx, reqs)
+		})
+		if !errors.Is(err, semaphore.ErrNotAtOnce) {
+			return lease, err
+		}
+	}
 	for {
 		leases, err := o.takeInOrder(ctx, store, signals, log, until, reqs)
 		if errors.Is(err, errTakenLost) {
@@ -225,29 +239,75 @@ func (o *waitOptions) keepTaken(ctx context.Context, cancel context.CancelCauseF
 // line that says every key still busy: "; also busy: key "b"". It reads
 // their status within a bound, and says nothing of a key it cannot read.
 func (o *waitOptions) busyToo(ctx context.Context, store semaphore.Store, reqs []semaphore.Request, untried []int) string {
-	if len(untried) == 0 || store == nil {
+	var busy []string
+	for _, i := range o.busyKeys(ctx, store, reqs, untried) {
+		busy = append(busy, fmt.Sprintf("key %q", reqs[i].Key))
+	}
+	if len(busy) == 0 {
 		return ""
 	}
-	keys := make([]string, len(untried))
-	for j, i := range untried {
+	return "; also busy: " + strings.Join(busy, ", ")
+}
+
+// busyKeys are those of reqs[which] whose key is full, paused or has a
+// line, by its status, read within a bound; none when it cannot be read.
+func (o *waitOptions) busyKeys(ctx context.Context, store semaphore.Store, reqs []semaphore.Request, which []int) []int {
+	if len(which) == 0 || store == nil {
+		return nil
+	}
+	keys := make([]string, len(which))
+	for j, i := range which {
 		keys[j] = reqs[i].Key
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(o.connectTimeout, coolingLook))
 	defer cancel()
 	st, err := store.Status(ctx, keys)
 	if err != nil || len(st) != len(keys) {
-		return ""
+		return nil
 	}
-	var busy []string
+	var busy []int
 	for j, k := range st {
-		req := reqs[untried[j]]
+		req := reqs[which[j]]
 		capacity := cmp.Or(k.StoredCapacity, req.Permits)
 		if k.Error == "" && (k.Paused != nil || k.Held+req.Takes() > capacity || len(k.Waiters) > 0) {
-			busy = append(busy, fmt.Sprintf("key %q", req.Key))
+			busy = append(busy, which[j])
 		}
 	}
-	if len(busy) == 0 {
-		return ""
+	return busy
+}
+
+// acquiredSeveral says how a wait for several keys in one step ended
+// without them (err): as acquired says it of the key that held the
+// caller back (the one err names, else the first busy by its status),
+// with the others still busy.
+func (o *waitOptions) acquiredSeveral(ctx context.Context, store semaphore.Store, err error, fenced time.Duration, log *logger) error {
+	reqs := o.requests()
+	at := -1
+	var busy *semaphore.BusyError
+	var paused *semaphore.PausedError
+	switch {
+	case errors.As(err, &busy):
+		at = slices.Index(o.keys, busy.Key)
+	case errors.As(err, &paused):
+		at = slices.Index(o.keys, paused.Key)
 	}
-	return "; also busy: " + strings.Join(busy, ", ")
+	var others []int
+	for i := range reqs {
+		if i != at {
+			others = append(others, i)
+		}
+	}
+	if at < 0 {
+		at = 0
+		if b := o.busyKeys(ctx, store, reqs, others); len(b) > 0 {
+			at = b[0]
+		}
+		others = slices.DeleteFunc(others, func(i int) bool { return i == at })
+	}
+	_, err = o.forKey(reqs[at]).acquired(ctx, store, nil, err, fenced, log)
+	var b *busyError
+	if errors.As(err, &b) && b.why != "" {
+		b.why += o.busyToo(ctx, store, reqs, others)
+	}
+	return err
 }

@@ -57,6 +57,13 @@ type waitOptions struct {
 // acquire waits for a permit until one is held, until passes (--timeout;
 // zero for no bound), or a signal arrives.
 func (o *waitOptions) acquire(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
+	return o.acquireBy(ctx, store, signals, log, until, store.Acquire)
+}
+
+// acquireBy is acquire, the store's wait being take's, given the request
+// as the caller makes it (its holder, how it hears of its wait).
+func (o *waitOptions) acquireBy(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time,
+	take func(context.Context, semaphore.Request) (semaphore.Lease, error)) (semaphore.Lease, error) {
 	host, _ := os.Hostname()
 	req := o.req
 	req.Holder.Host, req.Holder.PID, req.Holder.Command, req.Holder.MaxRuntime = host, os.Getpid(), o.who, o.maxRuntime
@@ -94,7 +101,7 @@ func (o *waitOptions) acquire(ctx context.Context, store semaphore.Store, signal
 		defer cancel()
 	}
 	lease, err := signals.Wait(waitCtx, runner.Waiting{
-		Acquire:  func(ctx context.Context) (semaphore.Lease, error) { return store.Acquire(ctx, req) },
+		Acquire:  func(ctx context.Context) (semaphore.Lease, error) { return take(ctx, req) },
 		GiveBack: func(lease semaphore.Lease) { o.release(ctx, lease, log) },
 		Stopping: func() {
 			line.clear()
@@ -106,6 +113,9 @@ func (o *waitOptions) acquire(ctx context.Context, store semaphore.Store, signal
 	var interrupted *runner.Interrupted
 	if errors.As(err, &interrupted) {
 		return nil, &interruptedError{key: o.key, sig: interrupted.Signal}
+	}
+	if err != nil && len(o.keys) > 1 && !errors.Is(err, semaphore.ErrNotAtOnce) {
+		return nil, o.acquiredSeveral(ctx, store, err, fence.left, log)
 	}
 	return o.acquired(ctx, store, lease, err, fence.left, log)
 }

@@ -101,6 +101,9 @@ func (l *waitLine) clear() {
 // waitText says what a waiter waits for: `waiting for key "pdf": 3/3 permits
 // held, 2nd of 5 in line, 12s`; without the time when waited is negative.
 func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
+	if st.Key != "" {
+		key = st.Key // of several, the one that holds the caller back
+	}
 	s := fmt.Sprintf("waiting for key %q: %d/%d permits held", key, st.Held, st.Capacity)
 	if st.Fenced > 0 {
 		s = fmt.Sprintf("waiting for key %q: Redis started or failed over less than the restart fence ago, no grant for %v more (--restart-fence)", key, st.Fenced)

@@ -129,6 +129,9 @@ func Overrun(killAfter, ttl time.Duration) time.Duration { return killAfter + Bo
 
 // WaitState is what a waiting caller waits for.
 type WaitState struct {
+	// Key is the key waited for, of a caller of several keys (the first,
+	// in its order, that would not grant it); empty for a caller of one.
+	Key string
 	// Held is how many of the Capacity permits are taken.
 	Held, Capacity int
 	// Position is the caller's place in line, 1 for the first; 0 when the

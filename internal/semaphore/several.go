@@ -154,3 +154,18 @@ func (s *Several) each(f func(Lease) error) error {
 	}
 	return errors.Join(errs...)
 }
+
+// AllAtOnce is a store that grants several keys in one step, all or none:
+// its caller holds nothing while it waits, and keeps a place in every
+// key's line, which orders every two callers alike.
+type AllAtOnce interface {
+	// AcquireAll returns one lease of a permit of each request's key (a
+	// *Several, in their order), as Acquire does for one; the requests
+	// share all but their key, capacity, weight and holder info. It
+	// returns ErrNotAtOnce, holding nothing, where the store cannot.
+	AcquireAll(ctx context.Context, reqs []Request) (Lease, error)
+}
+
+// ErrNotAtOnce: this store cannot grant several keys in one step (a
+// Redis Cluster, whose keys live on different masters).
+var ErrNotAtOnce = errors.New("several keys cannot be granted in one step here")

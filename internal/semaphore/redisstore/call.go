@@ -21,6 +21,11 @@ import (
 // call runs a script, retrying failures that may heal (connection refused,
 // timeouts, a loading server) for at most the connect timeout.
 func (s *Store) call(ctx context.Context, k protocol.Keys, args protocol.Args) (any, error) {
+	return s.retry(ctx, func(ctx context.Context) (any, error) { return protocol.Run(ctx, s.client, k, args) })
+}
+
+// retry runs run as call does a script.
+func (s *Store) retry(ctx context.Context, run func(context.Context) (any, error)) (any, error) {
 	wait := backoff{next: 50 * time.Millisecond, max: time.Second}
 	giveUp := time.Now().Add(s.connectTimeout)
 	var failing error
@@ -37,7 +42,7 @@ func (s *Store) call(ctx context.Context, k protocol.Keys, args protocol.Args) (
 	}
 	for {
 		attempt, cancel := context.WithDeadline(ctx, giveUp)
-		res, err := protocol.Run(attempt, s.client, k, args)
+		res, err := run(attempt)
 		cancel()
 		switch {
 		case err == nil:

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,7 +25,15 @@ type wakeups struct {
 // wait returns what was pushed to the wake list (popped), or nothing after
 // d, or ctx's cause: at once, even while BLPOP still blocks.
 func (w *wakeups) wait(ctx context.Context, d time.Duration) (t protocol.Turn, popped bool, err error) {
+	_, t, popped, err = w.waitAny(ctx, []string{w.key}, d)
+	return t, popped, err
+}
+
+// waitAny is wait on several wake lists (a caller of several keys, on one
+// server): it also returns which list it popped.
+func (w *wakeups) waitAny(ctx context.Context, lists []string, d time.Duration) (i int, t protocol.Turn, popped bool, err error) {
 	type result struct {
+		i      int
 		elem   string
 		popped bool
 		err    error
@@ -34,25 +43,33 @@ func (w *wakeups) wait(ctx context.Context, d time.Duration) (t protocol.Turn, p
 	done := make(chan result, 1)
 	go func() {
 		defer cancel()
-		kv, err := w.client.Do(call, "BLPOP", w.key, strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64)).StringSlice()
+		args := []any{"BLPOP"}
+		for _, l := range lists {
+			args = append(args, l)
+		}
+		args = append(args, strconv.FormatFloat(max(d.Seconds(), 0.001), 'f', 3, 64))
+		kv, err := w.client.Do(call, args...).StringSlice()
 		if errors.Is(err, redis.Nil) {
 			err = nil // timed out: time to renew the place in line
 		}
 		var p result
 		if err == nil && len(kv) == 2 {
-			p.elem, p.popped = kv[1], true
+			p.i, p.elem, p.popped = slices.Index(lists, kv[0]), kv[1], true
+		}
+		if p.i < 0 {
+			p.i, p.popped = 0, false // a list it did not ask for: Redis's word
 		}
 		p.err = err
 		done <- p
 	}()
 	select {
 	case <-ctx.Done():
-		return protocol.Turn{}, false, context.Cause(ctx)
+		return 0, protocol.Turn{}, false, context.Cause(ctx)
 	case p := <-done:
 		if p.err != nil {
 			// Waiting goes on: the next ask retries the store, or fails.
-			return protocol.Turn{}, false, clock.Sleep(ctx, min(d, w.poll.step()))
+			return 0, protocol.Turn{}, false, clock.Sleep(ctx, min(d, w.poll.step()))
 		}
-		return protocol.ReadTurn(p.elem), p.popped, nil
+		return p.i, protocol.ReadTurn(p.elem), p.popped, nil
 	}
 }

@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"maps"
+	"strconv"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -172,6 +173,70 @@ func DecodeAcquire(res any) (AcquireReply, error) {
 		err = fmt.Errorf("%s: unexpected reply %s (token %d)", acquireScript.name, shortReply(res), r.Token)
 	}
 	return r, err
+}
+
+// ManyArgs are many.lua's arguments: the keys of a caller of several,
+// and what it asks of each (Each, one AcquireArgs a key: its Permits,
+// Weight and Meta; the rest is the first's, for all).
+type ManyArgs struct {
+	Keys []Keys
+	Each []AcquireArgs
+}
+
+func (ManyArgs) script() *Script { return manyScript }
+
+func (a ManyArgs) argv(Keys) []any {
+	first := a.Each[0]
+	if first.Line <= 0 {
+		first.Line = MaxLine
+	}
+	argv := optional([]any{
+		"id", first.ID, "ttl", first.TTL.Milliseconds(), "wait", first.Wait.Milliseconds(),
+		"fence", max(first.Fence, 0).Milliseconds(), "line", first.Line,
+	}, "bound", max(first.Bound, 0).Milliseconds(), "cool", max(first.Cool, 0).Milliseconds(),
+		"waited", max(first.Waited, 0).Milliseconds(), "fencewait", max(first.FenceWait, 0).Milliseconds(), "quiet", flag(first.Quiet))
+	for i, e := range a.Each {
+		n := strconv.Itoa(i + 1)
+		argv = append(argv, "permits"+n, e.Permits, "weight"+n, e.Weight, "meta"+n, e.Meta, "wake"+n, a.Keys[i].Wake)
+	}
+	return argv
+}
+
+// DecodeMany reads many.lua's reply: one AcquireReply a key, in their
+// order, and whether each key would grant the caller now.
+func DecodeMany(res any, keys int) ([]AcquireReply, []bool, error) {
+	list, ok := res.([]any)
+	if !ok || len(list) != keys {
+		return nil, nil, fmt.Errorf("%s: unexpected reply %s", manyScript.name, shortReply(res))
+	}
+	replies, fits := make([]AcquireReply, keys), make([]bool, keys)
+	for i, one := range list {
+		var r AcquireReply
+		var granted, full, paused, over, fresh, fit int64
+		fields := r.Policy.fields(&paused)
+		maps.Copy(fields, map[string]any{
+			"granted": &granted, "token": &r.Token, "held": &r.Held, "previous": &r.Previous,
+			"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
+			"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
+			"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh, "fits": &fit,
+		})
+		if err := decodeReply(manyScript.name, one, fields); err != nil {
+			return nil, nil, err
+		}
+		r.Granted, r.Full, r.Over, r.Fresh = granted == 1, full == 1, over == 1, fresh == 1
+		r.Policy.set(paused)
+		if r.Granted && r.Token <= 0 {
+			return nil, nil, fmt.Errorf("%s: unexpected reply %s (token %d)", manyScript.name, shortReply(res), r.Token)
+		}
+		replies[i], fits[i] = r, fit == 1
+	}
+	// All or none: a reply that says otherwise is not one.
+	for _, r := range replies {
+		if r.Granted != replies[0].Granted {
+			return nil, nil, fmt.Errorf("%s: unexpected reply %s (granted some keys only)", manyScript.name, shortReply(res))
+		}
+	}
+	return replies, fits, nil
 }
 
 // RenewArgs are renew.lua's arguments: Fence is the holder's restart

@@ -223,12 +223,13 @@ local function waiting()
   return inLine
 end
 
--- dropWaiter takes a waiter out of the line.
+-- dropWaiter takes a waiter out of the line ('#many <id>' marks a
+-- caller of several keys: see handoff).
 local function dropWaiter(id)
   inLine = nil
   redis.call('ZREM', queueKey, id)
   redis.call('ZREM', leasesKey, id)
-  redis.call('HDEL', waitersKey, id)
+  redis.call('HDEL', waitersKey, id, '#many ' .. id)
 end
 
 -- publicID is the id status shows of a holder, and an operator revokes
@@ -774,7 +775,14 @@ end
 -- vanishes once the lease it carries could have lapsed. It returns the
 -- longest lease it granted, the permits it gave, and an error for a token it
 -- cannot raise.
+--
+-- A caller of several keys ('#many <id>' in the waiters' hash, many.lua)
+-- is granted only by its own call, which sees every key it waits for at
+-- once: the walk stops at it, so that nobody passes it, and, when it
+-- would fit here, its wake list gets a "c <now>" asking it to look again
+-- (unless it is the caller: manyCaller).
 local handed = {}
+local manyCaller = nil
 local function handoff(wake, busy)
   local longest, given, skipped = 0, 0, 0
   while true do
@@ -796,6 +804,13 @@ local function handoff(wake, busy)
     else
       if busy + w.weight > capacity(w.permits) or fenced() > 0 or policy().paused then break end
       local k = wakekey(wake, head)
+      if redis.call('HEXISTS', waitersKey, '#many ' .. head) == 1 then
+        if head ~= manyCaller and redis.call('LLEN', k) == 0 then
+          redis.call('RPUSH', k, 'c ' .. now)
+          redis.call('PEXPIRE', k, WAKELIFE)
+        end
+        break
+      end
       -- The wake list first: refused while its slot migrates, it leaves no
       -- grant behind that a retry would not announce.
       redis.call('DEL', k)

@@ -129,6 +129,7 @@ var limits = []limit{
 	{"EVENTLIFE", EventLife.Milliseconds()},
 	{"EVENTREFRESH", EventRefresh.Milliseconds()},
 	{"MAXMETA", MaxMeta},
+	{"MAXKEYS", semaphore.MaxKeys},
 }
 
 // limitsLua declares the limits as Lua locals, on one line: Redis counts

@@ -30,6 +30,8 @@ var (
 	keyLua string
 	//go:embed hold.lua
 	holdLua string
+	//go:embed many.lua
+	manyLua string
 
 	acquireScript = newScript("acquire.lua", acquireLua)
 	renewScript   = newScript("renew.lua", renewLua)
@@ -38,11 +40,12 @@ var (
 	watchScript   = newScript("watch.lua", watchLua)
 	holdScript    = newScript("hold.lua", holdLua)
 	keyScript     = newScript("key.lua", keyLua)
+	manyScript    = newScript("many.lua", manyLua)
 )
 
 // Scripts are every script, for the tests that check them all.
 func Scripts() []*Script {
-	return []*Script{acquireScript, renewScript, releaseScript, statusScript, watchScript, holdScript, keyScript}
+	return []*Script{acquireScript, renewScript, releaseScript, statusScript, watchScript, holdScript, keyScript, manyScript}
 }
 
 // Script is one of the store's scripts. Its source and the hash Redis
@@ -90,6 +93,18 @@ func Run(ctx context.Context, c redis.Scripter, k Keys, a Args) (any, error) {
 	sc := a.script()
 	sc.Build()
 	res, err := sc.lua.Run(ctx, c, k.List(), a.argv(k)...).Result()
+	return res, sc.Wrap(err)
+}
+
+// RunMany runs many.lua for a on its keys (ManyArgs.Keys), as Run does.
+func RunMany(ctx context.Context, c redis.Scripter, a ManyArgs) (any, error) {
+	sc := a.script()
+	sc.Build()
+	var keys []string
+	for _, k := range a.Keys {
+		keys = append(keys, k.List()...)
+	}
+	res, err := sc.lua.Run(ctx, c, keys, a.argv(Keys{})...).Result()
 	return res, sc.Wrap(err)
 }
 
