@@ -389,6 +389,30 @@ func TestSeveralMaxRuntimeIsEveryKeys(t *testing.T) {
 	})
 }
 
+// --max-runtime bounds the command, counted from its start, whichever key
+// it holds: a wait for the last key does not eat into it. Here the first
+// key is held 4s before the last is granted, and a command of 3s under a
+// --max-runtime of 6s must run to its end. (On Redis it fails today: the
+// first key's lease is bounded from its own grant, and the runner stops
+// the command at the earliest bound, saying it ran for 6s.)
+func TestSeveralMaxRuntimeCountsFromTheCommandsStart(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s severalStore) {
+		dir := t.TempDir()
+		release, finished := filepath.Join(dir, "release"), filepath.Join(dir, "finished")
+		busy := holdUntil(t, s, "a", release)
+		c := startCaller(t, s, nil, "-k", "z", "-k", "a", "--max-runtime", "6s", "--",
+			"sh", "-c", fmt.Sprintf("sleep 3; touch %q", finished))
+		waitHeld(t, s, "z", []string{"a"})
+		time.Sleep(4 * time.Second) // at least: the wait for a
+		touch(t, release)
+		busy.wait(t)
+		code := c.wait(t)
+		if _, err := os.Stat(finished); code != 0 || err != nil {
+			t.Errorf("a 3s command under --max-runtime 6s, after a 4s wait for its last key: status %d (%v), stderr %q; want 0, run to its end", code, err, c.errOut.String())
+		}
+	})
+}
+
 // SEMRUN_FENCING_TOKENS names every key with its own token, in the order
 // given, a key with '=' in its name too (its token after the last '=');
 // SEMRUN_FENCING_TOKEN and SEMRUN_HELD_KEY are the first key's.
@@ -499,4 +523,35 @@ func TestSeveralRefusesAZeroWeightOfAnyKey(t *testing.T) {
 			t.Errorf("semrun %q: status %d, stdout %q, stderr %q, ran: %v; want 125, %q, nothing run", tc.args, code, out, errOut, err == nil, tc.want)
 		}
 	}
+}
+
+// --on-lost continue: one key lost, the command runs on without that
+// permit, and keeps the others, renewed, as --local does: a caller of a
+// key not lost is still busy while the command runs. (On Redis it fails
+// today: the runner stops renewing the composite lease at the first loss,
+// so every other key lapses within its TTL, without a word.)
+func TestSeveralOnLostContinueKeepsTheOtherKeys(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s severalStore) {
+		release := filepath.Join(t.TempDir(), "release")
+		c := startCaller(t, s, nil, "-k", "oz", "-k", "oa", "--ttl", "3s", "--on-lost", "continue", "--", "sh", "-c", untilFile(release))
+		kept := waitHeld(t, s, "oz", []string{"oa"})
+		lost := waitHeld(t, s, "oa", []string{"oz"})
+		if code, errOut := runIn(t, s, nil, "key", "revoke", "oa", "--holder", lost.ID); code != 0 {
+			t.Fatalf("key revoke: status %d, stderr %q", code, errOut)
+		}
+		until(t, "the caller says it runs on without the permit", func() (bool, string) {
+			return strings.Contains(c.errOut.String(), "the command runs on without it"), c.errOut.String()
+		})
+		time.Sleep(4 * time.Second) // at least: past the TTL of a lease no longer renewed
+		if h, ok, saw := holder(t, s, "oz"); !ok || h.Token != kept.Token {
+			t.Errorf("key oz, not lost, 4s after the loss of oa under --on-lost continue: %s; want it still held by the caller (token %d)", saw, kept.Token)
+		}
+		if code, errOut := runIn(t, s, nil, "-k", "oz", "--no-wait", "--", "true"); code != defaultBusyExitCode {
+			t.Errorf("a caller of oz while the command runs on: status %d, stderr %q; want %d, busy", code, errOut, defaultBusyExitCode)
+		}
+		touch(t, release)
+		if code := c.wait(t); code != 0 {
+			t.Errorf("status %d, stderr %q", code, c.errOut.String())
+		}
+	})
 }
