@@ -402,7 +402,11 @@ func TestSeveralMaxRuntimeCountsFromTheCommandsStart(t *testing.T) {
 		busy := holdUntil(t, s, "a", release)
 		c := startCaller(t, s, nil, "-k", "z", "-k", "a", "--max-runtime", "6s", "--",
 			"sh", "-c", fmt.Sprintf("sleep 3; touch %q", finished))
-		waitHeld(t, s, "z", []string{"a"})
+		// Held (taken one after another) or in line (one Redis): waiting.
+		until(t, "the caller waits for a", func() (bool, string) {
+			_, out, _ := run(t, testFactory(t, s.env...), "status", "--json", "z")
+			return strings.Contains(out, `"with"`), out
+		})
 		time.Sleep(4 * time.Second) // at least: the wait for a
 		touch(t, release)
 		busy.wait(t)

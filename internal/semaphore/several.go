@@ -45,7 +45,21 @@ func (e *KeyError) Unwrap() error { return e.Err }
 type Several struct {
 	keys   []string
 	leases []Lease
+	// gone are the keys lost while others are kept (KeepOthers).
+	gone []bool
+	warn func(*KeyError)
 }
+
+// KeepOthers makes a loss of one key no loss of the others, for a command
+// that runs on without a lost permit (--on-lost continue): Renew says it
+// through warn, once, and renews the other keys from then on, which stay
+// held. The loss of the last key held is Renew's, as for one key.
+func (s *Several) KeepOthers(warn func(*KeyError)) {
+	s.gone, s.warn = make([]bool, len(s.leases)), warn
+}
+
+// held tells whether the i-th key is still held, as far as Renew knows.
+func (s *Several) held(i int) bool { return s.gone == nil || !s.gone[i] }
 
 // Join makes one lease of the leases of keys, in the caller's order: the
 // first is the one whose token Token returns.
@@ -74,8 +88,8 @@ func (s *Several) Token() int64 { return s.leases[0].Token() }
 // Deadline is the earliest of the keys': past it, one may be someone else's.
 func (s *Several) Deadline() clock.Instant {
 	var first clock.Instant
-	for _, l := range s.leases {
-		if d := l.Deadline(); !d.IsZero() && (first.IsZero() || d.Before(first)) {
+	for i, l := range s.leases {
+		if d := l.Deadline(); s.held(i) && !d.IsZero() && (first.IsZero() || d.Before(first)) {
 			first = d
 		}
 	}
@@ -87,7 +101,7 @@ func (s *Several) Deadline() clock.Instant {
 func (s *Several) Lapsing() string {
 	key, first := s.keys[0], clock.Instant{}
 	for i, l := range s.leases {
-		if d := l.Deadline(); !d.IsZero() && (first.IsZero() || d.Before(first)) {
+		if d := l.Deadline(); s.held(i) && !d.IsZero() && (first.IsZero() || d.Before(first)) {
 			key, first = s.keys[i], d
 		}
 	}
@@ -111,9 +125,15 @@ func (s *Several) Bound() clock.Instant {
 func (s *Several) Renew(ctx context.Context) error {
 	var lost, doubt error
 	for i, l := range s.leases {
+		if !s.held(i) {
+			continue
+		}
 		err := l.Renew(ctx)
 		switch {
 		case err == nil:
+		case errors.Is(err, ErrLost) && s.gone != nil && s.left() > 1:
+			s.gone[i] = true
+			s.warn(&KeyError{Key: s.keys[i], Err: err})
 		case errors.Is(err, ErrLost) && lost == nil:
 			lost = &KeyError{Key: s.keys[i], Err: err}
 		case doubt == nil:
@@ -124,6 +144,17 @@ func (s *Several) Renew(ctx context.Context) error {
 		return lost
 	}
 	return doubt
+}
+
+// left is how many keys are still held.
+func (s *Several) left() int {
+	n := 0
+	for i := range s.leases {
+		if s.held(i) {
+			n++
+		}
+	}
+	return n
 }
 
 // Release gives every key's permit back.

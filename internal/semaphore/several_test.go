@@ -275,3 +275,32 @@ func TestJoinCopies(t *testing.T) {
 		t.Errorf("after the caller's slices changed: Keys %q, Token %d; want [a b], 1", s.Keys(), s.Token())
 	}
 }
+
+// Under KeepOthers (--on-lost continue), a lost key is said once and
+// renewed no more, the others are renewed on and count for the deadline;
+// the loss of the last key held is Renew's.
+func TestSeveralKeepOthersAfterALoss(t *testing.T) {
+	t.Parallel()
+	now := clock.Now()
+	a := &fakeLease{token: 1, deadline: now.Add(time.Second), renewErr: semaphore.ErrLost}
+	b := &fakeLease{token: 2, deadline: now.Add(time.Minute)}
+	s := join([]string{"a", "b"}, a, b)
+	var said []string
+	s.KeepOthers(func(e *semaphore.KeyError) { said = append(said, e.Key) })
+	for range 2 {
+		if err := s.Renew(context.Background()); err != nil {
+			t.Fatalf("Renew with a lost and b kept: got %v, want nil", err)
+		}
+	}
+	if len(said) != 1 || said[0] != "a" || a.renewed != 1 || b.renewed != 2 {
+		t.Fatalf("said %v, a renewed %d, b %d; want a said once, renewed once, b twice", said, a.renewed, b.renewed)
+	}
+	if d := s.Deadline(); d != b.deadline {
+		t.Fatalf("deadline: got %v, want b's %v: a lost no longer counts", d, b.deadline)
+	}
+	b.renewErr = semaphore.ErrLost
+	var ke *semaphore.KeyError
+	if err := s.Renew(context.Background()); !errors.As(err, &ke) || ke.Key != "b" || !errors.Is(err, semaphore.ErrLost) {
+		t.Fatalf("Renew once b is lost too: got %v, want b's loss", err)
+	}
+}
