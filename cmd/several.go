@@ -14,7 +14,9 @@ import (
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
-// A caller of several keys (-k a -k b) takes them one after another in
+// A caller of several keys (-k a -k b) asks a store that can for all of
+// them in one step (semaphore.AllAtOnce: one Redis), holding nothing while
+// it waits. Elsewhere it takes them one after another in
 // semaphore.TakeOrder, the same for every caller, so that no two wait for
 // each other; it holds the keys taken while it waits for the next, and
 // renews them meanwhile. Its command starts once it holds them all; busy,
@@ -111,10 +113,11 @@ func keysText(keys []string) string {
 	return "keys " + strings.Join(quoted, ", ")
 }
 
-// acquireAll waits for a permit of every key, one after another in
-// semaphore.TakeOrder, renewing those it holds while it waits for the
-// next. A key found lost meanwhile is given up with the others and the
-// wait starts over. It returns one lease for them all.
+// acquireAll waits for a permit of every key: in one step where the store
+// can, else one after another in semaphore.TakeOrder, renewing those it
+// holds while it waits for the next (a key found lost meanwhile is given
+// up with the others and the wait starts over). It returns one lease for
+// them all.
 func (o *waitOptions) acquireAll(ctx context.Context, store semaphore.Store, signals *runner.Signals, log *logger, until time.Time) (semaphore.Lease, error) {
 	if len(o.keys) <= 1 {
 		return o.acquire(ctx, store, signals, log, until)
