@@ -804,8 +804,10 @@ local function handoff(wake, busy)
     else
       if busy + w.weight > capacity(w.permits) or fenced() > 0 or policy().paused then break end
       local k = wakekey(wake, head)
-      if redis.call('HEXISTS', waitersKey, '#many ' .. head) == 1 then
-        if head ~= manyCaller and redis.call('LLEN', k) == 0 then
+      -- (HGET and EXISTS, not HEXISTS and LLEN: commands the ACL users
+      -- of the docs already allow.)
+      if redis.call('HGET', waitersKey, '#many ' .. head) then
+        if head ~= manyCaller and redis.call('EXISTS', k) == 0 then
           redis.call('RPUSH', k, 'c ' .. now)
           redis.call('PEXPIRE', k, WAKELIFE)
         end

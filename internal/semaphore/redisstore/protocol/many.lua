@@ -171,6 +171,7 @@ if all then
     local k = keys[i]
     redis.call('DEL', wakekey(k.wake, id))
     if k.mine then
+      if k.inline then dropWaiter(id) end
       local expiry = claimed(id) or k.expiry
       local hard = recordTerms(id, asked, coolFor, k.hard, k.minEnd, k.mine.since)
       if hard and expiry > hard then
