@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/semrun/semrun/internal/printable"
@@ -86,7 +87,13 @@ func (o *waitOptions) acquireBy(ctx context.Context, store semaphore.Store, sign
 	// not: a cron job that waits for it must not wait without a word. On a
 	// terminal the waiting line says it.
 	fence := &fenceNotice{o: o, log: log, quiet: o.quiet || line != nil}
+	// The key waited for, of several: the one a signal's line names.
+	var waitedFor atomic.Value
+	waitedFor.Store(o.key)
 	req.OnWait = func(st semaphore.WaitState) {
+		if st.Key != "" {
+			waitedFor.Store(st.Key)
+		}
 		fence.saw(st.Fenced, req.NoWait)
 		// A --no-wait run hears only of a fence it waits out, which the
 		// warning says: it stands in no line to show.
@@ -112,7 +119,7 @@ func (o *waitOptions) acquireBy(ctx context.Context, store semaphore.Store, sign
 	})
 	var interrupted *runner.Interrupted
 	if errors.As(err, &interrupted) {
-		return nil, &interruptedError{key: o.key, sig: interrupted.Signal}
+		return nil, &interruptedError{key: waitedFor.Load().(string), sig: interrupted.Signal}
 	}
 	if err != nil && len(o.keys) > 1 && !errors.Is(err, semaphore.ErrNotAtOnce) {
 		return nil, o.acquiredSeveral(ctx, store, err, fence.left, log)
