@@ -104,7 +104,8 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 		return time.Now().Before(end) || grants.Load() < *grantsGoal && time.Now().Before(limit)
 	}
 	for i := 0; more(); i++ {
-		f := s.strike(kinds[i%len(kinds)], rng)
+		kind := kinds[i%len(kinds)]
+		f := s.strike(kind, rng)
 		c.addFault(f)
 		h := c.startedAfter(f.heal, hangBound)
 		if h < 0 {
@@ -112,6 +113,15 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 			h = hangBound
 		}
 		fig.heal, fig.healAfter, fig.healAt = append(fig.heal, h), append(fig.healAfter, f.what), append(fig.healAt, f.heal)
+		slack := time.Duration(0)
+		if kind == "restart with data" && !f.restart {
+			// Restarted with its data, under a new replication id: each key's
+			// fence starts at the first call that may grant it, and a caller
+			// asks its next key only once it holds the ones before, so the
+			// fences of its keys can run one after another.
+			slack = time.Duration(len(severalKeys)-1) * (ttl + time.Second)
+		}
+		fig.healMore = append(fig.healMore, slack)
 		if more() {
 			time.Sleep(ttl/2 + upTo(rng, ttl/2)) // about one TTL of peace
 		}
@@ -265,47 +275,48 @@ func (s *several) strike(kind string, rng *rand.Rand) fault {
 }
 
 // killThenSilence stops the callers from calling, SIGKILLs a semrun whose
-// child runs or one that holds some of its keys while it waits for the
-// others (by the toss of a coin), SIGTERMs every semrun still waiting,
-// reads Redis's holders once every semrun but the one killed has exited
-// (all they held was given back), leaves the keys silent for 0.5 to 2.5
-// TTLs, and lets the callers call again. A kill excuses nothing.
+// child runs and one that holds some of its keys while it waits for the
+// others, SIGTERMs every semrun still waiting, reads Redis's holders once
+// every semrun but those killed has exited (all they held was given
+// back), leaves the keys silent for 0.5 to 2.5 TTLs, and lets the callers
+// call again. A kill excuses nothing.
 func (s *several) killThenSilence(rng *rand.Rand) fault {
 	c := s.c
 	c.silence(severalTurns, true, 0)
 	defer c.silence(severalTurns, false, 0)
 	f := fault{start: mono(), operator: true}
-	var k *kid
-	var r *run
-	if rng.IntN(2) == 0 {
-		k, r = c.victim(rng)
+	var victims []*run
+	var what []string
+	if k, r := c.victim(rng); r != nil {
+		victims, what = append(victims, r), append(what, s.kill(r, k))
 	}
-	if r == nil {
-		r, _ = s.waiter(true)
+	if r, _ := s.waiter(true); r != nil {
+		victims, what = append(victims, r), append(what, s.kill(r, nil))
 	}
-	if r == nil {
-		k, r = c.victim(rng)
-	}
-	if r == nil {
+	if len(victims) == 0 {
 		f.what, f.heal = "kill: no semrun under way", mono()
 		return f
 	}
-	what := s.kill(r, k)
-	interrupted := 0
+	// Which waiters hold some of their keys, as they are SIGTERMed.
+	held, err := s.holders()
+	if err != nil {
+		c.t.Errorf("several-keys: read the holders before the waiters were SIGTERMed: %v", err)
+	}
+	interrupted := s.interrupt(held)
 	deadline := time.Now().Add(hangBound)
 	for c.silence(severalTurns, true, 20*time.Millisecond) == 0 {
 		if time.Now().After(deadline) {
-			c.t.Errorf("semruns still under way %v after the kill of run %d", hangBound, r.id)
-			f.what, f.heal = what, mono()
+			c.t.Errorf("semruns still under way %v after the kills: %s", hangBound, strings.Join(what, "; "))
+			f.what, f.heal = strings.Join(what, "; "), mono()
 			return f
 		}
-		interrupted += s.interrupt()
+		interrupted += s.interrupt(nil)
 	}
-	s.checkGivenBack(r)
+	s.checkGivenBack(victims)
 	quiet := ttl/2 + upTo(rng, 2*ttl)
 	time.Sleep(quiet)
 	f.heal = mono()
-	f.what = fmt.Sprintf("%s, %d waiters SIGTERMed, silent %v", what, interrupted, quiet.Round(time.Millisecond))
+	f.what = fmt.Sprintf("%s; %d waiters SIGTERMed, silent %v", strings.Join(what, "; "), interrupted, quiet.Round(time.Millisecond))
 	return f
 }
 
@@ -425,28 +436,32 @@ func (s *several) holders() (map[int][]string, error) {
 
 // interrupt SIGTERMs every semrun that waits, and returns how many: a
 // terminating signal ends a wait at once, and every key taken goes back.
-func (s *several) interrupt() int {
-	n := 0
+func (s *several) interrupt(held map[int][]string) int {
+	n, holding := 0, 0
 	for _, r := range s.waiting(0) {
 		s.c.mu.Lock()
 		r.interrupted = true
 		s.c.mu.Unlock()
 		if r.proc.Signal(syscall.SIGTERM) == nil {
 			n++
+			if len(held[r.proc.Pid]) > 0 {
+				holding++
+			}
 		}
 	}
 	s.mu.Lock()
 	s.did["waiter SIGTERMed"] += n
+	s.did["waiter holding some keys SIGTERMed"] += holding
 	s.mu.Unlock()
 	return n
 }
 
-// checkGivenBack reads Redis's holders once every semrun but victim has
-// exited: a live permit of any other tells of a semrun that did not give
-// back what it held, unless a fault of Redis, or a starved machine, came
-// while it ran (a release is given 2s at most, and a permit it failed to
-// give back lapses within the TTL).
-func (s *several) checkGivenBack(victim *run) {
+// checkGivenBack reads Redis's holders once every semrun but the victims
+// has exited: a live permit of any other tells of a semrun that did not
+// give back what it held, unless a fault of Redis, or a starved machine,
+// came while it ran (a release is given 2s at most, and a permit it failed
+// to give back lapses within the TTL).
+func (s *several) checkGivenBack(victims []*run) {
 	c := s.c
 	held, err := s.holders()
 	if err != nil {
@@ -455,10 +470,16 @@ func (s *several) checkGivenBack(victim *run) {
 	}
 	c.mu.Lock()
 	byPID := map[int]run{}
+	killed := map[int]bool{}
 	for _, r := range c.runs {
-		if r.proc != nil && r != victim {
-			byPID[r.proc.Pid] = *r
+		if r.proc == nil {
+			continue
 		}
+		if slices.Contains(victims, r) {
+			killed[r.proc.Pid] = true
+			continue
+		}
+		byPID[r.proc.Pid] = *r
 	}
 	faults := slices.Clone(c.faults)
 	c.mu.Unlock()
@@ -466,7 +487,7 @@ func (s *several) checkGivenBack(victim *run) {
 	s.givenBack++
 	s.mu.Unlock()
 	for _, pid := range slices.Sorted(maps.Keys(held)) {
-		if pid == victim.proc.Pid {
+		if killed[pid] {
 			continue
 		}
 		r, ok := byPID[pid]
@@ -484,63 +505,76 @@ func (s *several) checkGivenBack(victim *run) {
 	}
 }
 
-// freeze SIGSTOPs, for 1.25 to 1.75 TTLs, past the lease, either a semrun
-// that holds some of its keys and waits for the others (it must not start
-// its command on a permit that lapsed meanwhile), or a semrun whose child
+// freeze SIGSTOPs, for 1.25 to 1.75 TTLs, past the lease, a semrun that
+// holds some of its keys and waits for the others (it must not start its
+// command on a permit that lapsed meanwhile), and a semrun whose child
 // runs, with the child's group (a paused VM: on waking it must stop the
 // child, exit 112 and name a key). Each semrun leads a group of its own;
 // a waiter whose child started as it was stopped is frozen whole too.
 func (s *several) freeze(rng *rand.Rand) fault {
 	c := s.c
-	var r *run
-	kind := "a waiter"
-	if rng.IntN(2) == 0 {
-		if _, r = c.victim(rng); r != nil {
-			kind = "a holder"
-		}
+	type target struct {
+		r      *run
+		kind   string
+		held   []string
+		groups []int
 	}
-	var held []string
-	if r == nil {
-		r, held = s.waiter(true)
+	var ts []*target
+	if _, r := c.victim(rng); r != nil {
+		ts = append(ts, &target{r: r, kind: "a holder"})
+	}
+	if r, held := s.waiter(true); r != nil {
+		kind := "a waiter"
 		if len(held) > 0 {
 			kind = "a waiter holding some keys"
 		}
+		ts = append(ts, &target{r: r, kind: kind, held: held})
 	}
-	if r == nil {
-		at := mono()
-		return fault{what: "SIGSTOP: no semrun under way", start: at, heal: at}
+	f := fault{start: mono()}
+	if len(ts) == 0 {
+		f.what, f.heal = "SIGSTOP: no semrun under way", mono()
+		return f
 	}
 	own := syscall.Getpgrp()
-	if r.proc.Pid <= 1 || r.proc.Pid == own {
-		c.t.Errorf("will not stop process group %d (the harness's is %d)", r.proc.Pid, own)
-		at := mono()
-		return fault{what: "SIGSTOP: refused", start: at, heal: at}
+	for _, t := range ts {
+		if t.r.proc.Pid <= 1 || t.r.proc.Pid == own {
+			c.t.Errorf("will not stop process group %d (the harness's is %d)", t.r.proc.Pid, own)
+			f.what, f.heal = "SIGSTOP: refused", mono()
+			return f
+		}
 	}
 	d := ttl + ttl/4 + upTo(rng, ttl/2)
-	f := fault{start: mono()}
-	groups := []int{r.proc.Pid}
-	_ = syscall.Kill(-r.proc.Pid, syscall.SIGSTOP)
-	// Its child, if it started one: in a group of its own once it runs.
-	for _, pid := range childPIDs(r.proc.Pid) {
-		if pg, err := unix.Getpgid(pid); err == nil && pg > 1 && pg != own && !slices.Contains(groups, pg) {
-			_ = syscall.Kill(-pg, syscall.SIGSTOP)
-			groups = append(groups, pg)
+	for _, t := range ts {
+		t.groups = []int{t.r.proc.Pid}
+		_ = syscall.Kill(-t.r.proc.Pid, syscall.SIGSTOP)
+		// Its child, if it started one: in a group of its own once it runs.
+		for _, pid := range childPIDs(t.r.proc.Pid) {
+			if pg, err := unix.Getpgid(pid); err == nil && pg > 1 && pg != own && !slices.Contains(t.groups, pg) {
+				_ = syscall.Kill(-pg, syscall.SIGSTOP)
+				t.groups = append(t.groups, pg)
+			}
 		}
 	}
 	time.Sleep(d)
-	for _, pg := range groups {
-		_ = syscall.Kill(-pg, syscall.SIGCONT)
+	for _, t := range ts {
+		for _, pg := range t.groups {
+			_ = syscall.Kill(-pg, syscall.SIGCONT)
+		}
 	}
 	f.heal = mono()
-	whole := ""
-	if len(groups) > 1 {
-		whole = " with its child"
-		c.mu.Lock()
-		c.woke[r.id] = frozen{from: f.start, to: f.heal}
-		c.mu.Unlock()
+	var what []string
+	for _, t := range ts {
+		whole := ""
+		if len(t.groups) > 1 {
+			whole = " with its child"
+			c.mu.Lock()
+			c.woke[t.r.id] = frozen{from: f.start, to: f.heal}
+			c.mu.Unlock()
+		}
+		s.count("SIGSTOP of " + t.kind + whole)
+		what = append(what, fmt.Sprintf("%s%s, process groups %v (run %d, %q, holding %q)", t.kind, whole, t.groups, t.r.id, t.r.keys, t.held))
 	}
-	s.count("SIGSTOP of " + kind + whole)
-	f.what = fmt.Sprintf("SIGSTOP of %s%s, process groups %v (run %d, %q, holding %q), for %v", kind, whole, groups, r.id, r.keys, held, d.Round(time.Millisecond))
+	f.what = fmt.Sprintf("SIGSTOP of %s, for %v", strings.Join(what, " and "), d.Round(time.Millisecond))
 	return f
 }
 
@@ -605,7 +639,14 @@ func (s *several) check(fig *figures, stopped int64) {
 		c.t.Errorf("... and %d more", reported-10)
 	}
 
-	gaps := stalls(kids, first, stopped, faults, func(from, to int64) time.Duration { return healFailure + machine.allowance(from, to) })
+	// A heal may take longer after some faults (runSeveral): so may a stall.
+	longer := slices.Clone(faults)
+	for i := range longer {
+		if i < len(fig.healMore) {
+			longer[i].heal += int64(fig.healMore[i])
+		}
+	}
+	gaps := stalls(kids, first, stopped, longer, func(from, to int64) time.Duration { return healFailure + machine.allowance(from, to) })
 	for _, g := range gaps {
 		fig.bad++
 		c.t.Errorf("no child of any key ran from %s to %s (%v), with callers waiting and no fault within %v before: a deadlock, or a line that did not move; faults near: %s",
