@@ -248,6 +248,8 @@ func judge(r run, k *kid, excused bool) string {
 			return fmt.Sprintf("killed by the nemesis, yet ended with status %d signal %d", r.status, r.signal)
 		}
 		return ""
+	case r.interrupted && r.signal == syscall.SIGTERM && k == nil:
+		return "" // its child, just started, died of the TERM before it said so: semrun dies of its signal
 	case r.signal != 0:
 		return fmt.Sprintf("semrun died of signal %d (%v)", r.signal, r.signal)
 	case r.interrupted && r.status == 128+int(syscall.SIGTERM) && (k == nil || k.how == "term"):
@@ -417,6 +419,9 @@ func TestChecks(t *testing.T) {
 			{run{status: 143, interrupted: true}, term, false, true}, // its child had just started
 			{run{status: 0, interrupted: true}, nil, false, false},
 			{run{status: 143}, nil, false, false},
+			{run{status: -1, signal: syscall.SIGTERM, interrupted: true}, nil, false, true},
+			{run{status: -1, signal: syscall.SIGTERM, interrupted: true}, done, false, false},
+			{run{status: -1, signal: syscall.SIGTERM}, nil, false, false},
 		} {
 			if got := judge(c.r, c.k, c.excused); (got == "") != c.ok {
 				t.Errorf("judge(%+v, %+v, excused %v) = %q, want ok %v", c.r, c.k, c.excused, got, c.ok)
@@ -754,21 +759,29 @@ func TestChecks(t *testing.T) {
 			t.Errorf("stalls to the end: got %v, want 100ms to 5s and 5.1s to 9s", got)
 		}
 
-		// Progress: every order of keys ran, and more ran than gave up.
+		// Progress: every order of keys ran, and more ran than gave up
+		// with no fault near (runs 2 and 3, excused: 9 and up).
 		mk := func(id, status int, keys ...string) run { return run{id: id, keys: keys, status: status} }
 		runs := []run{mk(1, 0, "a", "b"), mk(2, 75, "a", "b"), mk(3, 75, "b", "a"), mk(4, 0, "a", "b"), mk(5, 0, "b", "a")}
 		ran := map[int]*kid{1: {}, 4: {}, 5: {}}
-		if _, why := progress(runs, ran, 2); why != "" {
+		excused := func(r run) bool { return r.id >= 9 }
+		if _, why := progress(runs, ran, 2, excused); why != "" {
 			t.Errorf("progress: %s, want none", why)
 		}
-		if _, why := progress(runs, ran, 3); why == "" {
+		if _, why := progress(runs, ran, 3, excused); why == "" {
 			t.Errorf("progress with an order that never called: want a failure")
 		}
-		if _, why := progress(runs[:4], ran, 2); !strings.Contains(why, "never ran") {
+		if _, why := progress(runs[:4], ran, 2, excused); !strings.Contains(why, "never ran") {
 			t.Errorf("progress with b,a never run: got %q", why)
 		}
-		if _, why := progress(append(runs, mk(6, 75, "a", "b"), mk(7, 75, "b", "a")), ran, 2); !strings.Contains(why, "gave up") {
+		if _, why := progress([]run{runs[0], runs[1], runs[3], mk(9, 75, "b", "a")}, ran, 2, excused); why != "" {
+			t.Errorf("progress with b,a never run, but for one give-up under a fault: %q, want none", why)
+		}
+		if _, why := progress(append(slices.Clone(runs), mk(6, 75, "a", "b"), mk(7, 75, "b", "a")), ran, 2, excused); !strings.Contains(why, "gave up") {
 			t.Errorf("progress with 3 run and 4 given up: got %q", why)
+		}
+		if _, why := progress(append(slices.Clone(runs), mk(10, 75, "a", "b"), mk(11, 75, "b", "a")), ran, 2, excused); why != "" {
+			t.Errorf("progress with 3 run and 4 given up, 2 under a fault: %q, want none", why)
 		}
 
 		// What a run of several says.

@@ -137,9 +137,9 @@
 // several-keys runs, on one redis-server behind a proxy, a worker per order
 // of keys: twelve, each calling again and again, pausing up to 100ms,
 //
-//	semrun -k K1 -n N1 -k K2 -n N2 [-k K3 -n N3] --ttl 2s --timeout 8s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
+//	semrun -k K1 -n N1 -k K2 -n N2 [-k K3 -n N3] --ttl 2s --timeout 10s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
 //
-// in a process group of its own, its child holding 100 to 400ms (within
+// in a process group of its own, its child holding 100 to 300ms (within
 // -chaos.hold-min and -max). One key's name has an '=' in it: the token of
 // a SEMRUN_FENCING_TOKENS line follows its last '='. The faults come in a
 // shuffled turn of five kinds, so a short run makes most of them: kill
@@ -336,10 +336,12 @@
 //     longer holds throughout. Each child's SEMRUN_FENCING_TOKENS names its
 //     run's keys in the order given, the first being SEMRUN_HELD_KEY with
 //     SEMRUN_FENCING_TOKEN; a 112 names a key of the run in its "permit
-//     lost" line, and a 75 in its --timeout line. Once every semrun but
-//     the ones killed has exited (the others SIGTERMed while they waited
-//     exit 143), Redis holds nothing for any of them, unless a fault of
-//     Redis or a starved machine came while it ran. Liveness: from the
+//     lost" line, and a 75 in its --timeout line. At each silence, and
+//     at the end (when the waiters are SIGTERMed too, so that the run
+//     ends within a hold, not a --timeout), once every semrun but the ones
+//     killed has exited (those SIGTERMed while they waited exit 143),
+//     Redis holds nothing for any of them, unless a fault of Redis or a
+//     starved machine came while it ran. Liveness: from the
 //     first child until the workers stop, no span longer than 2 TTLs and
 //     the machine's allowance in which no child of any key ran, away from
 //     faults (2 TTLs after each, as for a heal): callers wait all the time

@@ -41,13 +41,14 @@ var severalKeys = []struct {
 
 const (
 	// severalWait is the callers' --timeout: a line whose head waits for
-	// nobody moves well within it, so a caller that gives up tells of a
-	// line that did not move (or of a fault).
-	severalWait = 4 * ttl
+	// nobody moves well within it (ten callers want each key, and one key
+	// has one permit: a turn of them takes about 5s), so a caller that
+	// gives up tells of a line that did not move, or of a fault.
+	severalWait = 5 * ttl
 	// severalHoldMax bounds the children's holds (within -chaos.hold-min
-	// and -max): most callers need the key of one permit, one after
-	// another.
-	severalHoldMax = 400 * time.Millisecond
+	// and -max): every caller needs the key of one permit or the one of
+	// two, one after another.
+	severalHoldMax = 300 * time.Millisecond
 	// severalTurns counts the workers' turns (enter, leave, silence): all
 	// of them, since every caller shares a key with every other.
 	severalTurns = "several"
@@ -67,9 +68,9 @@ type several struct {
 	kills  []time.Duration // from a kill until the child's connection ended
 	// Counts of what it did, by kind.
 	did map[string]int
-	// givenBack: the silences at which Redis's holders were read once
-	// every semrun but the one killed had exited; notGivenBack: permits
-	// then held by a semrun that had exited, unexcused.
+	// givenBack: how many times Redis's holders were read once every
+	// semrun but those killed had exited (endTurns); notGivenBack: the
+	// semruns then holding a permit though they had exited, unexcused.
 	givenBack, notGivenBack int
 	checks                  sync.WaitGroup // the kills' looks at their child, killFailure later
 }
@@ -128,6 +129,10 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	s.checks.Wait()
 	stopped := mono()
+	// The callers stop, and those still waiting are SIGTERMed, so that the
+	// run ends within a hold rather than a --timeout: what they took must
+	// go back at once.
+	s.endTurns(nil)
 	last, killed := c.drain(hangBound)
 	if killed > 0 {
 		t.Errorf("%d semruns still ran %v after the workers stopped; killed", killed, hangBound)
@@ -297,27 +302,37 @@ func (s *several) killThenSilence(rng *rand.Rand) fault {
 		f.what, f.heal = "kill: no semrun under way", mono()
 		return f
 	}
-	// Which waiters hold some of their keys, as they are SIGTERMed.
-	held, err := s.holders()
-	if err != nil {
-		c.t.Errorf("several-keys: read the holders before the waiters were SIGTERMed: %v", err)
-	}
-	interrupted := s.interrupt(held)
-	deadline := time.Now().Add(hangBound)
-	for c.silence(severalTurns, true, 20*time.Millisecond) == 0 {
-		if time.Now().After(deadline) {
-			c.t.Errorf("semruns still under way %v after the kills: %s", hangBound, strings.Join(what, "; "))
-			f.what, f.heal = strings.Join(what, "; "), mono()
-			return f
-		}
-		interrupted += s.interrupt(nil)
-	}
-	s.checkGivenBack(victims)
+	interrupted := s.endTurns(victims)
 	quiet := ttl/2 + upTo(rng, 2*ttl)
 	time.Sleep(quiet)
 	f.heal = mono()
 	f.what = fmt.Sprintf("%s; %d waiters SIGTERMed, silent %v", strings.Join(what, "; "), interrupted, quiet.Round(time.Millisecond))
 	return f
+}
+
+// endTurns stops the callers from calling, SIGTERMs every semrun that
+// waits until none is under way, and then reads Redis's holders: nothing
+// may be held for a semrun that exited, but the victims (checkGivenBack).
+// It returns how many it SIGTERMed.
+func (s *several) endTurns(victims []*run) int {
+	c := s.c
+	c.silence(severalTurns, true, 0)
+	// Which waiters hold some of their keys, as they are SIGTERMed.
+	held, err := s.holders()
+	if err != nil {
+		c.t.Errorf("several-keys: read the holders before the waiters were SIGTERMed: %v", err)
+	}
+	n := s.interrupt(held)
+	deadline := time.Now().Add(hangBound)
+	for c.silence(severalTurns, true, 20*time.Millisecond) == 0 {
+		if time.Now().After(deadline) {
+			c.t.Errorf("semruns still under way %v after the waiters were SIGTERMed", hangBound)
+			return n
+		}
+		n += s.interrupt(nil)
+	}
+	s.checkGivenBack(victims)
+	return n
 }
 
 // kill SIGKILLs r's semrun. When its child k runs, a pidfd of the child,
@@ -653,16 +668,20 @@ func (s *several) check(fig *figures, stopped int64) {
 			c.rel(g[0]), c.rel(g[1]), time.Duration(g[1]-g[0]).Round(time.Millisecond), healFailure, c.faultsNear(g[0]))
 	}
 
-	counts, why := progress(runs, byRun, len(s.orders))
+	counts, why := progress(runs, byRun, len(s.orders), func(r run) bool {
+		return starved(statusLost, r.launched, r.exited) || slices.ContainsFunc(longer, func(f fault) bool {
+			return r.launched <= f.heal+int64(healFailure) && r.exited >= f.start
+		})
+	})
 	if why != "" {
 		fig.bad++
 		c.t.Errorf("several-keys: %s", why)
 	}
-	ran, gaveUp := 0, 0
+	ran, gaveUp, clear := 0, 0, 0
 	var byOrder []string
 	for _, order := range slices.Sorted(maps.Keys(counts)) {
 		n := counts[order]
-		ran, gaveUp = ran+n[0], gaveUp+n[1]
+		ran, gaveUp, clear = ran+n[0], gaveUp+n[1], clear+n[2]
 		byOrder = append(byOrder, fmt.Sprintf("%s %d/%d", strings.ReplaceAll(order, s.prefix, ""), n[0], n[1]))
 	}
 	held := map[string]int{}
@@ -682,8 +701,8 @@ func (s *several) check(fig *figures, stopped int64) {
 	givenBack, notGivenBack := s.givenBack, s.notGivenBack
 	s.mu.Unlock()
 	fig.faults = len(faults)
-	fig.faultNote = fmt.Sprintf("%s; holders per key: %s; ran/gave up (75) by order: %s (%d/%d in all); holders read at %d silences, %d not given back; %d stalls",
-		strings.Join(did, ", "), strings.Join(intervals, ", "), strings.Join(byOrder, ", "), ran, gaveUp, givenBack, notGivenBack, len(gaps))
+	fig.faultNote = fmt.Sprintf("%s; holders per key: %s; ran/gave up (75) by order: %s (%d/%d in all, %d given up with no fault near); holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
+		strings.Join(did, ", "), strings.Join(intervals, ", "), strings.Join(byOrder, ", "), ran, gaveUp, clear, givenBack, notGivenBack, len(gaps))
 }
 
 // perKey returns the children with each child of several keys (it said
@@ -766,12 +785,14 @@ func stalls(kids []kid, from, to int64, faults []fault, bound func(from, to int6
 }
 
 // progress counts, by order of keys (joined with commas), the runs whose
-// child started and those that gave up waiting (75), and says what is
-// wrong: an order none of whose runs ran (callers that listed the keys in
-// another order passed it for good), or fewer runs that ran than gave up,
-// in all (the lines hardly moved).
-func progress(runs []run, byRun map[int]*kid, orders int) (map[string][2]int, string) {
-	counts := map[string][2]int{}
+// child started, those that gave up waiting (75), and those of them that
+// nothing excuses (excused: a fault while it waited, or a starved
+// machine), and says what is wrong: an order none of whose runs ran, that
+// gave up with nothing to excuse it (callers that listed the keys in
+// another order passed it for good), or fewer runs that ran than gave up
+// with nothing to excuse it, in all (the lines hardly moved).
+func progress(runs []run, byRun map[int]*kid, orders int, excused func(run) bool) (map[string][3]int, string) {
+	counts := map[string][3]int{}
 	for _, r := range runs {
 		if len(r.keys) < 2 {
 			continue
@@ -783,15 +804,18 @@ func progress(runs []run, byRun map[int]*kid, orders int) (map[string][2]int, st
 			n[0]++
 		case r.status == statusBusy:
 			n[1]++
+			if !excused(r) {
+				n[2]++
+			}
 		}
 		counts[order] = n
 	}
-	ran, gaveUp := 0, 0
+	ran, clear := 0, 0
 	var never []string
 	for _, order := range slices.Sorted(maps.Keys(counts)) {
 		n := counts[order]
-		ran, gaveUp = ran+n[0], gaveUp+n[1]
-		if n[0] == 0 {
+		ran, clear = ran+n[0], clear+n[2]
+		if n[0] == 0 && n[2] > 0 {
 			never = append(never, order)
 		}
 	}
@@ -799,9 +823,9 @@ func progress(runs []run, byRun map[int]*kid, orders int) (map[string][2]int, st
 	case len(counts) < orders:
 		return counts, fmt.Sprintf("callers of %d orders of keys ran semrun, want %d", len(counts), orders)
 	case len(never) > 0:
-		return counts, fmt.Sprintf("the callers of %q never ran their command", never)
-	case ran < gaveUp:
-		return counts, fmt.Sprintf("%d runs ran their command and %d gave up waiting (--timeout %v): the lines hardly moved", ran, gaveUp, severalWait)
+		return counts, fmt.Sprintf("the callers of %q never ran their command, and gave up waiting with no fault near", never)
+	case ran < clear:
+		return counts, fmt.Sprintf("%d runs ran their command and %d gave up waiting (--timeout %v) with no fault near: the lines hardly moved", ran, clear, severalWait)
 	}
 	return counts, ""
 }
