@@ -132,7 +132,7 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 	// The callers stop, and those still waiting are SIGTERMed, so that the
 	// run ends within a hold rather than a --timeout: what they took must
 	// go back at once.
-	s.endTurns(nil)
+	s.endTurns()
 	last, killed := c.drain(hangBound)
 	if killed > 0 {
 		t.Errorf("%d semruns still ran %v after the workers stopped; killed", killed, hangBound)
@@ -302,7 +302,7 @@ func (s *several) killThenSilence(rng *rand.Rand) fault {
 		f.what, f.heal = "kill: no semrun under way", mono()
 		return f
 	}
-	interrupted := s.endTurns(victims)
+	interrupted := s.endTurns()
 	quiet := ttl/2 + upTo(rng, 2*ttl)
 	time.Sleep(quiet)
 	f.heal = mono()
@@ -312,9 +312,9 @@ func (s *several) killThenSilence(rng *rand.Rand) fault {
 
 // endTurns stops the callers from calling, SIGTERMs every semrun that
 // waits until none is under way, and then reads Redis's holders: nothing
-// may be held for a semrun that exited, but the victims (checkGivenBack).
+// may be held for a semrun that exited, but those killed (checkGivenBack).
 // It returns how many it SIGTERMed.
-func (s *several) endTurns(victims []*run) int {
+func (s *several) endTurns() int {
 	c := s.c
 	c.silence(severalTurns, true, 0)
 	// Which waiters hold some of their keys, as they are SIGTERMed.
@@ -331,7 +331,7 @@ func (s *several) endTurns(victims []*run) int {
 		}
 		n += s.interrupt(nil)
 	}
-	s.checkGivenBack(victims)
+	s.checkGivenBack()
 	return n
 }
 
@@ -471,12 +471,14 @@ func (s *several) interrupt(held map[int][]string) int {
 	return n
 }
 
-// checkGivenBack reads Redis's holders once every semrun but the victims
-// has exited: a live permit of any other tells of a semrun that did not
-// give back what it held, unless a fault of Redis, or a starved machine,
-// came while it ran (a release is given 2s at most, and a permit it failed
-// to give back lapses within the TTL).
-func (s *several) checkGivenBack(victims []*run) {
+// checkGivenBack reads Redis's holders once every semrun but the ones
+// killed has exited: a live permit of any other tells of a semrun that did
+// not give back what it held, unless a fault of Redis, or a starved
+// machine, came while it ran (a release is given 2s at most, and a permit
+// it failed to give back lapses within the TTL). A semrun SIGKILLed, now
+// or before, gives nothing back: its permits lapse, or live on a little
+// when a silence pushed its leases back.
+func (s *several) checkGivenBack() {
 	c := s.c
 	held, err := s.holders()
 	if err != nil {
@@ -490,7 +492,7 @@ func (s *several) checkGivenBack(victims []*run) {
 		if r.proc == nil {
 			continue
 		}
-		if slices.Contains(victims, r) {
+		if r.killed {
 			killed[r.proc.Pid] = true
 			continue
 		}
@@ -616,7 +618,8 @@ func childPIDs(pid int) []int {
 // keys in order, the first as SEMRUN_HELD_KEY and SEMRUN_FENCING_TOKEN;
 // a 112 or a 75 names a key of its own; no span from the first child to
 // stopped when no child ran, with no fault near (a deadlock); every order
-// of keys ran, and more runs ran than gave up. The checks of every
+// of keys ran unless faults explain its waits given up, and more runs ran
+// than gave up with nothing to explain it (progress). The checks of every
 // nemesis (overlaps, tokens, per key) ran before.
 func (s *several) check(fig *figures, stopped int64) {
 	c := s.c
