@@ -240,7 +240,8 @@ const (
 // judge says what is wrong with how a semrun ended, "" when nothing: its
 // child's own status passes through; 112 (permit lost) and 125 (Redis
 // unreachable) only when a fault could explain them (excused); 113
-// (revoked) only when an operator revoked it, and its child was stopped.
+// (revoked) only when an operator revoked it, and its child was stopped;
+// 143 (SIGTERM) for a waiter the harness interrupted (several-keys).
 func judge(r run, k *kid, excused bool) string {
 	switch {
 	case r.killed:
