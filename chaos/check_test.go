@@ -6,8 +6,11 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +28,11 @@ type overlap struct {
 // start that made more than n run at once. A child that has not ended runs
 // for ever. At equal times an end comes before a start.
 func overlaps(kids []kid, n int) []overlap {
+	return overlapsOf(kids, func(string) int { return n })
+}
+
+// overlapsOf is overlaps with each key's own N.
+func overlapsOf(kids []kid, permits func(key string) int) []overlap {
 	type event struct {
 		at    int64
 		start bool
@@ -60,7 +68,7 @@ func overlaps(kids []kid, n int) []overlap {
 				continue
 			}
 			running[e.k] = true
-			if len(running) <= n {
+			if len(running) <= permits(key) {
 				continue
 			}
 			o := overlap{key: key, at: e.at}
@@ -232,7 +240,8 @@ const (
 // judge says what is wrong with how a semrun ended, "" when nothing: its
 // child's own status passes through; 112 (permit lost) and 125 (Redis
 // unreachable) only when a fault could explain them (excused); 113
-// (revoked) only when an operator revoked it, and its child was stopped.
+// (revoked) only when an operator revoked it, and its child was stopped;
+// 143 (SIGTERM) for a waiter the harness interrupted (several-keys).
 func judge(r run, k *kid, excused bool) string {
 	switch {
 	case r.killed:
@@ -240,8 +249,14 @@ func judge(r run, k *kid, excused bool) string {
 			return fmt.Sprintf("killed by the nemesis, yet ended with status %d signal %d", r.status, r.signal)
 		}
 		return ""
+	case r.interrupted && r.signal == syscall.SIGTERM && k == nil:
+		return "" // its child, just started, died of the TERM before it said so: semrun dies of its signal
 	case r.signal != 0:
 		return fmt.Sprintf("semrun died of signal %d (%v)", r.signal, r.signal)
+	case r.interrupted && r.status == 128+int(syscall.SIGTERM) && (k == nil || k.how == "term"):
+		return "" // it waited, and gave up at once; or its child had started, and was told
+	case r.interrupted && k == nil:
+		return fmt.Sprintf("SIGTERMed while it waited, yet status %d, want %d", r.status, 128+int(syscall.SIGTERM))
 	case r.status == statusRevoked && !r.revoked:
 		return "status 113 (revoked), yet no operator revoked it"
 	case r.status == statusRevoked && k == nil:
@@ -401,6 +416,13 @@ func TestChecks(t *testing.T) {
 			{run{status: 75, mayBeBusy: true}, nil, false, true},
 			{run{status: 75}, nil, false, false},
 			{run{status: 76, mayBeBusy: true}, nil, false, false},
+			{run{status: 143, interrupted: true}, nil, false, true},
+			{run{status: 143, interrupted: true}, term, false, true}, // its child had just started
+			{run{status: 0, interrupted: true}, nil, false, false},
+			{run{status: 143}, nil, false, false},
+			{run{status: -1, signal: syscall.SIGTERM, interrupted: true}, nil, false, true},
+			{run{status: -1, signal: syscall.SIGTERM, interrupted: true}, done, false, false},
+			{run{status: -1, signal: syscall.SIGTERM}, nil, false, false},
 		} {
 			if got := judge(c.r, c.k, c.excused); (got == "") != c.ok {
 				t.Errorf("judge(%+v, %+v, excused %v) = %q, want ok %v", c.r, c.k, c.excused, got, c.ok)
@@ -639,6 +661,154 @@ func TestChecks(t *testing.T) {
 		th := thaw{mode: during, step: &run{proc: p, status: 112}, release: &run{proc: p, status: 112}}
 		if got := thawVerdict(th, &kid{how: "term", code: 143}, func(s int, _, _ int64) bool { return s == statusLost }); got != "" {
 			t.Errorf("thawVerdict on a starved machine: %q, want ok", got)
+		}
+	})
+	t.Run("several keys", func(t *testing.T) {
+		// SEMRUN_FENCING_TOKENS: KEY=TOKEN a line, the token after the last '='.
+		got, err := fencingTokens("a=b=12\nc=5")
+		if err != nil || !slices.Equal(got, []keyToken{{"a=b", 12}, {"c", 5}}) {
+			t.Errorf("fencingTokens: got %+v, %v; want a=b 12, c 5", got, err)
+		}
+		for _, bad := range []string{"", "a", "=5", "a=x", "a=1\n\nb=2"} {
+			if got, err := fencingTokens(bad); err == nil {
+				t.Errorf("fencingTokens(%q) = %+v, want an error", bad, got)
+			}
+		}
+		// The recorder reads them from the child's T line.
+		dir := t.TempDir()
+		rec := newRecorder(t, filepath.Join(dir, "kids"))
+		conn, err := net.Dial("unix", filepath.Join(dir, "kids"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "S 10 9 1000 12 a=b 7\nT %s\nE 2000 done 0\n", strconv.Quote("a=b=12\nc=5"))
+		_ = conn.Close()
+		for deadline := time.Now().Add(hangBound); rec.quiet(0) > 0 || rec.lastStart("c") == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the recorder read no child of c within %v", hangBound)
+			}
+		}
+		if kid, ok := rec.get(7); !ok || !kid.told || !slices.Equal(kid.tokens, []keyToken{{"a=b", 12}, {"c", 5}}) || rec.lastStart("c") != 1000 {
+			t.Errorf("recorder: got %+v (%v), last start of c %d; want the tokens of a=b and c, c started at 1000", kid, ok, rec.lastStart("c"))
+		}
+		if _, bad := rec.snapshot(); len(bad) != 0 {
+			t.Errorf("recorder: lines it could not read: %q", bad)
+		}
+
+		// Two children of keys a (N=2) and b (N=1), listed in either
+		// order: seen by their first key only, none overlaps; per key,
+		// they overlap on b, and b's token 2 was handed out twice.
+		two := func(run int, start, end int64, pairs ...keyToken) kid {
+			return kid{run: run, key: pairs[0].key, token: pairs[0].token, start: ms(start), end: ms(end), how: "done", told: true, tokens: pairs}
+		}
+		kids := []kid{
+			two(101, 0, 100, keyToken{"a", 1}, keyToken{"b", 1}),
+			two(102, 50, 150, keyToken{"b", 2}, keyToken{"a", 2}),
+			two(103, 200, 300, keyToken{"a", 3}, keyToken{"b", 2}),
+		}
+		permits := func(key string) int { return map[string]int{"a": 2, "b": 1}[key] }
+		if got := overlapsOf(kids, permits); len(got) != 0 {
+			t.Errorf("overlaps by the first key: got %+v, want none", got)
+		}
+		held := perKey(kids)
+		if got := overlapsOf(held, permits); len(got) != 1 || got[0].key != "b" || got[0].at != ms(50) {
+			t.Errorf("overlaps per key: got %+v, want one on b at 50ms", got)
+		}
+		if got := overlapsOf(held, func(string) int { return 1 }); len(got) != 2 {
+			t.Errorf("overlaps per key, one permit each: got %d, want 2 (a and b at 50ms)", len(got))
+		}
+		if got := reused(held); len(got) != 1 || got[0][0].key != "b" || got[0][0].token != 2 {
+			t.Errorf("reused per key: got %+v, want b's 2", got)
+		}
+
+		// Frozen whole from 1000 to 4000ms: b's holder stopped as it woke,
+		// c's ran on; newcomers took b and c (N=1) while they were frozen.
+		woke := map[int]frozen{201: {ms(1000), ms(4000)}, 202: {ms(1000), ms(4000)}, 204: {ms(1000), ms(4000)}}
+		frozenKids := []kid{
+			k("b", 1, 500, 4050), k("c", 1, 600, 6000), k("b", 2, 3500, 3600),
+			k("d", 1, 700, 900), // ended before the freeze
+			k("c", 2, 3500, 3600),
+		}
+		for i := range frozenKids {
+			frozenKids[i].run = 201 + i
+		}
+		none := func(int64, int64) time.Duration { return 0 }
+		clipped := clipWoken(frozenKids, woke, none)
+		if clipped[0].end != ms(1000) || clipped[1].end != ms(6000) || clipped[3].end != ms(900) {
+			t.Errorf("clipWoken: ends %v, %v, %v; want 1000ms (stopped as it woke), 6000ms (ran on), 900ms", clipped[0].end, clipped[1].end, clipped[3].end)
+		}
+		if got := overlaps(clipped, 1); len(got) != 1 || got[0].key != "c" || got[0].at != ms(3500) {
+			t.Errorf("overlaps once clipped: got %+v, want one on c, whose holder ran on, at 3500ms", got)
+		}
+		if got := overlaps(frozenKids, 1); len(got) != 2 {
+			t.Errorf("overlaps unclipped: got %d, want 2 (b and c at 3500ms)", len(got))
+		}
+		if got := clipWoken(frozenKids, woke, func(int64, int64) time.Duration { return 2 * time.Second }); got[1].end != ms(1000) {
+			t.Errorf("clipWoken with 2s of the machine's allowance: ran on until %v, want clipped", got[1].end)
+		}
+
+		// Stalls: nothing ran from 100ms to 5s.
+		idle := []kid{k("a", 1, 0, 100), k("a", 2, 5000, 5100), k("a", 3, 5050, 0)}
+		bound := func(int64, int64) time.Duration { return 2 * time.Second }
+		if got := stalls(idle, 0, ms(9000), nil, bound); len(got) != 1 || got[0] != [2]int64{ms(100), ms(5000)} {
+			t.Errorf("stalls: got %v, want 100ms to 5s", got)
+		}
+		if got := stalls(idle, 0, ms(9000), []fault{{start: ms(200), heal: ms(1000)}}, bound); len(got) != 0 {
+			t.Errorf("stalls after a fault: got %v, want none (it heals within %v)", got, healFailure)
+		}
+		if got := stalls(idle[:2], 0, ms(9000), nil, bound); len(got) != 2 || got[1] != [2]int64{ms(5100), ms(9000)} {
+			t.Errorf("stalls to the end: got %v, want 100ms to 5s and 5.1s to 9s", got)
+		}
+
+		// Progress: every order of keys ran, and more ran than gave up
+		// with no fault near (runs 2 and 3, excused: 9 and up).
+		mk := func(id, status int, keys ...string) run { return run{id: id, keys: keys, status: status} }
+		runs := []run{mk(1, 0, "a", "b"), mk(2, 75, "a", "b"), mk(3, 75, "b", "a"), mk(4, 0, "a", "b"), mk(5, 0, "b", "a")}
+		ran := map[int]*kid{1: {}, 4: {}, 5: {}}
+		excused := func(r run) bool { return r.id >= 9 }
+		if _, why := progress(runs, ran, 2, excused); why != "" {
+			t.Errorf("progress: %s, want none", why)
+		}
+		if _, why := progress(runs, ran, 3, excused); why == "" {
+			t.Errorf("progress with an order that never called: want a failure")
+		}
+		if _, why := progress(runs[:4], ran, 2, excused); !strings.Contains(why, "never ran") {
+			t.Errorf("progress with b,a never run: got %q", why)
+		}
+		if _, why := progress([]run{runs[0], runs[1], runs[3], mk(9, 75, "b", "a")}, ran, 2, excused); why != "" {
+			t.Errorf("progress with b,a never run, but for one give-up under a fault: %q, want none", why)
+		}
+		if _, why := progress(append(slices.Clone(runs), mk(6, 75, "a", "b"), mk(7, 75, "b", "a")), ran, 2, excused); !strings.Contains(why, "gave up") {
+			t.Errorf("progress with 3 run and 4 given up: got %q", why)
+		}
+		if _, why := progress(append(slices.Clone(runs), mk(10, 75, "a", "b"), mk(11, 75, "b", "a")), ran, 2, excused); why != "" {
+			t.Errorf("progress with 3 run and 4 given up, 2 under a fault: %q, want none", why)
+		}
+
+		// What a run of several says.
+		told := func(key string, token int64, pairs ...keyToken) *kid {
+			return &kid{key: key, token: token, how: "done", told: true, tokens: pairs}
+		}
+		ab := []keyToken{{"a", 1}, {"b", 2}}
+		for _, c := range []struct {
+			r  run
+			k  *kid
+			ok bool
+		}{
+			{run{keys: []string{"a", "b"}, status: 7, code: 7}, told("a", 1, ab...), true},
+			{run{keys: []string{"b", "a"}, status: 7, code: 7}, told("a", 1, ab...), false},                   // not the order given
+			{run{keys: []string{"a", "b"}, status: 7, code: 7}, told("a", 9, ab...), false},                   // the first is not SEMRUN_FENCING_TOKEN's
+			{run{keys: []string{"a", "b"}, status: 7, code: 7}, told("a", 1, ab[:1]...), false},               // one key missing
+			{run{keys: []string{"a", "b"}, status: 7, code: 7}, &kid{key: "a", token: 1, how: "done"}, false}, // no SEMRUN_FENCING_TOKENS
+			{run{keys: []string{"a", "b"}, status: 112, stderr: "semrun: key \"b\": permit lost: renewal found it gone; command terminated"}, told("a", 1, ab...), true},
+			{run{keys: []string{"a", "b"}, status: 112, stderr: "semrun: permit lost; command terminated"}, told("a", 1, ab...), false},
+			{run{keys: []string{"a", "b"}, status: 75, stderr: "semrun: key \"a\": no permit within 8s (--timeout)"}, nil, true},
+			{run{keys: []string{"a", "b"}, status: 75, stderr: "semrun: key \"z\": no permit within 8s (--timeout)"}, nil, false},
+			{run{key: "a", status: 112}, nil, true}, // one key: judge's alone
+		} {
+			if got := severalVerdict(c.r, c.k); (got == "") != c.ok {
+				t.Errorf("severalVerdict(%+v, %+v) = %q, want ok %v", c.r, c.k, got, c.ok)
+			}
 		}
 	})
 	t.Run("lag", func(t *testing.T) {

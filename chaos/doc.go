@@ -32,7 +32,8 @@
 // builds semrun and the child (chaos/child) without -race whatever the
 // test is built with: a child costs a few milliseconds of CPU to start,
 // not the tens the race detector adds. -chaos.keys=K gives each nemesis K keys
-// (kill9 4K, the hold trials 2K); -chaos.crowd=L makes the crowd's line L
+// (kill9 4K, the hold trials 2K; several-keys always has its three);
+// -chaos.crowd=L makes the crowd's line L
 // waiters long (200), -chaos.hold-crowd=L the hold crowd's (40).
 // -chaos.seed=S repeats a run's random choices (the seed is
 // logged), though not the processes' timing. Like the other tests, it
@@ -49,7 +50,8 @@
 //
 // where CHILD is the child (chaos/child), told its run. The child
 // notes its start on CLOCK_MONOTONIC first, tells the harness over a unix
-// socket its start, its fencing token and its key, holds for HOLD, notes
+// socket its start, its fencing token and its key (SEMRUN_FENCING_TOKEN,
+// SEMRUN_HELD_KEY), and every key's token (SEMRUN_FENCING_TOKENS), holds for HOLD, notes
 // its end and the status it exits with, tells that too, and exits with
 // CODE. On SIGTERM it tells its end and exits 143 at once. A child killed by SIGKILL says nothing: its end is
 // the moment the harness reads the end of its connection, later than its
@@ -72,6 +74,13 @@
 //	                      the master keeps one replica, the fresher of the other two is
 //	                      promoted and the last follows it; half the workers ask the new
 //	                      master, half the old; then all follow the new master
+//	several-keys          callers of three keys (N=3, 1, 2) in each of their six orders, and of
+//	                      each two of them in both orders; one fault at a time: a SIGKILL of a
+//	                      holder and of a waiter holding some of its keys, every other waiter
+//	                      SIGTERMed, then silence for 0.5 to 2.5 TTLs; a SIGSTOP, past the lease,
+//	                      of a waiter holding some of its keys and of a holder with its child's
+//	                      group; late, blackholed or dropped replies through the proxy; Redis
+//	                      restarted empty, or with its data
 //	crowd                 every other waiter of a line of 200 SIGKILLed at once, then the
 //	                      holders go: the dead must cost the live seconds in all
 //	hold-kill9            the hold workload (below); SIGKILL of the keeper of a hold under way
@@ -124,6 +133,18 @@
 // SIGSTOP (thawed at least 1.5s before the min hold since the grant ends,
 // as a frozen child still runs for the checks), a restart with data and
 // dropped replies (one lane per cluster), and kills.
+//
+// several-keys runs, on one redis-server behind a proxy, a worker per order
+// of keys: twelve, each calling again and again, pausing up to 100ms,
+//
+//	semrun -k K1 -n N1 -k K2 -n N2 [-k K3 -n N3] --ttl 2s --timeout 10s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
+//
+// in a process group of its own, its child holding 100 to 300ms (within
+// -chaos.hold-min and -max). One key's name has an '=' in it: the token of
+// a SEMRUN_FENCING_TOKENS line follows its last '='. The faults come in a
+// shuffled turn of five kinds, so a short run makes most of them: kill
+// (then silence), SIGSTOP, proxy (late, blackholed or dropped replies, by
+// a throw), restart empty, restart with data.
 //
 // The operator's commands reach the redis-server itself, never through the
 // proxy. In key-revoke every other worker's child holds 1.5 to 2.5s, and
@@ -302,6 +323,36 @@
 //     was frozen, 112 naming the loss; and no overlap of the holders (a
 //     release that said 0 for a hold it had lost would show as one). A
 //     starved machine excuses a 112 or 125.
+//   - several-keys: a child of several keys holds a permit of each, with
+//     the token SEMRUN_FENCING_TOKENS gives for it: the checks above
+//     (overlaps, with each key's own N; tokens never reused and in the
+//     order of the grants; the restart fence) run per key on those, and
+//     Redis's count of each key's holders, sampled every 50ms, never
+//     exceeds its N. A child frozen whole with its semrun, and stopped as
+//     it woke (within --kill-after, 100ms and the machine's allowance of
+//     the thaw), holds until the freeze: it runs a moment on waking beside
+//     whoever its permit lapsed to, which no semrun can help (a paused VM,
+//     docs/how-it-works.md), and its token fences it; one that ran on
+//     longer holds throughout. Each child's SEMRUN_FENCING_TOKENS names its
+//     run's keys in the order given, the first being SEMRUN_HELD_KEY with
+//     SEMRUN_FENCING_TOKEN; a 112 names a key of the run in its "permit
+//     lost" line, and a 75 in its --timeout line. At each silence, and
+//     at the end (when the waiters are SIGTERMed too, so that the run
+//     ends within a hold, not a --timeout), once every semrun but the ones
+//     killed has exited (those SIGTERMed while they waited exit 143),
+//     Redis holds nothing for any of them, unless a fault of Redis or a
+//     starved machine came while it ran. Liveness: from the
+//     first child until the workers stop, no span longer than 2 TTLs and
+//     the machine's allowance in which no child of any key ran, away from
+//     faults (2 TTLs after each, as for a heal): callers wait all the time
+//     and take their keys in one order, so one of them can always go on;
+//     every order of keys ran its command, and more runs ran than gave up
+//     waiting (75). With the keys taken in each caller's own order
+//     instead, callers deadlock until their --timeout, and all three fail.
+//     After a restart with its data (a new replication id), each key's
+//     fence starts at the first call that may grant it, and a caller asks
+//     its next key only once it holds the ones before, so the heal may
+//     take a fence (a TTL and a second) more per key past the first.
 //   - After each fault heals, the next child starts within 2 TTLs and the
 //     machine's allowance. The target is TTL + TTL/3, reported as a figure
 //     and not failed on, since machines are noisy.
@@ -358,7 +409,10 @@
 // that broke a min hold (in the overlaps column); for hold-drain, the
 // drains by kind, their statuses and how long they took, and what held
 // while drained (in the overlaps column); for hold-frozen-keeper, the
-// frozen keepers and how their releases ended; for key-revoke,
+// frozen keepers and how their releases ended; for several-keys, its
+// faults by kind, each key's holders, the runs that ran and gave up by
+// order of keys, the silences at which Redis's holders were read and what
+// was not given back, and the stalls; for key-revoke,
 // the revokes by kind, how the revoked ended (113, 112, their child first),
 // how soon their child stopped and their permit was free; for key-pause, the
 // pauses by kind, grants while paused, lines read and served out of order.

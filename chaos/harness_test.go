@@ -54,6 +54,38 @@ type kid struct {
 	goneCh    chan struct{}
 	hold      int  // the hold it ran a step of, 0 for none (the checks set it)
 	announced bool // it said S
+	// tokens are every key's token, as SEMRUN_FENCING_TOKENS gave them,
+	// in its order; told: it said T.
+	tokens []keyToken
+	told   bool
+}
+
+// keyToken is one line of SEMRUN_FENCING_TOKENS.
+type keyToken struct {
+	key   string
+	token int64
+}
+
+// fencingTokens reads SEMRUN_FENCING_TOKENS: KEY=TOKEN a line, the token
+// after the last '=' (a key may have one).
+func fencingTokens(s string) ([]keyToken, error) {
+	var out []keyToken
+	for line := range strings.Lines(s) {
+		line = strings.TrimSuffix(line, "\n")
+		i := strings.LastIndexByte(line, '=')
+		if i <= 0 {
+			return nil, fmt.Errorf("line %q: want KEY=TOKEN", line)
+		}
+		token, err := strconv.ParseInt(line[i+1:], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("line %q: %w", line, err)
+		}
+		out = append(out, keyToken{key: line[:i], token: token})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no KEY=TOKEN line")
+	}
+	return out, nil
 }
 
 // grants counts the children started, of every nemesis.
@@ -66,7 +98,7 @@ type recorder struct {
 	mu   sync.Mutex
 	kids map[int]*kid // by run
 	open map[net.Conn]struct{}
-	// last is the latest start of each key.
+	// last is the latest start of a child holding each key.
 	last map[string]int64
 	bad  []string // lines that did not parse
 }
@@ -150,6 +182,19 @@ func (r *recorder) read(c net.Conn) {
 				end, code = mono(), -1
 			}
 			k.end, k.how, k.code = end, f[2], code
+		case len(f) >= 2 && f[0] == "T" && k != nil && !k.told:
+			k.told = true
+			quoted := strings.TrimSuffix(strings.TrimPrefix(line, "T "), "\n")
+			s, err := strconv.Unquote(quoted)
+			if err == nil {
+				k.tokens, err = fencingTokens(s)
+			}
+			if err != nil {
+				r.bad = append(r.bad, fmt.Sprintf("%q: %v", line, err))
+			}
+			for _, kt := range k.tokens {
+				r.last[kt.key] = max(r.last[kt.key], k.start)
+			}
 		default:
 			r.bad = append(r.bad, fmt.Sprintf("%q", line))
 		}
@@ -249,6 +294,11 @@ type run struct {
 	// as its role says; nil for a run of its own.
 	of   *hold
 	role string
+	// keys: the keys of a run of several (-k a -k b), in the order it
+	// gave them; key is the first. Nil for one key.
+	keys []string
+	// interrupted: the harness SIGTERMed it while it waited (several-keys).
+	interrupted bool
 }
 
 // cluster is one nemesis's world: a redis-server, maybe a proxy, the
@@ -290,6 +340,12 @@ type cluster struct {
 	drains   []*drainAct
 	thaws    []*thaw
 	watching sync.WaitGroup
+	// capacity is each key's N when the keys differ (several-keys); nil:
+	// every key has permits.
+	capacity map[string]int
+	// woke are the runs frozen whole, semrun and child, by id: from when
+	// until when (several-keys).
+	woke map[int]frozen
 
 	// silent keys get no new turn of a worker; turns counts those under
 	// way, by key (enter, leave, silence).
@@ -363,6 +419,14 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	c.t0 = mono()
 	c.wallOff = time.Now().UnixNano() - mono()
 	return c
+}
+
+// permitsOf is key's N.
+func (c *cluster) permitsOf(key string) int {
+	if n, ok := c.capacity[key]; ok {
+		return n
+	}
+	return c.permits
 }
 
 // rel shows a mono() time as seconds since the cluster started.

@@ -664,7 +664,7 @@ func (c *cluster) watchHolders() (stop func() (int, []string)) {
 				callCtx, cancelCall := context.WithTimeout(ctx, 500*time.Millisecond)
 				res, err := liveHolders.Run(callCtx, rc, []string{"semrun:{" + key + "}:holders"}).Int64Slice()
 				cancelCall()
-				if err != nil || len(res) != 2 || res[0] <= int64(c.permits) {
+				if err != nil || len(res) != 2 || res[0] <= int64(c.permitsOf(key)) {
 					continue
 				}
 				over++

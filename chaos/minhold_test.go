@@ -278,7 +278,10 @@ func (m *minHold) cycle(key, kind string, rng *rand.Rand) (silence, bool) {
 		m.drops++
 		m.mu.Unlock()
 	default:
-		c.addFault(m.restartWithData(rng))
+		c.addFault(c.restartWithData(rng))
+		m.mu.Lock()
+		m.restarts++
+		m.mu.Unlock()
 	}
 	return silence{}, false
 }
@@ -360,8 +363,7 @@ func (m *minHold) freeze(key string, k *kid, r *run, rng *rand.Rand) {
 // held (CLIENT PAUSE WRITE), so that no write comes between. A dump that
 // was not written makes it a restart empty, which excuses the windows it
 // spans (data lost is documented), and fails.
-func (m *minHold) restartWithData(rng *rand.Rand) fault {
-	c := m.c
+func (c *cluster) restartWithData(rng *rand.Rand) fault {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rc := c.client()
@@ -389,9 +391,6 @@ func (m *minHold) restartWithData(rng *rand.Rand) fault {
 		c.t.Errorf("%s: no dump was saved (%v): restarted empty", f.what, err)
 		f.restart, f.what = true, f.what+" EMPTY"
 	}
-	m.mu.Lock()
-	m.restarts++
-	m.mu.Unlock()
 	return f
 }
 

@@ -2,7 +2,9 @@
 
 // Command child is what the chaos harness's semruns run: child RUN
 // HOLD_MS CODE. It tells the harness "S pid ppid start token key run" when
-// it starts and "E end how code" when it ends, how being done (it held for
+// it starts, then "T tokens", SEMRUN_FENCING_TOKENS (every key's token,
+// KEY=TOKEN a line) quoted as Go does, when semrun gave it, and "E end how
+// code" when it ends, how being done (it held for
 // HOLD_MS, or until the file $CHAOS_UNTIL appeared if sooner, and exits
 // with CODE) or term (SIGTERM: it exits 143 at once). Its start is the
 // first thing the process did, its end the last thing before exit, both on
@@ -59,6 +61,10 @@ func child(began int64, args []string) int {
 	}
 	w := bufio.NewWriter(conn)
 	fmt.Fprintf(w, "S %d %d %d %s %s %d\n", os.Getpid(), os.Getppid(), began, token, key, run)
+	if tokens, ok := os.LookupEnv("SEMRUN_FENCING_TOKENS"); ok {
+		// In the same write as S: the harness never sees one without the other.
+		fmt.Fprintf(w, "T %s\n", strconv.Quote(tokens))
+	}
 	if err := w.Flush(); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos child: %v\n", err)
 		return 3
