@@ -255,6 +255,8 @@ func judge(r run, k *kid, excused bool) string {
 		return fmt.Sprintf("semrun died of signal %d (%v)", r.signal, r.signal)
 	case r.interrupted && r.status == 128+int(syscall.SIGTERM) && (k == nil || k.how == "term"):
 		return "" // it waited, and gave up at once; or its child had started, and was told
+	case r.interrupted && k == nil && r.status == statusBusy && r.timeout > 0 && r.interruptedAt >= r.launched+int64(r.timeout):
+		return "" // its --timeout ran out before the TERM came (a slow store made it late to exit): busy was its answer
 	case r.interrupted && k == nil:
 		return fmt.Sprintf("SIGTERMed while it waited, yet status %d, want %d", r.status, 128+int(syscall.SIGTERM))
 	case r.status == statusRevoked && !r.revoked:
@@ -419,6 +421,8 @@ func TestChecks(t *testing.T) {
 			{run{status: 143, interrupted: true}, nil, false, true},
 			{run{status: 143, interrupted: true}, term, false, true}, // its child had just started
 			{run{status: 0, interrupted: true}, nil, false, false},
+			{run{status: 75, interrupted: true, launched: 1, interruptedAt: 1 + int64(10*time.Second), timeout: 10 * time.Second}, nil, false, true},
+			{run{status: 75, interrupted: true, launched: 1, interruptedAt: int64(9 * time.Second), timeout: 10 * time.Second}, nil, false, false},
 			{run{status: 143}, nil, false, false},
 			{run{status: -1, signal: syscall.SIGTERM, interrupted: true}, nil, false, true},
 			{run{status: -1, signal: syscall.SIGTERM, interrupted: true}, done, false, false},

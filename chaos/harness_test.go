@@ -297,8 +297,11 @@ type run struct {
 	// keys: the keys of a run of several (-k a -k b), in the order it
 	// gave them; key is the first. Nil for one key.
 	keys []string
-	// interrupted: the harness SIGTERMed it while it waited (several-keys).
-	interrupted bool
+	// interrupted: the harness SIGTERMed it while it waited (several-keys),
+	// at interruptedAt; timeout is its --timeout (0: none).
+	interrupted   bool
+	interruptedAt int64
+	timeout       time.Duration
 }
 
 // cluster is one nemesis's world: a redis-server, maybe a proxy, the

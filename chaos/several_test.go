@@ -214,7 +214,7 @@ func (s *several) call(keys []string, rng *rand.Rand) {
 	lo, hi := holdMin.Milliseconds(), max(min(holdMax.Milliseconds(), severalHoldMax.Milliseconds()), holdMin.Milliseconds())
 	r := c.newRun(keys[0], int(lo+rng.Int64N(hi-lo+1)), rng.IntN(101))
 	c.mu.Lock()
-	r.keys, r.mayBeBusy, r.group = keys, true, true
+	r.keys, r.mayBeBusy, r.group, r.timeout = keys, true, true, severalWait
 	c.mu.Unlock()
 	var args []string
 	for _, key := range keys {
@@ -455,7 +455,7 @@ func (s *several) interrupt(held map[int][]string) int {
 	n, holding := 0, 0
 	for _, r := range s.waiting(0) {
 		s.c.mu.Lock()
-		r.interrupted = true
+		r.interrupted, r.interruptedAt = true, mono()
 		s.c.mu.Unlock()
 		if r.proc.Signal(syscall.SIGTERM) == nil {
 			n++

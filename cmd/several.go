@@ -282,7 +282,7 @@ func (o *waitOptions) busyKeys(ctx context.Context, store semaphore.Store, reqs 
 // acquiredSeveral says how a wait for several keys in one step ended
 // without them (err): as acquired says it of the key that held the
 // caller back (the one err names, else the first busy by its status),
-// with the others still busy.
+// with the others still busy, read in one look.
 func (o *waitOptions) acquiredSeveral(ctx context.Context, store semaphore.Store, err error, fenced time.Duration, log *logger) error {
 	reqs := o.requests()
 	at := -1
@@ -294,23 +294,30 @@ func (o *waitOptions) acquiredSeveral(ctx context.Context, store semaphore.Store
 	case errors.As(err, &paused):
 		at = slices.Index(o.keys, paused.Key)
 	}
-	var others []int
-	for i := range reqs {
-		if i != at {
-			others = append(others, i)
+	var full []int
+	if errors.Is(err, semaphore.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
+		all := make([]int, len(reqs))
+		for i := range all {
+			all[i] = i
 		}
+		full = o.busyKeys(ctx, store, reqs, all)
 	}
 	if at < 0 {
 		at = 0
-		if b := o.busyKeys(ctx, store, reqs, others); len(b) > 0 {
-			at = b[0]
+		if len(full) > 0 {
+			at = full[0]
 		}
-		others = slices.DeleteFunc(others, func(i int) bool { return i == at })
 	}
 	_, err = o.forKey(reqs[at]).acquired(ctx, store, nil, err, fenced, log)
+	var also []string
+	for _, i := range full {
+		if i != at {
+			also = append(also, fmt.Sprintf("key %q", reqs[i].Key))
+		}
+	}
 	var b *busyError
-	if errors.As(err, &b) && b.why != "" {
-		b.why += o.busyToo(ctx, store, reqs, others)
+	if errors.As(err, &b) && b.why != "" && len(also) > 0 {
+		b.why += "; also busy: " + strings.Join(also, ", ")
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/semrun/semrun/internal/clock"
@@ -254,9 +255,12 @@ func (m *many) await(ctx context.Context, deadline clock.Instant) error {
 	}
 }
 
-// abandon gives back every key's permit or place in line.
+// abandon gives back every key's permit or place in line, all at once:
+// each within abandon's own short bound.
 func (m *many) abandon(ctx context.Context) {
+	var wg sync.WaitGroup
 	for _, a := range m.askers {
-		m.s.abandon(ctx, a.keys, a.id)
+		wg.Go(func() { m.s.abandon(ctx, a.keys, a.id) })
 	}
+	wg.Wait()
 }
