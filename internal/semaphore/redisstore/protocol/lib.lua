@@ -788,11 +788,13 @@ local function handoff(wake, busy)
   while true do
     local head = redis.call('ZRANGE', queueKey, 0, 0)[1]
     if not head then break end
-    local w = readWaiter(redis.call('HGET', waitersKey, head))
+    -- Its record and its mark as a caller of several keys, in one call.
+    local rec = redis.call('HMGET', waitersKey, head, '#many ' .. head)
+    local w = readWaiter(rec[1])
     local lease = num(redis.call('ZSCORE', leasesKey, head), 0, MAXINT)
     if not w or not lease or lease <= now then
       if skipped >= SWEEP then break end
-      if not w then dropped('waiter', redis.call('HGET', waitersKey, head)) end
+      if not w then dropped('waiter', rec[1]) end
       dropWaiter(head)
       skipped = skipped + 1
     elseif w.weight > capacity(w.permits) then
@@ -804,9 +806,8 @@ local function handoff(wake, busy)
     else
       if busy + w.weight > capacity(w.permits) or fenced() > 0 or policy().paused then break end
       local k = wakekey(wake, head)
-      -- (HGET and EXISTS, not HEXISTS and LLEN: commands the ACL users
-      -- of the docs already allow.)
-      if redis.call('HGET', waitersKey, '#many ' .. head) then
+      -- (EXISTS, not LLEN: a command the ACL users of the docs allow.)
+      if rec[2] then
         if head ~= manyCaller and redis.call('EXISTS', k) == 0 then
           redis.call('RPUSH', k, 'c ' .. now)
           redis.call('PEXPIRE', k, WAKELIFE)
