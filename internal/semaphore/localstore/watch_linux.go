@@ -22,20 +22,26 @@ type permitWatch struct{ f *os.File }
 
 const pollEvery = 20 * time.Millisecond
 
-func watchPermits(k *keyDir) *permitWatch {
+func watchPermits(k *keyDir) *permitWatch { return watchPermitsOf([]*keyDir{k}) }
+
+// watchPermitsOf watches the permits of every key of ks at once: a caller
+// of several keys wakes when any of them frees one.
+func watchPermitsOf(ks []*keyDir) *permitWatch {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return &permitWatch{}
 	}
-	// Through the descriptor, so the watch is on the directory checked.
-	dir := fmt.Sprintf("/proc/self/fd/%d", k.dir.Fd())
-	// The permits file is open read-only: its holder's last close is
-	// IN_CLOSE_NOWRITE. An older semrun's permit files (permits_linux.go) are
-	// open for writing.
-	mask := uint32(unix.IN_CLOSE_NOWRITE | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
-	if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
-		unix.Close(fd)
-		return &permitWatch{}
+	for _, k := range ks {
+		// Through the descriptor, so the watch is on the directory checked.
+		dir := fmt.Sprintf("/proc/self/fd/%d", k.dir.Fd())
+		// The permits file is open read-only: its holder's last close is
+		// IN_CLOSE_NOWRITE. An older semrun's permit files (permits_linux.go) are
+		// open for writing.
+		mask := uint32(unix.IN_CLOSE_NOWRITE | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB | unix.IN_ONLYDIR)
+		if _, err := unix.InotifyAddWatch(fd, dir, mask); err != nil {
+			unix.Close(fd)
+			return &permitWatch{}
+		}
 	}
 	// Non-blocking, so reads go through the runtime's poller and can time out.
 	return &permitWatch{f: os.NewFile(uintptr(fd), "inotify")}

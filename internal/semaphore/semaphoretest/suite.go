@@ -68,6 +68,7 @@ func Run(t *testing.T, kind Kind) {
 	rules = append(rules, operateRules...)
 	rules = append(rules, crashRules...)
 	rules = append(rules, eventRules...)
+	rules = append(rules, severalRules...)
 	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
