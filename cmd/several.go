@@ -15,8 +15,8 @@ import (
 )
 
 // A caller of several keys (-k a -k b) asks a store that can for all of
-// them in one step (semaphore.AllAtOnce: one Redis), holding nothing while
-// it waits. Elsewhere it takes them one after another in
+// them in one step (semaphore.AllAtOnce: one Redis, a lock directory),
+// holding nothing while it waits. Elsewhere it takes them one after another in
 // semaphore.TakeOrder, the same for every caller, so that no two wait for
 // each other; it holds the keys taken while it waits for the next, and
 // renews them meanwhile. Its command starts once it holds them all; busy,
