@@ -493,3 +493,42 @@ func TestSeveralOnLostContinueKeepsTheOtherKeys(t *testing.T) {
 		}
 	})
 }
+
+// On a Redis Cluster, whose keys live on different masters, a caller takes
+// its keys one after another, holding those it took: one of them revoked
+// while it waits for the next is given up with the others, taken again
+// (a new grant), and the command runs on the new one, the line naming the
+// key lost.
+func TestSeveralOnAClusterGivesUpAKeyLostWhileWaiting(t *testing.T) {
+	t.Parallel()
+	nodes := redistest.NewCluster(t, 3, 0)
+	s := severalStore{name: "cluster", env: []string{"SEMRUN_REDIS_URL=redis://" + nodes[0].Addr + "/0?addr=" + nodes[1].Addr,
+		"SEMRUN_CLUSTER=true", "SEMRUN_RESTART_FENCE=0"}}
+	dir := t.TempDir()
+	release, tokens := filepath.Join(dir, "release"), filepath.Join(dir, "tokens")
+	busy := holdUntil(t, s, "a", release)
+	// z comes first in the order: held while a is waited for.
+	c := startCaller(t, s, nil, "-k", "z", "-k", "a", "--ttl", "3s", "-v", "--",
+		"sh", "-c", fmt.Sprintf(`printf '%%s\n' "$SEMRUN_FENCING_TOKENS" > %q`, tokens))
+	lost := waitHeld(t, s, "z", []string{"a"})
+	if code, errOut := runIn(t, s, nil, "key", "revoke", "z", "--holder", lost.ID, "--reason", "maintenance"); code != 0 {
+		t.Fatalf("key revoke: status %d, stderr %q", code, errOut)
+	}
+	until(t, "key \"z\" given up and taken again", func() (bool, string) {
+		h, ok, saw := holder(t, s, "z")
+		return ok && h.Token != lost.Token, saw + fmt.Sprintf("; stderr %q", c.errOut.String())
+	})
+	touch(t, release)
+	if code := busy.wait(t); code != 0 {
+		t.Errorf("the holder of a: status %d, stderr %q", code, busy.errOut.String())
+	}
+	code := c.wait(t)
+	errOut := c.errOut.String()
+	got := tokensOf(t, tokens)
+	if code != 0 || got["z"] == lost.Token || got["z"] == 0 || got["a"] == 0 {
+		t.Errorf("status %d, tokens %v; want 0, a grant of z other than the lost one (%d); stderr %q", code, got, lost.Token, errOut)
+	}
+	if want := `key "z": permit lost while waiting for the other keys (an operator revoked it: maintenance`; !strings.Contains(errOut, want) {
+		t.Errorf("stderr %q: want %q", errOut, want)
+	}
+}
