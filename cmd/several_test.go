@@ -471,7 +471,10 @@ func TestSeveralRefusesAZeroWeightOfAnyKey(t *testing.T) {
 func TestSeveralOnLostContinueKeepsTheOtherKeys(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s severalStore) {
 		release := filepath.Join(t.TempDir(), "release")
-		c := startCaller(t, s, nil, "-k", "oz", "-k", "oa", "--ttl", "3s", "--on-lost", "continue", "--", "sh", "-c", untilFile(release))
+		// A lease long enough that a loaded machine neither lets it lapse
+		// nor finds the grant stale at the start (which would take the keys
+		// anew, under another holder id than the one revoked).
+		c := startCaller(t, s, nil, "-k", "oz", "-k", "oa", "--ttl", "8s", "--on-lost", "continue", "--", "sh", "-c", untilFile(release))
 		kept := waitHeld(t, s, "oz", []string{"oa"})
 		lost := waitHeld(t, s, "oa", []string{"oz"})
 		if code, errOut := runIn(t, s, nil, "key", "revoke", "oa", "--holder", lost.ID); code != 0 {
@@ -480,9 +483,9 @@ func TestSeveralOnLostContinueKeepsTheOtherKeys(t *testing.T) {
 		until(t, "the caller says it runs on without the permit", func() (bool, string) {
 			return strings.Contains(c.errOut.String(), "the command runs on without it"), c.errOut.String()
 		})
-		time.Sleep(4 * time.Second) // at least: past the TTL of a lease no longer renewed
+		time.Sleep(9 * time.Second) // at least: past the TTL of a lease no longer renewed
 		if h, ok, saw := holder(t, s, "oz"); !ok || h.Token != kept.Token {
-			t.Errorf("key oz, not lost, 4s after the loss of oa under --on-lost continue: %s; want it still held by the caller (token %d)", saw, kept.Token)
+			t.Errorf("key oz, not lost, 9s after the loss of oa under --on-lost continue: %s; want it still held by the caller (token %d)", saw, kept.Token)
 		}
 		if code, errOut := runIn(t, s, nil, "-k", "oz", "--no-wait", "--", "true"); code != defaultBusyExitCode {
 			t.Errorf("a caller of oz while the command runs on: status %d, stderr %q; want %d, busy", code, errOut, defaultBusyExitCode)
@@ -507,8 +510,9 @@ func TestSeveralOnAClusterGivesUpAKeyLostWhileWaiting(t *testing.T) {
 	dir := t.TempDir()
 	release, tokens := filepath.Join(dir, "release"), filepath.Join(dir, "tokens")
 	busy := holdUntil(t, s, "a", release)
-	// z comes first in the order: held while a is waited for.
-	c := startCaller(t, s, nil, "-k", "z", "-k", "a", "--ttl", "3s", "-v", "--",
+	// z comes first in the order: held while a is waited for. A lease
+	// long enough that a loaded machine does not let it lapse meanwhile.
+	c := startCaller(t, s, nil, "-k", "z", "-k", "a", "--ttl", "6s", "-v", "--",
 		"sh", "-c", fmt.Sprintf(`printf '%%s\n' "$SEMRUN_FENCING_TOKENS" > %q`, tokens))
 	lost := waitHeld(t, s, "z", []string{"a"})
 	if code, errOut := runIn(t, s, nil, "key", "revoke", "z", "--holder", lost.ID, "--reason", "maintenance"); code != 0 {
