@@ -120,10 +120,7 @@ func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store,
 		return err
 	}
 	granted := time.Now()
-	tokens := []int64{lease.Token()}
-	if several, ok := lease.(*semaphore.Several); ok {
-		tokens = several.Tokens()
-	}
+	tokens := semaphore.TokensOf(lease)
 	log.Infof("%s: permit held, fencing token %s; starting its keeper", o.keysText(), tokensText(tokens))
 	hs, keeper, toKeeper, err := o.startKeeper(ctx, store, lease, granted)
 	if err != nil {

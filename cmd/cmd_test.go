@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -269,4 +270,22 @@ func TestJSONLinesEscapeWhatATerminalActsOn(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, `rtl\u202ekey`) || strings.ContainsRune(errOut, '\u202e') {
 		t.Errorf("a JSON line about the key rtl\\u202ekey: got status %d, stderr %q; want 125 and the control escaped", code, errOut)
 	}
+}
+
+// syncBuffer is a buffer one goroutine writes while another reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -76,24 +76,6 @@ func TestMetricsTextfile(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer one goroutine writes while another reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // listening is a semrun metrics --listen started by startListen.
 type listening struct {
 	url    string

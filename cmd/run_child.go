@@ -29,15 +29,12 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 		if err != nil {
 			return err
 		}
-		tokens := []int64{lease.Token()}
-		if several, ok := lease.(*semaphore.Several); ok {
-			tokens = several.Tokens()
-			if o.lostPolicy() == runner.Continue {
-				// The command runs on without a lost key: the others stay held.
-				several.KeepOthers(func(lost *semaphore.KeyError) {
-					log.Warnf("key %q: permit lost: %s; the command runs on without it, the other keys held", lost.Key, runner.LostWhy(lost.Err))
-				})
-			}
+		tokens := semaphore.TokensOf(lease)
+		if several, ok := lease.(*semaphore.Several); ok && o.lostPolicy() == runner.Continue {
+			// The command runs on without a lost key: the others stay held.
+			several.KeepOthers(func(lost *semaphore.KeyError) {
+				log.Warnf("key %q: permit lost: %s; the command runs on without it, the other keys held", lost.Key, runner.LostWhy(lost.Err))
+			})
 		}
 		if len(tokens) == 1 {
 			log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), tokens[0])

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,28 +60,10 @@ func forEachStore(t *testing.T, test func(t *testing.T, s severalStore)) {
 	}
 }
 
-// severalBuffer is a buffer one goroutine writes while another reads.
-type severalBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *severalBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *severalBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // caller is a semrun run in the background.
 type caller struct {
 	args   []string
-	errOut severalBuffer
+	errOut syncBuffer
 	done   chan struct{}
 	code   int
 }
@@ -93,7 +74,7 @@ func startCaller(t *testing.T, s severalStore, env []string, args ...string) *ca
 	t.Helper()
 	f := testFactory(t, append(slices.Clone(s.env), env...)...)
 	c := &caller{args: args, done: make(chan struct{})}
-	f.Streams.In, f.Streams.Out, f.Streams.ErrOut = strings.NewReader(""), &severalBuffer{}, &c.errOut
+	f.Streams.In, f.Streams.Out, f.Streams.ErrOut = strings.NewReader(""), &syncBuffer{}, &c.errOut
 	ctx, cancel := context.WithTimeout(context.Background(), 2*severalPatience)
 	go func() {
 		defer close(c.done)

@@ -82,6 +82,15 @@ func (s *Several) Tokens() []int64 {
 	return t
 }
 
+// TokensOf are the fencing tokens of what l holds: each key's of a
+// *Several, in the caller's order, else l's own.
+func TokensOf(l Lease) []int64 {
+	if s, ok := l.(*Several); ok {
+		return s.Tokens()
+	}
+	return []int64{l.Token()}
+}
+
 // Token is the first key's.
 func (s *Several) Token() int64 { return s.leases[0].Token() }
 
