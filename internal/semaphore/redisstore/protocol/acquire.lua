@@ -78,16 +78,6 @@ if wlease > 0 then
 end
 remember(fence, ttl, math.max(ttl, wlease))
 
--- wakeIn is when a waiter should ask again at the latest: when the fence
--- ends, or else when the earliest lease can lapse, or a pause end.
-local function wakeIn()
-  local f = fenceLeft()
-  if f > 0 then return f end
-  local e, p = earliest(), policy().paused
-  if p and p.left > 0 and (e <= 0 or p.left < e) then return p.left end
-  return e
-end
-
 -- refused records the busy answer of this caller, for why ('' when every
 -- permit is held).
 local function refused(why)

@@ -846,6 +846,16 @@ local function earliest()
   return tonumber(first[2]) - now
 end
 
+-- wakeIn is when a waiter should ask again at the latest: when the fence
+-- ends, or else when the earliest lease can lapse, or a pause end.
+local function wakeIn()
+  local f = fenceLeft()
+  if f > 0 then return f end
+  local e, p = earliest(), policy().paused
+  if p and p.left > 0 and (e <= 0 or p.left < e) then return p.left end
+  return e
+end
+
 -- keepalive makes every key live at least as long as the longest lease,
 -- the restart fence, a min hold this call recorded (coolUntil), or ms,
 -- and a second more, so an abandoned semaphore vanishes on its own. It

@@ -59,15 +59,6 @@ local function record(k, since)
   redis.call('HSET', waitersKey, id, waiterRecord{expiry = now + k.wlease, permits = k.n, weight = k.weight, since = since, ttl = ttl, meta = k.meta})
 end
 
--- wakeIn is when a waiter should ask again at the latest (acquire.lua's).
-local function wakeIn()
-  local f = fenceLeft()
-  if f > 0 then return f end
-  local e, p = earliest(), policy().paused
-  if p and p.left > 0 and (e <= 0 or p.left < e) then return p.left end
-  return e
-end
-
 -- First, each key as acquire.lua finds it, without granting anything.
 local keys = {}
 for i = 1, count do
