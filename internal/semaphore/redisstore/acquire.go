@@ -162,6 +162,14 @@ const (
 // the *semaphore.FenceError at once. A grant too late to start on is given
 // back and asked again as often.
 func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
+	return once(ctx, a.req, func() int { return a.held }, func(d time.Duration) { a.args.FenceWait = d }, a.ask)
+}
+
+// once is asker.once for a caller of req that asks with ask, after
+// fenceWait set how much of a fence its ask waits out; held is how many
+// permits the last ask found taken.
+func once(ctx context.Context, req semaphore.Request, held func() int, fenceWait func(time.Duration),
+	ask func(context.Context) (semaphore.Lease, time.Duration, error)) (semaphore.Lease, error) {
 	limit := NoWaitFence
 	if deadline, ok := ctx.Deadline(); ok {
 		limit = time.Until(deadline)
@@ -169,15 +177,15 @@ func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
 	for waits := 0; ; waits++ {
 		// A fence it would wait out is no busy answer yet; on the last
 		// try, any is.
-		a.args.FenceWait = limit
+		fenceWait(limit)
 		if waits == maxFenceWaits {
-			a.args.FenceWait = 0
+			fenceWait(0)
 		}
-		l, _, err := a.ask(ctx)
+		l, _, err := ask(ctx)
 		if l == nil && err == nil {
 			// Granted, but too late to start on, and given back.
 			if waits == maxFenceWaits {
-				return nil, fmt.Errorf("key %q: Redis answers later than half the lease (%v): %w", a.req.Key, a.req.TTL, semaphore.ErrUnreachable)
+				return nil, fmt.Errorf("key %q: Redis answers later than half the lease (%v): %w", req.Key, req.TTL, semaphore.ErrUnreachable)
 			}
 			continue
 		}
@@ -185,11 +193,11 @@ func (a *asker) once(ctx context.Context) (semaphore.Lease, error) {
 		if !errors.As(err, &fenced) || waits == maxFenceWaits || fenced.Left > limit {
 			return l, err
 		}
-		if a.req.OnWait != nil {
-			a.req.OnWait(semaphore.WaitState{Held: a.held, Capacity: a.req.Permits, Fenced: fenced.Left})
+		if req.OnWait != nil {
+			req.OnWait(semaphore.WaitState{Held: held(), Capacity: req.Permits, Fenced: fenced.Left})
 		}
 		if err := clock.Sleep(ctx, fenced.Left+fenceSlack); err != nil {
-			return nil, fmt.Errorf("key %q: waiting out the restart fence: %w", a.req.Key, context.Cause(ctx))
+			return nil, fmt.Errorf("key %q: waiting out the restart fence: %w", req.Key, context.Cause(ctx))
 		}
 	}
 }
@@ -302,16 +310,21 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	if r.Full {
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, &semaphore.LineError{Waiting: int(r.Waiting), Max: s.maxLine})
 	}
+	st, delay := a.inLineAt(r, sent, recv)
+	a.tell(st)
+	return nil, delay, nil
+}
+
+// inLineAt takes in r, the reply of an ask sent at sent and back at recv,
+// which left the caller in line: it returns what the caller waits for,
+// and how long until it asks again.
+func (a *asker) inLineAt(r protocol.AcquireReply, sent, recv clock.Instant) (semaphore.WaitState, time.Duration) {
 	a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.Now
 	// The fence is shown to the second, so that the line is not redrawn for less.
-	st := semaphore.WaitState{Held: int(r.Held), Capacity: capacityOf(req, r.Policy), Position: int(r.Position), Waiting: int(r.Waiting), Fenced: fenced.Round(time.Second),
-		RecentHold: protocol.Elapsed(r.Recent)}
+	st := semaphore.WaitState{Held: int(r.Held), Capacity: capacityOf(a.req, r.Policy), Position: int(r.Position), Waiting: int(r.Waiting),
+		Fenced: protocol.Span(r.Fenced).Round(time.Second), RecentHold: protocol.Elapsed(r.Recent)}
 	if p := r.Policy.Pause(); p != nil {
 		st.Paused, st.Pause = true, semaphore.Pause{Reason: p.Reason, EndsIn: p.EndsIn.Round(time.Second)}
-	}
-	if st != a.last && req.OnWait != nil {
-		req.OnWait(st)
-		a.last = st
 	}
 	// Jittered, so that waiters that came together do not renew together.
 	// The lease is the script's, bounded: Redis's word.
@@ -324,7 +337,15 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	if r.Lapse > 0 && (r.Position <= watchers || r.Fenced > 0) {
 		delay = min(delay, protocol.Span(r.Lapse)+time.Millisecond)
 	}
-	return nil, delay, nil
+	return st, delay
+}
+
+// tell says st through OnWait, when it changed.
+func (a *asker) tell(st semaphore.WaitState) {
+	if st != a.last && a.req.OnWait != nil {
+		a.req.OnWait(st)
+		a.last = st
+	}
 }
 
 // warn says, once, that the caller disagrees with the previous one about

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -62,36 +61,11 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []semaphore.Request) (semap
 // asker.once does.
 func (m *many) once(ctx context.Context) (semaphore.Lease, error) {
 	first := m.askers[0]
-	limit := NoWaitFence
-	if deadline, ok := ctx.Deadline(); ok {
-		limit = time.Until(deadline)
-	}
-	for waits := 0; ; waits++ {
+	return once(ctx, first.req, func() int { return first.held }, func(d time.Duration) {
 		for _, a := range m.askers {
-			a.args.FenceWait = limit
-			if waits == maxFenceWaits {
-				a.args.FenceWait = 0
-			}
+			a.args.FenceWait = d
 		}
-		l, _, err := m.ask(ctx)
-		if l == nil && err == nil {
-			// Granted, but too late to start on, and given back.
-			if waits == maxFenceWaits {
-				return nil, fmt.Errorf("key %q: Redis answers later than half the lease (%v): %w", first.req.Key, first.req.TTL, semaphore.ErrUnreachable)
-			}
-			continue
-		}
-		var fenced *semaphore.FenceError
-		if !errors.As(err, &fenced) || waits == maxFenceWaits || fenced.Left > limit {
-			return l, err
-		}
-		if first.req.OnWait != nil {
-			first.req.OnWait(semaphore.WaitState{Held: first.held, Capacity: first.req.Permits, Fenced: fenced.Left})
-		}
-		if err := clock.Sleep(ctx, fenced.Left+fenceSlack); err != nil {
-			return nil, fmt.Errorf("key %q: waiting out the restart fence: %w", first.req.Key, context.Cause(ctx))
-		}
-	}
+	}, m.ask)
 }
 
 // many is one AcquireAll's state: an asker for each key, sharing a permit
@@ -173,28 +147,19 @@ func (m *many) ask(ctx context.Context) (semaphore.Lease, time.Duration, error) 
 			return nil, 0, fmt.Errorf("key %q: %w", m.askers[i].req.Key, &semaphore.LineError{Waiting: int(r.Waiting), Max: s.maxLine})
 		}
 	}
-	st := semaphore.WaitState{Key: a.req.Key, Held: int(r.Held), Capacity: capacityOf(a.req, r.Policy), Position: int(r.Position), Waiting: int(r.Waiting),
-		Fenced: fenced.Round(time.Second), RecentHold: protocol.Elapsed(r.Recent)}
-	if p := r.Policy.Pause(); p != nil {
-		st.Paused, st.Pause = true, semaphore.Pause{Reason: p.Reason, EndsIn: p.EndsIn.Round(time.Second)}
-	}
-	if st != first.last && first.req.OnWait != nil {
-		first.req.OnWait(st)
-		first.last = st
-	}
+	// Each key's line is renewed, and looked at, as a caller of one would.
+	var st semaphore.WaitState
 	var delay time.Duration
 	for i, r := range replies {
-		a := m.askers[i]
-		a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.Now
-		wlease := min(max(protocol.Span(r.Wait), a.args.Wait), MaxWaiterLease)
-		d := wlease/3*9/10 + mrand.N(wlease/15+1)
-		if r.Lapse > 0 && (r.Position <= watchers || r.Fenced > 0) {
-			d = min(d, protocol.Span(r.Lapse)+time.Millisecond)
+		one, d := m.askers[i].inLineAt(r, sent, recv)
+		if i == busy {
+			st, st.Key = one, a.req.Key
 		}
 		if i == 0 || d < delay {
 			delay = d
 		}
 	}
+	first.tell(st)
 	return nil, delay, nil
 }
 
