@@ -235,25 +235,39 @@ func (a *attempt) waitForPermit(ctx context.Context, onWait func(semaphore.WaitS
 			onWait(st)
 			last, lastEnd = st, a.pauseEnd
 		}
-		wait := recheck
-		// No event marks the end of a cooling, or of a pause: the wait
-		// ends with it.
+		woken, err := w.wait(ctx, nextLook(recheck, a))
+		if err != nil {
+			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
+		}
+		recheck = afterLook(recheck, woken)
+	}
+}
+
+// nextLook is how long a waiter first in line waits for a release of
+// the keys of as before it looks again: recheck, or less when a cooling
+// or a pause ends first, since no event marks either end.
+func nextLook(recheck time.Duration, as ...*attempt) time.Duration {
+	wait := recheck
+	for _, a := range as {
 		for _, end := range []time.Time{a.coolEnd, a.pauseEnd} {
 			if !end.IsZero() {
 				wait = min(wait, max(time.Until(end), firstFollowup))
 			}
 		}
-		woken, err := w.wait(ctx, wait)
-		if err != nil {
-			return nil, fmt.Errorf("wait for key %q: %w", a.req.Key, err)
-		}
-		switch {
-		case woken:
-			recheck = firstFollowup
-		case recheck < slowRecheck:
-			recheck = min(recheck*4, slowRecheck)
-		}
 	}
+	return wait
+}
+
+// afterLook is the recheck after a look: soon after a release woke the
+// waiter, and ever later, up to slowRecheck, while none does.
+func afterLook(recheck time.Duration, woken bool) time.Duration {
+	switch {
+	case woken:
+		return firstFollowup
+	case recheck < slowRecheck:
+		return min(recheck*4, slowRecheck)
+	}
+	return recheck
 }
 
 // try takes the key's grant lock and, when gate (if any) lets it, a free
@@ -264,6 +278,18 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, i
 		return nil, 0, err
 	}
 	defer func() { _, _ = flock(a.grant, unix.LOCK_UN) }()
+	taken, held, err := a.takePermits(gate)
+	if taken == nil {
+		return nil, held, err
+	}
+	l, err := a.lease(taken)
+	return l, held, err
+}
+
+// takePermits is try's under the grant lock: the permits it takes, or nil
+// and how many are held. A caller of several keys takes each key's so, all
+// under their grant locks (AcquireAll).
+func (a *attempt) takePermits(gate func() (bool, error)) (*heldPermits, int, error) {
 	a.readPolicy(time.Now())
 	if w := a.req.Takes(); w > a.capacity {
 		// Refused rather than left waiting: first in line, it would keep
@@ -299,15 +325,14 @@ func (a *attempt) try(ctx context.Context, gate func() (bool, error)) (*lease, i
 	if err != nil || taken == nil {
 		return a.notNow(held, err)
 	}
-	l, err := a.lease(taken)
-	return l, held, err
+	return taken, held, nil
 }
 
-// notNow is try's answer when no permit was taken, held being how many are
-// held. First in line, a caller that will wait has its wait file there
-// before the grant lock is dropped, so that a caller that will not wait
-// sees the line (joinLine).
-func (a *attempt) notNow(held int, err error) (*lease, int, error) {
+// notNow is takePermits's answer when no permit was taken, held being how
+// many are held. First in line, a caller that will wait has its wait file
+// there before the grant lock is dropped, so that a caller that will not
+// wait sees the line (joinLine).
+func (a *attempt) notNow(held int, err error) (*heldPermits, int, error) {
 	if err == nil && a.inLine && !a.req.NoWait && a.unregister == nil {
 		a.unregister, err = a.register()
 	}

@@ -124,34 +124,12 @@ func takeAll(ctx context.Context, as []*attempt, order []int, gate bool) (leases
 	}
 	for _, i := range order {
 		a := as[i]
-		a.readPolicy(time.Now())
-		if w := a.req.Takes(); w > a.capacity {
-			giveBack()
-			return nil, i, 0, &semaphore.SettingError{Setting: semaphore.WeightSetting, Value: w,
-				Err: fmt.Errorf("more than key %q's stored capacity of %d (semrun key set): it could never be granted", a.req.Key, a.capacity)}
-		}
-		if !a.told {
-			a.told = true
-			a.checkCapacity()
-		}
-		if a.paused != nil && a.req.NoWait {
-			giveBack()
-			return nil, i, 0, &semaphore.PausedError{Key: a.req.Key, Pause: *a.paused}
-		}
+		var gateOf func() (bool, error)
 		if gate {
-			if ok, err := a.joinLine(); err != nil || !ok {
-				giveBack()
-				return nil, i, a.capacity, err
-			}
+			gateOf = a.joinLine
 		}
-		a.coolEnd = time.Time{}
-		n, err := a.heldNow()
-		if err != nil || a.paused != nil || n+a.req.Takes() > a.capacity {
-			giveBack()
-			return nil, i, n, err
-		}
-		t, n, err := a.permits.take(a.capacity, a.req.Takes(), a.queue, a.inLine, a.cooling)
-		if err != nil || t == nil {
+		t, n, err := a.takePermits(gateOf)
+		if t == nil {
 			giveBack()
 			return nil, i, n, err
 		}
@@ -233,25 +211,10 @@ func waitAll(ctx context.Context, as []*attempt, order []int, busy, held int) ([
 			onWait(st)
 			last = st
 		}
-		wait := recheck
-		// No event marks the end of a cooling, or of a pause: the wait
-		// ends with it.
-		for _, a := range as {
-			for _, end := range []time.Time{a.coolEnd, a.pauseEnd} {
-				if !end.IsZero() {
-					wait = min(wait, max(time.Until(end), firstFollowup))
-				}
-			}
-		}
-		woken, err := w.wait(ctx, wait)
+		woken, err := w.wait(ctx, nextLook(recheck, as...))
 		if err != nil {
 			return nil, busy, fmt.Errorf("wait for key %q: %w", as[busy].req.Key, err)
 		}
-		switch {
-		case woken:
-			recheck = firstFollowup
-		case recheck < slowRecheck:
-			recheck = min(recheck*4, slowRecheck)
-		}
+		recheck = afterLook(recheck, woken)
 	}
 }
