@@ -306,12 +306,7 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 		for more() {
 			f := n.inject(c, rng)
 			c.addFault(f)
-			h := c.startedAfter(f.heal, hangBound)
-			if h < 0 {
-				t.Errorf("after %s, healed at %s: no child started within %v", f.what, c.rel(f.heal), hangBound)
-				h = hangBound
-			}
-			fig.heal, fig.healAfter, fig.healAt = append(fig.heal, h), append(fig.healAfter, f.what), append(fig.healAt, f.heal)
+			c.awaitHeal(t, f, &fig)
 			if more() {
 				time.Sleep(ttl/2 + upTo(rng, ttl/2)) // about one TTL of peace
 			}

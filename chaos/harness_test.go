@@ -665,6 +665,17 @@ func (c *cluster) addFault(f fault) {
 	c.mu.Unlock()
 }
 
+// awaitHeal adds to fig how long after f healed a child of any key
+// started: at most hangBound, past which it is an error.
+func (c *cluster) awaitHeal(t *testing.T, f fault, fig *figures) {
+	h := c.startedAfter(f.heal, hangBound)
+	if h < 0 {
+		t.Errorf("after %s, healed at %s: no child started within %v", f.what, c.rel(f.heal), hangBound)
+		h = hangBound
+	}
+	fig.heal, fig.healAfter, fig.healAt = append(fig.heal, h), append(fig.healAfter, f.what), append(fig.healAt, f.heal)
+}
+
 // startedAfter waits until a child of every key started after t, for at
 // most d, and returns the longest wait, or -1 for a key where none did.
 func (c *cluster) startedAfter(t int64, d time.Duration) time.Duration {
