@@ -29,6 +29,7 @@ func (grant) Finish(context.Context, int) error { return nil }
 func (grant) Bound() clock.Instant              { return clock.Instant{} }
 func (grant) Files() []*os.File                 { return nil }
 func (g grant) Token() int64                    { return int64(g) }
+func (grant) Slots() semaphore.Slots            { return semaphore.Slots{} }
 
 // ask is one call of the fake acquire function, under way.
 type ask struct {

@@ -110,6 +110,8 @@ type Event struct {
 	Until time.Duration `json:"until_ns,omitempty"`
 	// Forced marks a revoke that freed the permit at once.
 	Forced bool `json:"forced,omitempty"`
+	// Slots are the permits of a grant, release, loss or revoke.
+	Slots
 }
 
 // Counts are a key's counters, kept in the store as the events happen

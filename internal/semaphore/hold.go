@@ -102,6 +102,8 @@ type HoldInfo struct {
 	// not lapse but can be ended from elsewhere.
 	TTL    time.Duration
 	Keeper HolderInfo
+	// Slots are the permits the hold holds.
+	Slots Slots
 }
 
 // MaxHoldWhy bounds HoldEnd.Why, as a store writes and reads it.

@@ -17,6 +17,11 @@ type Operator interface {
 	// a *SettingError naming its weight and n: first in line, it would
 	// keep everyone behind it waiting for a grant that cannot come.
 	SetCapacity(ctx context.Context, key string, n int) error
+	// SetSlots names key's slots, slot 0 first, and keeps their number as
+	// its capacity, as SetCapacity does (which, as unsetting, drops the
+	// names). Grants then carry their slots' names (Slots.Names). names
+	// must pass CheckSlotNames.
+	SetSlots(ctx context.Context, key string, names []string) error
 	// Pause stops every grant of key until Resume, or for d when d is
 	// positive; holders run on, waiters keep their places. reason is
 	// shown to waiters and to callers found busy.

@@ -251,6 +251,8 @@ type Lease interface {
 	// inherits them keeps the permit held until the last process of its
 	// job has exited, even when its parent is killed.
 	Files() []*os.File
+	// Slots are the key's permits this grant holds (see Slots).
+	Slots() Slots
 }
 
 // Fresh reports whether a command may start, at now, on a lease of ttl
@@ -304,6 +306,9 @@ type KeyStatus struct {
 	// StoredCapacity is the capacity an operator set (Operator), which
 	// wins over each caller's; 0: none.
 	StoredCapacity int `json:"stored_capacity,omitempty"`
+	// SlotNames are the names an operator gave the key's slots
+	// (Operator.SetSlots), slot 0's first; nil: none.
+	SlotNames []string `json:"slot_names,omitempty"`
 	// Paused is the key's pause; nil when it is not paused.
 	Paused *Pause `json:"paused,omitempty"`
 	// Counts are the key's counters since the store first counted them;
@@ -343,6 +348,8 @@ type Holder struct {
 	// DeadlineIn is how long until its MaxRuntime runs out (negative once
 	// it has); 0 without one. Status fills it in (Deadlines).
 	DeadlineIn time.Duration `json:"deadline_in_ns,omitempty"`
+	// Slots are the permits it holds.
+	Slots
 }
 
 // Cooling is a permit given back before its Request.MinHold passed: it
@@ -359,6 +366,8 @@ type Cooling struct {
 	EndsIn time.Duration `json:"ends_in_ns"`
 	// ExitStatus is how its command ended (128+N for a signal N).
 	ExitStatus int `json:"exit_status"`
+	// Slots are the permits it keeps.
+	Slots
 }
 
 // Deadlines fills in the holders' DeadlineIn from their MaxRuntime and

@@ -185,6 +185,9 @@ func (s *Several) Files() []*os.File {
 	return files
 }
 
+// Slots are the first key's; Leases tell every key's.
+func (s *Several) Slots() Slots { return s.leases[0].Slots() }
+
 func (s *Several) each(f func(Lease) error) error {
 	var errs []error
 	for i, l := range s.leases {

@@ -28,6 +28,7 @@ func (l *fakeLease) Token() int64            { return l.token }
 func (l *fakeLease) Deadline() clock.Instant { return l.deadline }
 func (l *fakeLease) Bound() clock.Instant    { return l.bound }
 func (l *fakeLease) Files() []*os.File       { return l.files }
+func (l *fakeLease) Slots() semaphore.Slots  { return semaphore.Slots{} }
 
 func (l *fakeLease) Renew(context.Context) error {
 	l.renewed++

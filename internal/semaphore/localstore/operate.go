@@ -265,3 +265,8 @@ func (k *keyDir) sweepRevokes(live map[string]bool) {
 		}
 	}
 }
+
+// SetSlots is not there yet.
+func (s *Store) SetSlots(ctx context.Context, key string, names []string) error {
+	return errors.ErrUnsupported
+}

@@ -365,3 +365,6 @@ func (l *lease) releaseReplicated(ctx context.Context, args protocol.ReleaseArgs
 	}
 	return nil
 }
+
+// Slots are not there yet.
+func (l *lease) Slots() semaphore.Slots { return semaphore.Slots{} }

@@ -74,3 +74,8 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 	s.followUp(ctx, key, k, r.Bad, r.Handed, r.Fresh)
 	return r, nil
 }
+
+// SetSlots is not there yet.
+func (s *Store) SetSlots(ctx context.Context, key string, names []string) error {
+	return errors.ErrUnsupported
+}
