@@ -2,15 +2,18 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/semrun/semrun/bench/minimal"
+	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // Cost: what one run costs Redis, measured as a fleet makes runs: a
@@ -57,15 +60,30 @@ func (b *bench) cost() ([]*table, error) {
 		return nil, err
 	}
 	scripted := scriptCommands(b.root)
-	var sides []*procSide
+	var sides, crowded []*procSide
+	// preholds hold every slot of a crowded key but its last.
+	var preholds [][]string
+	var crowdedKeys []string
 	for _, l := range b.lockers(3, false) {
 		if l.name != "semrun (Redis)" && l.name != "semrun B (Redis)" {
 			continue
 		}
 		key, _ := b.key("cost")
 		argv := l.argv(key, 3, []string{"true"})
-		sides = append(sides, &procSide{name: strings.TrimSuffix(l.name, " (Redis)"), scripted: scripted,
+		name := strings.TrimSuffix(l.name, " (Redis)")
+		sides = append(sides, &procSide{name: name, scripted: scripted,
 			argv: func(int) []string { return argv }})
+		// Slots, at their dearest: the grant's slot is the last of
+		// semaphore.MaxSlots, every other held, so that it reads every
+		// slot's holder (A/B with semrun B, which numbers none).
+		key, _ = b.key("cost-slots")
+		last := l.argv(key, semaphore.MaxSlots, []string{"true"})
+		crowded = append(crowded, &procSide{name: fmt.Sprintf("%s, slot %d of %d", name, semaphore.MaxSlots-1, semaphore.MaxSlots),
+			scripted: scripted, argv: func(int) []string { return last }})
+		hold := l.argv(key, semaphore.MaxSlots, []string{"sleep", "3600"})
+		dash := slices.Index(hold, "--")
+		preholds = append(preholds, slices.Insert(hold, dash, "--weight", strconv.Itoa(semaphore.MaxSlots-1)))
+		crowdedKeys = append(crowdedKeys, key)
 	}
 	// Several keys at once, A/B against one key in the same rounds:
 	// semrun's own build only.
@@ -83,6 +101,7 @@ func (b *bench) cost() ([]*table, error) {
 				argv: func(int) []string { return argv }})
 		}
 	}
+	sides = append(sides, crowded...)
 	key, _ := b.key("cost-minimal")
 	least := &procSide{name: "minimal semaphore", scripted: minimal.Scripted, argv: func(i int) []string {
 		return []string{minsem, b.redis.Addr, key, fmt.Sprintf("%026d", i)}
@@ -92,6 +111,14 @@ func (b *bench) cost() ([]*table, error) {
 	defer c.Close()
 	g := newGroup(b.ctx, b.env)
 	defer g.close()
+	for i, argv := range preholds {
+		if _, err := g.start(argv, true); err != nil {
+			return nil, err
+		}
+		if err := awaitHolder(b.ctx, c, crowdedKeys[i]); err != nil {
+			return nil, fmt.Errorf("%s: %w", crowded[i].name, err)
+		}
+	}
 	for _, s := range sides { // loads the scripts and makes the keys, as an earlier run would have
 		s.calls, s.spent = map[string]int64{}, map[string]int64{}
 		if err := g.run(s.argv(0), true); err != nil {
@@ -186,6 +213,7 @@ func costTable(sides []*procSide, least *procSide) *table {
 			fmt.Sprintf("%.0f", median(s.usec)), fmt.Sprintf("%.2f×", x), fmt.Sprintf("%.0f", median(s.cpu)),
 			fmt.Sprintf("%.2f×", ratio(s.cpu, least.cpu)), target)
 	}
+	t.note("semrun, slot %d of %d is `semrun -k KEY -n %d -- true` beside a holder of every other slot (one process with --weight %d): its grant reads every slot's holder to find the free one, the dearest a grant's slots can be; semrun B's, the same runs of the build compared.", semaphore.MaxSlots-1, semaphore.MaxSlots, semaphore.MaxSlots, semaphore.MaxSlots-1)
 	t.note("semrun, 2 keys and 3 keys are `semrun -k KEY -k KEY2 [-k KEY3] -n 3 -- true`: a caller of several keys takes them one after another, a grant and a release of each.")
 	t.note("Each run is a process of its own, started one after another, %v apart besides their start: semrun is `semrun -k KEY -n 3 -- true` (a 30s lease, the bench's restart fence of %v), the minimal semaphore bench/minimal/minsem, one grant and release of one sorted set of leases (a script and a ZREM, on a connection of its own, with semrun's handshake). Between two processes Redis's caches go cold, as between the runs of a fleet: a command costs it several times what it does back to back (the grant table).", costGap, benchFence)
 	t.note("Redis µs is the usec INFO commandstats gives the commands sent (the scripts' commands included), per run, the median of the rounds; / minimal, the median of each round's ratio. Redis CPU is used_cpu_user + used_cpu_sys of the server (INFO cpu) per run, which also counts the connection's accept and close, its reads and writes, and the server's own timers.")
@@ -251,4 +279,20 @@ func commandCostTable(sides []*procSide, least *procSide) *table {
 	slices.Sort(parts)
 	t.note("Over every round: µs is the usec INFO commandstats gives each command, per run; a script's commands are counted in its EVALSHA's µs as well as in their own rows. PING and PUBLISH, and a few INFO, are the bench's Sentinel's. The minimal semaphore's run: %s.", strings.Join(parts, ", "))
 	return t
+}
+
+// awaitHolder waits, for at most a minute, until key (with the default
+// prefix) has a holder.
+func awaitHolder(ctx context.Context, c *redis.Client, key string) error {
+	for range 600 {
+		if n, err := c.ZCard(ctx, "semrun:{"+key+"}:holders").Result(); err == nil && n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("key %q: no holder within a minute", key)
 }
