@@ -145,8 +145,7 @@ type attempt struct {
 	// is the N the caller is admitted against, the stored one when stored
 	// is set, else its own; paused is the pause in force, nil when none,
 	// and pauseEnd when it ends by itself; names are the names of the
-	// key's slots, nil when they have none. skipped: a file that is no
-	// policy was said.
+	// key's slots, as read. skipped: a file that is no policy was said.
 	capacity int
 	stored   bool
 	names    []string
@@ -354,7 +353,10 @@ func (a *attempt) readPolicy(now time.Time) {
 		a.capacity = p.Capacity
 	}
 	a.paused, a.pauseEnd = p.paused(now), p.pauseEnd()
-	a.names = p.grantNames()
+	a.names = nil
+	if a.stored {
+		a.names = p.SlotNames // checked once granted (lease)
+	}
 }
 
 // heldNow counts the key's permits held, wherever they are, and its
@@ -448,7 +450,7 @@ func (a *attempt) lease(taken *heldPermits) (*lease, error) {
 	l := &lease{
 		locks: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: now.UnixMilli(),
 		granted: now, holder: a.req.Holder, minHold: a.req.MinHold, coolAfter: a.req.MinHoldAfter,
-		slots: slotsOf(taken.permitSpans(), a.capacity, a.names),
+		slots: slotsOf(taken.permitSpans(), a.capacity, checkedNames(a.names, a.capacity)),
 	}
 	a.granted = true
 	// The record is for status, and revokes: a permit is held by its lock.

@@ -93,21 +93,25 @@ func (p policy) check(nowMS int64) error {
 
 // slotNames are the names of the key's slots, nil when it has none or
 // they are not names of its slots.
-func (p policy) slotNames() []string {
-	if len(p.SlotNames) != p.Capacity || semaphore.CheckSlotNames(p.SlotNames) != nil {
-		return nil
-	}
-	return p.SlotNames
-}
+func (p policy) slotNames() []string { return checkedNames(p.SlotNames, p.Capacity) }
 
-// grantNames are slotNames for a grant, which names its slots with those
-// of them that semaphore.NamedSlots takes (slotsOf), each checked: a
-// grant need not check every name.
-func (p policy) grantNames() []string {
-	if len(p.SlotNames) != p.Capacity {
+// checkedNames are names read back as those of the slots of a key of
+// capacity, or nil when they cannot be: not one a slot, or names
+// semaphore.CheckSlotNames refuses. It checks them as that does, but
+// once each: a grant checks them.
+func checkedNames(names []string, capacity int) []string {
+	if len(names) != capacity || capacity == 0 {
 		return nil
 	}
-	return p.SlotNames
+	seen := make(map[string]bool, len(names))
+	all := make([]int, len(names))
+	for i, name := range names {
+		if seen[name] {
+			return nil
+		}
+		seen[name], all[i] = true, i
+	}
+	return semaphore.NamedSlots(all, names).Names
 }
 
 // paused is the pause in force at now, or nil.
