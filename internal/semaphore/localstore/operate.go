@@ -55,8 +55,7 @@ func (s *Store) SetCapacity(ctx context.Context, key string, n int) error {
 	if err := semaphore.CheckCapacity(n); err != nil {
 		return err
 	}
-	// Names of slots that are no more are dropped, as are the others:
-	// they were the names of the capacity set with them.
+	// Slots' names go with the capacity they were set with (SetSlots).
 	return s.setPolicy(ctx, key, n > 0, func(p *policy) { p.Capacity, p.SlotNames = n, nil }, semaphore.Event{Kind: semaphore.EventCapacity, Capacity: n})
 }
 
@@ -186,9 +185,9 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 }
 
 // revoke revokes k's holder id, under the grant lock, and says who it
-// is and its slots; nil when no live holder has that id. cooled: it was a cooling,
-// ended at once; again: it was revoked before, which stands, and is the
-// one event and count of its revoke.
+// is and its slots; nil when no live holder has that id. cooled: it was
+// a cooling, ended at once; again: it was revoked before, which stands,
+// and is the one event and count of its revoke.
 func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, slots semaphore.Slots, cooled, again bool, err error) {
 	var holder *record
 	k.eachLocked(heldPrefix, nil, func(f *os.File) bool {
