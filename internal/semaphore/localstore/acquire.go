@@ -144,10 +144,11 @@ type attempt struct {
 	// The key's settings as the last try read them (policy.go): capacity
 	// is the N the caller is admitted against, the stored one when stored
 	// is set, else its own; paused is the pause in force, nil when none,
-	// and pauseEnd when it ends by itself. skipped: a file that is no
-	// policy was said.
+	// and pauseEnd when it ends by itself; names are the names of the
+	// key's slots, as read. skipped: a file that is no policy was said.
 	capacity int
 	stored   bool
+	names    []string
 	paused   *semaphore.Pause
 	pauseEnd time.Time
 	skipped  bool
@@ -352,6 +353,10 @@ func (a *attempt) readPolicy(now time.Time) {
 		a.capacity = p.Capacity
 	}
 	a.paused, a.pauseEnd = p.paused(now), p.pauseEnd()
+	a.names = nil
+	if a.stored {
+		a.names = p.SlotNames // checked once granted (lease)
+	}
 }
 
 // heldNow counts the key's permits held, wherever they are, and its
@@ -445,11 +450,12 @@ func (a *attempt) lease(taken *heldPermits) (*lease, error) {
 	l := &lease{
 		locks: taken, token: token, key: a.req.Key, permits: a.capacity, weight: a.req.Takes(), sinceMS: now.UnixMilli(),
 		granted: now, holder: a.req.Holder, minHold: a.req.MinHold, coolAfter: a.req.MinHoldAfter,
+		slots: slotsOf(taken.permitSpans(), a.capacity, checkedNames(a.names, a.capacity)),
 	}
 	a.granted = true
 	// The record is for status, and revokes: a permit is held by its lock.
 	if a.draft != nil {
-		rec := record{ID: newID(), HolderInfo: a.req.Holder, Permits: l.permits, Weight: l.weight, Token: token, SinceMS: l.sinceMS}
+		rec := record{ID: newID(), HolderInfo: a.req.Holder, Permits: l.permits, Weight: l.weight, Token: token, SinceMS: l.sinceMS}.withSlots(l.slots)
 		if f, dir, name, err := a.draft.publish(rec); err == nil {
 			l.record, l.k, l.name, l.id = f, a.k.with(dir), name, rec.ID
 		}

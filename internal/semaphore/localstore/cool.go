@@ -99,6 +99,16 @@ func (r coolRecord) check(nowMS int64) error {
 	return nil
 }
 
+// slots are the cooling's slots, those of the permits it keeps, named as
+// its record names them.
+func (r coolRecord) slots() semaphore.Slots {
+	s := slotsOf(r.spans(), r.Permits, nil)
+	if named := r.record.slots(); slices.Equal(named.Numbers, s.Numbers) {
+		s.Names = named.Names
+	}
+	return s
+}
+
 // spans are the cooling's permits; none in an old record.
 func (r coolRecord) spans() []span { return runSpans(r.Seats) }
 

@@ -10,9 +10,13 @@
 // is the only user who could move the file; its seat.0, a dangling
 // symbolic link, fences off a semrun from before, whose permits were
 // flocks on seat.* files. Elsewhere a permit is a flock(2) on a file of
-// its own (permits_other.go). The child inherits its lock files
-// read-only. A hold, a permit kept across processes (semrun acquire), is
-// held by the locks each process attached to it takes on its permits, on
+// its own (permits_other.go). A grant takes the lowest permits free, and
+// its slots (semaphore.Slots) are their numbers: on Linux the bytes of
+// "seats" it locks, elsewhere the i of each seat.i; so a slot is held,
+// freed, kept by a cooling or lost exactly as its lock is (slots.go).
+// The child inherits its lock files read-only. A hold, a permit kept
+// across processes (semrun acquire), is held by the locks each process
+// attached to it takes on its permits, on
 // Linux only (hold.go). A permit with a min hold has a cooling, a file
 // written with its grant, which counts once its holder let go of it,
 // given back or killed, until the min hold passed (cool.go). An operator's settings

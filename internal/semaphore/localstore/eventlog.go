@@ -117,6 +117,11 @@ type eventLine struct {
 	Capacity int                 `json:"cap,omitempty"`
 	Reason   string              `json:"why,omitempty"`
 	Forced   bool                `json:"forced,omitempty"`
+	// Slots and SlotNames are the holder's slots, as
+	// semaphore.Slots.NumbersText and NamesText write them; a line too
+	// long for them leaves the names out, then the numbers (encode).
+	Slots     string `json:"s,omitempty"`
+	SlotNames string `json:"sn,omitempty"`
 }
 
 // lineOf is e as a line of the log says it, its texts and numbers
@@ -132,6 +137,13 @@ func lineOf(e semaphore.Event) eventLine {
 		HeldMS: max(e.Held, 0).Milliseconds(), WaitedMS: max(e.Waited, 0).Milliseconds(),
 		CoolMS: max(e.Cooling, 0).Milliseconds(), UntilMS: max(e.Until, 0).Milliseconds(),
 		Capacity: within(e.Capacity, semaphore.MaxPermits), Reason: boundText(e.Reason, semaphore.MaxReason), Forced: e.Forced,
+	}
+	// As readers check them: unnamed rather than misnamed.
+	if _, err := semaphore.ParseSlotNumbers(e.NumbersText()); err == nil {
+		l.Slots = e.NumbersText()
+		if named := semaphore.NamedSlots(e.Numbers, e.Names); named.Names != nil {
+			l.SlotNames = named.NamesText()
+		}
 	}
 	if validID(e.Holder) {
 		l.ID = e.Holder
@@ -152,6 +164,9 @@ func (l eventLine) event(key string) semaphore.Event {
 		Held: ms(l.HeldMS), Waited: ms(l.WaitedMS), Cooling: ms(l.CoolMS), Until: ms(l.UntilMS),
 		Capacity: l.Capacity, Reason: l.Reason, Forced: l.Forced,
 	}
+	// check has read the numbers.
+	numbers, _ := semaphore.ParseSlotNumbers(l.Slots)
+	e.Slots = semaphore.NamedSlots(numbers, semaphore.ParseSlotNames(l.SlotNames))
 	if l.Exit != nil {
 		status := *l.Exit
 		e.ExitStatus = &status
@@ -190,6 +205,9 @@ func (l eventLine) check(nowUS int64) error {
 	case l.Exit != nil && (*l.Exit < 0 || *l.Exit > 255):
 		return fmt.Errorf("exit status %d", *l.Exit)
 	}
+	if _, err := semaphore.ParseSlotNumbers(l.Slots); err != nil {
+		return err
+	}
 	for _, d := range []int64{l.HeldMS, l.WaitedMS, l.CoolMS, l.UntilMS} {
 		if d < 0 || d > maxMS {
 			return fmt.Errorf("a duration of %dms", d)
@@ -208,8 +226,23 @@ func knownKind(k semaphore.EventKind) bool {
 }
 
 // encode is l as a line of the log; an error when it would be longer
-// than maxEventLine.
+// than maxEventLine even without its slots' names and numbers, which may
+// take most of it.
 func (l eventLine) encode() ([]byte, error) {
+	b, err := l.encodeAll()
+	switch {
+	case err != nil && l.SlotNames != "":
+		l.SlotNames = ""
+		return l.encode()
+	case err != nil && l.Slots != "":
+		l.Slots = ""
+		return l.encode()
+	}
+	return b, err
+}
+
+// encodeAll is encode, with all of l.
+func (l eventLine) encodeAll() ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // a label's & is one byte, not six

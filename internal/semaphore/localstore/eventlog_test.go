@@ -4,12 +4,14 @@ package localstore
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -232,6 +234,10 @@ func TestLogStaysWithinItsDocumentedSize(t *testing.T) {
 		Token:      1 << 62, ExitStatus: &status, Held: 30 * 24 * time.Hour, Cooling: 30 * 24 * time.Hour,
 		Reason: long(semaphore.MaxReason),
 	}
+	for i := range semaphore.MaxSlots { // as many as fit, names left out
+		e.Numbers = append(e.Numbers, i)
+		e.Names = append(e.Names, fmt.Sprintf("%04d", i)+long(semaphore.MaxSlotName-4))
+	}
 	line, err := lineOf(e).encode()
 	if err != nil {
 		t.Fatalf("the longest line: %v", err)
@@ -257,4 +263,52 @@ func TestLogStaysWithinItsDocumentedSize(t *testing.T) {
 		t.Errorf("the log: %d rewrites, %d bytes at the end; want at least 2, and at least half the bound kept", rewrites, last)
 	}
 	t.Logf("lines of %d bytes: the log took up to %d bytes (%d rewrites)", len(line), most, rewrites)
+}
+
+// A line keeps a holder's slots, and leaves out their names, then their
+// numbers, rather than the event, when they would make it too long;
+// numbers read back that no grant could hold make the line one semrun
+// did not write, names of another count leave them unnamed.
+func TestEventLineSlots(t *testing.T) {
+	now := time.Now().UnixMicro()
+	roundTrip := func(e semaphore.Event) (semaphore.Event, int) {
+		t.Helper()
+		l := lineOf(e)
+		l.T = now
+		b, err := l.encode()
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		var back eventLine
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if err := back.check(now); err != nil {
+			t.Fatalf("check of %s: %v", b, err)
+		}
+		return back.event("k"), len(b)
+	}
+	named := semaphore.Slots{Numbers: []int{0, 3}, Names: []string{"gpu <0>", "gpu & 3"}}
+	if got, _ := roundTrip(semaphore.Event{Kind: semaphore.EventGrant, Slots: named}); !reflect.DeepEqual(got.Slots, named) {
+		t.Errorf("slots read back: got %+v, want %+v", got.Slots, named)
+	}
+	var every semaphore.Slots
+	for i := range semaphore.MaxSlots {
+		every.Numbers = append(every.Numbers, i)
+		every.Names = append(every.Names, fmt.Sprintf("%04d", i)+strings.Repeat("é", 50))
+	}
+	got, n := roundTrip(semaphore.Event{Kind: semaphore.EventRelease, HolderInfo: semaphore.HolderInfo{Label: strings.Repeat("x", semaphore.MaxLabel)}, Slots: every})
+	if !slices.Equal(got.Numbers, every.Numbers) || got.Names != nil || n > maxEventLine {
+		t.Errorf("every slot, with long names: got %d numbers, %d names in %d bytes; want every number, no name, at most %d bytes", len(got.Numbers), len(got.Names), n, maxEventLine)
+	}
+	got, _ = roundTrip(semaphore.Event{Kind: semaphore.EventGrant, Slots: semaphore.Slots{Numbers: []int{1}, Names: []string{"a", "b"}}})
+	if !slices.Equal(got.Numbers, []int{1}) || got.Names != nil {
+		t.Errorf("names of another count: got %+v, want slot 1, unnamed", got.Slots)
+	}
+	for _, bad := range []string{"1,0", "0,0", "-1", "1024", "a", "01", "0,", ","} {
+		l := eventLine{T: now, Kind: semaphore.EventGrant, Slots: bad}
+		if err := l.check(now); err == nil {
+			t.Errorf("a line of slots %q: check passed, want it skipped", bad)
+		}
+	}
 }

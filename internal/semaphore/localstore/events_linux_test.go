@@ -40,8 +40,9 @@ func TestLocalHoldEvents(t *testing.T) {
 	lostAs(t, "Attach to a hold whose processes are gone", err, "had gone")
 	endLost(t, lapsed.st, lapsed.h, "of a hold whose processes are gone")
 	got = eventsOf(t, lapsed.st, semaphore.EventQuery{Keys: []string{lapsed.req.Key}})
-	if !slices.Equal(kindsOf(got), []semaphore.EventKind{semaphore.EventGrant, semaphore.EventLost}) || !reflect.DeepEqual(got[1].HolderInfo, keeper) {
-		t.Errorf("events of a hold lapsed: got %+v, want a grant, then a loss of its keeper", got)
+	if !slices.Equal(kindsOf(got), []semaphore.EventKind{semaphore.EventGrant, semaphore.EventLost}) || !reflect.DeepEqual(got[1].HolderInfo, keeper) ||
+		!slices.Equal(got[1].Numbers, []int{0}) {
+		t.Errorf("events of a hold lapsed: got %+v, want a grant, then a loss of its keeper, of slot 0", got)
 	}
 	if c := countsOf(t, lapsed.st, lapsed.req.Key); c.Losses != 1 || c.Held.Count() != 0 {
 		t.Errorf("counts of a hold lapsed: got %+v, want 1 loss, no hold given back", c)

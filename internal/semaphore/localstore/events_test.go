@@ -63,8 +63,9 @@ func TestLocalVanishedHolderIsOneLoss(t *testing.T) {
 		release(t, acquire(t, st, next))
 	}
 	lost := ofKind(eventsOf(t, st, semaphore.EventQuery{Keys: []string{key}}), semaphore.EventLost)
-	if len(lost) != 1 || lost[0].Holder != id || !reflect.DeepEqual(lost[0].HolderInfo, who) || lost[0].Token != l.Token() || lost[0].Weight != 1 {
-		t.Errorf("lost events after a holder vanished and 3 grants: got %+v, want one, of holder %s (%+v), token %d", lost, id, who, l.Token())
+	if len(lost) != 1 || lost[0].Holder != id || !reflect.DeepEqual(lost[0].HolderInfo, who) || lost[0].Token != l.Token() || lost[0].Weight != 1 ||
+		!slices.Equal(lost[0].Numbers, []int{0}) {
+		t.Errorf("lost events after a holder vanished and 3 grants: got %+v, want one, of holder %s (%+v), token %d, slot 0", lost, id, who, l.Token())
 	}
 	if c := countsOf(t, st, key); c.Losses != 1 || c.Grants != 4 || c.Held.Count() != 3 {
 		t.Errorf("counts: got %+v, want 1 loss, 4 grants, 3 holds given back", c)

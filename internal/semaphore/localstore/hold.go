@@ -109,10 +109,12 @@ type holdRecord struct {
 	Token   int64               `json:"token"`
 	SinceMS int64               `json:"since_ms"`
 	// Runs are the runs of permits held, [first, count], lowest first.
-	Runs    [][2]int64           `json:"seats"`
-	Keeper  semaphore.HolderInfo `json:"keeper"`
-	Why     string               `json:"why,omitempty"`
-	EndedMS int64                `json:"ended_ms,omitempty"`
+	Runs   [][2]int64           `json:"seats"`
+	Keeper semaphore.HolderInfo `json:"keeper"`
+	// SlotNames are the names of its slots, the permits of Runs (slots.go).
+	SlotNames []string `json:"slot_names,omitempty"`
+	Why       string   `json:"why,omitempty"`
+	EndedMS   int64    `json:"ended_ms,omitempty"`
 }
 
 // holdName names the record of the hold whose secret is secret.
@@ -138,6 +140,13 @@ func markOf(name string, spans []span) int64 {
 }
 
 func (r holdRecord) spans() []span { return runSpans(r.Runs) }
+
+// slots are the hold's slots, its permits, named as the record names
+// them.
+func (r holdRecord) slots() semaphore.Slots {
+	s := slotsOf(r.spans(), r.Permits, nil)
+	return semaphore.NamedSlots(s.Numbers, slices.Clone(r.SlotNames))
+}
 
 // end is how the hold ended; HoldHeld while it has not.
 func (r holdRecord) end() semaphore.HoldEnd {
@@ -366,6 +375,7 @@ func (s *Store) Hold(_ context.Context, sl semaphore.Lease, keeper semaphore.Hol
 	}
 	r.Keeper.Hold = false // said by status, not written
 	r.Runs = spanRuns(spans)
+	r.SlotNames = keptNames(l.slots.Names)
 	// Marked first: a record no one can read as live is of no use.
 	if err := k.markHold(l.locks, markOf(name, spans)); err != nil {
 		return semaphore.Handle{}, fmt.Errorf("hold of key %q: %w", l.key, err)
@@ -437,7 +447,7 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, _ bool) (semapho
 	kept = true
 	l := &holdLease{s: s, k: k, key: h.Key, name: name, id: holdID(k, name), r: r, locks: held}
 	s.attach(l.id, 1)
-	info := semaphore.HoldInfo{Key: h.Key, Permits: r.Permits, Weight: r.Weight, Token: r.Token, TTL: holdCheck, Keeper: r.keeper()}
+	info := semaphore.HoldInfo{Key: h.Key, Permits: r.Permits, Weight: r.Weight, Token: r.Token, TTL: holdCheck, Keeper: r.keeper(), Slots: r.slots()}
 	return l, info, nil
 }
 
@@ -528,7 +538,7 @@ func (s *Store) endHold(ctx context.Context, k *keyDir, key, name string, end se
 func (r holdRecord) endEvent(end semaphore.HoldEnd) *semaphore.Event {
 	e := semaphore.Event{
 		Kind: semaphore.EventRelease, Key: r.Key, Holder: r.ID, HolderInfo: r.keeper(), Permits: r.Permits, Weight: r.Weight,
-		Token: r.Token, Held: end.At.Sub(time.UnixMilli(r.SinceMS)),
+		Token: r.Token, Held: end.At.Sub(time.UnixMilli(r.SinceMS)), Slots: r.slots(),
 	}
 	switch end.State {
 	case semaphore.HoldRevoked:
@@ -686,7 +696,7 @@ func (k *keyDir) holdHolders(key string, warnf func(string, ...any)) []record {
 		if alive, err := k.holdAlive(spans, markOf(name, spans)); err != nil || !alive {
 			continue
 		}
-		out = append(out, record{ID: r.ID, HolderInfo: r.keeper(), Permits: r.Permits, Weight: r.Weight, Token: r.Token, SinceMS: r.SinceMS})
+		out = append(out, record{ID: r.ID, HolderInfo: r.keeper(), Permits: r.Permits, Weight: r.Weight, Token: r.Token, SinceMS: r.SinceMS}.withSlots(r.slots()))
 	}
 	return out
 }
@@ -726,5 +736,5 @@ func (k *keyDir) changedWithin(name string, d time.Duration) bool {
 	return time.Since(time.Unix(st.Mtim.Unix())) < d
 }
 
-// Slots are not there yet.
-func (l *holdLease) Slots() semaphore.Slots { return semaphore.Slots{} }
+// Slots are the hold's, as attached.
+func (l *holdLease) Slots() semaphore.Slots { return l.r.slots() }

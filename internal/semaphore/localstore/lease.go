@@ -30,6 +30,7 @@ type lease struct {
 	holder          semaphore.HolderInfo
 	minHold         time.Duration
 	coolAfter       semaphore.CoolAfter
+	slots           semaphore.Slots
 	// cool names the permit's cooling in k, pending while it holds
 	// (cool.go); empty without a min hold, or once given back.
 	cool string
@@ -149,14 +150,14 @@ func (l *lease) giveBack(cool bool, exitStatus int) error {
 func (l *lease) event(kind semaphore.EventKind, waited time.Duration) semaphore.Event {
 	return semaphore.Event{
 		Kind: kind, Key: l.key, Holder: l.id, HolderInfo: l.holder, Permits: l.permits, Weight: l.weight,
-		Token: l.token, Waited: waited,
+		Token: l.token, Waited: waited, Slots: cloneSlots(l.slots),
 	}
 }
 
 // coolRecord is the permit's cooling, its command's status exitStatus.
 func (l *lease) coolRecord(exitStatus int) coolRecord {
 	return coolRecord{
-		record:     record{ID: l.id, HolderInfo: l.holder, Permits: l.permits, Weight: l.weight, Token: l.token, SinceMS: l.sinceMS},
+		record:     record{ID: l.id, HolderInfo: l.holder, Permits: l.permits, Weight: l.weight, Token: l.token, SinceMS: l.sinceMS}.withSlots(l.slots),
 		EndsMS:     l.sinceMS + l.minHold.Milliseconds(),
 		ExitStatus: min(max(exitStatus, -1), 255),
 		Seats:      spanRuns(l.locks.permitSpans()),
@@ -214,5 +215,5 @@ func (l *lease) dropRecord() {
 	l.record = nil
 }
 
-// Slots are not there yet.
-func (l *lease) Slots() semaphore.Slots { return semaphore.Slots{} }
+// Slots are the permits it locks (slots.go).
+func (l *lease) Slots() semaphore.Slots { return cloneSlots(l.slots) }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -54,7 +55,18 @@ func (s *Store) SetCapacity(ctx context.Context, key string, n int) error {
 	if err := semaphore.CheckCapacity(n); err != nil {
 		return err
 	}
-	return s.setPolicy(ctx, key, n > 0, func(p *policy) { p.Capacity = n }, semaphore.Event{Kind: semaphore.EventCapacity, Capacity: n})
+	// Slots' names go with the capacity they were set with (SetSlots).
+	return s.setPolicy(ctx, key, n > 0, func(p *policy) { p.Capacity, p.SlotNames = n, nil }, semaphore.Event{Kind: semaphore.EventCapacity, Capacity: n})
+}
+
+// SetSlots implements semaphore.Operator: the names are kept with the
+// capacity, their number, in the key's policy file.
+func (s *Store) SetSlots(ctx context.Context, key string, names []string) error {
+	if err := semaphore.CheckSlotNames(names); err != nil {
+		return err
+	}
+	names = slices.Clone(names)
+	return s.setPolicy(ctx, key, true, func(p *policy) { p.Capacity, p.SlotNames = len(names), names }, semaphore.Event{Kind: semaphore.EventCapacity, Capacity: len(names)})
 }
 
 // Pause implements semaphore.Operator. The end is on the wall clock, as
@@ -155,10 +167,10 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 	if err != nil {
 		return fmt.Errorf("revoke a holder of key %q: %w", key, err)
 	}
-	who, cooled, again, err := k.revoke(key, id, reason)
+	who, slots, cooled, again, err := k.revoke(key, id, reason)
 	unlock()
 	if who != nil && err == nil && !again {
-		k.note(semaphore.Event{Kind: semaphore.EventRevoke, Holder: id, HolderInfo: *who, Reason: reason, Forced: cooled})
+		k.note(semaphore.Event{Kind: semaphore.EventRevoke, Holder: id, HolderInfo: *who, Reason: reason, Forced: cooled, Slots: slots})
 	}
 	switch {
 	case err != nil:
@@ -173,10 +185,10 @@ func (s *Store) Revoke(ctx context.Context, key, id, reason string, force bool) 
 }
 
 // revoke revokes k's holder id, under the grant lock, and says who it
-// is; nil when no live holder has that id. cooled: it was a cooling,
-// ended at once; again: it was revoked before, which stands, and is the
-// one event and count of its revoke.
-func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cooled, again bool, err error) {
+// is and its slots; nil when no live holder has that id. cooled: it was
+// a cooling, ended at once; again: it was revoked before, which stands,
+// and is the one event and count of its revoke.
+func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, slots semaphore.Slots, cooled, again bool, err error) {
 	var holder *record
 	k.eachLocked(heldPrefix, nil, func(f *os.File) bool {
 		if r, err := readRecord(f); err == nil && r.ID == id {
@@ -187,14 +199,14 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 	if holder != nil {
 		b, err := json.Marshal(revokeMark{Reason: reason, AtMS: time.Now().UnixMilli()})
 		if err != nil {
-			return nil, false, false, err
+			return nil, slots, false, false, err
 		}
 		// Revoked twice: the first reason stands.
 		err = k.writeWhole(revokePrefix+id, revokeDraftPrefix, append(b, '\n'), renameNoReplace)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, false, false, fmt.Errorf("revoke file in %s: %w", k.path, err)
+			return nil, slots, false, false, fmt.Errorf("revoke file in %s: %w", k.path, err)
 		}
-		return &holder.HolderInfo, false, err != nil, nil
+		return &holder.HolderInfo, holder.slots(), false, err != nil, nil
 	}
 	for _, name := range k.names(holdPrefix) {
 		r, err := k.readHold(name)
@@ -206,10 +218,10 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 			continue
 		}
 		if _, err := k.endHoldRecord(name, r, semaphore.HoldEnd{State: semaphore.HoldRevoked, Why: boundWhy(reason), At: time.Now()}); err != nil {
-			return nil, false, false, err
+			return nil, slots, false, false, err
 		}
 		keeper := r.keeper()
-		return &keeper, false, false, nil
+		return &keeper, r.slots(), false, false, nil
 	}
 	// A cooling: no process holds it, so it ends at once. One pending is
 	// its holder's, who holds its permits.
@@ -218,12 +230,12 @@ func (k *keyDir) revoke(key, id, reason string) (who *semaphore.HolderInfo, cool
 	for _, r := range k.coolings(time.Now(), false, nil, probe.anyFree) {
 		if r.ID == id {
 			if err := unix.Unlinkat(int(k.dir.Fd()), r.name, 0); err != nil {
-				return nil, false, false, fmt.Errorf("end the cooling %s in %s: %w", r.name, k.path, err)
+				return nil, slots, false, false, fmt.Errorf("end the cooling %s in %s: %w", r.name, k.path, err)
 			}
-			return &r.HolderInfo, true, false, nil
+			return &r.HolderInfo, r.slots(), true, false, nil
 		}
 	}
-	return nil, false, false, nil
+	return nil, slots, false, false, nil
 }
 
 // revoked is a *semaphore.RevokedError when k's holder id was revoked.
@@ -264,9 +276,4 @@ func (k *keyDir) sweepRevokes(live map[string]bool) {
 			_ = unix.Unlinkat(int(k.dir.Fd()), name, 0)
 		}
 	}
-}
-
-// SetSlots is not there yet.
-func (s *Store) SetSlots(ctx context.Context, key string, names []string) error {
-	return errors.ErrUnsupported
 }

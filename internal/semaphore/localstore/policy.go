@@ -3,6 +3,7 @@
 package localstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,11 +18,14 @@ import (
 // An operator's settings of a key (semaphore.Operator) are one file of
 // its directory, "policy", a JSON object on one line:
 //
-//	{"v":1,"capacity":3,"pause":{"reason":"db upgrade","until_ms":1764662743123}}
+//	{"v":1,"capacity":3,"slot_names":["gpu0","gpu1","gpu2"],"pause":{"reason":"db upgrade","until_ms":1764662743123}}
 //
-// "capacity" is the stored capacity, "pause" the pause, "until_ms" its
-// end on the wall clock (absent: until resumed); each is absent when not
-// set, and a key with neither has no file. The settings stay until unset,
+// "capacity" is the stored capacity, "slot_names" the names of its slots
+// (SetSlots), as many as it, "pause" the pause, "until_ms" its end on the
+// wall clock (absent: until resumed); each is absent when not set, and a
+// key with none has no file. Names that are not one a slot, or that
+// semaphore.CheckSlotNames refuses, are dropped as they are read: the
+// capacity stands, its slots unnamed. The settings stay until unset,
 // however long the key is unused (removeUnused keeps its directory).
 // Every try for a permit reads the file under the key's grant lock: where
 // there is none, that costs one failed open.
@@ -48,16 +52,18 @@ const (
 	policyDraftPrefix = "policy-draft."
 	policyVersion     = 1
 	// maxPolicy bounds the file: a reason is at most semaphore.MaxReason
-	// bytes.
-	maxPolicy = 4 << 10
+	// bytes, and a slot's name, written without HTML escapes, at most 4
+	// bytes a character, in quotes and a comma.
+	maxPolicy = 4<<10 + semaphore.MaxSlots*(4*semaphore.MaxSlotName+3)
 )
 
 // policy is a key's settings, as its file says them.
 type policy struct {
 	Version int `json:"v"`
 	// Capacity is the stored capacity; 0: none.
-	Capacity int          `json:"capacity,omitempty"`
-	Pause    *policyPause `json:"pause,omitempty"`
+	Capacity  int          `json:"capacity,omitempty"`
+	SlotNames []string     `json:"slot_names,omitempty"`
+	Pause     *policyPause `json:"pause,omitempty"`
 }
 
 type policyPause struct {
@@ -83,6 +89,29 @@ func (p policy) check(nowMS int64) error {
 		return fmt.Errorf("a pause that ends more than %v from now", semaphore.MaxPause)
 	}
 	return nil
+}
+
+// slotNames are the names of the key's slots, nil when it has none or
+// they are not names of its slots.
+func (p policy) slotNames() []string { return checkedNames(p.SlotNames, p.Capacity) }
+
+// checkedNames are names read back as those of the slots of a key of
+// capacity, or nil when they cannot be: not one a slot, or names
+// semaphore.CheckSlotNames refuses. It checks them as that does, but
+// once each: a grant checks them.
+func checkedNames(names []string, capacity int) []string {
+	if len(names) != capacity || capacity == 0 {
+		return nil
+	}
+	seen := make(map[string]bool, len(names))
+	all := make([]int, len(names))
+	for i, name := range names {
+		if seen[name] {
+			return nil
+		}
+		seen[name], all[i] = true, i
+	}
+	return semaphore.NamedSlots(all, names).Names
 }
 
 // paused is the pause in force at now, or nil.
@@ -159,11 +188,14 @@ func (k *keyDir) policyOrNone(key string, now time.Time, warnf func(string, ...a
 // another member's in a sticky directory, written in place.
 func (k *keyDir) writePolicy(p policy) error {
 	p.Version = policyVersion
-	b, err := json.Marshal(p)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // a name's < is one byte, not six: see maxPolicy
+	if err := enc.Encode(p); err != nil {
 		return err
 	}
-	b = append(b, '\n')
+	b := buf.Bytes()
+	var err error
 	if p.empty() {
 		err = unix.Unlinkat(int(k.dir.Fd()), policyFile, 0)
 		if errors.Is(err, unix.ENOENT) {

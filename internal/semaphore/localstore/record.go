@@ -26,6 +26,21 @@ type record struct {
 	Weight  int   `json:"weight"`
 	Token   int64 `json:"token,omitempty"` // a waiter has none
 	SinceMS int64 `json:"since_ms"`
+	// Slots are the slots a holder holds, and their names (slots.go); a
+	// waiter has none.
+	Slots     []int    `json:"slots,omitempty"`
+	SlotNames []string `json:"slot_names,omitempty"`
+}
+
+// slots are the slots r says its holder holds, checked.
+func (r record) slots() semaphore.Slots {
+	return checkedSlots(r.Slots, r.SlotNames, r.Permits, r.Weight)
+}
+
+// withSlots is r holding the slots s.
+func (r record) withSlots(s semaphore.Slots) record {
+	r.Slots, r.SlotNames = s.Numbers, keptNames(s.Names)
+	return r
 }
 
 // write puts r in f in place of what it said.
@@ -309,7 +324,7 @@ func lostEvent(f *os.File) semaphore.Event {
 		if validID(r.ID) {
 			e.Holder = r.ID
 		}
-		e.HolderInfo, e.Permits, e.Weight, e.Token = r.HolderInfo, r.Permits, r.Weight, r.Token
+		e.HolderInfo, e.Permits, e.Weight, e.Token, e.Slots = r.HolderInfo, r.Permits, r.Weight, r.Token, r.slots()
 	}
 	return e
 }

@@ -169,7 +169,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 	}
 	now := time.Now()
 	p := k.policyOrNone(key, now, s.warnf)
-	st.StoredCapacity, st.Paused = p.Capacity, p.paused(now)
+	st.StoredCapacity, st.Paused, st.SlotNames = p.Capacity, p.paused(now), slices.Clone(p.slotNames())
 	// A hold is one holder, its keeper, however many are attached to it.
 	recs := append(k.lockedRecords(heldPrefix, s.warnf), k.holdHolders(key, s.warnf)...)
 	held, err := k.countHeld(s.warnf, cmp.Or(max(st.StoredCapacity, 0), st.Capacity))
@@ -210,7 +210,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		live[r.ID] = true
 		st.Holders = append(st.Holders, semaphore.Holder{
 			ID: r.ID, HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight, Token: r.Token,
-			Age: now.Sub(time.UnixMilli(r.SinceMS)),
+			Age: now.Sub(time.UnixMilli(r.SinceMS)), Slots: r.slots(),
 		})
 	}
 	// After the permits, as a grant counts them (cool.go); a pending one's
@@ -222,7 +222,7 @@ func (s *Store) statusIn(ctx context.Context, k *keyDir, key string) (semaphore.
 		st.Held += r.Weight
 		c := semaphore.Cooling{
 			HolderInfo: r.HolderInfo, Permits: r.Permits, Weight: r.Weight,
-			EndsIn: time.UnixMilli(r.EndsMS).Sub(now), ExitStatus: r.ExitStatus,
+			EndsIn: time.UnixMilli(r.EndsMS).Sub(now), ExitStatus: r.ExitStatus, Slots: r.slots(),
 		}
 		if validID(r.ID) {
 			c.ID = r.ID

@@ -69,6 +69,7 @@ func Run(t *testing.T, kind Kind) {
 	rules = append(rules, crashRules...)
 	rules = append(rules, eventRules...)
 	rules = append(rules, severalRules...)
+	rules = append(rules, slotRules...)
 	for _, r := range rules {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
