@@ -17,7 +17,8 @@
 --            status of a permit that is cooling (-1: unknown; see
 --            cool); "#clock", "#ttl" (rebase);
 --            "#fencefrom", "#fencelen", "#fenceuntil", "#replid" (fenced);
---            "#slot <n>" -> the id of the holder of slot n (takeSlots)
+--            "#slot <n>" -> the id of the holder of slot n, "#slotlow"
+--            -> where the next grant looks for free slots from (takeSlots)
 --   token:   string, the last fencing token handed out
 --   queue:   sorted set, waiter id -> ticket: the order of arrival
 --   waiters: hash, waiter id -> waiter record; "#seq" -> the last ticket
@@ -221,11 +222,13 @@ end
 -- back already.
 local function removeHolder(id)
   local u = used()
-  local f = redis.call('HMGET', infoKey, id, '#cool ' .. id)
+  local f = redis.call('HMGET', infoKey, id, '#cool ' .. id, '#slotlow')
   local h = readHolder(f[1])
   redis.call('ZREM', holdersKey, id)
   local gone = {id, '#claim ' .. id, '#bound ' .. id, '#min ' .. id, '#cool ' .. id}
-  -- Its slots, those that are still its own.
+  local set = {'#used', math.max(u - (h and h.weight or 1), 0)}
+  -- Its slots, those that are still its own; the lowest freed may be the
+  -- next grant's (takeSlots).
   local slots = h and h.slots and slotList(h.slots)
   if slots then
     local names = {}
@@ -234,9 +237,11 @@ local function removeHolder(id)
     for i = 1, #names do
       if owners[i] == id then gone[#gone + 1] = names[i] end
     end
+    local low = num(f[3], 0, MAXSLOTS)
+    if low and slots[1] < low then set[3], set[4] = '#slotlow', slots[1] end
   end
   redis.call('HDEL', infoKey, unpack(gone))
-  redis.call('HSET', infoKey, '#used', math.max(u - (h and h.weight or 1), 0))
+  redis.call('HSET', infoKey, unpack(set))
   return h, num(f[2], -1, 255) ~= nil
 end
 
@@ -579,11 +584,11 @@ end
 -- slot whose holder is gone but still named (a release by a version
 -- before slots, or someone else's write) is free.
 
--- freeSlots are the lowest weight slots below c that '#slot' names no
--- holder of, fewer when there are not so many; with sure, a slot whose
--- holder is not among the holders is free too.
-local function freeSlots(c, weight, sure)
-  local free, from = {}, 0
+-- freeSlots are the lowest weight slots from from up, below c, that
+-- '#slot' names no holder of, fewer when there are not so many; with
+-- sure, a slot whose holder is not among the holders is free too.
+local function freeSlots(c, weight, sure, from)
+  local free = {}
   while from < c and #free < weight do
     local names = {}
     for n = from, math.min(from + 63, c - 1) do names[#names + 1] = '#slot ' .. n end
@@ -602,17 +607,26 @@ end
 
 -- takeSlots chooses the slots of a grant of weight permits, admitted
 -- against a capacity of c: their numbers, "0,3", or nil when the key
--- numbers none (more than MAXSLOTS permits). The first look trusts the
--- names; only when it finds too few does it look whether each holder
--- named is one. Too few even then (a count of holders gone wrong) is
--- none, rather than a slot another holds.
+-- numbers none (more than MAXSLOTS permits); and the slot the next grant
+-- may look from. '#slotlow' is that slot: every slot below it was held
+-- when it was written, and a release lowers it to the lowest it frees,
+-- so that a grant need not read the holders of the slots below it (a key
+-- of 1,024 permits whose first 1,023 are held reads one). It is only
+-- where to start: the first look trusts it and the names; only when it
+-- finds too few does it look from 0, then whether each holder named is
+-- one. Too few even then (a count of holders gone wrong) is none, rather
+-- than a slot another holds.
 local function takeSlots(c, weight)
   if c > MAXSLOTS then return nil end
-  local free = freeSlots(c, weight, false)
-  if #free < weight then free = freeSlots(c, weight, true) end
+  local low = field('#slotlow', 0, MAXSLOTS) or 0
+  if low >= c then low = 0 end
+  local free = freeSlots(c, weight, false, low)
+  if #free < weight and low > 0 then free = freeSlots(c, weight, false, 0) end
+  if #free < weight then free = freeSlots(c, weight, true, 0) end
   if #free < weight then return nil end
+  local after = free[#free] + 1
   for i, n in ipairs(free) do free[i] = string.format('%d', n) end
-  return table.concat(free, ',')
+  return table.concat(free, ','), after
 end
 
 -- grant gives id a permit of a capacity of n, taking weight permits, until
@@ -637,9 +651,10 @@ local function grant(id, n, weight, ttl, expiry, meta, hard, minEnd)
   -- include it.
   local u = used()
   redis.call('ZADD', holdersKey, expiry, id)
-  local slots = takeSlots(capacity(n), weight)
+  local slots, low = takeSlots(capacity(n), weight)
   local fields = {id, holderRecord{permits = n, token = token, since = now, weight = weight, slots = slots, meta = meta},
     '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0), '#used', u + weight}
+  if low then fields[#fields + 1], fields[#fields + 2] = '#slotlow', low end
   for slot in string.gmatch(slots or '', '%d+') do
     fields[#fields + 1], fields[#fields + 2] = '#slot ' .. slot, id
   end

@@ -114,6 +114,35 @@ func TestScriptsSlots(t *testing.T) {
 			if got := get("K", 2, 1); !slices.Equal(got, []int{0}) {
 				t.Errorf("after I's release: got slots %v, want [0] (slot 1 is J's)", got)
 			}
+
+			// Where a grant starts to look ('#slotlow') is only a hint: one
+			// past every free slot, or that is none, still finds the lowest;
+			// one someone else wrote among the slots gives a free one.
+			const hinted = "slotshint"
+			hk, _ := scriptKeys(hinted)
+			hget := func(id string) []int {
+				t.Helper()
+				return slotsOf(t, runCall(t, b.c, hinted, id, call{n: 6, ttl: ttl}), id)
+			}
+			for _, id := range []string{"A", "B", "C", "D"} {
+				hget(id)
+			}
+			runRelease(t, b.c, hinted, "B")
+			if got := hget("E"); !slices.Equal(got, []int{1}) {
+				t.Fatalf("after slot 1's release: got %v, want [1] (the release lowered the hint)", got)
+			}
+			runRelease(t, b.c, hinted, "A")
+			for _, hint := range []string{"3", "9999", "x"} {
+				if err := b.c.HSet(ctx, hk[1], "#slotlow", hint).Err(); err != nil {
+					t.Fatal(err)
+				}
+				switch got := hget("F"); {
+				case hint == "3" && len(got) == 1 && (got[0] == 4 || got[0] == 5): // free, if not the lowest
+				case !slices.Equal(got, []int{0}):
+					t.Errorf("hint %q, slots 0, 4 and 5 free: got %v, want [0]", hint, got)
+				}
+				runRelease(t, b.c, hinted, "F")
+			}
 		})
 	}
 }
