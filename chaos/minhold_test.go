@@ -109,8 +109,8 @@ func runMinHold(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	fig.faultNote = strings.Join(notes, "; ")
 	fig.wall = time.Since(began)
-	t.Logf("%s: %d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %d leaked permits, %d lost (112), %d unreachable (125), %d bad statuses; %s; wall %v",
-		n.name, fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.lost, fig.failed, fig.bad, fig.faultNote, fig.wall.Round(100*time.Millisecond))
+	t.Logf("%s: %d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits, %d lost (112), %d unreachable (125), %d bad statuses; %s; wall %v",
+		n.name, fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.slotNote(), fig.leaked, fig.lost, fig.failed, fig.bad, fig.faultNote, fig.wall.Round(100*time.Millisecond))
 	return fig
 }
 

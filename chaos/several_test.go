@@ -141,9 +141,9 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 	c.check(&fig, nemesis{name: n.name, excuses: true})
 	s.check(&fig, stopped)
 	fig.wall = time.Since(began)
-	t.Logf("%s: %d semruns, %d children, %d faults, %d overlaps, %d by token order, %d tokens reused, %d leaked permits (all free %v after the last semrun), "+
+	t.Logf("%s: %d semruns, %d children, %d faults, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits (all free %v after the last semrun), "+
 		"heal max %v (target %v), %d lost (112), %d unreachable (125), %d of them on a starved machine, %d bad statuses; %s; machine lag max %v, wall %v",
-		n.name, fig.runs, fig.grants, fig.faults, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.permitsFree.Round(time.Millisecond),
+		n.name, fig.runs, fig.grants, fig.faults, fig.overlaps, fig.tokenOrder, fig.reused, fig.slotNote(), fig.leaked, fig.permitsFree.Round(time.Millisecond),
 		maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond), fig.lost, fig.failed, fig.starved, fig.bad, fig.faultNote,
 		machine.lag(c.t0, mono()).Round(time.Millisecond), fig.wall.Round(100*time.Millisecond))
 	return fig
@@ -706,7 +706,8 @@ func (s *several) check(fig *figures, stopped int64) {
 
 // perKey returns the children with each child of several keys (it said
 // more than one KEY=TOKEN) in its place once per key, with that key's
-// token: it held a permit of each, from its start to its end.
+// token and slots (SEMRUN_KEY_SLOTS; none when it named no such key): it
+// held a permit of each, from its start to its end.
 func perKey(kids []kid) []kid {
 	out := make([]kid, 0, len(kids))
 	for _, k := range kids {
@@ -717,6 +718,10 @@ func perKey(kids []kid) []kid {
 		for _, kt := range k.tokens {
 			x := k
 			x.key, x.token = kt.key, kt.token
+			x.slots, x.slotted = nil, false
+			if i := slices.IndexFunc(k.keySlots, func(ks keySlots) bool { return ks.key == kt.key }); i >= 0 {
+				x.slots, x.slotted = k.keySlots[i].slots, true
+			}
 			out = append(out, x)
 		}
 	}
