@@ -44,6 +44,9 @@ type nemesis struct {
 	// whatever -chaos.hold-min and -max say, so that a revoke finds a
 	// child running past the next renewal (operator_test.go).
 	longHolds bool
+	// weighted: the first worker of each key asks for two of its permits
+	// (--weight 2), so that the checks see grants of several slots.
+	weighted bool
 	// check, when set, runs the nemesis's own checks after the common
 	// ones, and may set its fault note.
 	check func(c *cluster, fig *figures)
@@ -58,9 +61,9 @@ func upTo(rng *rand.Rand, d time.Duration) time.Duration {
 func faultTime(rng *rand.Rand) time.Duration { return ttl/2 + upTo(rng, ttl*5/2) }
 
 var nemeses = []nemesis{
-	{name: "kill9"},
+	{name: "kill9", weighted: true},
 	{name: "redis-pause", excuses: true, inject: func(c *cluster, rng *rand.Rand) fault { return pauseRedis(c, rng, 0) }},
-	{name: "redis-restart-empty", excuses: true, inject: restartRedis},
+	{name: "redis-restart-empty", excuses: true, weighted: true, inject: restartRedis},
 	{name: "proxy-cut", proxied: true, inject: func(c *cluster, _ *rand.Rand) fault {
 		at := mono()
 		n := c.proxy.Cut()
@@ -86,7 +89,7 @@ var nemeses = []nemesis{
 		f.heal = mono()
 		return f
 	}},
-	{name: "drop-replies", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
+	{name: "drop-replies", proxied: true, excuses: true, weighted: true, inject: func(c *cluster, rng *rand.Rand) fault {
 		d := faultTime(rng)
 		f := fault{what: fmt.Sprintf("drop 1/4 of replies for %v", d.Round(time.Millisecond)), start: mono()}
 		c.proxy.DropReplies(0.25)
@@ -104,7 +107,7 @@ var nemeses = []nemesis{
 	{name: "hold-ends", own: trials(endTrial)},
 	{name: "hold-acquire-kill", own: trials(acquireKillTrial)},
 	{name: "hold-crowd", own: runHoldCrowd},
-	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, inject: revokeHolder, check: (*cluster).checkRevokes},
+	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, weighted: true, inject: revokeHolder, check: (*cluster).checkRevokes},
 	{name: "key-pause", inject: pauseKey, check: (*cluster).checkPauses},
 	{name: "min-hold-kill9", own: runMinHold},
 	{name: "hold-drain", holds: true, inject: drainHold, check: (*cluster).checkDrains},
@@ -644,8 +647,10 @@ func (c *cluster) check(fig *figures, n nemesis) {
 			c.describe(p[0]), c.describe(p[1]), c.faultsNear(p[1].start))
 	}
 
-	// Every semrun's status is its child's; holds have their own rules.
+	// Every semrun's status is its child's; holds have their own rules; a
+	// revoke by slot may have hit whoever held the slot.
 	c.checkHolds(fig, n, holds, byRun, faults)
+	c.slotTargets(byRun)
 	c.mu.Lock()
 	runs := make([]run, 0, len(c.runs))
 	for _, r := range c.runs {

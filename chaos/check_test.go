@@ -598,6 +598,33 @@ func TestChecks(t *testing.T) {
 				t.Errorf("revokeVerdict(%+v, %+v, %+v, excused %v) = %q, want ok %v", c.rv, c.r, c.k, c.excused, got, c.ok)
 			}
 		}
+		// A revoke of slot 1 from 1000 to 1050ms may have hit whoever held
+		// slot 1 then, not its victim's other slot's holder, nor holders
+		// of slot 1 before or well after.
+		victim := &run{id: 1}
+		rc := &cluster{runs: map[int]*run{1: victim, 2: {id: 2}, 3: {id: 3}, 4: {id: 4}, 5: {id: 5}, 6: {id: 6}},
+			revokes: []*revocation{{key: "k", run: victim, bySlot: true, slot: 1, start: ms(1000), end: ms(1050)}}}
+		held := func(run int, start, end int64, slots ...int) *kid {
+			return &kid{run: run, key: "k", start: ms(start), end: ms(end), slotted: true, slots: slots}
+		}
+		rc.slotTargets(map[int]*kid{
+			1: held(1, 0, 1040, 1), 2: held(2, 1040, 3000, 1), // the victim, and who took its slot
+			3: held(3, 0, 3000, 0),    // another slot
+			4: held(4, 0, 900, 1),     // slot 1, ended before
+			5: held(5, 5000, 6000, 1), // slot 1, well after
+			6: held(6, 1060, 0, 1, 2), // slot 1, just after (its grant may have come first)
+		})
+		var hit []int
+		for id, r := range rc.runs {
+			if r.revoked {
+				hit = append(hit, id)
+			}
+		}
+		slices.Sort(hit)
+		others := slices.Sorted(slices.Values(rc.revokes[0].others))
+		if !slices.Equal(hit, []int{2, 6}) || !slices.Equal(others, hit) {
+			t.Errorf("slotTargets: marked %v (others %v), want 2 and 6", hit, rc.revokes[0].others)
+		}
 		faults := []fault{
 			{start: ms(100), heal: ms(200), operator: true}, // a revoke: no push-back
 			{start: ms(3000), heal: ms(5000)},               // Redis stopped before the permit freed

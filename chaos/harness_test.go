@@ -440,6 +440,7 @@ type cluster struct {
 	// instead of running its command on its own.
 	withHolds bool
 	longHolds bool // see nemesis
+	weighted  bool // see nemesis
 	// wallOff turns mono() into the wall clock, in ns: Redis's clock,
 	// which fencing tokens and leases count in.
 	wallOff int64
@@ -499,7 +500,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	c := &cluster{
-		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds,
+		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds, weighted: n.weighted,
 		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, child: child, connect: connectTimeout, runs: map[int]*run{},
 		silent: map[string]bool{}, turns: map[string]int{},
 	}
@@ -591,7 +592,11 @@ func (c *cluster) start(perKey int) {
 					if c.withHolds && j%2 == 1 {
 						c.holdOnce(key, rng)
 					} else {
-						c.runOnce(key, j%2, rng)
+						weight := 1
+						if c.weighted && j == 0 {
+							weight = 2
+						}
+						c.runOnce(key, j%2, weight, rng)
 					}
 					c.leave(key)
 				}
@@ -664,9 +669,9 @@ func (c *cluster) killUntilDone() int {
 	}
 }
 
-// runOnce runs one semrun, of the given side of a partition, and records
-// how it ended.
-func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
+// runOnce runs one semrun, of the given side of a partition, for weight
+// permits, and records how it ended.
+func (c *cluster) runOnce(key string, side, weight int, rng *rand.Rand) {
 	var env []string
 	if c.repl != nil {
 		// The side's endpoint; exec.Cmd uses the last value of a variable.
@@ -677,6 +682,11 @@ func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
 		hold = int((ttl*3/4 + upTo(rng, ttl/2)).Milliseconds())
 	}
 	r := c.newRun(key, hold, rng.IntN(101))
+	if weight > 1 {
+		c.mu.Lock()
+		r.weights = []int{weight}
+		c.mu.Unlock()
+	}
 	wait, err := c.launch(r, ttl, env...)
 	if err != nil {
 		c.t.Errorf("start semrun: %v", err)
@@ -707,9 +717,14 @@ func (c *cluster) newRun(key string, hold, code int) *run {
 // launch starts r's semrun, with a lease of lease and env added to the
 // cluster's. wait waits for it to end and records how.
 func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(), err error) {
-	args := append([]string{"-k", r.key, "-n", strconv.Itoa(c.permits),
-		"--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", c.connect.String(),
-		"--"}, c.childArgs(r)...)
+	args := []string{"-k", r.key, "-n", strconv.Itoa(c.permits)}
+	c.mu.Lock()
+	if r.weights != nil {
+		args = append(args, "--weight", strconv.Itoa(r.weights[0]))
+	}
+	c.mu.Unlock()
+	args = append(append(args, "--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", c.connect.String(),
+		"--"), c.childArgs(r)...)
 	return c.spawn(r, args, env...)
 }
 
