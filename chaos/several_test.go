@@ -204,7 +204,7 @@ func (s *several) start(seed uint64) {
 	})
 }
 
-// call runs one semrun on keys, -n once per key.
+// call runs one semrun on keys, -n and --weight once per key.
 func (s *several) call(keys []string, rng *rand.Rand) {
 	c := s.c
 	lo, hi := holdMin.Milliseconds(), max(min(holdMax.Milliseconds(), severalHoldMax.Milliseconds()), holdMin.Milliseconds())
@@ -212,10 +212,22 @@ func (s *several) call(keys []string, rng *rand.Rand) {
 	c.mu.Lock()
 	r.keys, r.mayBeBusy, r.group, r.timeout = keys, true, true, severalWait
 	c.mu.Unlock()
+	// Half the calls ask for two permits of the key of three, so that
+	// SEMRUN_KEY_SLOTS lists several slots of a key.
+	heavy := rng.IntN(2) == 0
 	var args []string
+	var weights []int
 	for _, key := range keys {
-		args = append(args, "-k", key, "-n", strconv.Itoa(c.permitsOf(key)))
+		w := 1
+		if heavy && c.permitsOf(key) == 3 {
+			w = 2
+		}
+		args = append(args, "-k", key, "-n", strconv.Itoa(c.permitsOf(key)), "--weight", strconv.Itoa(w))
+		weights = append(weights, w)
 	}
+	c.mu.Lock()
+	r.weights = weights
+	c.mu.Unlock()
 	args = append(args, "--ttl", ttl.String(), "--timeout", severalWait.String(), "--kill-after", killAfter.String(),
 		"--connect-timeout", c.connect.String(), "--")
 	wait, err := c.spawn(r, append(args, c.childArgs(r)...))
