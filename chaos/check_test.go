@@ -707,6 +707,19 @@ func TestChecks(t *testing.T) {
 		if got := crowded(one, 1, d, []fault{{what: "with data", start: ms(500), heal: ms(600), wallStart: 500_000, wallHeal: 600_000}}); len(got) != 1 {
 			t.Errorf("crowded across a restart that kept the data: got %+v, want b's", got)
 		}
+		// Per slot: c's 0 and 400 took slot 1 both, within 1s: its permit
+		// was cooling. Slots 0 and 1 in turn are fine.
+		slotted := func(x kid, slot int) kid {
+			x.slotted, x.slots = true, []int{slot}
+			return x
+		}
+		if got := crowdedSlots([]kid{slotted(g("c", 0, 10), 1), slotted(g("c", 400, 420), 1)}, d, nil); len(got) != 1 {
+			t.Errorf("crowdedSlots, slot 1 twice in 400ms: got %+v, want one", got)
+		}
+		if got := crowdedSlots([]kid{slotted(g("c", 0, 10), 0), slotted(g("c", 400, 420), 1), slotted(g("c", 1000, 1010), 0)}, d, nil); len(got) != 0 {
+			t.Errorf("crowdedSlots, slots 0, 1, then 0 1s on: got %+v, want none", got)
+		}
+
 		// By the starts: b's 995ms apart fail with no slack, pass with 10ms.
 		if got := crowdedStarts(one, 1, d, nil, none); len(got) != 1 || got[0][0].key != "b" {
 			t.Errorf("crowdedStarts: got %+v, want b's", got)

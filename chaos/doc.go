@@ -324,9 +324,10 @@
 //     their tokens), and that line is the order of arrival (no later
 //     place launched more than 1s, and the machine's allowance, before an
 //     earlier one). The line is then served within 2 TTLs (the heal).
-//   - min-hold-kill9: no more than N grants of a key within its min hold:
-//     the Nth grant after another, by their tokens (Redis's clock at the
-//     grant), comes the min hold later at least, and, by the children's
+//   - min-hold-kill9: no more than N grants of a key within its min hold
+//     (and of a slot, one: a cooling permit keeps its slot): the Nth grant
+//     after another, by their tokens (Redis's clock at the grant), comes
+//     the min hold later at least, and, by the children's
 //     starts, the Nth child to start after another starts no sooner than
 //     the min hold less the machine's allowance (or, if more, how late the
 //     first started after its token, as when a lost reply was asked
