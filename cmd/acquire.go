@@ -130,7 +130,7 @@ func (o *acquireOptions) acquireHold(ctx context.Context, store semaphore.Store,
 	defer toKeeper.Close()
 	log.Infof("%s: kept by pid %d", o.keysText(), keeper)
 	// The lease is the keeper's now: this process lets go of it by exiting.
-	if err := o.printHold(o.f.Streams.Out, hs, tokens, keeper); err != nil {
+	if err := o.printHold(o.f.Streams.Out, hs, tokens, semaphore.SlotsOf(lease), keeper); err != nil {
 		// Nobody has the handle: the keeper, not told it was printed, ends the hold.
 		return fmt.Errorf("%s: print the handle: %w; the hold is given back", o.keysText(), err)
 	}
@@ -147,7 +147,7 @@ const envHandle = "SEMRUN_HANDLE"
 // of several keys, the handle names them all, and the variables tell of
 // the first, as a run's command gets them (the runs under the handle get
 // every key's token).
-func (o *acquireOptions) printHold(w io.Writer, hs []semaphore.Handle, tokens []int64, keeper int) error {
+func (o *acquireOptions) printHold(w io.Writer, hs []semaphore.Handle, tokens []int64, slots []semaphore.Slots, keeper int) error {
 	handle := semaphore.HandlesText(hs)
 	if o.json {
 		host, _ := os.Hostname()
@@ -156,27 +156,40 @@ func (o *acquireOptions) printHold(w io.Writer, hs []semaphore.Handle, tokens []
 			Permits int    `json:"permits"`
 			Weight  int    `json:"weight"`
 			Token   int64  `json:"token"`
+			semaphore.Slots
 		}
 		var keys []keyJSON // of several keys only
 		for i, h := range hs {
 			if len(hs) > 1 {
-				keys = append(keys, keyJSON{h.Key, o.permitsOf(i), o.weightOf(i), tokens[i]})
+				keys = append(keys, keyJSON{h.Key, o.permitsOf(i), o.weightOf(i), tokens[i], slots[i]})
 			}
 		}
 		return json.NewEncoder(printable.JSON(w)).Encode(struct {
-			Handle  string    `json:"handle"`
-			Key     string    `json:"key"`
-			Permits int       `json:"permits"`
-			Weight  int       `json:"weight"`
-			Token   int64     `json:"token"`
-			Keys    []keyJSON `json:"keys,omitempty"`
-			Host    string    `json:"host"`
-			Keeper  int       `json:"keeper_pid"`
-			Label   string    `json:"label,omitempty"`
-		}{handle, hs[0].Key, o.permitsOf(0), o.weightOf(0), tokens[0], keys, host, keeper, o.req.Holder.Label})
+			Handle  string `json:"handle"`
+			Key     string `json:"key"`
+			Permits int    `json:"permits"`
+			Weight  int    `json:"weight"`
+			Token   int64  `json:"token"`
+			semaphore.Slots
+			Keys   []keyJSON `json:"keys,omitempty"`
+			Host   string    `json:"host"`
+			Keeper int       `json:"keeper_pid"`
+			Label  string    `json:"label,omitempty"`
+		}{handle, hs[0].Key, o.permitsOf(0), o.weightOf(0), tokens[0], slots[0], keys, host, keeper, o.req.Holder.Label})
 	}
 	_, err := fmt.Fprintf(w, "%s=%s\n%s=%s\n%s=%d\n%s=%d\n",
 		envHandle, handle, envHeldKey, shellWord(hs[0].Key), envHeldPermits, o.permitsOf(0), envFencingToken, tokens[0])
+	if err != nil {
+		return err
+	}
+	// The first key's slots, as a run's command gets them; the steps
+	// under the handle get every key's.
+	if first := slots[0]; len(first.Numbers) > 0 {
+		_, err = fmt.Fprintf(w, "%s=%d\n%s=%s\n", envSlot, first.Numbers[0], envSlots, first.NumbersText())
+		if err == nil && len(first.Names) > 0 {
+			_, err = fmt.Fprintf(w, "%s=%s\n%s=%s\n", envSlotName, shellWord(first.Names[0]), envSlotNames, shellWord(first.NamesText()))
+		}
+	}
 	return err
 }
 

@@ -111,6 +111,9 @@ func printEvent(w io.Writer, e semaphore.Event) error {
 		// A caller of several keys: the same under each of them.
 		add("request %s", printable.String(e.Request))
 	}
+	if len(e.Slots.Numbers) > 0 {
+		add("slots %s", e.Slots.NumbersText())
+	}
 	switch e.Kind {
 	case semaphore.EventGrant:
 		add("token %d, waited %s", e.Token, short(e.Waited))
@@ -133,6 +136,11 @@ func printEvent(w io.Writer, e semaphore.Event) error {
 			add("stored capacity %d", e.Capacity)
 		} else {
 			add("stored capacity unset")
+		}
+		if e.Reason != "" {
+			// A capacity's reason is its slots' names (semrun key set --slots).
+			add("slots named %s", strconv.Quote(e.Reason))
+			e.Reason = ""
 		}
 	case semaphore.EventPause:
 		if e.Until > 0 {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,19 +51,38 @@ func (o *keyOptions) newCmdShow() *cobra.Command {
 
 func (o *keyOptions) newCmdSet() *cobra.Command {
 	var permits int
-	set := o.sub("set KEY --permits N", "Keep a capacity for KEY in the store, which every caller is admitted against",
+	var slots string
+	set := o.sub("set KEY --permits N | --slots NAME,NAME...", "Keep a capacity for KEY in the store, which every caller is admitted against",
 		func(ctx context.Context, store semaphore.Store, key string) error {
+			if slots != "" {
+				names := strings.Split(slots, ",")
+				if err := store.SetSlots(ctx, key, names); err != nil {
+					return err
+				}
+				return o.say(ctx, store, key, fmt.Sprintf("key %q: capacity %d, kept in the store, slots named %s: every caller is admitted against it",
+					key, len(names), printable.String(strings.Join(names, ", "))))
+			}
 			if err := store.SetCapacity(ctx, key, permits); err != nil {
 				return err
 			}
 			return o.say(ctx, store, key, fmt.Sprintf("key %q: capacity %d, kept in the store: every caller is admitted against it", key, permits))
 		})
-	set.Flags().Var(newInt(&permits, 0), "permits", "the capacity: at most N holders of KEY, whatever each caller asks (required)")
-	set.PreRunE = func(*cobra.Command, []string) error {
-		if o.src.origin("permits") != fromFlag {
+	set.Flags().Var(newInt(&permits, 0), "permits", "the capacity: at most N holders of KEY, whatever each caller asks")
+	set.Flags().StringVar(&slots, "slots", "", "name KEY's slots, slot 0's first (a GPU's, a database's): the capacity is their number, and a holder's command gets its slots' names in SEMRUN_SLOT_NAME(S)")
+	set.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		named := cmd.Flags().Changed("slots")
+		switch {
+		case named && o.src.origin("permits") == fromFlag:
+			return usageErrorf("--permits and --slots: give one (the capacity of named slots is their number)")
+		case named:
+			if err := semaphore.CheckSlotNames(strings.Split(slots, ",")); err != nil {
+				return usageErrorf("--slots %s: %v", printable.String(strconv.Quote(semaphore.Clip(slots, 60))), errors.Unwrap(err))
+			}
+			return nil
+		case o.src.origin("permits") != fromFlag:
 			// SEMRUN_PERMITS and a config file's permits are the runs':
 			// a capacity every caller is held to is named where it is set.
-			return usageErrorf("--permits is required: the capacity to keep, from 1 to %d", semaphore.MaxPermits)
+			return usageErrorf("--permits or --slots is required: the capacity to keep, from 1 to %d, or the names of its slots", semaphore.MaxPermits)
 		}
 		if permits < 1 || permits > semaphore.MaxPermits {
 			return usageErrorf("%s: must be from 1 to %d", o.src.show("permits", permits), semaphore.MaxPermits)
@@ -121,14 +142,48 @@ func (o *keyOptions) newCmdDrain() *cobra.Command {
 func (o *keyOptions) newCmdRevoke() *cobra.Command {
 	var holder, reason string
 	var force bool
-	revoke := o.sub("revoke KEY --holder ID [--reason TEXT] [--force]", "Stop one holder's command: it lets go at its next renewal",
+	slot := -1
+	revoke := o.sub("revoke KEY --holder ID | --slot S [--reason TEXT] [--force]", "Stop one holder's command: it lets go at its next renewal",
 		func(ctx context.Context, store semaphore.Store, key string) error {
+			if slot >= 0 {
+				id, err := holderOfSlot(ctx, store, key, slot)
+				if err != nil {
+					return err
+				}
+				holder = id
+			}
 			return o.revoke(ctx, store, key, holder, reason, force)
 		})
 	addReasonFlag(revoke, &reason)
-	revoke.Flags().StringVar(&holder, "holder", "", "the holder's ID, as semrun status shows it (required)")
+	revoke.Flags().StringVar(&holder, "holder", "", "the holder's ID, as semrun status shows it")
+	revoke.Flags().Var(newInt(&slot, -1), "slot", "the slot S of the holder to revoke, as semrun status shows it (0 to N-1)")
 	revoke.Flags().BoolVar(&force, "force", false, "free the permit at once, for a holder known to be dead: one alive could run beside the next")
 	return revoke
+}
+
+// holderOfSlot is the ID of the holder, or cooling, of key's slot: the
+// one status finds now. The revoke that follows revokes that one only
+// (an ID is one grant's): if it let go meanwhile, the revoke finds no
+// holder, and slot's next holder is left alone.
+func holderOfSlot(ctx context.Context, store semaphore.Store, key string, slot int) (string, error) {
+	st, err := store.Status(ctx, []string{key})
+	if err != nil {
+		return "", err
+	}
+	if len(st) != 1 || st[0].Error != "" {
+		return "", fmt.Errorf("key %q: status: could not be read", key)
+	}
+	for _, h := range st[0].Holders {
+		if slices.Contains(h.Slots.Numbers, slot) && h.ID != "" {
+			return h.ID, nil
+		}
+	}
+	for _, c := range st[0].Cooling {
+		if slices.Contains(c.Slots.Numbers, slot) && c.ID != "" {
+			return c.ID, nil
+		}
+	}
+	return "", &noHolderError{key: key, slot: slot}
 }
 
 // addReasonFlag adds --reason to c: pause, drain and revoke say why.
@@ -204,8 +259,18 @@ func (o *keyOptions) checkFlags(cmd *cobra.Command) error {
 			return usageErrorf("--timeout %v: must be from 0 to %v", v, semaphore.MaxPause)
 		}
 	}
-	if h := f.Lookup("holder"); h != nil && h.Value.String() == "" {
-		return usageErrorf("--holder is required: the ID semrun status shows")
+	if h := f.Lookup("holder"); h != nil {
+		bySlot := f.Changed("slot")
+		switch {
+		case bySlot && h.Value.String() != "":
+			return usageErrorf("--holder and --slot: give one")
+		case bySlot:
+			if s, err := strconv.Atoi(f.Lookup("slot").Value.String()); err != nil || s < 0 || s >= semaphore.MaxSlots {
+				return usageErrorf("--slot %s: must be from 0 to %d", printable.String(f.Lookup("slot").Value.String()), semaphore.MaxSlots-1)
+			}
+		case h.Value.String() == "":
+			return usageErrorf("--holder or --slot is required: the ID or the slot semrun status shows")
+		}
 	}
 	return nil
 }
@@ -253,6 +318,13 @@ func printKeyShow(w io.Writer, k semaphore.KeyStatus) error {
 	} else {
 		line += "no stored capacity"
 	}
+	if len(k.SlotNames) > 0 {
+		named := make([]string, len(k.SlotNames))
+		for i, name := range k.SlotNames {
+			named[i] = fmt.Sprintf("%d (%s)", i, printable.String(name))
+		}
+		line += ", slots " + strings.Join(named, ", ")
+	}
 	if k.Paused != nil {
 		line += "; " + pausedText(k.Paused)
 	}
@@ -275,9 +347,15 @@ func pausedText(p *semaphore.Pause) string {
 	return s
 }
 
-// noHolderError means no holder of the key has the id given.
-type noHolderError struct{ key, id string }
+// noHolderError means no holder of the key has the id, or the slot, given.
+type noHolderError struct {
+	key, id string
+	slot    int // when id is empty
+}
 
 func (e *noHolderError) Error() string {
+	if e.id == "" {
+		return fmt.Sprintf("key %q: nobody holds slot %d (semrun status shows who holds which)", e.key, e.slot)
+	}
 	return fmt.Sprintf("key %q: no holder has the ID %q (semrun status shows them)", e.key, e.id)
 }

@@ -90,7 +90,7 @@ func TestManListsEveryVariable(t *testing.T) {
 
 	given := manTerms(t, "Variables the command gets")
 	o := &runOptions{waitOptions: waitOptions{commonOptions: &commonOptions{f: &Factory{}}, key: "k", permits: 2}}
-	env := o.childEnv(nil, []int64{7})
+	env := o.childEnv(nil, []int64{7}, []semaphore.Slots{{Numbers: []int{0}, Names: []string{"a"}}})
 	if len(env) == 0 {
 		t.Fatal("childEnv gave the command no variable")
 	}

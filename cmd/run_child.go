@@ -37,9 +37,9 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 			})
 		}
 		if len(tokens) == 1 {
-			log.Infof("key %q: permit held after %v, fencing token %d", o.key, time.Since(began).Round(time.Millisecond), tokens[0])
+			log.Infof("key %q: permit held after %v, fencing token %d%s", o.key, time.Since(began).Round(time.Millisecond), tokens[0], slotsText(lease))
 		} else {
-			log.Infof("%s: permits held after %v, fencing tokens %s", o.keysText(), time.Since(began).Round(time.Millisecond), tokensText(tokens))
+			log.Infof("%s: permits held after %v, fencing tokens %s%s", o.keysText(), time.Since(began).Round(time.Millisecond), tokensText(tokens), slotsText(lease))
 		}
 		started := time.Now()
 		res, runErr := runner.Run(ctx, o.spec(lease, tokens, o.ttl, signals, log), lease)
@@ -58,7 +58,7 @@ func (o *runOptions) run(ctx context.Context, store semaphore.Store, log *logger
 // tokens, a lease of ttl, and the signals caught.
 func (o *runOptions) spec(lease semaphore.Lease, tokens []int64, ttl time.Duration, signals *runner.Signals, log *logger) runner.Spec {
 	return runner.Spec{
-		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, tokens), Inherit: lease.Files(),
+		Args: o.command, Path: o.path, Env: o.childEnv(o.f.Environ, tokens, semaphore.SlotsOf(lease)), Inherit: lease.Files(),
 		Stdin: fileOf(o.f.Streams.In), Stdout: fileOf(o.f.Streams.Out), Stderr: fileOf(o.f.Streams.ErrOut),
 		TTL: ttl, KillAfter: o.killAfter, OnLost: o.lostPolicy(), MaxRuntime: o.maxRuntime, WarnAfter: o.warnAfter,
 		Signals: signals, Warnf: log.Warnf, ReapOrphans: o.f.ReapOrphans,

@@ -138,10 +138,29 @@ func coolingText(c semaphore.Cooling, now time.Time) string {
 	s := fmt.Sprintf("cooling until %s (in %v), %s: %s on %s, pid %d%s, %d of %d (--min-hold)",
 		now.Add(c.EndsIn).Format("2006-01-02 15:04:05 MST"), c.EndsIn.Round(time.Second), exit,
 		printable.String(c.Command), printable.String(c.Host), c.PID, id, c.Weight, c.Permits)
+	if len(c.Slots.Numbers) > 0 {
+		s += ", slots " + slotsColumn(c.Slots)
+	}
 	if c.Label != "" {
 		s += ", label " + printable.String(c.Label)
 	}
 	return s
+}
+
+// slotsColumn is the SLOTS column of a row: the slots' numbers, each with
+// its name escaped when named ("0 (gpu-a), 1 (gpu-b)"), "-" for none.
+func slotsColumn(s semaphore.Slots) string {
+	if len(s.Numbers) == 0 {
+		return "-"
+	}
+	if len(s.Names) != len(s.Numbers) {
+		return s.NumbersText()
+	}
+	parts := make([]string, len(s.Numbers))
+	for i, n := range s.Numbers {
+		parts[i] = fmt.Sprintf("%d (%s)", n, printable.String(s.Names[i]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // labelColumn is the LABEL column of a row: the label escaped, "-" for
@@ -235,6 +254,10 @@ func printHolders(w io.Writer, holders []semaphore.Holder) {
 	if deadlines {
 		header += "\tMAX-RUNTIME IN" // only where some holder has one
 	}
+	slots := slices.ContainsFunc(holders, func(h semaphore.Holder) bool { return len(h.Slots.Numbers) > 0 })
+	if slots {
+		header += "\tSLOTS"
+	}
 	with := withAny(holders, func(h semaphore.Holder) semaphore.HolderInfo { return h.HolderInfo })
 	if with {
 		header += "\tWITH"
@@ -264,6 +287,9 @@ func printHolders(w io.Writer, holders []semaphore.Holder) {
 				deadline = h.DeadlineIn.Round(time.Millisecond).String()
 			}
 			fmt.Fprintf(w, "\t%s", deadline)
+		}
+		if slots {
+			fmt.Fprintf(w, "\t%s", slotsColumn(h.Slots))
 		}
 		if with {
 			fmt.Fprintf(w, "\t%s", withColumn(h.HolderInfo))

@@ -212,3 +212,16 @@ type AllAtOnce interface {
 // ErrNotAtOnce: this store cannot grant several keys in one step (a
 // Redis Cluster, whose keys live on different masters).
 var ErrNotAtOnce = errors.New("several keys cannot be granted in one step here")
+
+// SlotsOf are the slots of what l holds: each key's of a *Several, in the
+// caller's order, else l's own.
+func SlotsOf(l Lease) []Slots {
+	if s, ok := l.(*Several); ok {
+		out := make([]Slots, len(s.leases))
+		for i, one := range s.leases {
+			out[i] = one.Slots()
+		}
+		return out
+	}
+	return []Slots{l.Slots()}
+}

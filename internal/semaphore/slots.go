@@ -140,3 +140,21 @@ func ParseSlotNames(text string) []string {
 	}
 	return strings.Split(text, ",")
 }
+
+// Named are numbers, slots of the key, with the names the key's slots
+// have (SlotNames), when it has as many as a number needs.
+func (k KeyStatus) Named(numbers []int) Slots {
+	s := Slots{Numbers: numbers}
+	if len(numbers) == 0 || len(k.SlotNames) == 0 {
+		return s
+	}
+	names := make([]string, len(numbers))
+	for i, n := range numbers {
+		if n >= len(k.SlotNames) {
+			return s
+		}
+		names[i] = k.SlotNames[n]
+	}
+	s.Names = names
+	return s
+}

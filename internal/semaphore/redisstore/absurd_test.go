@@ -48,7 +48,7 @@ func TestAbsurdRepliesAreErrors(t *testing.T) {
 			if d := time.Since(start); d > 3*time.Second {
 				t.Errorf("Acquire: took %v, want the error within the connect timeout", d)
 			}
-			l := st.newLease(semaphore.Request{Key: "k", TTL: 30 * time.Second}, protocol.NewKeys(testPrefix, "k"), "ID", 1, clock.Now().Add(time.Hour), clock.Now(), 0, 0)
+			l := st.newLease(semaphore.Request{Key: "k", TTL: 30 * time.Second}, protocol.NewKeys(testPrefix, "k"), "ID", 1, semaphore.Slots{}, clock.Now().Add(time.Hour), clock.Now(), 0, 0)
 			if err := l.Renew(ctxTimeout(t, 5*time.Second)); err == nil || strings.Contains(err.Error(), semaphore.ErrLost.Error()) {
 				t.Errorf("Renew: got %v, want an error that leaves the permit in doubt", err)
 			}

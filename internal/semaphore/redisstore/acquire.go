@@ -290,7 +290,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	// A turn of its own, handed by its own script, it has just taken.
 	s.watch(ctx, a.keys, slices.DeleteFunc(r.Handed, func(l string) bool { return l == a.wake.key }))
 	if r.Granted {
-		l, err := a.fresh(ctx, s.newLease(req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left)), sent, r.Since, r.Now))
+		l, err := a.fresh(ctx, s.newLease(req, a.keys, a.id, r.Token, r.Slots, sent.Add(serverSpan(r.Left)), sent, r.Since, r.Now))
 		return l, 0, err
 	}
 	if r.Over {
@@ -371,7 +371,7 @@ func (a *asker) warn(r protocol.AcquireReply) {
 func (a *asker) take(ctx context.Context, t protocol.Turn) (semaphore.Lease, error) {
 	// Handed over at the expiry less the lease, as the script reads its clock.
 	since := t.Expiry - a.req.TTL.Milliseconds()
-	l := a.s.newLease(a.req, a.keys, a.id, t.Token, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)), a.inLine.sent, since, a.inLine.now)
+	l := a.s.newLease(a.req, a.keys, a.id, t.Token, t.Slots, a.inLine.sent.Add(serverSpan(t.Expiry-a.inLine.now)), a.inLine.sent, since, a.inLine.now)
 	// The script that handed it over did not know its terms: the first
 	// call of its holder records them, before the command starts, so that
 	// a holder stopped from then on frees it at its bound, and one that

@@ -247,7 +247,7 @@ func TestClockStatusAtTheEdge(t *testing.T) {
 		t.Fatalf("Status 1ms before expiry: got (%+v, %v), want one holder", status, err)
 	}
 	h := status[0].Holders[0]
-	want := semaphore.Holder{ID: h.ID, HolderInfo: semaphore.HolderInfo{Host: "h", PID: 7, Command: "c"}, Permits: 4, Weight: 1, Token: a.Token(), Age: leaseTTL - time.Millisecond, ExpiresIn: time.Millisecond}
+	want := semaphore.Holder{ID: h.ID, HolderInfo: semaphore.HolderInfo{Host: "h", PID: 7, Command: "c"}, Permits: 4, Weight: 1, Token: a.Token(), Age: leaseTTL - time.Millisecond, ExpiresIn: time.Millisecond, Slots: semaphore.Slots{Numbers: []int{0}}}
 	if !reflect.DeepEqual(h, want) || len(h.ID) != 10 || status[0].Capacity != 4 || status[0].Held != 1 {
 		t.Errorf("Status 1ms before expiry: got %+v (capacity %d, held %d), want %+v (capacity 4, held 1)", h, status[0].Capacity, status[0].Held, want)
 	}

@@ -57,14 +57,14 @@ func (s *Store) Attach(ctx context.Context, h semaphore.Handle, keeper bool) (se
 	if r.State != string(semaphore.HoldHeld) {
 		return nil, semaphore.HoldInfo{}, holdEnded(h.Key, r)
 	}
-	info := semaphore.HoldInfo{Key: h.Key, Permits: int(r.Permits), Weight: int(r.Weight), Token: r.Token, TTL: protocol.Span(r.TTL)}
+	info := semaphore.HoldInfo{Key: h.Key, Permits: int(r.Permits), Weight: int(r.Weight), Token: r.Token, TTL: protocol.Span(r.TTL), Slots: r.Slots}
 	if len(r.Meta) <= maxMeta {
 		_ = json.Unmarshal([]byte(r.Meta), &info.Keeper) // what status shows only
 	}
 	if info.TTL < semaphore.MinTTL || info.Permits < 1 || info.Weight < 1 || info.Token < 1 || r.Left <= 0 || r.Hard < 0 {
 		return nil, semaphore.HoldInfo{}, fmt.Errorf("key %q: attach to the hold: %s: unexpected hold %+v", h.Key, s.addr, r)
 	}
-	l.ttl, l.token = info.TTL, info.Token
+	l.ttl, l.token, l.slots = info.TTL, info.Token, info.Slots
 	// As a renewal: the script's expiry is its clock's reading, rounded
 	// down, plus the hold's lease, or less at its bound.
 	l.deadline = sent.Add(serverSpan(min(r.Left, r.TTL)))

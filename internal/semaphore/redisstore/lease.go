@@ -30,6 +30,7 @@ type lease struct {
 	// the lease lasts.
 	fence time.Duration
 	token int64
+	slots semaphore.Slots
 	// share names this process among those attached to a hold (see
 	// hold.go); empty for a lease that is not a hold's.
 	share string
@@ -54,8 +55,8 @@ type lease struct {
 // newLease is the lease of req's permit id, granted at the server's
 // clock since, as a script that ran at its clock now answered a call sent
 // at sent: its bound is the server's, here, never later.
-func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, deadline clock.Instant, sent clock.Instant, since, now int64) *lease {
-	l := &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token,
+func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, slots semaphore.Slots, deadline clock.Instant, sent clock.Instant, since, now int64) *lease {
+	l := &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token, slots: slots,
 		deadline: deadline, asked: asked(req), minHold: req.MinHold, coolAfter: req.MinHoldAfter}
 	if l.asked > 0 {
 		// sent is no later than now, here: the bound is no later than
@@ -366,5 +367,4 @@ func (l *lease) releaseReplicated(ctx context.Context, args protocol.ReleaseArgs
 	return nil
 }
 
-// Slots are not there yet.
-func (l *lease) Slots() semaphore.Slots { return semaphore.Slots{} }
+func (l *lease) Slots() semaphore.Slots { return l.slots }

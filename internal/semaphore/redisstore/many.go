@@ -172,7 +172,7 @@ func (m *many) granted(ctx context.Context, replies []protocol.AcquireReply, sen
 	for i, r := range replies {
 		a := m.askers[i]
 		keys[i] = a.req.Key
-		l, err := a.fresh(ctx, m.s.newLease(a.req, a.keys, a.id, r.Token, sent.Add(serverSpan(r.Left)), sent, r.Since, r.Now))
+		l, err := a.fresh(ctx, m.s.newLease(a.req, a.keys, a.id, r.Token, r.Slots, sent.Add(serverSpan(r.Left)), sent, r.Since, r.Now))
 		if err != nil || l == nil {
 			m.abandon(ctx)
 			return nil, 0, err

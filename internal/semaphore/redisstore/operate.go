@@ -75,7 +75,11 @@ func (s *Store) operate(ctx context.Context, key, what string, args protocol.Key
 	return r, nil
 }
 
-// SetSlots is not there yet.
+// SetSlots names key's slots, and stores their number as its capacity.
 func (s *Store) SetSlots(ctx context.Context, key string, names []string) error {
-	return errors.ErrUnsupported
+	if err := semaphore.CheckSlotNames(names); err != nil {
+		return err
+	}
+	_, err := s.operate(ctx, key, "name the slots", protocol.KeyArgs{Op: "slots", Names: names})
+	return err
 }

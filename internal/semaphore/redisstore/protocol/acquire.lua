@@ -55,6 +55,9 @@
 --             or when none was counted)
 --   fresh     1 when the key's counters were renewed: the caller lists
 --             the key in the index (see count in lib.lua)
+--   slots     the slots granted, "0,3" (none on a key of more than
+--             MAXSLOTS permits; see takeSlots in lib.lua), and
+--   names     their names, "a,d", when an operator named them
 -- Events: a grant, by this call or the hand-over it makes (once: a
 -- repeat of the call writes none); busy, for a caller that would not wait
 -- and gets nothing, or one refused a place in a full line.
@@ -110,7 +113,7 @@ if changed or inline or (busy < n and waiting() > 0) then
   busy = busy + given
 end
 
-local function answer(granted, token, left, position, lapse, full, since, over)
+local function answer(granted, token, left, position, lapse, full, since, over, slots)
   local p = policy()
   local recent = 0
   if position > 0 then
@@ -123,7 +126,8 @@ local function answer(granted, token, left, position, lapse, full, since, over)
     fenced = fenceLeft(), moved = moved, full = full or 0, bad = bad, handed = handed,
     wait = position > 0 and wlease or 0, since = since or 0, stored = p.cap or 0,
     paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
-    pausedfor = p.paused and p.paused.left or 0, over = over or 0, recent = recent, fresh = fresh}
+    pausedfor = p.paused and p.paused.left or 0, over = over or 0, recent = recent, fresh = fresh,
+    slots = slots or '', names = slotNames(slots) or ''}
 end
 
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
@@ -149,7 +153,7 @@ elseif expiry and mine then
   end
   redis.call('HSET', infoKey, '#cap', n)
   keepalive(longest)
-  return answer(1, mine.token, expiry - now, 0, earliest(), 0, mine.since)
+  return answer(1, mine.token, expiry - now, 0, earliest(), 0, mine.since, 0, mine.slots)
 elseif expiry then
   -- Its record is not one: no token to give back. The caller has not
   -- started its command yet, so it may have a permit anew.
@@ -170,14 +174,14 @@ if not inline and waiting() == 0 and busy + weight <= capacity(n) and fenced() =
   and not policy().paused then
   local left = ttl
   if asked > 0 then left = math.min(ttl, asked) end
-  local token, err = grant(id, n, weight, ttl, now + left, meta, asked > 0 and now + asked or nil,
+  local token, err, slots = grant(id, n, weight, ttl, now + left, meta, asked > 0 and now + asked or nil,
     coolFor > 0 and now + coolFor or nil)
   if not token then return redis.error_reply(err) end
   busy = busy + weight
   keepalive(math.max(ttl, longest))
-  event({e = 'grant', id = publicID(id), m = metaOf(meta), n = n, w = weight, t = token, wait = waited},
+  event({e = 'grant', id = publicID(id), m = metaOf(meta), n = n, w = weight, t = token, wait = waited, s = slots},
     'w', waited)
-  return answer(1, token, left, 0, earliest(), 0, now)
+  return answer(1, token, left, 0, earliest(), 0, now, 0, slots)
 end
 
 if wlease == 0 then

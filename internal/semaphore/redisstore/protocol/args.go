@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/semrun/semrun/internal/semaphore"
@@ -118,6 +119,8 @@ type AcquireReply struct {
 	// Fresh: the key's counters were renewed, and the store lists the
 	// key in its index (Index).
 	Fresh bool
+	// Slots are the slots granted.
+	Slots semaphore.Slots
 }
 
 // Policy is what an operator set on a key, as a script answers it.
@@ -159,15 +162,17 @@ func (p *Policy) set(paused int64) {
 func DecodeAcquire(res any) (AcquireReply, error) {
 	var r AcquireReply
 	var granted, full, paused, over, fresh int64
+	var slots, names string
 	fields := r.Policy.fields(&paused)
 	maps.Copy(fields, map[string]any{
 		"granted": &granted, "token": &r.Token, "held": &r.Held, "previous": &r.Previous,
 		"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
 		"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
-		"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh,
+		"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh, "slots": &slots, "names": &names,
 	})
 	err := decodeReply(acquireScript.name, res, fields)
 	r.Granted, r.Full, r.Over, r.Fresh = granted == 1, full == 1, over == 1, fresh == 1
+	r.Slots = readSlots(slots, names)
 	r.Policy.set(paused)
 	if err == nil && r.Granted && r.Token <= 0 {
 		err = fmt.Errorf("%s: unexpected reply %s (token %d)", acquireScript.name, shortReply(res), r.Token)
@@ -213,17 +218,19 @@ func DecodeMany(res any, keys int) ([]AcquireReply, []bool, error) {
 	for i, one := range list {
 		var r AcquireReply
 		var granted, full, paused, over, fresh, fit int64
+		var slots, names string
 		fields := r.Policy.fields(&paused)
 		maps.Copy(fields, map[string]any{
 			"granted": &granted, "token": &r.Token, "held": &r.Held, "previous": &r.Previous,
 			"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
 			"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
-			"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh, "fits": &fit,
+			"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh, "fits": &fit, "slots": &slots, "names": &names,
 		})
 		if err := decodeReply(manyScript.name, one, fields); err != nil {
 			return nil, nil, err
 		}
 		r.Granted, r.Full, r.Over, r.Fresh = granted == 1, full == 1, over == 1, fresh == 1
+		r.Slots = readSlots(slots, names)
 		r.Policy.set(paused)
 		if r.Granted && r.Token <= 0 {
 			return nil, nil, fmt.Errorf("%s: unexpected reply %s (token %d)", manyScript.name, shortReply(res), r.Token)
@@ -379,18 +386,22 @@ type HoldReply struct {
 	Bad, Handed   []string
 	// Fresh is AcquireReply's.
 	Fresh bool
+	// Slots are the hold's.
+	Slots semaphore.Slots
 }
 
 // DecodeHold reads hold.lua's reply.
 func DecodeHold(res any) (HoldReply, error) {
 	var r HoldReply
 	var now, released, fresh int64
+	var slots, names string
 	err := decodeReply(holdScript.name, res, map[string]any{
 		"state": &r.State, "why": &r.Why, "meta": &r.Meta, "at": &r.At, "permits": &r.Permits, "weight": &r.Weight,
 		"token": &r.Token, "ttl": &r.TTL, "replicas": &r.Replicas, "now": &now, "released": &released, "bad": &r.Bad, "handed": &r.Handed,
-		"left": &r.Left, "hard": &r.Hard, "fresh": &fresh,
+		"left": &r.Left, "hard": &r.Hard, "fresh": &fresh, "slots": &slots, "names": &names,
 	})
 	r.Now, r.Released, r.Fresh = now == 1, released == 1, fresh == 1
+	r.Slots = readSlots(slots, names)
 	return r, err
 }
 
@@ -463,6 +474,8 @@ type KeyArgs struct {
 	Cap                int
 	For                time.Duration
 	Force, Quiet       bool
+	// Names are the slots' names of op "slots".
+	Names []string
 }
 
 func (KeyArgs) script() *Script { return keyScript }
@@ -473,7 +486,7 @@ func (a KeyArgs) argv(k Keys) []any {
 		force = 1
 	}
 	return []any{"op", a.Op, "wake", k.Wake, "reason", a.Reason, "holder", a.Holder, "cap", a.Cap,
-		"for", max(a.For, 0).Milliseconds(), "force", force, "quiet", flag(a.Quiet)}
+		"for", max(a.For, 0).Milliseconds(), "force", force, "quiet", flag(a.Quiet), "names", strings.Join(a.Names, ",")}
 }
 
 // KeyReply is key.lua's reply: the key's policy after the op; Found, for

@@ -119,6 +119,9 @@ func DecodeEvent(key string, m redis.XMessage) (e semaphore.Event, ok bool) {
 	e.Reason = cut(text("why"), MaxReason)
 	e.Until = within(number("until", 0, MaxInt), MaxPause)
 	e.Forced = text("f") == "1"
+	if slots, err := semaphore.ParseSlotNumbers(text("s")); err == nil && len(slots) == e.Weight {
+		e.Slots.Numbers = slots
+	}
 	return e, true
 }
 

@@ -5,8 +5,9 @@
 -- by HOLDLIFE so that a release a day later still learns how the hold
 -- ended:
 --   state held|released|lost|max-runtime|revoked; why, at: its end
---   ttl, fence, replicas, permits, weight, token, meta, bound, cool: its
---   grant
+--   ttl, fence, replicas, permits, weight, token, meta, bound, cool,
+--   slots, names (its slots and their names: see takeSlots and slotNames
+--   in lib.lua): its grant
 --   '@<share>' -> the lease expiry of one attached process: its keeper
 --   ('k.' and a name), a run under its handle
 -- The permit's own lease is never shortened: each renewal pushes it to at
@@ -23,7 +24,7 @@
 -- cool (ms after the grant; 0: none); end: state and why ('' leaves the
 -- state as it is).
 -- Reply: state, why, at (ms; 0 when unknown), now (1 when this call ended
--- the hold), permits, weight, token, ttl, replicas, meta, released (1 when
+-- the hold), permits, weight, token, ttl, replicas, meta, slots, names, released (1 when
 -- this call gave the permit back), left (renew: ms left of the share's
 -- lease), hard (ms until the hold's bound; 0: none), bad, handed, fresh
 -- (see acquire.lua's reply). ARGV quiet: see event in lib.lua.
@@ -67,12 +68,14 @@ if op == 'begin' then
   hard = recordTerms(id, asked, coolFor, hard, minEnd, h.since)
   if hard then out.hard = hard - now end
   redis.call('HSET', hk, 'state', 'held', 'ttl', ttl, 'fence', fence, 'replicas', replicas, 'permits', h.permits,
-    'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked, 'cool', coolFor)
+    'weight', h.weight, 'token', h.token, 'meta', a.meta, 'bound', asked, 'cool', coolFor,
+    'slots', h.slots or '', 'names', slotNames(h.slots) or '')
   redis.call('PEXPIRE', hk, HOLDLIFE)
   -- A min hold recorded here: the keys outlive it (keepalive).
   if coolUntil > now then keepalive(0) end
   out.state, out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = 'held', h.permits, h.weight, h.token, ttl,
     replicas, a.meta
+  out.slots, out.names = h.slots or '', slotNames(h.slots) or ''
   return reply(out)
 end
 
@@ -130,6 +133,7 @@ if not (ttl and fence and replicas and permits and weight and token and states[r
   return reply(out)
 end
 out.permits, out.weight, out.token, out.ttl, out.replicas, out.meta = permits, weight, token, ttl, replicas, rec.meta or ''
+out.slots, out.names = rec.slots or '', rec.names or ''
 local moved, last = rebase()
 if moved > 0 then
   -- The shares' leases are pushed back as the holders' are (see rebase):

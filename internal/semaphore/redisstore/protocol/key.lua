@@ -3,6 +3,9 @@
 -- revokes.
 -- KEYS: see lib.lua. ARGV (KeyArgs in args.go): op, one of
 --   set      cap: the stored capacity every caller is admitted against
+--   slots    names: the slots' names, comma-separated, slot 0's first;
+--            their number is stored as the capacity (see slotNames in
+--            lib.lua); set and unset drop them
 --   unset    back to each caller's own
 --   pause    reason; for, ms (0: until resumed)
 --   resume
@@ -43,12 +46,34 @@ local function pruneRevoked()
   end
 end
 
+-- unname drops the names of the key's slots.
+local function unname()
+  local count = num(redis.call('HGET', policyKey, 'slots'), 1, MAXSLOTS)
+  local fields = {'slots'}
+  for n = 0, (count or 0) - 1 do fields[#fields + 1] = 'name ' .. n end
+  redis.call('HDEL', policyKey, unpack(fields))
+end
+
 if op == 'set' then
   local cap = num(a.cap, 1, MAXPERMITS)
   if not cap then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
+  unname()
   redis.call('HSET', policyKey, 'cap', cap)
   event({e = 'capacity', cap = cap})
+elseif op == 'slots' then
+  local names = {}
+  for name in string.gmatch((a.names or '') .. ',', '([^,]*),') do
+    if name == '' or #name > MAXSLOTNAME then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
+    names[#names + 1] = name
+  end
+  if #names < 1 or #names > MAXSLOTS then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
+  unname()
+  local fields = {'cap', #names, 'slots', #names}
+  for i, name in ipairs(names) do fields[#fields + 1], fields[#fields + 2] = 'name ' .. (i - 1), name end
+  redis.call('HSET', policyKey, unpack(fields))
+  event({e = 'capacity', cap = #names, why = string.sub(a.names, 1, MAXREASON)})
 elseif op == 'unset' then
+  unname()
   redis.call('HDEL', policyKey, 'cap')
   event({e = 'capacity', cap = '0'})
 elseif op == 'pause' then

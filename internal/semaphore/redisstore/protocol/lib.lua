@@ -16,7 +16,8 @@
 --            -> that permit's terms (see terms); "#cool <id>" -> the exit
 --            status of a permit that is cooling (-1: unknown; see
 --            cool); "#clock", "#ttl" (rebase);
---            "#fencefrom", "#fencelen", "#fenceuntil", "#replid" (fenced)
+--            "#fencefrom", "#fencelen", "#fenceuntil", "#replid" (fenced);
+--            "#slot <n>" -> the id of the holder of slot n (takeSlots)
 --   token:   string, the last fencing token handed out
 --   queue:   sorted set, waiter id -> ticket: the order of arrival
 --   waiters: hash, waiter id -> waiter record; "#seq" -> the last ticket
@@ -113,19 +114,42 @@ local function dropped(kind, rec)
   if #bad < 8 then bad[#bad + 1] = kind .. ' ' .. string.sub(rec or '(none)', 1, 100) end
 end
 
--- A holder record: "<permits> <token> <granted ms> <weight> <meta>".
+-- A holder record: "<permits> <token> <granted ms> <weight> [s<slots> ]<meta>",
+-- slots being the slots it holds ("0,3"; see grant), when it holds any.
+-- Meta is JSON or nothing: it never starts with "s".
 local function holderRecord(h)
-  return string.format('%d %d %d %d ', h.permits, h.token, h.since, h.weight) .. h.meta
+  local slots = h.slots and ('s' .. h.slots .. ' ') or ''
+  return string.format('%d %d %d %d ', h.permits, h.token, h.since, h.weight) .. slots .. h.meta
 end
 
--- readHolder reads a holder record; nil for one that is not.
+-- slotList reads slots as a holder record keeps them: at most MAXSLOTS
+-- numbers below MAXSLOTS, increasing; nil for anything else.
+local function slotList(text)
+  if type(text) ~= 'string' or #text > MAXSLOTS * 5 then return nil end
+  local out, last = {}, -1
+  for part in string.gmatch(text .. ',', '([^,]*),') do
+    local n = num(part, 0, MAXSLOTS - 1)
+    if not n or n <= last then return nil end
+    out[#out + 1], last = n, n
+  end
+  return out
+end
+
+-- readHolder reads a holder record; nil for one that is not. Slots that
+-- are not its weight's slots are none.
 local function readHolder(rec)
   local permits, token, since, weight, meta = string.match(rec or '', '^(%d+) (%d+) (%d+) (%d+) (.*)$')
   if not permits then return nil end
   permits, weight = num(permits, 1, MAXPERMITS), num(weight, 1, MAXPERMITS)
   token, since = num(token, 0, MAXINT), num(since, 0, MAXINT)
   if not (permits and weight and token and since) or weight > permits then return nil end
-  return {permits = permits, token = token, since = since, weight = weight, meta = meta}
+  local slots, rest = string.match(meta, '^s([%d,]+) (.*)$')
+  if slots then
+    meta = rest
+    local list = slotList(slots)
+    if not list or #list ~= weight then slots = nil end
+  end
+  return {permits = permits, token = token, since = since, weight = weight, slots = slots, meta = meta}
 end
 
 -- A waiter record: "<lease expiry ms> <permits> <weight> <since ms> <ttl ms> <meta>".
@@ -146,10 +170,13 @@ local function readWaiter(rec)
 end
 
 -- A turn record, pushed to a waiter's wake list: "g <token> <lease expiry
--- ms>" gives it its permit; "c <ms>" (watch.lua) asks it to look again
+-- ms>[ <slots>[ <slot names>]]" gives it its permit; "c <ms>" (watch.lua) asks it to look again
 -- then (a permit handed to a waiter before it may lapse unclaimed).
-local function turnRecord(token, expiry)
-  return string.format('g %d %d', token, expiry)
+local function turnRecord(token, expiry, slots, names)
+  local rec = string.format('g %d %d', token, expiry)
+  if slots then rec = rec .. ' ' .. slots end
+  if slots and names then rec = rec .. ' ' .. names end
+  return rec
 end
 
 -- member is the name the permit of id goes by in the keys: its SHA-1, 40
@@ -197,7 +224,18 @@ local function removeHolder(id)
   local f = redis.call('HMGET', infoKey, id, '#cool ' .. id)
   local h = readHolder(f[1])
   redis.call('ZREM', holdersKey, id)
-  redis.call('HDEL', infoKey, id, '#claim ' .. id, '#bound ' .. id, '#min ' .. id, '#cool ' .. id)
+  local gone = {id, '#claim ' .. id, '#bound ' .. id, '#min ' .. id, '#cool ' .. id}
+  -- Its slots, those that are still its own.
+  local slots = h and h.slots and slotList(h.slots)
+  if slots then
+    local names = {}
+    for i, n in ipairs(slots) do names[i] = '#slot ' .. n end
+    local owners = redis.call('HMGET', infoKey, unpack(names))
+    for i = 1, #names do
+      if owners[i] == id then gone[#gone + 1] = names[i] end
+    end
+  end
+  redis.call('HDEL', infoKey, unpack(gone))
   redis.call('HSET', infoKey, '#used', math.max(u - (h and h.weight or 1), 0))
   return h, num(f[2], -1, 255) ~= nil
 end
@@ -287,14 +325,15 @@ local function record(e, hist, ms)
   -- capacity it asked; w, its weight; t, its token; x, a release's exit
   -- status; held, wait and cool, ms; cap, a capacity stored (0: unset);
   -- why, a reason; until, a pause's length, ms (0: until resumed); f, 1
-  -- for a forced revoke. DecodeEvent (events.go) reads them. NOMKSTREAM
+  -- for a forced revoke; s, the holder's slots ("0,3"). DecodeEvent
+  -- (events.go) reads them. NOMKSTREAM
   -- tells a new log, which the count below gives its life; a Redis before
   -- 6.2 refuses it, and then a log with no life yet is a new one (PTTL),
   -- so that it does not renew the life, and the index, at every event.
   if not quiet then
     local argv = {'e', e.e, 'id', e.id or '', 'm', e.m or '', 'n', e.n or '', 'w', e.w or '', 't', e.t or '',
       'x', e.x or '', 'held', e.held or '', 'wait', e.wait or '', 'cool', e.cool or '', 'cap', e.cap or '',
-      'why', e.why or '', 'until', e['until'] or '', 'f', e.f or ''}
+      'why', e.why or '', 'until', e['until'] or '', 'f', e.f or '', 's', e.s or ''}
     local ok, added = pcall(redis.call, 'XADD', eventsKey, 'NOMKSTREAM', 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
     if not (ok and added) then
       if not ok and wrongType(added) then
@@ -375,7 +414,7 @@ local function holderEvent(kind, id, h, more)
   local e = more or {}
   e.e, e.id = kind, publicID(id)
   if h then
-    e.m, e.n, e.w, e.t = metaOf(h.meta), h.permits, h.weight, h.token
+    e.m, e.n, e.w, e.t, e.s = metaOf(h.meta), h.permits, h.weight, h.token, h.slots
   end
   return e
 end
@@ -491,12 +530,14 @@ local policyRead = nil
 local function policy()
   if not policyRead then
     -- A policy that is no hash (someone else wrote it) holds no settings.
-    local ok, f = pcall(redis.call, 'HMGET', policyKey, 'cap', 'paused', 'until', 'reason')
+    local ok, f = pcall(redis.call, 'HMGET', policyKey, 'cap', 'paused', 'until', 'reason', 'slots')
     if not ok then
       dropped('policy', 'not a hash')
       f = {}
     end
     policyRead = {cap = num(f[1], 1, MAXPERMITS)}
+    -- Names of the slots, as many as the stored capacity (slotNames).
+    if policyRead.cap and num(f[5], 1, MAXSLOTS) == policyRead.cap then policyRead.named = true end
     local untilMs = num(f[3] or '0', 0, MAXINT)
     if f[2] == '1' and untilMs and (untilMs == 0 or untilMs > now) then
       policyRead.paused = {reason = string.sub(f[4] or '', 1, MAXREASON), left = untilMs > 0 and untilMs - now or 0}
@@ -505,14 +546,78 @@ local function policy()
   return policyRead
 end
 
+-- slotNames are the names of slots ("0,3", as takeSlots chose them), "a,d",
+-- when an operator named the key's slots (key.lua: policy "slots" -> how
+-- many, "name <n>" -> slot n's); nil when not, or when a name is not one
+-- (empty, too long, with a comma): unnamed rather than misnamed.
+local function slotNames(slots)
+  if not slots or not policy().named then return nil end
+  local fields = {}
+  for n in string.gmatch(slots, '%d+') do fields[#fields + 1] = 'name ' .. n end
+  local ok, names = pcall(redis.call, 'HMGET', policyKey, unpack(fields))
+  if not ok then return nil end
+  for i = 1, #fields do
+    local name = names[i]
+    if type(name) ~= 'string' or name == '' or #name > MAXSLOTNAME or string.find(name, ',', 1, true) then return nil end
+  end
+  return table.concat(names, ',')
+end
+
 -- capacity is the capacity a caller that asked for n is admitted against:
 -- the stored one, when an operator set one.
 local function capacity(n)
   return policy().cap or n
 end
 
+-- A slot is a permit by its number, 0 to the capacity less one, on a key
+-- of at most MAXSLOTS permits: '#slot <n>' in the info hash names its
+-- holder's member, and the holder's record lists its slots (holderRecord),
+-- so that removeHolder frees them. A grant takes the lowest free slots
+-- below the capacity it is admitted against; the holders' weights
+-- ("#used") fit in it, so that many are free below it, even when the
+-- capacity was lowered below a slot held (which its holder keeps). A
+-- slot whose holder is gone but still named (a release by a version
+-- before slots, or someone else's write) is free.
+
+-- freeSlots are the lowest weight slots below c that '#slot' names no
+-- holder of, fewer when there are not so many; with sure, a slot whose
+-- holder is not among the holders is free too.
+local function freeSlots(c, weight, sure)
+  local free, from = {}, 0
+  while from < c and #free < weight do
+    local names = {}
+    for n = from, math.min(from + 63, c - 1) do names[#names + 1] = '#slot ' .. n end
+    local owners = redis.call('HMGET', infoKey, unpack(names))
+    for i = 1, #names do
+      local o = owners[i]
+      if not o or (sure and not redis.call('ZSCORE', holdersKey, o)) then
+        free[#free + 1] = from + i - 1
+        if #free == weight then break end
+      end
+    end
+    from = from + #names
+  end
+  return free
+end
+
+-- takeSlots chooses the slots of a grant of weight permits, admitted
+-- against a capacity of c: their numbers, "0,3", or nil when the key
+-- numbers none (more than MAXSLOTS permits). The first look trusts the
+-- names; only when it finds too few does it look whether each holder
+-- named is one. Too few even then (a count of holders gone wrong) is
+-- none, rather than a slot another holds.
+local function takeSlots(c, weight)
+  if c > MAXSLOTS then return nil end
+  local free = freeSlots(c, weight, false)
+  if #free < weight then free = freeSlots(c, weight, true) end
+  if #free < weight then return nil end
+  for i, n in ipairs(free) do free[i] = string.format('%d', n) end
+  return table.concat(free, ',')
+end
+
 -- grant gives id a permit of a capacity of n, taking weight permits, until
--- expiry, and returns its fencing token. The token is seeded from the
+-- expiry, and returns its fencing token, nil, and its slots (takeSlots).
+-- The token is seeded from the
 -- server's clock in microseconds, so tokens keep rising even after the
 -- keys expired or the store lost its data. A token that is not a number
 -- the scripts can raise exactly stops every grant of this key, with an
@@ -532,8 +637,12 @@ local function grant(id, n, weight, ttl, expiry, meta, hard, minEnd)
   -- include it.
   local u = used()
   redis.call('ZADD', holdersKey, expiry, id)
-  local fields = {id, holderRecord{permits = n, token = token, since = now, weight = weight, meta = meta},
+  local slots = takeSlots(capacity(n), weight)
+  local fields = {id, holderRecord{permits = n, token = token, since = now, weight = weight, slots = slots, meta = meta},
     '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0), '#used', u + weight}
+  for slot in string.gmatch(slots or '', '%d+') do
+    fields[#fields + 1], fields[#fields + 2] = '#slot ' .. slot, id
+  end
   if hard then
     fields[#fields + 1], fields[#fields + 2] = '#bound ' .. id, hard
   end
@@ -542,7 +651,7 @@ local function grant(id, n, weight, ttl, expiry, meta, hard, minEnd)
     coolsUntil(minEnd)
   end
   redis.call('HSET', infoKey, unpack(fields))
-  return token
+  return token, nil, slots
 end
 
 -- recordTerms records the terms id's holder asked for (see terms), where none
@@ -817,11 +926,11 @@ local function handoff(wake, busy)
       -- The wake list first: refused while its slot migrates, it leaves no
       -- grant behind that a retry would not announce.
       redis.call('DEL', k)
-      local token, err = grant(head, w.permits, w.weight, w.ttl, now + math.min(CLAIM, w.ttl), w.meta)
+      local token, err, slots = grant(head, w.permits, w.weight, w.ttl, now + math.min(CLAIM, w.ttl), w.meta)
       if not token then return longest, given, err end
       redis.call('HSET', infoKey, '#claim ' .. head, now + w.ttl)
       dropWaiter(head)
-      redis.call('RPUSH', k, turnRecord(token, now + w.ttl))
+      redis.call('RPUSH', k, turnRecord(token, now + w.ttl, slots, slotNames(slots)))
       -- The list outlives the lease it carries: a sweep takes a missing
       -- list for a turn taken, and must not after an idle minute.
       redis.call('PEXPIRE', k, math.max(WAKELIFE, w.ttl + CLAIM))
@@ -832,8 +941,8 @@ local function handoff(wake, busy)
       -- Granted here, once: its waiter takes the turn without a call.
       -- It waited since its call began (its record's since).
       local waited = math.max(now - w.since, 0)
-      event({e = 'grant', id = publicID(head), m = metaOf(w.meta), n = w.permits, w = w.weight, t = token, wait = waited},
-        'w', waited)
+      event({e = 'grant', id = publicID(head), m = metaOf(w.meta), n = w.permits, w = w.weight, t = token, wait = waited,
+        s = slots}, 'w', waited)
     end
   end
   return longest, given, nil

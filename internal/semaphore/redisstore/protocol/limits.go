@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -130,6 +131,8 @@ var limits = []limit{
 	{"EVENTREFRESH", EventRefresh.Milliseconds()},
 	{"MAXMETA", MaxMeta},
 	{"MAXKEYS", semaphore.MaxKeys},
+	{"MAXSLOTS", semaphore.MaxSlots},
+	{"MAXSLOTNAME", semaphore.MaxSlotName * utf8.UTFMax},
 }
 
 // limitsLua declares the limits as Lua locals, on one line: Redis counts

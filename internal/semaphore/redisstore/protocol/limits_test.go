@@ -30,7 +30,7 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 		"SWEEP": Sweep, "HOLDLIFE": 86400000, "MAXSHARES": 64, "MAXWHY": 200, "MAXREPLICAS": 1000, "MAXINT": 9007199254740991,
 		"MAXBOUND": (31*24 + 24) * 3600_000, "MAXCOOL": 31 * 24 * 3600_000, "MAXREASON": 200, "MAXPAUSE": 31 * 24 * 3600_000,
 		"MAXEVENTS": semaphore.MaxEvents, "EVENTLIFE": 8 * 24 * 3600_000, "EVENTREFRESH": 3600_000, "MAXMETA": 4096,
-		"MAXKEYS": 8,
+		"MAXKEYS": 8, "MAXSLOTS": 1024, "MAXSLOTNAME": 800,
 	}
 	if len(limits) != len(want) {
 		t.Errorf("limits: got %d, want %d", len(limits), len(want))

@@ -118,7 +118,7 @@ for i = 1, count do
   keys[i] = k
 end
 
-local function answer(k, granted, token, left, position, lapse, full, since, over)
+local function answer(k, granted, token, left, position, lapse, full, since, over, slots)
   local p = policy()
   local recent = 0
   if position > 0 then
@@ -131,7 +131,7 @@ local function answer(k, granted, token, left, position, lapse, full, since, ove
     wait = position > 0 and k.wlease or 0, since = since or 0, stored = p.cap or 0,
     paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
     pausedfor = p.paused and p.paused.left or 0, over = over or 0, recent = recent, fresh = fresh,
-    fits = k.fits and 1 or 0}
+    fits = k.fits and 1 or 0, slots = slots or '', names = slotNames(slots) or ''}
 end
 
 local all, cooling, over = true, false, false
@@ -171,20 +171,21 @@ if all then
       end
       redis.call('HSET', infoKey, '#cap', k.n)
       keepalive(k.longest)
-      out[i] = answer(k, 1, k.mine.token, expiry - now, 0, earliest(), 0, k.mine.since)
+      out[i] = answer(k, 1, k.mine.token, expiry - now, 0, earliest(), 0, k.mine.since, 0, k.mine.slots)
     else
       if k.inline then dropWaiter(id) end
       redis.call('HSET', infoKey, '#cap', k.n)
       local left = ttl
       if asked > 0 then left = math.min(ttl, asked) end
-      local token, err = grant(id, k.n, k.weight, ttl, now + left, k.meta, asked > 0 and now + asked or nil,
+      local token, err, slots = grant(id, k.n, k.weight, ttl, now + left, k.meta, asked > 0 and now + asked or nil,
         coolFor > 0 and now + coolFor or nil)
       if not token then return redis.error_reply(err) end
       k.busy = k.busy + k.weight
       keepalive(math.max(ttl, k.longest))
       local w = k.since and math.max(now - k.since, 0) or waited
-      event({e = 'grant', id = publicID(id), m = metaOf(k.meta), n = k.n, w = k.weight, t = token, wait = w}, 'w', w)
-      out[i] = answer(k, 1, token, left, 0, earliest(), 0, now)
+      event({e = 'grant', id = publicID(id), m = metaOf(k.meta), n = k.n, w = k.weight, t = token, wait = w, s = slots},
+        'w', w)
+      out[i] = answer(k, 1, token, left, 0, earliest(), 0, now, 0, slots)
     end
   end
   return out

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/semrun/semrun/internal/semaphore"
 )
@@ -16,36 +17,62 @@ type Turn struct {
 	// its fencing token and Expiry the server time its lease lapses at.
 	Handed        bool
 	Token, Expiry int64
+	// Slots are the slots of a permit handed over.
+	Slots semaphore.Slots
 	// Look, when not handed, is the server time at which the waiter is to
 	// ask again: a permit handed to the waiter before it may lapse
 	// unclaimed then. 0 for an element that is neither: garbage.
 	Look int64
 }
 
+// maxTurn bounds a turn record: its numbers, and every slot of a key
+// with a name each.
+const maxTurn = 64 + semaphore.MaxSlots*(5+semaphore.MaxSlotName*utf8.UTFMax+1)
+
 // ReadTurn reads a turn record (lib.lua's turnRecord): "g <token> <expiry
-// ms>" for a permit handed over, "c <ms>" to look again then. Anything
-// else is garbage, which the waiter drops.
+// ms>[ <slots>[ <slot names>]]" for a permit handed over, "c <ms>" to look
+// again then. Anything else is garbage, which the waiter drops; slots that
+// are not slots are none.
 func ReadTurn(elem string) Turn {
 	var t Turn
-	if len(elem) > 64 {
+	if len(elem) > maxTurn {
 		return t
 	}
-	if n, err := fmt.Sscanf(elem, "g %d %d", &t.Token, &t.Expiry); err == nil && n == 2 && t.Token > 0 && t.Expiry > 0 {
-		t.Handed = true
-		return t
+	if f := strings.SplitN(elem, " ", 5); len(f) >= 3 && f[0] == "g" {
+		token, err1 := strconv.ParseInt(f[1], 10, 64)
+		expiry, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 == nil && err2 == nil && token > 0 && expiry > 0 {
+			t.Handed, t.Token, t.Expiry = true, token, expiry
+			if len(f) >= 4 {
+				t.Slots = readSlots(f[3], strings.Join(f[4:], " "))
+			}
+			return t
+		}
 	}
-	t.Token, t.Expiry = 0, 0
 	if n, err := fmt.Sscanf(elem, "c %d", &t.Look); err != nil || n != 1 || t.Look <= 0 {
 		t.Look = 0
 	}
 	return t
 }
 
+// readSlots reads slots, and their names, as the scripts write them: slots
+// that are not slots are none, names that are not names none.
+func readSlots(numbers, names string) semaphore.Slots {
+	list, err := semaphore.ParseSlotNumbers(numbers)
+	if err != nil {
+		return semaphore.Slots{}
+	}
+	return semaphore.NamedSlots(list, semaphore.ParseSlotNames(names))
+}
+
 // readHolder reads a holder record (lib.lua's holderRecord), now being the
 // server's clock in ms.
+// Its slots, when it holds any, come before the JSON: "s0,3 {...}"; slots
+// that are not its weight's are none.
 func readHolder(rec string, now int64) (semaphore.Holder, error) {
 	var h semaphore.Holder
-	n, err := readRecord(rec, 4, &h.HolderInfo)
+	var slots string
+	n, err := readRecord(rec, 4, &h.HolderInfo, &slots)
 	if err != nil {
 		return h, err
 	}
@@ -53,6 +80,9 @@ func readHolder(rec string, now int64) (semaphore.Holder, error) {
 		return h, fmt.Errorf("malformed record %.200q", rec)
 	}
 	h.Permits, h.Token, h.Age, h.Weight = int(n[0]), n[1], span(now-n[2]), int(n[3])
+	if list, err := semaphore.ParseSlotNumbers(slots); err == nil && len(list) == h.Weight {
+		h.Slots.Numbers = list
+	}
 	return h, nil
 }
 
@@ -60,7 +90,7 @@ func readHolder(rec string, now int64) (semaphore.Holder, error) {
 // server's clock in ms.
 func readWaiter(rec string, now int64) (semaphore.Waiter, error) {
 	var w semaphore.Waiter
-	n, err := readRecord(rec, 5, &w.HolderInfo)
+	n, err := readRecord(rec, 5, &w.HolderInfo, nil)
 	if err != nil {
 		return w, err
 	}
@@ -78,8 +108,9 @@ func span(ms int64) time.Duration { return within(ms, 100*365*24*time.Hour) }
 // lease (how long holds last), from 0 to 100 years.
 func Elapsed(ms int64) time.Duration { return span(ms) }
 
-// readRecord reads count integers, then the holder JSON, from a record.
-func readRecord(rec string, count int, info *semaphore.HolderInfo) ([]int64, error) {
+// readRecord reads count integers, then the holder JSON, from a record;
+// with slots, the slots "s<slots> " before the JSON into it.
+func readRecord(rec string, count int, info *semaphore.HolderInfo, slots *string) ([]int64, error) {
 	f := strings.SplitN(rec, " ", count+1)
 	if len(f) != count+1 {
 		return nil, fmt.Errorf("malformed record %.200q", rec)
@@ -91,6 +122,9 @@ func readRecord(rec string, count int, info *semaphore.HolderInfo) ([]int64, err
 			return nil, fmt.Errorf("malformed record %.200q", rec)
 		}
 		nums[i] = n
+	}
+	if rest, ok := strings.CutPrefix(f[count], "s"); ok && slots != nil {
+		*slots, f[count], _ = strings.Cut(rest, " ")
 	}
 	if f[count] != "" {
 		if err := json.Unmarshal([]byte(f[count]), info); err != nil {

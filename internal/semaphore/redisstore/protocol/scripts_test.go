@@ -370,7 +370,7 @@ func TestAcquireScriptIdempotent(t *testing.T) {
 }
 
 // holderRecord is what acquire.lua stores per permit: "<n> <token> <granted ms> <weight> <meta>".
-var holderRecord = regexp.MustCompile(`^(\d+) (\d+) (\d+) (\d+) (.*)$`)
+var holderRecord = regexp.MustCompile(`^(\d+) (\d+) (\d+) (\d+) (?:s([\d,]+) )?(.*)$`)
 
 // waiterRecord is what acquire.lua stores per waiter: "<lease expiry ms> <n> <weight> <since ms> <ttl ms> <meta>".
 var waiterRecord = regexp.MustCompile(`^(\d+) (\d+) (\d+) (\d+) (\d+) (.*)$`)
@@ -396,8 +396,8 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 				t.Fatalf("HGET info: got error %v, want the record", err)
 			}
 			f := holderRecord.FindStringSubmatch(rec)
-			if f == nil || f[1] != "3" || f[2] != strconv.FormatInt(g.Token, 10) || f[4] != "2" || f[5] != meta {
-				t.Fatalf("holder record: got %q, want \"3 %d <ms> 2 %s\"", rec, g.Token, meta)
+			if f == nil || f[1] != "3" || f[2] != strconv.FormatInt(g.Token, 10) || f[4] != "2" || f[5] != "0,1" || f[6] != meta {
+				t.Fatalf("holder record: got %q, want \"3 %d <ms> 2 s0,1 %s\"", rec, g.Token, meta)
 			}
 			granted, _ := strconv.ParseInt(f[3], 10, 64)
 			if now := b.nowMicros(t) / 1000; granted < before/1000 || granted > now {
@@ -482,13 +482,16 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			// The waiter's turn came: the release handed it its permit, with
 			// the n, weight, lease and meta of its record.
 			tr := expectHandedOver(t, wl, "after the holder released", "WAITER0SHAPES")["WAITER0SHAPES"]
-			if fields, err := b.c.HKeys(ctx, keys[1]).Result(); err != nil || !slices.Equal(sorted(fields), sorted([]string{"#cap", "#claim " + Member("WAITER0SHAPES"), "#clock", "#ttl", "#used", Member("WAITER0SHAPES")})) {
-				t.Errorf("info fields after release: got (%q, %v), want only #cap, #clock, #ttl, #used and the waiter handed its permit, with its claim", fields, err)
+			if fields, err := b.c.HKeys(ctx, keys[1]).Result(); err != nil || !slices.Equal(sorted(fields), sorted([]string{"#cap", "#claim " + Member("WAITER0SHAPES"), "#clock", "#ttl", "#used", Member("WAITER0SHAPES"), "#slot 0", "#slot 1"})) {
+				t.Errorf("info fields after release: got (%q, %v), want only #cap, #clock, #ttl, #used and the waiter handed its permit, with its claim and its slots 0 and 1", fields, err)
 			}
 			hrec, err := b.c.HGet(ctx, keys[1], Member("WAITER0SHAPES")).Result()
 			hf := holderRecord.FindStringSubmatch(hrec)
-			if err != nil || hf == nil || hf[1] != "3" || hf[2] != strconv.FormatInt(tr.Token, 10) || hf[4] != "2" || hf[5] != wmeta {
-				t.Fatalf("holder record of the waiter handed its permit: got (%q, %v), want \"3 %d <ms> 2 %s\"", hrec, err, tr.Token, wmeta)
+			if err != nil || hf == nil || hf[1] != "3" || hf[2] != strconv.FormatInt(tr.Token, 10) || hf[4] != "2" || hf[5] != "0,1" || hf[6] != wmeta {
+				t.Fatalf("holder record of the waiter handed its permit: got (%q, %v), want \"3 %d <ms> 2 s0,1 %s\"", hrec, err, tr.Token, wmeta)
+			}
+			if !slices.Equal(tr.Slots.Numbers, []int{0, 1}) {
+				t.Errorf("turn of the waiter handed its permit: got slots %v, want [0 1], the holder's freed", tr.Slots.Numbers)
 			}
 			// The second release (the last script run) read the clock last,
 			// no earlier than the handover; the waiter's 20s lease is now the
@@ -1142,7 +1145,7 @@ func TestScriptsDeadWaitersTurnLapsesAfterAnIdleMinute(t *testing.T) {
 	}
 }
 
-// TestParseTurn: only "g <token> <expiry ms>" is a permit handed over;
+// TestParseTurn: only "g <token> <expiry ms>[ <slots>[ <names>]]" is a permit handed over;
 // anything else tells the waiter to ask again.
 func TestParseTurn(t *testing.T) {
 	for _, tc := range []struct {
@@ -1155,9 +1158,14 @@ func TestParseTurn(t *testing.T) {
 		{"", Turn{}},
 		{"g x y", Turn{}},
 		{"g 123", Turn{}},
+		{"g 123 456 0,3", Turn{Handed: true, Token: 123, Expiry: 456, Slots: semaphore.Slots{Numbers: []int{0, 3}}}},
+		{"g 123 456 1 GPU one", Turn{Handed: true, Token: 123, Expiry: 456, Slots: semaphore.Slots{Numbers: []int{1}, Names: []string{"GPU one"}}}},
+		{"g 123 456 1,2 a", Turn{Handed: true, Token: 123, Expiry: 456, Slots: semaphore.Slots{Numbers: []int{1, 2}}}}, // names that are not names
+		{"g 123 456 3,1", Turn{Handed: true, Token: 123, Expiry: 456}},                                                 // slots that are not slots
+		{"g 123 456 1024", Turn{Handed: true, Token: 123, Expiry: 456}},
 	} {
 		// Only handed counts when the waiter is to ask again.
-		if got := ReadTurn(tc.elem); got.Handed != tc.want.Handed || got.Handed && got != tc.want {
+		if got := ReadTurn(tc.elem); got.Handed != tc.want.Handed || got.Handed && !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("ReadTurn(%q): got %+v, want %+v", tc.elem, got, tc.want)
 		}
 	}

@@ -27,7 +27,7 @@ func (a StatusArgs) argv(Keys) []any {
 // statusReply is status.lua's reply, as it comes.
 type statusReply struct {
 	now, capacity, held, holding, waiting, fenced int64
-	holders, waiters, counts                      []any
+	holders, waiters, counts, slotNames           []any
 	Policy
 }
 
@@ -40,6 +40,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	maps.Copy(fields, map[string]any{
 		"now": &r.now, "capacity": &r.capacity, "held": &r.held, "holding": &r.holding, "waiting": &r.waiting,
 		"holders": &r.holders, "waiters": &r.waiters, "fenced": &r.fenced, "counts": &r.counts,
+		"slotnames": &r.slotNames,
 	})
 	err := decodeReply(statusScript.name, res, fields)
 	r.Policy.set(paused)
@@ -51,7 +52,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	}
 	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
 		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Cooling: []semaphore.Cooling{}, Fenced: within(r.fenced, MaxTTL),
-		StoredCapacity: int(r.Stored), Paused: r.Policy.Pause(), Counts: readCounts(r.counts)}
+		StoredCapacity: int(r.Stored), Paused: r.Policy.Pause(), Counts: readCounts(r.counts), SlotNames: readNames(r.slotNames)}
 	for _, e := range r.holders {
 		entry, _ := e.([]any)
 		if len(entry) != 4 {
@@ -67,7 +68,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 		}
 		if exit, err := strconv.Atoi(cooling); cooling != "" && err == nil && exit >= -1 && exit <= 255 {
 			c := semaphore.Cooling{HolderInfo: h.HolderInfo, Permits: h.Permits, Weight: h.Weight,
-				EndsIn: within(expiry-r.now, MaxCool), ExitStatus: exit}
+				EndsIn: within(expiry-r.now, MaxCool), ExitStatus: exit, Slots: st.Named(h.Slots.Numbers)}
 			if publicID.MatchString(id) {
 				c.ID = id
 			}
@@ -77,6 +78,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 		// A holder, or one whose cooling is not one (someone else wrote
 		// it): shown, as it counts.
 		h.ExpiresIn = within(expiry-r.now, MaxTTL)
+		h.Slots = st.Named(h.Slots.Numbers)
 		if publicID.MatchString(id) {
 			h.ID = id
 		}
@@ -105,4 +107,17 @@ func IsPublicID(id string) bool { return publicID.MatchString(id) }
 // within is ms as a duration, from 0 to most: replies are bounded.
 func within(ms int64, most time.Duration) time.Duration {
 	return time.Duration(min(max(ms, 0), most.Milliseconds())) * time.Millisecond
+}
+
+// readNames reads the names of a key's slots: names that are not names
+// are none.
+func readNames(list []any) []string {
+	names := make([]string, len(list))
+	for i, v := range list {
+		names[i], _ = v.(string)
+	}
+	if len(names) == 0 || semaphore.CheckSlotNames(names) != nil {
+		return nil
+	}
+	return names
 }

@@ -27,6 +27,8 @@
 --             acquire.lua's reply)
 --   counts    the key's counters (stats; see lib.lua), name, value, ...:
 --             those it has, values of at most 20 bytes
+--   slotnames the names of the key's slots, slot 0's first, when an
+--             operator named them (see slotNames in lib.lua)
 local a = args()
 local list = num(a.list, 0, MAXLIST)
 if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
@@ -96,8 +98,18 @@ if ok then
 end
 local capOK, lastCap = pcall(redis.call, 'HGET', statsKey, 'cap')
 local p = policy()
+-- The slots' names, slot 0's first, when an operator named them.
+local slotnames = {}
+if p.named then
+  local fields = {}
+  for n = 0, p.cap - 1 do fields[#fields + 1] = 'name ' .. n end
+  local ok, got = pcall(redis.call, 'HMGET', policyKey, unpack(fields))
+  if ok then
+    for i = 1, #fields do slotnames[i] = type(got[i]) == 'string' and string.sub(got[i], 1, MAXSLOTNAME + 1) or '' end
+  end
+end
 return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or (capOK and num(lastCap, 1, MAXPERMITS)) or -1, held = taken,
   holding = holding, waiting = redis.call('ZCARD', queueKey),
   holders = holders, waiters = waiters, fenced = fencePeek(), stored = p.cap or 0,
   paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '', pausedfor = p.paused and p.paused.left or 0,
-  counts = counts}
+  counts = counts, slotnames = slotnames}
