@@ -274,8 +274,8 @@
 //     counted from their grant by token order (next). Every child of a key
 //     of at most 1024 permits is told SEMRUN_SLOTS, as many slots as its
 //     weight, none twice, each below N, and SEMRUN_SLOT, the first of them;
-//     with several keys, SEMRUN_KEY_SLOTS, a line per key of
-//     SEMRUN_FENCING_TOKENS in its order, the first line's SEMRUN_SLOTS; on
+//     SEMRUN_KEY_SLOTS, a line per key of SEMRUN_FENCING_TOKENS that
+//     numbers slots, in its order, the first key's SEMRUN_SLOTS; on
 //     a larger key, none of them (a key numbers at most 1024). Each step of
 //     a hold is told the same slots (acquire's, when it prints them). In
 //     key-revoke, status --json shows the victim's holder holding the slot
