@@ -98,8 +98,9 @@
 //	                      keeper starts, or at random on a free key
 //	hold-crowd            the crowd, with semrun acquire for waiters (a line of 40)
 //	key-revoke            semrun key revoke (no --force) of a holder whose child runs, its id
-//	                      read from semrun status --json, or, every other time Redis answers,
-//	                      of one of its slots as status shows them (--slot S); then, three
+//	                      read from semrun status --json, or, every other revoke (the first
+//	                      included) but one sent while Redis is stopped, of one of its slots
+//	                      as status shows them (--slot S); then, three
 //	                      times in four, another,
 //	                      followed within a third of a TTL by a SIGSTOP of Redis or a blackhole
 //	                      of the proxy (0.5 to 1.5 TTLs), or sent while Redis is SIGSTOPped

@@ -232,7 +232,8 @@ func (c *cluster) revokeFault(rv *revocation) fault {
 // semrun status --json lists. It marks the run revoked before the revoke
 // is sent (the run may end with 113 before the command does), and
 // returns the revoke to make, nil when it found no victim. When slotOK,
-// every other revoke is by one of the holder's slots.
+// every other revoke, the first included, is by one of the holder's
+// slots, picked at random.
 func (c *cluster) revokeVictim(key string, rng *rand.Rand, slotOK bool) *revocation {
 	deadline := time.Now().Add(ttl)
 	for time.Now().Before(deadline) {
@@ -255,10 +256,10 @@ func (c *cluster) revokeVictim(key string, rng *rand.Rand, slotOK bool) *revocat
 			r := cands[rng.IntN(len(cands))]
 			if i := slices.IndexFunc(st.Holders, func(h semaphore.Holder) bool { return h.PID == r.proc.Pid }); i >= 0 {
 				rv := &revocation{key: key, id: st.Holders[i].ID, run: r}
-				if slots := st.Holders[i].Numbers; slotOK && len(slots) > 0 && rng.IntN(2) == 0 {
+				c.mu.Lock()
+				if slots := st.Holders[i].Numbers; slotOK && len(slots) > 0 && len(c.revokes)%2 == 0 {
 					rv.bySlot, rv.slot = true, slots[rng.IntN(len(slots))]
 				}
-				c.mu.Lock()
 				r.revoked = true
 				c.revokes = append(c.revokes, rv)
 				c.mu.Unlock()
