@@ -44,6 +44,9 @@ type nemesis struct {
 	// whatever -chaos.hold-min and -max say, so that a revoke finds a
 	// child running past the next renewal (operator_test.go).
 	longHolds bool
+	// weighted: the first worker of each key asks for two of its permits
+	// (--weight 2), so that the checks see grants of several slots.
+	weighted bool
 	// check, when set, runs the nemesis's own checks after the common
 	// ones, and may set its fault note.
 	check func(c *cluster, fig *figures)
@@ -58,9 +61,9 @@ func upTo(rng *rand.Rand, d time.Duration) time.Duration {
 func faultTime(rng *rand.Rand) time.Duration { return ttl/2 + upTo(rng, ttl*5/2) }
 
 var nemeses = []nemesis{
-	{name: "kill9"},
+	{name: "kill9", weighted: true},
 	{name: "redis-pause", excuses: true, inject: func(c *cluster, rng *rand.Rand) fault { return pauseRedis(c, rng, 0) }},
-	{name: "redis-restart-empty", excuses: true, inject: restartRedis},
+	{name: "redis-restart-empty", excuses: true, weighted: true, inject: restartRedis},
 	{name: "proxy-cut", proxied: true, inject: func(c *cluster, _ *rand.Rand) fault {
 		at := mono()
 		n := c.proxy.Cut()
@@ -86,7 +89,7 @@ var nemeses = []nemesis{
 		f.heal = mono()
 		return f
 	}},
-	{name: "drop-replies", proxied: true, excuses: true, inject: func(c *cluster, rng *rand.Rand) fault {
+	{name: "drop-replies", proxied: true, excuses: true, weighted: true, inject: func(c *cluster, rng *rand.Rand) fault {
 		d := faultTime(rng)
 		f := fault{what: fmt.Sprintf("drop 1/4 of replies for %v", d.Round(time.Millisecond)), start: mono()}
 		c.proxy.DropReplies(0.25)
@@ -104,7 +107,7 @@ var nemeses = []nemesis{
 	{name: "hold-ends", own: trials(endTrial)},
 	{name: "hold-acquire-kill", own: trials(acquireKillTrial)},
 	{name: "hold-crowd", own: runHoldCrowd},
-	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, inject: revokeHolder, check: (*cluster).checkRevokes},
+	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, weighted: true, inject: revokeHolder, check: (*cluster).checkRevokes},
 	{name: "key-pause", inject: pauseKey, check: (*cluster).checkPauses},
 	{name: "min-hold-kill9", own: runMinHold},
 	{name: "hold-drain", holds: true, inject: drainHold, check: (*cluster).checkDrains},
@@ -200,6 +203,17 @@ type figures struct {
 	pushBack          []time.Duration // trials: how much later than the TTL a silent key let the permit go
 	overbooked        int             // samples of Redis that counted more than N holders of a key
 	keepersLeft       int             // keepers still running past their bound
+
+	// Slots (semantics, section 13).
+	slotted      int // holders of a key that told their slots
+	multiSlot    int // ...of more than one slot (--weight)
+	slotOverlaps int // instants at which two holders held one slot, as they ran or counted from their grant by token order
+	slotFaults   int // holders told wrong slots: none, a count not their weight, one twice or past N, SEMRUN_SLOT not the first
+}
+
+// slotNote shows the slots' figures.
+func (f *figures) slotNote() string {
+	return fmt.Sprintf("%d holders told their slots (%d of more than one), %d slots held twice, %d holders told wrong slots", f.slotted, f.multiSlot, f.slotOverlaps, f.slotFaults)
 }
 
 // add adds g's counts to f's, and keeps the longer of their longest
@@ -222,6 +236,10 @@ func (f *figures) add(g figures) {
 	f.revoked += g.revoked
 	f.maxRuntime += g.maxRuntime
 	f.bad += g.bad
+	f.slotted += g.slotted
+	f.multiSlot += g.multiSlot
+	f.slotOverlaps += g.slotOverlaps
+	f.slotFaults += g.slotFaults
 }
 
 // TestChaos runs every nemesis against semrun, -parallel at a time (6
@@ -366,8 +384,8 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	fig.wall = time.Since(began)
 	t.Logf("%s: %d semruns, %d grants, %d faults (%s), %d overlaps, %d by token order, %d tokens reused, %d started after a larger token ended (at most %v after), "+
-		"%d leaked permits (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d revoked (113), %d unreachable (125), %d of them on a starved machine, %d bad statuses, machine lag max %v, wall %v",
-		n.name, fig.runs, fig.grants, fig.faults, fig.faultNote, fig.overlaps, fig.tokenOrder, fig.reused, fig.reordered, fig.reorderedMax.Round(time.Millisecond),
+		"%s, %d leaked permits (all free %v after the last semrun), heal max %v (target %v), %d lost (112), %d revoked (113), %d unreachable (125), %d of them on a starved machine, %d bad statuses, machine lag max %v, wall %v",
+		n.name, fig.runs, fig.grants, fig.faults, fig.faultNote, fig.overlaps, fig.tokenOrder, fig.reused, fig.reordered, fig.reorderedMax.Round(time.Millisecond), fig.slotNote(),
 		fig.leaked, fig.permitsFree.Round(time.Millisecond), maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond),
 		fig.lost, fig.revoked, fig.failed, fig.starved, fig.bad, machine.lag(c.t0, mono()).Round(time.Millisecond), fig.wall.Round(100*time.Millisecond))
 	if n.holds {
@@ -522,10 +540,18 @@ func (c *cluster) check(fig *figures, n nemesis) {
 	for i := range kids {
 		byRun[kids[i].run] = &kids[i]
 	}
+	// Slots as each child was told them.
+	var slotBad []slotFault
+	for _, k := range kids {
+		if why := slotsTold(k, c.permitsOf); why != "" {
+			slotBad = append(slotBad, slotFault{k, why})
+		}
+	}
 	c.mu.Lock()
 	holds, holdOf := c.copyHolds()
 	faults := slices.Clone(c.faults)
 	c.mu.Unlock()
+	slotBad = append(slotBad, holdSlots(kids, holdOf)...)
 	// The holds' steps, and the holds themselves over the time they are
 	// known to have held, are holders like the runs' children; a child of
 	// several keys holds each of them (with its own token), and one frozen
@@ -535,8 +561,11 @@ func (c *cluster) check(fig *figures, n nemesis) {
 	woke := maps.Clone(c.woke)
 	c.mu.Unlock()
 	kids = perKey(clipWoken(kids, woke, func(from, to int64) time.Duration { return machine.allowance(from, to) }))
+	for i := range kids {
+		kids[i].weight = c.weightOf(kids[i].run, kids[i].key)
+	}
 
-	// At most N children of a key at once.
+	// At most N permits of a key held at once.
 	ovs := overlapsOf(kids, c.permitsOf)
 	fig.overlaps = len(ovs)
 	for i, o := range ovs {
@@ -545,12 +574,34 @@ func (c *cluster) check(fig *figures, n nemesis) {
 			break
 		}
 		var who []string
+		held := 0
 		for _, k := range o.running {
-			who = append(who, c.describe(k))
+			who, held = append(who, c.describe(k)), held+k.permits()
 		}
-		t.Errorf("overlap: %d children of key %q ran at %s, more than %d: %s; faults near: %s",
-			len(o.running), o.key, c.rel(o.at), c.permitsOf(o.key), strings.Join(who, ", "), c.faultsNear(o.at))
+		t.Errorf("overlap: %d children of key %q held %d permits at %s, more than %d: %s; faults near: %s",
+			len(o.running), o.key, held, c.rel(o.at), c.permitsOf(o.key), strings.Join(who, ", "), c.faultsNear(o.at))
 	}
+
+	// Each slot of a key held by one holder at a time, as many slots as
+	// its weight, each below N; as told.
+	for _, k := range kids {
+		if k.slotted && c.permitsOf(k.key) <= maxSlots {
+			fig.slotted++
+			if len(k.slots) > 1 {
+				fig.multiSlot++
+			}
+		}
+	}
+	slotBad = append(slotBad, slotFaults(kids, c.permitsOf)...)
+	fig.slotFaults = len(slotBad)
+	for i, f := range slotBad {
+		if i == 5 {
+			t.Errorf("... and %d more holders told wrong slots", len(slotBad)-5)
+			break
+		}
+		t.Errorf("slots: %s of key %q: %s", c.describe(f.k), f.k.key, f.why)
+	}
+	c.reportSlotOverlaps(fig, slotOverlaps(kids), "", nil)
 
 	// Tokens never reused, and in the order of the grants.
 	for i, pair := range reused(kids) {
@@ -586,6 +637,8 @@ func (c *cluster) check(fig *figures, n nemesis) {
 			len(o.running), o.key, c.rel(o.at), c.permitsOf(o.key), strings.Join(who, ", "), c.faultsNear(o.at))
 	}
 
+	c.reportSlotOverlaps(fig, slotOverlaps(g), "by token order (each child counted from the start of the first child of its key with a larger token)", byRun)
+
 	// A restart empties Redis: whoever held before it has stopped before
 	// anyone granted after it starts.
 	for _, p := range restarted(kids, faults) {
@@ -594,8 +647,10 @@ func (c *cluster) check(fig *figures, n nemesis) {
 			c.describe(p[0]), c.describe(p[1]), c.faultsNear(p[1].start))
 	}
 
-	// Every semrun's status is its child's; holds have their own rules.
+	// Every semrun's status is its child's; holds have their own rules; a
+	// revoke by slot may have hit whoever held the slot.
 	c.checkHolds(fig, n, holds, byRun, faults)
+	c.slotTargets(byRun)
 	c.mu.Lock()
 	runs := make([]run, 0, len(c.runs))
 	for _, r := range c.runs {
@@ -666,6 +721,31 @@ func (c *cluster) check(fig *figures, n nemesis) {
 	}
 }
 
+// reportSlotOverlaps fails on each overlap of slotOverlaps, counted
+// how; byRun, when given, shows each child's own start.
+func (c *cluster) reportSlotOverlaps(fig *figures, ovs []overlap, how string, byRun map[int]*kid) {
+	fig.slotOverlaps += len(ovs)
+	if how != "" {
+		how = " " + how
+	}
+	for i, o := range ovs {
+		if i == 5 {
+			c.t.Errorf("... and %d more slots held twice%s", len(ovs)-5, how)
+			break
+		}
+		key, slot := keySlot(o.key)
+		var who []string
+		for _, k := range o.running {
+			if b, ok := byRun[k.run]; ok {
+				k.start = b.start
+			}
+			who = append(who, c.describe(k))
+		}
+		c.t.Errorf("slot %d of key %q held by %d at once%s at %s: %s; faults near: %s",
+			slot, key, len(o.running), how, c.rel(o.at), strings.Join(who, ", "), c.faultsNear(o.at))
+	}
+}
+
 func maxDur(ds []time.Duration) time.Duration {
 	var m time.Duration
 	for _, d := range ds {
@@ -693,7 +773,7 @@ func table(all []figures) string {
 	})
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tholds\tfaults\toverlaps\ttoken faults\treordered (max)\tleaked permits\tfree after\thold free max\tmax heal\t112\t113\t124\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
+	fmt.Fprintln(tw, "nemesis\tsemruns\tgrants\tholds\tfaults\toverlaps\ttoken faults\tslotted (multi)\tslot faults\treordered (max)\tleaked permits\tfree after\thold free max\tmax heal\t112\t113\t124\t125\tbad status\tkill p50\tkill p99\tkill max\twall\t")
 	var sum figures
 	for _, f := range all {
 		heal, holdFree, p50, p99, top := "-", "-", "-", "-", "-"
@@ -708,13 +788,13 @@ func table(all []figures) string {
 			p99 = quantile(f.kills, 0.99).Round(10 * time.Microsecond).String()
 			top = maxDur(f.kills).Round(10 * time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%v)\t%d\t%v\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
-			f.name, f.runs, f.grants, f.holds, f.faults, f.overlaps, f.tokenOrder+f.reused, f.reordered, f.reorderedMax.Round(time.Millisecond),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d (%v)\t%d\t%v\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%v\t\n",
+			f.name, f.runs, f.grants, f.holds, f.faults, f.overlaps, f.tokenOrder+f.reused, f.slotted, f.multiSlot, f.slotOverlaps+f.slotFaults, f.reordered, f.reorderedMax.Round(time.Millisecond),
 			f.leaked, f.permitsFree.Round(time.Millisecond), holdFree, heal, f.lost, f.revoked, f.maxRuntime, f.failed, f.bad, p50, p99, top, f.wall.Round(100*time.Millisecond))
 		sum.add(f)
 	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t\t\t%d\t%d\t%d\t%d\t%d\t\t\t\t\t\n",
-		sum.runs, sum.grants, sum.holds, sum.faults, sum.overlaps, sum.tokenOrder+sum.reused, sum.reordered, sum.leaked, sum.lost, sum.revoked, sum.maxRuntime, sum.failed, sum.bad)
+	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t%d\t%d\t\t\t\t%d\t%d\t%d\t%d\t%d\t\t\t\t\t\n",
+		sum.runs, sum.grants, sum.holds, sum.faults, sum.overlaps, sum.tokenOrder+sum.reused, sum.slotted, sum.multiSlot, sum.slotOverlaps+sum.slotFaults, sum.reordered, sum.leaked, sum.lost, sum.revoked, sum.maxRuntime, sum.failed, sum.bad)
 	_ = tw.Flush()
 	b.WriteString("faults: ")
 	for i, f := range all {

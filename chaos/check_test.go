@@ -25,8 +25,9 @@ type overlap struct {
 }
 
 // overlaps sweeps each key's children in time order and returns every
-// start that made more than n run at once. A child that has not ended runs
-// for ever. At equal times an end comes before a start.
+// start that made more than n permits held at once, each child holding its
+// weight. A child that has not ended runs for ever. At equal times an end
+// comes before a start.
 func overlaps(kids []kid, n int) []overlap {
 	return overlapsOf(kids, func(string) int { return n })
 }
@@ -61,14 +62,15 @@ func overlapsOf(kids []kid, permits func(key string) int) []overlap {
 			}
 			return -1
 		})
-		running := map[int]bool{}
+		running, held := map[int]bool{}, 0
 		for _, e := range evs {
 			if !e.start {
 				delete(running, e.k)
+				held -= kids[e.k].permits()
 				continue
 			}
 			running[e.k] = true
-			if len(running) <= permits(key) {
+			if held += kids[e.k].permits(); held <= permits(key) {
 				continue
 			}
 			o := overlap{key: key, at: e.at}
@@ -83,6 +85,140 @@ func overlapsOf(kids []kid, permits func(key string) int) []overlap {
 		}
 	}
 	return out
+}
+
+// permits is how many permits of its key k holds: its weight.
+func (k kid) permits() int { return max(k.weight, 1) }
+
+// maxSlots is the largest capacity whose permits are numbered
+// (semantics, section 13): a grant of a larger key holds no slot.
+const maxSlots = 1024
+
+// slotsTold says what is wrong with the slots a child was told, as it
+// told them, "" when nothing: on a key of at most maxSlots permits,
+// SEMRUN_SLOTS and SEMRUN_SLOT, the first of them; with several keys,
+// SEMRUN_KEY_SLOTS too, a line per key of SEMRUN_FENCING_TOKENS that
+// numbers slots, in its order, the first key's slots SEMRUN_SLOTS'. On a
+// larger key, none of them. How many, and which, slotFaults judges, per key.
+func slotsTold(k kid, permits func(key string) int) string {
+	keys := []string{k.key}
+	if len(k.tokens) > 1 {
+		keys = keys[:0]
+		for _, kt := range k.tokens {
+			keys = append(keys, kt.key)
+		}
+	}
+	numbered := false
+	for _, key := range keys {
+		numbered = numbered || permits(key) <= maxSlots
+	}
+	switch {
+	case !numbered && k.slotted:
+		return fmt.Sprintf("told slots (SEMRUN_SLOTS %v, SEMRUN_SLOT set %v, SEMRUN_KEY_SLOTS %v) on keys of more than %d permits, which number none", k.slots, k.slotSet, k.keySlots, maxSlots)
+	case !numbered:
+		return ""
+	case !k.slotted:
+		return "told no slot (no SEMRUN_SLOT, SEMRUN_SLOTS or SEMRUN_KEY_SLOTS)"
+	case len(keys) > 1 && !k.keySlotsSet:
+		return fmt.Sprintf("no SEMRUN_KEY_SLOTS with several keys %q", keys)
+	case permits(keys[0]) > maxSlots:
+		if k.slots != nil || k.slotSet {
+			return fmt.Sprintf("SEMRUN_SLOTS %v (SEMRUN_SLOT set %v) for %q, of %d permits, which numbers none", k.slots, k.slotSet, keys[0], permits(keys[0]))
+		}
+	case k.slots == nil:
+		return "no SEMRUN_SLOTS"
+	case !k.slotSet:
+		return fmt.Sprintf("SEMRUN_SLOTS %v, and no SEMRUN_SLOT", k.slots)
+	case k.slot != k.slots[0]:
+		return fmt.Sprintf("SEMRUN_SLOT %d is not the first of SEMRUN_SLOTS %v", k.slot, k.slots)
+	}
+	if !k.keySlotsSet {
+		return ""
+	}
+	var listed []string
+	for _, ks := range k.keySlots {
+		listed = append(listed, ks.key)
+	}
+	if want := slices.DeleteFunc(slices.Clone(keys), func(key string) bool { return permits(key) > maxSlots }); !slices.Equal(listed, want) {
+		return fmt.Sprintf("SEMRUN_KEY_SLOTS lists keys %q, want %q, as SEMRUN_FENCING_TOKENS, less those of more than %d permits", listed, want, maxSlots)
+	}
+	if first := k.keySlots[0].slots; permits(keys[0]) <= maxSlots && !slices.Equal(first, k.slots) {
+		return fmt.Sprintf("SEMRUN_KEY_SLOTS gives %q slots %v, SEMRUN_SLOTS %v", keys[0], first, k.slots)
+	}
+	return ""
+}
+
+// slotFault is a holder whose slots break a promise.
+type slotFault struct {
+	k   kid
+	why string
+}
+
+// slotFaults checks each holder's slots of its key (after perKey: a child
+// of several keys once per key): as many as its weight, none twice, each
+// below the key's capacity. A key of more than maxSlots permits numbers
+// none, and a hold whose slots nobody told (no step's child started, and
+// acquire printed none) is not judged; slotsTold judges a child told none.
+func slotFaults(kids []kid, permits func(key string) int) []slotFault {
+	var out []slotFault
+	for _, k := range kids {
+		n := permits(k.key)
+		if n > maxSlots || !k.slotted {
+			continue
+		}
+		if len(k.slots) != k.permits() {
+			out = append(out, slotFault{k, fmt.Sprintf("holds slots %v of %q, want %d (its weight)", k.slots, k.key, k.permits())})
+			continue
+		}
+		for i, s := range k.slots {
+			if slices.Contains(k.slots[:i], s) {
+				out = append(out, slotFault{k, fmt.Sprintf("holds slot %d of %q twice: %v", s, k.key, k.slots)})
+				break
+			}
+			if s >= n {
+				out = append(out, slotFault{k, fmt.Sprintf("holds slot %d of %q, of %d permits: want 0 to %d", s, k.key, n, n-1)})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// slotSep joins a key and a slot into the key of bySlot's holders: no
+// key of the harness has it.
+const slotSep = "\x00slot "
+
+// bySlot returns a holder per slot each holder holds, its key that of
+// the slot (slotKey): run through overlaps with one permit, two holders of
+// one slot at once are an overlap. Holders with no slots are left out.
+func bySlot(kids []kid) []kid {
+	var out []kid
+	for _, k := range kids {
+		for _, s := range k.slots {
+			x := k
+			x.key, x.slots, x.weight = slotKey(k.key, s), []int{s}, 1
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// slotKey is key's slot s, as bySlot names it; keySlot reads it back.
+func slotKey(key string, s int) string { return key + slotSep + strconv.Itoa(s) }
+
+func keySlot(sk string) (key string, slot int) {
+	i := strings.LastIndex(sk, slotSep)
+	if i < 0 {
+		return sk, -1
+	}
+	slot, _ = strconv.Atoi(sk[i+len(slotSep):])
+	return sk[:i], slot
+}
+
+// slotOverlaps returns each instant at which two holders held one slot of
+// a key, by the same intervals as overlaps: a slot is a permit.
+func slotOverlaps(kids []kid) []overlap {
+	return overlaps(bySlot(kids), 1)
 }
 
 // reused returns the pairs of children of a key that were given the same
@@ -462,6 +598,33 @@ func TestChecks(t *testing.T) {
 				t.Errorf("revokeVerdict(%+v, %+v, %+v, excused %v) = %q, want ok %v", c.rv, c.r, c.k, c.excused, got, c.ok)
 			}
 		}
+		// A revoke of slot 1 from 1000 to 1050ms may have hit whoever held
+		// slot 1 then, not its victim's other slot's holder, nor holders
+		// of slot 1 before or well after.
+		victim := &run{id: 1}
+		rc := &cluster{runs: map[int]*run{1: victim, 2: {id: 2}, 3: {id: 3}, 4: {id: 4}, 5: {id: 5}, 6: {id: 6}},
+			revokes: []*revocation{{key: "k", run: victim, bySlot: true, slot: 1, start: ms(1000), end: ms(1050)}}}
+		held := func(run int, start, end int64, slots ...int) *kid {
+			return &kid{run: run, key: "k", start: ms(start), end: ms(end), slotted: true, slots: slots}
+		}
+		rc.slotTargets(map[int]*kid{
+			1: held(1, 0, 1040, 1), 2: held(2, 1040, 3000, 1), // the victim, and who took its slot
+			3: held(3, 0, 3000, 0),    // another slot
+			4: held(4, 0, 900, 1),     // slot 1, ended before
+			5: held(5, 5000, 6000, 1), // slot 1, well after
+			6: held(6, 1060, 0, 1, 2), // slot 1, just after (its grant may have come first)
+		})
+		var hit []int
+		for id, r := range rc.runs {
+			if r.revoked {
+				hit = append(hit, id)
+			}
+		}
+		slices.Sort(hit)
+		others := slices.Sorted(slices.Values(rc.revokes[0].others))
+		if !slices.Equal(hit, []int{2, 6}) || !slices.Equal(others, hit) {
+			t.Errorf("slotTargets: marked %v (others %v), want 2 and 6", hit, rc.revokes[0].others)
+		}
 		faults := []fault{
 			{start: ms(100), heal: ms(200), operator: true}, // a revoke: no push-back
 			{start: ms(3000), heal: ms(5000)},               // Redis stopped before the permit freed
@@ -544,6 +707,19 @@ func TestChecks(t *testing.T) {
 		if got := crowded(one, 1, d, []fault{{what: "with data", start: ms(500), heal: ms(600), wallStart: 500_000, wallHeal: 600_000}}); len(got) != 1 {
 			t.Errorf("crowded across a restart that kept the data: got %+v, want b's", got)
 		}
+		// Per slot: c's 0 and 400 took slot 1 both, within 1s: its permit
+		// was cooling. Slots 0 and 1 in turn are fine.
+		slotted := func(x kid, slot int) kid {
+			x.slotted, x.slots = true, []int{slot}
+			return x
+		}
+		if got := crowdedSlots([]kid{slotted(g("c", 0, 10), 1), slotted(g("c", 400, 420), 1)}, d, nil); len(got) != 1 {
+			t.Errorf("crowdedSlots, slot 1 twice in 400ms: got %+v, want one", got)
+		}
+		if got := crowdedSlots([]kid{slotted(g("c", 0, 10), 0), slotted(g("c", 400, 420), 1), slotted(g("c", 1000, 1010), 0)}, d, nil); len(got) != 0 {
+			t.Errorf("crowdedSlots, slots 0, 1, then 0 1s on: got %+v, want none", got)
+		}
+
 		// By the starts: b's 995ms apart fail with no slack, pass with 10ms.
 		if got := crowdedStarts(one, 1, d, nil, none); len(got) != 1 || got[0][0].key != "b" {
 			t.Errorf("crowdedStarts: got %+v, want b's", got)
@@ -815,6 +991,186 @@ func TestChecks(t *testing.T) {
 			}
 		}
 	})
+	t.Run("slots", func(t *testing.T) {
+		// SEMRUN_SLOTS and SEMRUN_KEY_SLOTS as the recorder reads them.
+		if got, err := slotList("0,3"); err != nil || !slices.Equal(got, []int{0, 3}) {
+			t.Errorf("slotList: got %v, %v; want 0, 3", got, err)
+		}
+		for _, bad := range []string{"", "a", "-1", "1,", "01", " 1", "1;2"} {
+			if got, err := slotList(bad); err == nil {
+				t.Errorf("slotList(%q) = %v, want an error", bad, got)
+			}
+		}
+		if got, err := keySlotList("a=b=0,2\nc=1\nbig="); err != nil || len(got) != 3 || got[0].key != "a=b" || !slices.Equal(got[0].slots, []int{0, 2}) || got[1].key != "c" || got[2].slots != nil {
+			t.Errorf("keySlotList: got %+v, %v; want a=b 0,2, c 1 and big none", got, err)
+		}
+		for _, bad := range []string{"", "a", "=1", "a=x", "a=1,", "a=1\n\nb=2"} {
+			if got, err := keySlotList(bad); err == nil {
+				t.Errorf("keySlotList(%q) = %+v, want an error", bad, got)
+			}
+		}
+		dir := t.TempDir()
+		rec := newRecorder(t, filepath.Join(dir, "kids"))
+		for _, lines := range []string{
+			"S 10 9 1000 12 a 31\nL \"1\" \"1,2\" -\nE 2000 done 0\n",
+			fmt.Sprintf("S 10 9 1000 12 a 32\nL - %s %s\n", strconv.Quote("3"), strconv.Quote("a=3\nb=0,1")),
+			"S 10 9 1000 12 a 33\nL \"x\" - -\n", // not a slot
+			"S 10 9 1000 12 a 34\nL \"1\" -\n",   // two fields
+		} {
+			conn, err := net.Dial("unix", filepath.Join(dir, "kids"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprint(conn, lines)
+			_ = conn.Close()
+		}
+		for deadline := time.Now().Add(hangBound); ; time.Sleep(5 * time.Millisecond) {
+			_, ok := rec.get(34)
+			if rec.quiet(0) == 0 && ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the recorder read no child 34 within %v", hangBound)
+			}
+		}
+		if k, _ := rec.get(31); !k.slotted || !k.slotSet || k.slot != 1 || !slices.Equal(k.slots, []int{1, 2}) || k.keySlotsSet {
+			t.Errorf("recorder, child 31: got %+v, want slot 1, slots 1,2, no SEMRUN_KEY_SLOTS", k)
+		}
+		if k, _ := rec.get(32); !k.slotted || k.slotSet || !slices.Equal(k.slots, []int{3}) || !k.keySlotsSet || len(k.keySlots) != 2 || !slices.Equal(k.keySlots[1].slots, []int{0, 1}) {
+			t.Errorf("recorder, child 32: got %+v, want no SEMRUN_SLOT, slots 3, and a's and b's", k)
+		}
+		if _, bad := rec.snapshot(); len(bad) != 2 {
+			t.Errorf("recorder: lines it could not read %q, want 33's and 34's", bad)
+		}
+
+		// What a child was told: a, N=3; b, N=2; big, N=2000, which numbers
+		// no slot.
+		permits := func(key string) int { return map[string]int{"a": 3, "b": 2, "big": 2000}[key] }
+		told := func(key string, slot int, slots ...int) kid {
+			return kid{key: key, slotted: true, slot: slot, slotSet: slot >= 0, slots: slots}
+		}
+		// several: a child of keys (its SEMRUN_FENCING_TOKENS), told ks.
+		several := func(k kid, keys string, ks ...keySlots) kid {
+			for key := range strings.SplitSeq(keys, ",") {
+				k.tokens = append(k.tokens, keyToken{key: key})
+			}
+			k.keySlots, k.keySlotsSet = ks, ks != nil
+			return k
+		}
+		for _, c := range []struct {
+			k  kid
+			ok bool
+		}{
+			{told("a", 2, 2), true},
+			{told("a", 0, 0, 2), true},
+			{told("a", 2, 0, 2), false},                                   // SEMRUN_SLOT not the first
+			{told("a", -1, 0, 2), false},                                  // no SEMRUN_SLOT
+			{kid{key: "a", slotted: true, slot: 0, slotSet: true}, false}, // no SEMRUN_SLOTS
+			{kid{key: "a"}, false},                                        // none at all
+			{kid{key: "big"}, true},                                       // none on a key that numbers none
+			{told("big", 0, 0), false},                                    // some on it
+			{several(told("a", 1, 1, 2), "a,b", keySlots{"a", []int{1, 2}}, keySlots{"b", []int{0}}), true},
+			{several(told("a", 1, 1, 2), "a,b", keySlots{"a", []int{1}}, keySlots{"b", []int{0}}), false},    // a's are not SEMRUN_SLOTS
+			{several(told("a", 1, 1, 2), "a,b", keySlots{"a", []int{1, 2}}), false},                          // b missing
+			{several(told("a", 1, 1, 2), "a,b", keySlots{"b", []int{0}}, keySlots{"a", []int{1, 2}}), false}, // out of order
+			{several(told("a", 1, 1, 2), "a,b"), false},                                                      // no SEMRUN_KEY_SLOTS
+			{several(kid{key: "big", slotted: true}, "big,b", keySlots{"b", []int{1}}), true},
+			{several(kid{key: "big", slotted: true}, "big,b", keySlots{"big", nil}, keySlots{"b", []int{1}}), false}, // big numbers none
+		} {
+			if got := slotsTold(c.k, permits); (got == "") != c.ok {
+				t.Errorf("slotsTold(%+v) = %q, want ok %v", c.k, got, c.ok)
+			}
+		}
+
+		// How many, and which: a, N=3.
+		held := func(weight int, slots ...int) kid {
+			return kid{key: "a", weight: weight, slotted: true, slots: slots}
+		}
+		for _, c := range []struct {
+			k  kid
+			ok bool
+		}{
+			{held(0, 2), true},
+			{held(2, 0, 2), true},
+			{held(2, 1), false},      // fewer than its weight
+			{held(1, 0, 1), false},   // more
+			{held(2, 1, 1), false},   // one twice
+			{held(1, 3), false},      // past N
+			{held(3, 0, 1, 2), true}, // all of them
+			{kid{key: "a"}, true},    // told none: slotsTold's
+			{kid{key: "big", slotted: true, slots: []int{5000}}, true}, // numbers none: slotsTold's
+		} {
+			if got := slotFaults([]kid{c.k}, permits); (len(got) == 0) != c.ok {
+				t.Errorf("slotFaults(%+v) = %+v, want ok %v", c.k, got, c.ok)
+			}
+		}
+
+		// Overlaps of a slot: a, N=3. Three holders at once are fine as
+		// permits; two of them on slot 1 are not.
+		s := func(run int, token, start, end int64, weight int, slots ...int) kid {
+			return kid{run: run, key: "a", token: token, start: ms(start), end: ms(end), how: "done", weight: weight, slotted: true, slots: slots}
+		}
+		kids := []kid{
+			s(1, 1, 0, 100, 1, 0), s(2, 2, 10, 100, 2, 1, 2), // all three slots
+			s(3, 3, 100, 200, 1, 1), s(4, 4, 150, 250, 1, 2), // touching at 100: fine
+			s(5, 5, 300, 400, 1, 0), s(6, 6, 310, 320, 1, 0), s(7, 7, 330, 340, 1, 1), // 6 takes 5's slot
+		}
+		if got := overlaps(kids, 3); len(got) != 0 {
+			t.Errorf("overlaps of permits: got %+v, want none", got)
+		}
+		got := slotOverlaps(kids)
+		if len(got) != 1 {
+			t.Fatalf("slotOverlaps: got %+v, want slot 0 at 310ms", got)
+		}
+		if key, slot := keySlot(got[0].key); key != "a" || slot != 0 || got[0].at != ms(310) || len(got[0].running) != 2 || got[0].running[1].run != 6 {
+			t.Errorf("slotOverlaps: got key %q slot %d at %v, running %+v; want slot 0 of a at 310ms, 5 and 6", key, slot, got[0].at, got[0].running)
+		}
+		if got := slotOverlaps(kids[:6:6]); len(got) != 1 {
+			t.Errorf("slotOverlaps without run 7: got %d, want 1", len(got))
+		}
+		if got := slotOverlaps(slices.Delete(slices.Clone(kids), 5, 6)); len(got) != 0 {
+			t.Errorf("slotOverlaps without run 6: got %+v, want none", got)
+		}
+		// Weights count as permits: 2 and 2 of a's 3.
+		if got := overlaps([]kid{s(8, 8, 0, 100, 2, 0, 1), s(9, 9, 50, 150, 2, 1, 2)}, 3); len(got) != 1 {
+			t.Errorf("overlaps of weights 2 and 2 of 3 permits: got %+v, want one", got)
+		}
+		// By token order: 11 was granted before 12 started, at 100, and
+		// took slot 0, 10's: it held it beside 10, which ran until 150.
+		late := []kid{s(10, 10, 0, 150, 1, 0), s(11, 12, 100, 120, 1, 1), s(12, 11, 200, 300, 1, 0)}
+		if got := slotOverlaps(late); len(got) != 0 {
+			t.Errorf("slotOverlaps as seen: got %+v, want none", got)
+		}
+		if g, _ := granted(late); len(slotOverlaps(g)) != 1 {
+			t.Errorf("slotOverlaps by token order: got %+v, want slot 0 of 10 and 11", slotOverlaps(g))
+		}
+		// A child of several keys holds its slots of each.
+		pk := perKey([]kid{
+			several(kid{run: 20, key: "a", slotted: true, slots: []int{1}}, "a,b", keySlots{"a", []int{1}}, keySlots{"b", []int{0}}),
+			several(kid{run: 21, key: "b", slotted: true, slots: []int{0}}, "b,a", keySlots{"b", []int{0}}, keySlots{"a", []int{2}}),
+		})
+		if len(pk) != 4 || !slices.Equal(pk[1].slots, []int{0}) || pk[1].key != "b" || !slices.Equal(pk[3].slots, []int{2}) {
+			t.Errorf("perKey: got %+v, want a 1, b 0, b 0, a 2", pk)
+		}
+		if got := slotOverlaps(pk); len(got) != 1 {
+			t.Errorf("slotOverlaps per key: got %+v, want slot 0 of b", got)
+		}
+
+		// Every step of a hold is told its hold's slots.
+		h1, h2 := &hold{id: 1, key: "a", slots: []int{2}}, &hold{id: 2, key: "a"}
+		steps := []kid{
+			s(30, 5, 0, 10, 1, 2), s(31, 5, 20, 30, 1, 1), // h1's second step told another
+			s(32, 6, 0, 10, 1, 0), s(33, 6, 20, 30, 1, 0), // h2's, as its first
+			{run: 34, key: "a"}, // h2's, told none (slotsTold's)
+		}
+		byRun := map[int]*hold{30: h1, 31: h1, 32: h2, 33: h2, 34: h2}
+		if got := holdSlots(steps, byRun); len(got) != 1 || got[0].k.run != 31 || !slices.Equal(h2.slots, []int{0}) {
+			t.Errorf("holdSlots: got %+v, h2's %v; want 31's, and h2 holding 0", got, h2.slots)
+		}
+		if got := holders(nil, []*hold{{id: 3, key: "a", handle: "h3", slots: []int{1}, acquire: &run{exited: ms(10)}, until: ms(20)}}, nil); len(got) != 1 || !got[0].slotted || !slices.Equal(got[0].slots, []int{1}) {
+			t.Errorf("holders: got %+v, want a hold of slot 1", got)
+		}
+	})
 	t.Run("lag", func(t *testing.T) {
 		// Probes of 50ms every 250ms, one of 3s launched at 10s; one under
 		// way since 20s.
@@ -870,7 +1226,11 @@ func TestChecks(t *testing.T) {
 
 // describe shows a child for a report.
 func (c *cluster) describe(k kid) string {
-	return fmt.Sprintf("{run %d pid %d token %d from %s to %s (%s)}", k.run, k.pid, k.token, c.rel(k.start), c.rel(k.end), k.how)
+	slots := ""
+	if k.slotted {
+		slots = fmt.Sprintf(" slots %v", k.slots)
+	}
+	return fmt.Sprintf("{run %d pid %d token %d%s from %s to %s (%s)}", k.run, k.pid, k.token, slots, c.rel(k.start), c.rel(k.end), k.how)
 }
 
 // faultsNear lists the faults within one TTL of the instant at.

@@ -203,10 +203,10 @@ func crowd(t *testing.T, n nemesis, seed uint64, size int, holds bool) figures {
 	}
 	t.Logf("%s: N=%d, --ttl %v; %d live waiters and %d SIGKILLed at once, alternating in a line of %d: the live %s within %v of the holders' release "+
 		"(baseline, the %d alone in line: %v), %v more (at most %v); statuses of the live waiters' semruns, baseline's and crowd's: %s; children (or holds) of the killed: %d; "+
-		"%d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %d leaked permits, %d bad statuses%s, wall %v",
+		"%d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits, %d bad statuses%s, wall %v",
 		n.name, crowdPermits, crowdTTL, len(live), len(dead), size, did, stall.Round(time.Millisecond),
 		len(base.waiters), baseline.Round(time.Millisecond), extra.Round(time.Millisecond), bound, strings.Join(st, ", "), ran,
-		fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.bad, held, fig.wall.Round(100*time.Millisecond))
+		fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.slotNote(), fig.leaked, fig.bad, held, fig.wall.Round(100*time.Millisecond))
 	return fig
 }
 

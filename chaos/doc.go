@@ -46,12 +46,15 @@
 // workers per key (N=2; kill9: four keys of N=3, four workers each) run,
 // again and again,
 //
-//	semrun -k KEY -n N --ttl 2s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
+//	semrun -k KEY -n N [--weight 2] --ttl 2s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
 //
-// where CHILD is the child (chaos/child), told its run. The child
+// where CHILD is the child (chaos/child), told its run. Under kill9,
+// redis-restart-empty, drop-replies and key-revoke, the first worker of
+// each key asks for two permits (--weight 2), and so two slots. The child
 // notes its start on CLOCK_MONOTONIC first, tells the harness over a unix
 // socket its start, its fencing token and its key (SEMRUN_FENCING_TOKEN,
-// SEMRUN_HELD_KEY), and every key's token (SEMRUN_FENCING_TOKENS), holds for HOLD, notes
+// SEMRUN_HELD_KEY), every key's token (SEMRUN_FENCING_TOKENS), and its
+// slots (SEMRUN_SLOT, SEMRUN_SLOTS, SEMRUN_KEY_SLOTS), holds for HOLD, notes
 // its end and the status it exits with, tells that too, and exits with
 // CODE. On SIGTERM it tells its end and exits 143 at once. A child killed by SIGKILL says nothing: its end is
 // the moment the harness reads the end of its connection, later than its
@@ -95,7 +98,10 @@
 //	                      keeper starts, or at random on a free key
 //	hold-crowd            the crowd, with semrun acquire for waiters (a line of 40)
 //	key-revoke            semrun key revoke (no --force) of a holder whose child runs, its id
-//	                      read from semrun status --json; then, three times in four, another,
+//	                      read from semrun status --json, or, every other revoke (the first
+//	                      included) but one sent while Redis is stopped, of one of its slots
+//	                      as status shows them (--slot S); then, three
+//	                      times in four, another,
 //	                      followed within a third of a TTL by a SIGSTOP of Redis or a blackhole
 //	                      of the proxy (0.5 to 1.5 TTLs), or sent while Redis is SIGSTOPped
 //	key-pause             semrun key pause, drain or pause --for D of the key, its workers
@@ -137,11 +143,13 @@
 // several-keys runs, on one redis-server behind a proxy, a worker per order
 // of keys: twelve, each calling again and again, pausing up to 100ms,
 //
-//	semrun -k K1 -n N1 -k K2 -n N2 [-k K3 -n N3] --ttl 2s --timeout 10s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
+//	semrun -k K1 -n N1 --weight W1 -k K2 -n N2 --weight W2 [-k K3 -n N3 --weight W3] --ttl 2s --timeout 10s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
 //
 // in a process group of its own, its child holding 100 to 300ms (within
-// -chaos.hold-min and -max). One key's name has an '=' in it: the token of
-// a SEMRUN_FENCING_TOKENS line follows its last '='. The faults come in a
+// -chaos.hold-min and -max). Every weight is 1 but, in half the calls,
+// that of the key of three permits, 2. One key's name has an '=' in it:
+// the token of a SEMRUN_FENCING_TOKENS line, and the slots of a
+// SEMRUN_KEY_SLOTS line, follow its last '='. The faults come in a
 // shuffled turn of five kinds, so a short run makes most of them: kill
 // (then silence), SIGSTOP, proxy (late, blackholed or dropped replies, by
 // a throw), restart empty, restart with data.
@@ -258,8 +266,21 @@
 //
 // # What it checks
 //
-//   - At no instant do more than N children of a key run: a sweep of the
-//     children's starts and ends.
+//   - At no instant do the children of a key hold more than N permits, each
+//     holding its --weight: a sweep of the children's starts and ends.
+//   - Slots (semantics, section 13): a slot is a permit. At no instant do
+//     two holders hold one slot of a key, by the very intervals the permit
+//     checks count (holds' spans, a child of several keys once per key, a
+//     child woken from a freeze ended at the freeze), as they ran and
+//     counted from their grant by token order (next). Every child of a key
+//     of at most 1024 permits is told SEMRUN_SLOTS, as many slots as its
+//     weight, none twice, each below N, and SEMRUN_SLOT, the first of them;
+//     SEMRUN_KEY_SLOTS, a line per key of SEMRUN_FENCING_TOKENS that
+//     numbers slots, in its order, the first key's SEMRUN_SLOTS; on
+//     a larger key, none of them (a key numbers at most 1024). Each step of
+//     a hold is told the same slots (acquire's, when it prints them). In
+//     key-revoke, status --json shows the victim's holder holding the slot
+//     its child was told.
 //   - No fencing token of a key is handed out twice, and tokens follow the
 //     order of the grants: a child was granted before every child with a
 //     larger token, so it held its permit at least from the earliest start
@@ -289,7 +310,9 @@
 //     113 naming the reason, or its child ended by itself before then and
 //     it exits with the child's status. Under a fault of Redis, 112 is
 //     excused as above. 113 is excused only for a run a revoke was aimed
-//     at, and an operator's act excuses no 112 or 125. Once a revoked
+//     at (by slot: also a child told that slot that ran from the revoke
+//     until a third of a TTL and 600ms after it, whom it hit had the
+//     victim ended first), and an operator's act excuses no 112 or 125. Once a revoked
 //     holder's semrun has exited, its permit is free (no live holder with
 //     its id on Redis's clock, watched every 50ms) within a TTL and 1.5s,
 //     or that long after a fault of Redis that came first (a silent key's
@@ -302,9 +325,10 @@
 //     their tokens), and that line is the order of arrival (no later
 //     place launched more than 1s, and the machine's allowance, before an
 //     earlier one). The line is then served within 2 TTLs (the heal).
-//   - min-hold-kill9: no more than N grants of a key within its min hold:
-//     the Nth grant after another, by their tokens (Redis's clock at the
-//     grant), comes the min hold later at least, and, by the children's
+//   - min-hold-kill9: no more than N grants of a key within its min hold
+//     (and of a slot, one: a cooling permit keeps its slot): the Nth grant
+//     after another, by their tokens (Redis's clock at the grant), comes
+//     the min hold later at least, and, by the children's
 //     starts, the Nth child to start after another starts no sooner than
 //     the min hold less the machine's allowance (or, if more, how late the
 //     first started after its token, as when a lost reply was asked
@@ -396,7 +420,8 @@
 //     machine's allowance).
 //
 // The figures are logged per nemesis: semruns, grants, faults, overlaps,
-// token faults, reordered starts, leaked permits, when the permits were all
+// token faults, the holders told their slots (of more than one), slots
+// held twice and holders told wrong slots, reordered starts, leaked permits, when the permits were all
 // free, the longest heal time, how many semruns ended 112, 113, 124 and
 // 125, and
 // the kill trials' latencies (p50, p99, max); for the crowd, the live and
@@ -413,7 +438,8 @@
 // faults by kind, each key's holders, the runs that ran and gave up by
 // order of keys, the silences at which Redis's holders were read and what
 // was not given back, and the stalls; for key-revoke,
-// the revokes by kind, how the revoked ended (113, 112, their child first),
+// the revokes by kind (and by slot, and the slot's other holders that
+// exited 113), how the revoked ended (113, 112, their child first),
 // how soon their child stopped and their permit was free; for key-pause, the
 // pauses by kind, grants while paused, lines read and served out of order.
 package chaos

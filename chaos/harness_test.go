@@ -58,6 +58,115 @@ type kid struct {
 	// in its order; told: it said T.
 	tokens []keyToken
 	told   bool
+	// slots are its first key's slots as SEMRUN_SLOTS gave them, in its
+	// order, and slot SEMRUN_SLOT (slotSet: it was set); keySlots are
+	// every key's, as SEMRUN_KEY_SLOTS gave them, in its order (set: it
+	// was set). slotted: it said L, semrun gave some of them.
+	slots       []int
+	slot        int
+	slotSet     bool
+	keySlots    []keySlots
+	keySlotsSet bool
+	slotted     bool
+	// weight is how many permits of key it asked for (--weight; 0: one).
+	// The checks set it.
+	weight int
+}
+
+// keySlots is one line of SEMRUN_KEY_SLOTS.
+type keySlots struct {
+	key   string
+	slots []int
+}
+
+// slotList reads SEMRUN_SLOTS: slot numbers, comma-separated, each as
+// strconv.Itoa writes it. Their order, their count and their bounds are
+// the checks' (slotFaults).
+func slotList(s string) ([]int, error) {
+	if s == "" {
+		return nil, errors.New("no slot")
+	}
+	var out []int
+	for p := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || p != strconv.Itoa(n) {
+			return nil, fmt.Errorf("%q: want slot numbers, comma-separated", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// keySlotList reads SEMRUN_KEY_SLOTS: KEY=SLOTS a line, the slots after
+// the last '=' (a key may have one), as fencingTokens reads tokens; none
+// for a key that numbers none.
+func keySlotList(s string) ([]keySlots, error) {
+	var out []keySlots
+	for line := range strings.Lines(s) {
+		line = strings.TrimSuffix(line, "\n")
+		i := strings.LastIndexByte(line, '=')
+		if i <= 0 {
+			return nil, fmt.Errorf("line %q: want KEY=SLOTS", line)
+		}
+		var slots []int
+		var err error
+		if line[i+1:] != "" {
+			slots, err = slotList(line[i+1:])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("line %q: %w", line, err)
+		}
+		out = append(out, keySlots{key: line[:i], slots: slots})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no KEY=SLOTS line")
+	}
+	return out, nil
+}
+
+// readSlots reads the child's L line into k: "L slot slots keyslots",
+// each quoted, or - when semrun did not set it.
+func readSlots(k *kid, line string) error {
+	rest := strings.TrimSuffix(strings.TrimPrefix(line, "L"), "\n")
+	var vals [3]string
+	var set [3]bool
+	for i := range vals {
+		if !strings.HasPrefix(rest, " ") {
+			return errors.New("want three fields")
+		}
+		rest = rest[1:]
+		if after, ok := strings.CutPrefix(rest, "-"); ok {
+			rest = after
+			continue
+		}
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			return fmt.Errorf("field %d: %w", i+1, err)
+		}
+		rest = rest[len(q):]
+		vals[i], _ = strconv.Unquote(q)
+		set[i] = true
+	}
+	if rest != "" {
+		return fmt.Errorf("%q after the three fields", rest)
+	}
+	k.slotted = true
+	var errs [3]error
+	if k.slotSet = set[0]; set[0] {
+		var one []int
+		if one, errs[0] = slotList(vals[0]); errs[0] == nil && len(one) != 1 {
+			errs[0] = fmt.Errorf("SEMRUN_SLOT %q: want one slot", vals[0])
+		} else if errs[0] == nil {
+			k.slot = one[0]
+		}
+	}
+	if set[1] {
+		k.slots, errs[1] = slotList(vals[1])
+	}
+	if k.keySlotsSet = set[2]; set[2] {
+		k.keySlots, errs[2] = keySlotList(vals[2])
+	}
+	return errors.Join(errs[:]...)
 }
 
 // keyToken is one line of SEMRUN_FENCING_TOKENS.
@@ -182,6 +291,10 @@ func (r *recorder) read(c net.Conn) {
 				end, code = mono(), -1
 			}
 			k.end, k.how, k.code = end, f[2], code
+		case len(f) >= 2 && f[0] == "L" && k != nil && !k.slotted:
+			if err := readSlots(k, line); err != nil {
+				r.bad = append(r.bad, fmt.Sprintf("%q: %v", line, err))
+			}
 		case len(f) >= 2 && f[0] == "T" && k != nil && !k.told:
 			k.told = true
 			quoted := strings.TrimSuffix(strings.TrimPrefix(line, "T "), "\n")
@@ -297,6 +410,9 @@ type run struct {
 	// keys: the keys of a run of several (-k a -k b), in the order it
 	// gave them; key is the first. Nil for one key.
 	keys []string
+	// weights are its --weight, per key of keys (or of key alone), in
+	// their order; nil: one permit of each.
+	weights []int
 	// interrupted: the harness SIGTERMed it while it waited (several-keys),
 	// at interruptedAt; timeout is its --timeout (0: none).
 	interrupted   bool
@@ -324,6 +440,7 @@ type cluster struct {
 	// instead of running its command on its own.
 	withHolds bool
 	longHolds bool // see nemesis
+	weighted  bool // see nemesis
 	// wallOff turns mono() into the wall clock, in ns: Redis's clock,
 	// which fencing tokens and leases count in.
 	wallOff int64
@@ -383,7 +500,7 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	c := &cluster{
-		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds,
+		t: t, srv: srv, permits: permits, seed: seed, dir: dir, withHolds: n.holds, longHolds: n.longHolds, weighted: n.weighted,
 		rec: newRecorder(t, filepath.Join(dir, "kids")), bin: bin, child: child, connect: connectTimeout, runs: map[int]*run{},
 		silent: map[string]bool{}, turns: map[string]int{},
 	}
@@ -424,6 +541,25 @@ func newCluster(t *testing.T, n nemesis, keys, permits int, seed uint64) *cluste
 	return c
 }
 
+// weightOf is how many permits of key run id asked for: one unless it
+// gave --weight.
+func (c *cluster) weightOf(id int, key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.runs[id]
+	if r == nil || r.weights == nil {
+		return 1
+	}
+	keys := r.keys
+	if keys == nil {
+		keys = []string{r.key}
+	}
+	if i := slices.Index(keys, key); i >= 0 && i < len(r.weights) {
+		return r.weights[i]
+	}
+	return 1
+}
+
 // permitsOf is key's N.
 func (c *cluster) permitsOf(key string) int {
 	if n, ok := c.capacity[key]; ok {
@@ -456,7 +592,11 @@ func (c *cluster) start(perKey int) {
 					if c.withHolds && j%2 == 1 {
 						c.holdOnce(key, rng)
 					} else {
-						c.runOnce(key, j%2, rng)
+						weight := 1
+						if c.weighted && j == 0 {
+							weight = 2
+						}
+						c.runOnce(key, j%2, weight, rng)
 					}
 					c.leave(key)
 				}
@@ -529,9 +669,9 @@ func (c *cluster) killUntilDone() int {
 	}
 }
 
-// runOnce runs one semrun, of the given side of a partition, and records
-// how it ended.
-func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
+// runOnce runs one semrun, of the given side of a partition, for weight
+// permits, and records how it ended.
+func (c *cluster) runOnce(key string, side, weight int, rng *rand.Rand) {
 	var env []string
 	if c.repl != nil {
 		// The side's endpoint; exec.Cmd uses the last value of a variable.
@@ -542,6 +682,11 @@ func (c *cluster) runOnce(key string, side int, rng *rand.Rand) {
 		hold = int((ttl*3/4 + upTo(rng, ttl/2)).Milliseconds())
 	}
 	r := c.newRun(key, hold, rng.IntN(101))
+	if weight > 1 {
+		c.mu.Lock()
+		r.weights = []int{weight}
+		c.mu.Unlock()
+	}
 	wait, err := c.launch(r, ttl, env...)
 	if err != nil {
 		c.t.Errorf("start semrun: %v", err)
@@ -572,9 +717,14 @@ func (c *cluster) newRun(key string, hold, code int) *run {
 // launch starts r's semrun, with a lease of lease and env added to the
 // cluster's. wait waits for it to end and records how.
 func (c *cluster) launch(r *run, lease time.Duration, env ...string) (wait func(), err error) {
-	args := append([]string{"-k", r.key, "-n", strconv.Itoa(c.permits),
-		"--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", c.connect.String(),
-		"--"}, c.childArgs(r)...)
+	args := []string{"-k", r.key, "-n", strconv.Itoa(c.permits)}
+	c.mu.Lock()
+	if r.weights != nil {
+		args = append(args, "--weight", strconv.Itoa(r.weights[0]))
+	}
+	c.mu.Unlock()
+	args = append(append(args, "--ttl", lease.String(), "--kill-after", killAfter.String(), "--connect-timeout", c.connect.String(),
+		"--"), c.childArgs(r)...)
 	return c.spawn(r, args, env...)
 }
 

@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -42,6 +43,9 @@ type hold struct {
 	handle string
 	token  int64
 	keeper int // pid
+	// slots: what acquire printed ("slots"), or, when it printed none,
+	// what its first step's child that started was told (holdSlots).
+	slots []int
 	// keeperKilled is when the nemesis SIGKILLed its keeper (mono()).
 	keeperKilled int64
 	inStep       bool // ...while a step of it ran
@@ -137,6 +141,7 @@ func (c *cluster) startAcquire(h *hold, extra ...string) (wait func(), err error
 			Key    string `json:"key"`
 			Token  int64  `json:"token"`
 			Keeper int    `json:"keeper_pid"`
+			Slots  []int  `json:"slots"`
 		}
 		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Handle == "" || out.Key != h.key || out.Token < 1 || out.Keeper < 1 {
 			if r.signal == 0 {
@@ -144,7 +149,7 @@ func (c *cluster) startAcquire(h *hold, extra ...string) (wait func(), err error
 			}
 			return
 		}
-		h.handle, h.token, h.keeper = out.Handle, out.Token, out.Keeper
+		h.handle, h.token, h.keeper, h.slots = out.Handle, out.Token, out.Keeper, out.Slots
 	}, nil
 }
 
@@ -390,7 +395,7 @@ func holders(kids []kid, holds []*hold, byRun map[int]*hold) []kid {
 	for _, h := range holds {
 		if from, to, ok := span(h); ok {
 			spans[h.id] = [2]int64{from, to}
-			out = append(out, kid{run: -h.id, hold: h.id, key: h.key, token: h.token, start: from, end: to, how: "hold"})
+			out = append(out, kid{run: -h.id, hold: h.id, key: h.key, token: h.token, start: from, end: to, how: "hold", slots: h.slots, slotted: h.slots != nil})
 		}
 	}
 	steps := map[int]*kid{} // by hold: its steps outside its span, as one
@@ -420,6 +425,28 @@ func holders(kids []kid, holds []*hold, byRun map[int]*hold) []kid {
 	}
 	for _, id := range order {
 		out = append(out, *steps[id])
+	}
+	return out
+}
+
+// holdSlots gives each hold whose acquire printed no slots those its
+// first step's child that started was told, and returns the steps told
+// other slots than their hold's: a hold keeps its slots for every step.
+func holdSlots(kids []kid, byRun map[int]*hold) []slotFault {
+	var out []slotFault
+	steps := slices.Clone(kids)
+	slices.SortFunc(steps, func(a, b kid) int { return cmp.Compare(a.start, b.start) })
+	for _, k := range steps {
+		h := byRun[k.run]
+		if h == nil || !k.slotted {
+			continue
+		}
+		switch {
+		case h.slots == nil:
+			h.slots = k.slots
+		case !slices.Equal(h.slots, k.slots):
+			out = append(out, slotFault{k, fmt.Sprintf("a step of hold %d was told slots %v of %q, the hold's are %v", h.id, k.slots, h.key, h.slots)})
+		}
 	}
 	return out
 }

@@ -150,8 +150,8 @@ func trials(trial func(l *lane)) func(*testing.T, nemesis, uint64) figures {
 		tl.mu.Unlock()
 		fig.faultNote = fmt.Sprintf("%d trials", fig.faults)
 		fig.wall = time.Since(began)
-		t.Logf("%s: %s; %s; %d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %d leaked permits, %d bad statuses, wall %v",
-			n.name, tl, fig.holdNote(), fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.bad, fig.wall.Round(100*time.Millisecond))
+		t.Logf("%s: %s; %s; %d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits, %d bad statuses, wall %v",
+			n.name, tl, fig.holdNote(), fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.slotNote(), fig.leaked, fig.bad, fig.wall.Round(100*time.Millisecond))
 		return fig
 	}
 }

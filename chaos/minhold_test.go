@@ -109,8 +109,8 @@ func runMinHold(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	fig.faultNote = strings.Join(notes, "; ")
 	fig.wall = time.Since(began)
-	t.Logf("%s: %d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %d leaked permits, %d lost (112), %d unreachable (125), %d bad statuses; %s; wall %v",
-		n.name, fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.lost, fig.failed, fig.bad, fig.faultNote, fig.wall.Round(100*time.Millisecond))
+	t.Logf("%s: %d semruns, %d grants, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits, %d lost (112), %d unreachable (125), %d bad statuses; %s; wall %v",
+		n.name, fig.runs, fig.grants, fig.overlaps, fig.tokenOrder, fig.reused, fig.slotNote(), fig.leaked, fig.lost, fig.failed, fig.bad, fig.faultNote, fig.wall.Round(100*time.Millisecond))
 	return fig
 }
 
@@ -417,6 +417,19 @@ func crowded(kids []kid, n int, d map[string]time.Duration, faults []fault) [][2
 	return out
 }
 
+// crowdedSlots is crowded per slot: each slot of a key is a permit of its
+// own, so a slot is granted at most once within its key's min hold (by
+// tokens), its grants being those of the children told it.
+func crowdedSlots(kids []kid, d map[string]time.Duration, faults []fault) [][2]kid {
+	per := bySlot(kids)
+	ds := map[string]time.Duration{}
+	for _, k := range per {
+		key, _ := keySlot(k.key)
+		ds[k.key] = d[key]
+	}
+	return crowded(per, 1, ds, faults)
+}
+
 // crowdedStarts is crowded read from the children's starts: a child
 // starts after its grant, at most slack(a, b) later for the first child a
 // of a pair (the machine's allowance, lag_test.go, or how late a started
@@ -478,6 +491,19 @@ func (m *minHold) check(fig *figures) {
 	m.mu.Unlock()
 	byTokens := crowded(kids, c.permits, m.d, faults)
 	byStarts := crowdedStarts(kids, c.permits, m.d, faults, c.startSlack)
+	// A cooling permit keeps its slot: one slot is granted once per min
+	// hold.
+	bySlots := crowdedSlots(kids, m.d, faults)
+	for i, p := range bySlots {
+		if i == 5 {
+			c.t.Errorf("... and %d more slots granted twice within a min hold", len(bySlots)-5)
+			break
+		}
+		key, slot := keySlot(p[0].key)
+		c.t.Errorf("once per window: %s and %s were both granted slot %d of key %q (--min-hold %v) %v apart, by their tokens; faults near: %s",
+			c.describe(p[0]), c.describe(p[1]), slot, key, m.d[key], time.Duration((p[1].token-p[0].token)*int64(time.Microsecond)).Round(time.Millisecond), c.faultsNear(p[1].start))
+	}
+	fig.slotOverlaps += len(bySlots)
 	for i, p := range append(slices.Clone(byTokens), byStarts...) {
 		if i == 10 {
 			c.t.Errorf("... and %d more", len(byTokens)+len(byStarts)-10)

@@ -59,6 +59,13 @@ type revocation struct {
 	id   string // the holder's public id, from semrun status --json
 	run  *run
 	kind string // see revokeKinds
+	// bySlot: it was sent as key revoke --slot slot, the slot semrun
+	// status --json showed the holder holding (else --holder id); others
+	// are the runs whose child held that slot around it, whom it may have
+	// hit had the holder ended first (slotTargets).
+	bySlot bool
+	slot   int
+	others []int
 	// The revoke command's: when it ran (mono()), and its status: 0
 	// revoked, 1 no holder with that id, -1 killed at opBound, else 125.
 	start, end int64
@@ -159,7 +166,7 @@ func (c *cluster) keyStatus(key string) (semaphore.KeyStatus, opResult, error) {
 func revokeHolder(c *cluster, rng *rand.Rand) fault {
 	key := c.keys[rng.IntN(len(c.keys))]
 	var f fault
-	if rv := c.revokeVictim(key, rng); rv != nil {
+	if rv := c.revokeVictim(key, rng, true); rv != nil {
 		rv.kind = "alone"
 		c.revoke(rv)
 		f = c.revokeFault(rv)
@@ -171,7 +178,10 @@ func revokeHolder(c *cluster, rng *rand.Rand) fault {
 		return f
 	}
 	c.addFault(f)
-	rv := c.revokeVictim(key, rng)
+	// A revoke sent while Redis is stopped may run once it wakes, after
+	// the command gave up: whoever holds the slot then is unknown, so
+	// that one names the holder.
+	rv := c.revokeVictim(key, rng, kind != "during SIGSTOP")
 	switch {
 	case rv == nil:
 		return noVictim()
@@ -221,8 +231,10 @@ func (c *cluster) revokeFault(rv *revocation) fault {
 // victimLeft of its hold left, and finds its semrun among the holders
 // semrun status --json lists. It marks the run revoked before the revoke
 // is sent (the run may end with 113 before the command does), and
-// returns the revoke to make, nil when it found no victim.
-func (c *cluster) revokeVictim(key string, rng *rand.Rand) *revocation {
+// returns the revoke to make, nil when it found no victim. When slotOK,
+// every other revoke, the first included, is by one of the holder's
+// slots, picked at random.
+func (c *cluster) revokeVictim(key string, rng *rand.Rand, slotOK bool) *revocation {
 	deadline := time.Now().Add(ttl)
 	for time.Now().Before(deadline) {
 		now := mono()
@@ -245,6 +257,9 @@ func (c *cluster) revokeVictim(key string, rng *rand.Rand) *revocation {
 			if i := slices.IndexFunc(st.Holders, func(h semaphore.Holder) bool { return h.PID == r.proc.Pid }); i >= 0 {
 				rv := &revocation{key: key, id: st.Holders[i].ID, run: r}
 				c.mu.Lock()
+				if slots := st.Holders[i].Numbers; slotOK && len(slots) > 0 && len(c.revokes)%2 == 0 {
+					rv.bySlot, rv.slot = true, slots[rng.IntN(len(slots))]
+				}
 				r.revoked = true
 				c.revokes = append(c.revokes, rv)
 				c.mu.Unlock()
@@ -265,12 +280,16 @@ func (c *cluster) isRevoked(r *run) bool {
 
 // revoke sends rv (semrun key revoke), and starts watching its permit.
 func (c *cluster) revoke(rv *revocation) {
-	res := c.operate(opBound, connectTimeout, "key", "revoke", rv.key, "--holder", rv.id, "--reason", revokeReason)
+	by := []string{"--holder", rv.id}
+	if rv.bySlot {
+		by = []string{"--slot", strconv.Itoa(rv.slot)}
+	}
+	res := c.operate(opBound, connectTimeout, append(append([]string{"key", "revoke", rv.key}, by...), "--reason", revokeReason)...)
 	c.mu.Lock()
 	rv.start, rv.end, rv.status, rv.stderr = res.start, res.end, res.status, res.stderr
 	c.mu.Unlock()
 	if rv.kind != "during SIGSTOP" && res.status != 0 && res.status != 1 && !starved(res.status, res.start, res.end) {
-		c.t.Errorf("semrun key revoke %s --holder %s, Redis answering: status %d: %q", rv.key, rv.id, res.status, res.stderr)
+		c.t.Errorf("semrun key revoke %s %s, Redis answering: status %d: %q", rv.key, strings.Join(by, " "), res.status, res.stderr)
 	}
 	c.watching.Add(1)
 	go c.watchRevoked(rv)
@@ -331,6 +350,32 @@ func (c *cluster) watchRevoked(rv *revocation) {
 		c.mu.Unlock()
 		if !live {
 			return
+		}
+	}
+}
+
+// slotTargets marks revoked the runs that a revoke by slot may have hit
+// besides its victim: had the victim ended before it, whoever held the
+// slot then. Those are the children of the key told that slot that ran
+// from the revoke's start until learnWithin after its end (a child starts
+// a moment after its grant). judge then excuses their 113; the victim's
+// own end is revokeVerdict's.
+func (c *cluster) slotTargets(byRun map[int]*kid) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rv := range c.revokes {
+		if !rv.bySlot || rv.status != 0 {
+			continue
+		}
+		rv.others = nil
+		for _, k := range byRun {
+			if k.run == rv.run.id || k.key != rv.key || !slices.Contains(k.slots, rv.slot) ||
+				k.start >= rv.end+int64(learnWithin) || k.end != 0 && k.end <= rv.start {
+				continue
+			}
+			if r := c.runs[k.run]; r != nil {
+				r.revoked, rv.others = true, append(rv.others, k.run)
+			}
 		}
 	}
 }
@@ -404,8 +449,17 @@ func (c *cluster) checkRevokes(fig *figures) {
 		r  run
 	}
 	var all []pair
+	bySlot, othersHit := 0, 0
 	for _, rv := range c.revokes {
 		all = append(all, pair{*rv, *rv.run})
+		if rv.bySlot {
+			bySlot++
+		}
+		for _, id := range rv.others {
+			if r := c.runs[id]; r != nil && r.status == statusRevoked {
+				othersHit++
+			}
+		}
 	}
 	faults := slices.Clone(c.faults)
 	c.mu.Unlock()
@@ -414,6 +468,11 @@ func (c *cluster) checkRevokes(fig *figures) {
 	for _, p := range all {
 		rv, r, k := p.rv, p.r, byRun[p.r.id]
 		excused := underFault(faults, rv.start, r.exited)
+		if rv.bySlot && k != nil && k.slotted && !slices.Contains(k.slots, rv.slot) {
+			fig.slotFaults++
+			t.Errorf("run %d on %q: semrun status --json showed its holder %s holding slot %d, its child was told slots %v",
+				r.id, r.key, rv.id, rv.slot, k.slots)
+		}
 		switch {
 		case rv.status != 0:
 			counts[fmt.Sprintf("revoke status %d", rv.status)]++
@@ -470,8 +529,8 @@ func (c *cluster) checkRevokes(fig *figures) {
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		ends = append(ends, fmt.Sprintf("%d %s", counts[k], k))
 	}
-	fig.faultNote = fmt.Sprintf("%d revokes (%s): %s; child stopped after the revoke (Redis answering) p50 %v, max %v; permit free after the exit p50 %v, max %v",
-		len(all), strings.Join(parts, ", "), strings.Join(ends, ", "),
+	fig.faultNote = fmt.Sprintf("%d revokes (%s; %d by slot, %d others of the slot revoked): %s; child stopped after the revoke (Redis answering) p50 %v, max %v; permit free after the exit p50 %v, max %v",
+		len(all), strings.Join(parts, ", "), bySlot, othersHit, strings.Join(ends, ", "),
 		quantile(stopped, 0.5).Round(time.Millisecond), maxDur(stopped).Round(time.Millisecond),
 		quantile(free, 0.5).Round(time.Millisecond), maxDur(free).Round(time.Millisecond))
 }

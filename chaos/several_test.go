@@ -141,9 +141,9 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 	c.check(&fig, nemesis{name: n.name, excuses: true})
 	s.check(&fig, stopped)
 	fig.wall = time.Since(began)
-	t.Logf("%s: %d semruns, %d children, %d faults, %d overlaps, %d by token order, %d tokens reused, %d leaked permits (all free %v after the last semrun), "+
+	t.Logf("%s: %d semruns, %d children, %d faults, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits (all free %v after the last semrun), "+
 		"heal max %v (target %v), %d lost (112), %d unreachable (125), %d of them on a starved machine, %d bad statuses; %s; machine lag max %v, wall %v",
-		n.name, fig.runs, fig.grants, fig.faults, fig.overlaps, fig.tokenOrder, fig.reused, fig.leaked, fig.permitsFree.Round(time.Millisecond),
+		n.name, fig.runs, fig.grants, fig.faults, fig.overlaps, fig.tokenOrder, fig.reused, fig.slotNote(), fig.leaked, fig.permitsFree.Round(time.Millisecond),
 		maxDur(fig.heal).Round(time.Millisecond), healTarget.Round(time.Millisecond), fig.lost, fig.failed, fig.starved, fig.bad, fig.faultNote,
 		machine.lag(c.t0, mono()).Round(time.Millisecond), fig.wall.Round(100*time.Millisecond))
 	return fig
@@ -204,7 +204,7 @@ func (s *several) start(seed uint64) {
 	})
 }
 
-// call runs one semrun on keys, -n once per key.
+// call runs one semrun on keys, -n and --weight once per key.
 func (s *several) call(keys []string, rng *rand.Rand) {
 	c := s.c
 	lo, hi := holdMin.Milliseconds(), max(min(holdMax.Milliseconds(), severalHoldMax.Milliseconds()), holdMin.Milliseconds())
@@ -212,10 +212,22 @@ func (s *several) call(keys []string, rng *rand.Rand) {
 	c.mu.Lock()
 	r.keys, r.mayBeBusy, r.group, r.timeout = keys, true, true, severalWait
 	c.mu.Unlock()
+	// Half the calls ask for two permits of the key of three, so that
+	// SEMRUN_KEY_SLOTS lists several slots of a key.
+	heavy := rng.IntN(2) == 0
 	var args []string
+	var weights []int
 	for _, key := range keys {
-		args = append(args, "-k", key, "-n", strconv.Itoa(c.permitsOf(key)))
+		w := 1
+		if heavy && c.permitsOf(key) == 3 {
+			w = 2
+		}
+		args = append(args, "-k", key, "-n", strconv.Itoa(c.permitsOf(key)), "--weight", strconv.Itoa(w))
+		weights = append(weights, w)
 	}
+	c.mu.Lock()
+	r.weights = weights
+	c.mu.Unlock()
 	args = append(args, "--ttl", ttl.String(), "--timeout", severalWait.String(), "--kill-after", killAfter.String(),
 		"--connect-timeout", c.connect.String(), "--")
 	wait, err := c.spawn(r, append(args, c.childArgs(r)...))
@@ -706,7 +718,8 @@ func (s *several) check(fig *figures, stopped int64) {
 
 // perKey returns the children with each child of several keys (it said
 // more than one KEY=TOKEN) in its place once per key, with that key's
-// token: it held a permit of each, from its start to its end.
+// token and slots (SEMRUN_KEY_SLOTS; none when it named no such key): it
+// held a permit of each, from its start to its end.
 func perKey(kids []kid) []kid {
 	out := make([]kid, 0, len(kids))
 	for _, k := range kids {
@@ -717,6 +730,10 @@ func perKey(kids []kid) []kid {
 		for _, kt := range k.tokens {
 			x := k
 			x.key, x.token = kt.key, kt.token
+			x.slots, x.slotted = nil, false
+			if i := slices.IndexFunc(k.keySlots, func(ks keySlots) bool { return ks.key == kt.key }); i >= 0 {
+				x.slots, x.slotted = k.keySlots[i].slots, true
+			}
 			out = append(out, x)
 		}
 	}

@@ -2,12 +2,14 @@
 
 // Command child is what the chaos harness's semruns run: child RUN
 // HOLD_MS CODE. It tells the harness "S pid ppid start token key run" when
-// it starts, then "T tokens", SEMRUN_FENCING_TOKENS (every key's token,
-// KEY=TOKEN a line) quoted as Go does, when semrun gave it, and "E end how
-// code" when it ends, how being done (it held for
-// HOLD_MS, or until the file $CHAOS_UNTIL appeared if sooner, and exits
-// with CODE) or term (SIGTERM: it exits 143 at once). Its start is the
-// first thing the process did, its end the last thing before exit, both on
+// it starts; then "T tokens", SEMRUN_FENCING_TOKENS (every key's token,
+// KEY=TOKEN a line) quoted as Go does, when semrun gave it; then "L slot
+// slots keyslots", SEMRUN_SLOT, SEMRUN_SLOTS and SEMRUN_KEY_SLOTS (KEY=SLOTS
+// a line), each quoted or "-" when unset, when semrun gave any of them;
+// and "E end how code" when it ends, how being done (it held for HOLD_MS,
+// or until the file $CHAOS_UNTIL appeared if sooner, and exits with CODE)
+// or term (SIGTERM: it exits 143 at once). Its start is the first thing
+// the process did, its end the last thing before exit, both on
 // CLOCK_MONOTONIC, which every process of the host shares. The harness
 // builds it without -race, as it builds semrun: a child costs a few
 // milliseconds of CPU to start, not the tens the race detector adds.
@@ -65,6 +67,9 @@ func child(began int64, args []string) int {
 		// In the same write as S: the harness never sees one without the other.
 		fmt.Fprintf(w, "T %s\n", strconv.Quote(tokens))
 	}
+	if line, ok := slotsLine(); ok {
+		fmt.Fprintln(w, line) // in the same write as S, as T
+	}
 	if err := w.Flush(); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos child: %v\n", err)
 		return 3
@@ -78,6 +83,21 @@ func child(began int64, args []string) int {
 	fmt.Fprintf(w, "E %d %s %d\n", mono(), how, code)
 	_ = w.Flush()
 	return code
+}
+
+// slotsLine is the L line, false when semrun gave no slot: a key of more
+// than 1024 permits numbers none.
+func slotsLine() (string, bool) {
+	line, any := "L", false
+	for _, name := range []string{"SEMRUN_SLOT", "SEMRUN_SLOTS", "SEMRUN_KEY_SLOTS"} {
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			line += " -"
+			continue
+		}
+		line, any = line+" "+strconv.Quote(v), true
+	}
+	return line, any
 }
 
 // held is closed after d, or once the file until exists if sooner.
