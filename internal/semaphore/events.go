@@ -104,7 +104,9 @@ type Event struct {
 	Cooling time.Duration `json:"cooling_ns,omitempty"`
 	// Capacity is what an EventCapacity stored; 0 unsets it.
 	Capacity int `json:"capacity,omitempty"`
-	// Reason is a pause's, a revoke's or a busy answer's.
+	// Reason is a pause's, a revoke's or a busy answer's; a capacity's
+	// slot names (Operator.SetSlots), comma-separated, at most MaxReason
+	// bytes of them.
 	Reason string `json:"reason,omitempty"`
 	// Until is how long a pause lasts; 0 until resumed.
 	Until time.Duration `json:"until_ns,omitempty"`

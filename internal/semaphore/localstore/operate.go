@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/semrun/semrun/internal/semaphore"
 	"golang.org/x/sys/unix"
@@ -66,7 +68,7 @@ func (s *Store) SetSlots(ctx context.Context, key string, names []string) error 
 		return err
 	}
 	names = slices.Clone(names)
-	return s.setPolicy(ctx, key, true, func(p *policy) { p.Capacity, p.SlotNames = len(names), names }, semaphore.Event{Kind: semaphore.EventCapacity, Capacity: len(names)})
+	return s.setPolicy(ctx, key, true, func(p *policy) { p.Capacity, p.SlotNames = len(names), names }, semaphore.Event{Kind: semaphore.EventCapacity, Capacity: len(names), Reason: clipBytes(strings.Join(names, ","), semaphore.MaxReason)})
 }
 
 // Pause implements semaphore.Operator. The end is on the wall clock, as
@@ -276,4 +278,17 @@ func (k *keyDir) sweepRevokes(live map[string]bool) {
 			_ = unix.Unlinkat(int(k.dir.Fd()), name, 0)
 		}
 	}
+}
+
+// clipBytes is s cut to at most max bytes on a rune boundary, as key.lua
+// cuts a capacity's slot names.
+func clipBytes(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
