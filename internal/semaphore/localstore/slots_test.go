@@ -84,7 +84,7 @@ func TestLocalManyLongSlotNamesStillCool(t *testing.T) {
 	if s := statusOf(t, st, key); !slices.Equal(s.SlotNames, names) {
 		t.Fatalf("Status: got %d slot names, want the %d set", len(s.SlotNames), len(names))
 	}
-	req := semaphore.Request{Key: key, Permits: semaphore.MaxSlots, Weight: semaphore.MaxSlots, TTL: time.Second, MinHold: 3 * time.Second}
+	req := semaphore.Request{Key: key, Permits: semaphore.MaxSlots, Weight: semaphore.MaxSlots, TTL: time.Second, MinHold: time.Minute} // a min hold no load outlasts
 	l := acquire(t, st, req)
 	if got := l.Slots(); len(got.Numbers) != semaphore.MaxSlots || !slices.Equal(got.Names, names) {
 		t.Fatalf("the grant of every slot: got %d slots, %d names; want %d of each, the names set", len(got.Numbers), len(got.Names), semaphore.MaxSlots)
