@@ -1280,8 +1280,8 @@ func TestChecks(t *testing.T) {
 			{k(6000, 6050, []int{0}, n2[0]), false},    // the old names
 			{kid{run: 99, key: "b", token: wall(1200), start: ms(1250), slotted: true, slots: []int{3}}, true}, // another key
 		} {
-			if got := capacityFaults([]kid{c.k}, ws); (len(got) == 0) != c.ok {
-				t.Errorf("capacityFaults(%+v) = %+v, want ok %v", c.k, got, c.ok)
+			if past, misnamed := capacityFaults([]kid{c.k}, ws); (len(past)+len(misnamed) == 0) != c.ok {
+				t.Errorf("capacityFaults(%+v) = %+v, %+v; want ok %v", c.k, past, misnamed, c.ok)
 			}
 		}
 

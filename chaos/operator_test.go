@@ -902,24 +902,21 @@ func grantedIn(kids []kid, w capWindow) []kid {
 
 // capacityFaults checks the children granted wholly inside a window
 // (grantedIn) of a known setting: while a capacity M below N was kept,
-// they hold only slots below M; while the slots were named, they were told
-// the names of exactly their slots, name i for slot i; otherwise, no name.
-func capacityFaults(kids []kid, ws []capWindow) []slotFault {
-	var out []slotFault
+// they hold only slots below M (slots); while the slots were named, they
+// were told the names of exactly their slots, name i for slot i;
+// otherwise, no name (names).
+func capacityFaults(kids []kid, ws []capWindow) (slots, names []slotFault) {
 	for _, w := range ws {
 		if w.state == "" {
 			continue
 		}
 		for _, k := range grantedIn(kids, w) {
-			if w.state == "lowered" {
-				if i := slices.IndexFunc(k.slots, func(s int) bool { return s >= w.lowered }); i >= 0 {
-					out = append(out, slotFault{k, fmt.Sprintf("granted while the capacity kept was %d, holds slot %d (slots %v): want slots below %d", w.lowered, k.slots[i], k.slots, w.lowered)})
-					continue
-				}
+			if i := slices.IndexFunc(k.slots, func(s int) bool { return s >= w.lowered }); w.state == "lowered" && i >= 0 {
+				slots = append(slots, slotFault{k, fmt.Sprintf("granted while the capacity kept was %d, holds slot %d (slots %v): want slots below %d", w.lowered, k.slots[i], k.slots, w.lowered)})
 			}
 			if w.state != "named" {
 				if k.slotNameSet || k.slotNamesSet {
-					out = append(out, slotFault{k, fmt.Sprintf("granted while its key's slots had no names (%s), told SEMRUN_SLOT_NAME %q, SEMRUN_SLOT_NAMES %q", w.state, k.slotName, k.slotNames)})
+					names = append(names, slotFault{k, fmt.Sprintf("granted while its key's slots had no names (%s), told SEMRUN_SLOT_NAME %q, SEMRUN_SLOT_NAMES %q", w.state, k.slotName, k.slotNames)})
 				}
 				continue
 			}
@@ -930,12 +927,12 @@ func capacityFaults(kids []kid, ws []capWindow) []slotFault {
 				}
 			}
 			if len(want) == 0 || len(want) != len(k.slots) || !slices.Equal(k.slotNames, want) || k.slotName != want[0] || !k.slotNameSet || !k.slotNamesSet {
-				out = append(out, slotFault{k, fmt.Sprintf("granted while its key's slots were named %q, holds slots %v, told SEMRUN_SLOT_NAME %q (set %v), SEMRUN_SLOT_NAMES %q (set %v): want %q",
+				names = append(names, slotFault{k, fmt.Sprintf("granted while its key's slots were named %q, holds slots %v, told SEMRUN_SLOT_NAME %q (set %v), SEMRUN_SLOT_NAMES %q (set %v): want %q",
 					w.names, k.slots, k.slotName, k.slotNameSet, k.slotNames, k.slotNamesSet, want)})
 			}
 		}
 	}
-	return out
+	return slots, names
 }
 
 // loweredOverlaps returns each instant at which the children granted
@@ -995,14 +992,16 @@ func (c *cluster) checkCapacities(fig *figures) {
 			below++
 		}
 	}
-	bad := capacityFaults(kids, ws)
-	fig.slotFaults += len(bad)
-	for i, f := range bad {
-		if i == 5 {
-			t.Errorf("... and %d more children told wrong slots or names", len(bad)-5)
-			break
+	past, misnamed := capacityFaults(kids, ws)
+	fig.slotFaults += len(past) + len(misnamed)
+	for _, bad := range [][]slotFault{past, misnamed} {
+		for i, f := range bad {
+			if i == 5 {
+				t.Errorf("... and %d more such children", len(bad)-5)
+				break
+			}
+			t.Errorf("key-capacity: %s of key %q: %s; faults near: %s", c.describe(f.k), f.k.key, f.why, c.faultsNear(f.k.start))
 		}
-		t.Errorf("key-capacity: %s of key %q: %s; faults near: %s", c.describe(f.k), f.k.key, f.why, c.faultsNear(f.k.start))
 	}
 	ovs := loweredOverlaps(kids, ws)
 	fig.overlaps += len(ovs)
@@ -1018,6 +1017,6 @@ func (c *cluster) checkCapacities(fig *figures) {
 		t.Errorf("key-capacity: %d children of key %q granted while its capacity was lowered held more than it at %s: %s; faults near: %s",
 			len(o.running), o.key, c.rel(o.at), strings.Join(who, ", "), c.faultsNear(o.at))
 	}
-	fig.faultNote = fmt.Sprintf("%s; %d lowered (%d below a slot held), %d named, %d unset, %d failed; granted inside a window: %d lowered, %d named, %d unset, %d unknown; %d told wrong slots or names, %d overlaps of a lowered capacity",
-		fig.faultNote, acts["lowered"], below, acts["named"], acts["unset"], failed, judged["lowered"], judged["named"], judged["unset"], judged[""], len(bad), len(ovs))
+	fig.faultNote = fmt.Sprintf("%s; %d lowered (%d below a slot held), %d named, %d unset, %d failed; granted inside a window: %d lowered, %d named, %d unset, %d unknown; %d holding a slot past a lowered capacity, %d told wrong names, %d overlaps of a lowered capacity",
+		fig.faultNote, acts["lowered"], below, acts["named"], acts["unset"], failed, judged["lowered"], judged["named"], judged["unset"], judged[""], len(past), len(misnamed), len(ovs))
 }
