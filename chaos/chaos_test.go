@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	randc "crypto/rand"
 	"encoding/binary"
@@ -50,6 +51,12 @@ type nemesis struct {
 	// check, when set, runs the nemesis's own checks after the common
 	// ones, and may set its fault note.
 	check func(c *cluster, fig *figures)
+	// permits is the N its workers ask for (0: 2).
+	permits int
+	// operator, when set, acts on the keys, as an operator does, beside
+	// the faults, from the first child until done is closed, and returns
+	// then.
+	operator func(c *cluster, rng *rand.Rand, done <-chan struct{})
 }
 
 // upTo is a random duration from 0 to d.
@@ -109,6 +116,7 @@ var nemeses = []nemesis{
 	{name: "hold-crowd", own: runHoldCrowd},
 	{name: "key-revoke", proxied: true, excuses: true, longHolds: true, weighted: true, inject: revokeHolder, check: (*cluster).checkRevokes},
 	{name: "key-pause", inject: pauseKey, check: (*cluster).checkPauses},
+	{name: "key-capacity", proxied: true, excuses: true, weighted: true, permits: 4, inject: capacityFault, operator: changeCapacities, check: (*cluster).checkCapacities},
 	{name: "min-hold-kill9", own: runMinHold},
 	{name: "hold-drain", holds: true, inject: drainHold, check: (*cluster).checkDrains},
 	{name: "hold-frozen-keeper", holds: true, inject: freezeKeeper, check: (*cluster).checkThaws},
@@ -287,7 +295,7 @@ func TestChaos(t *testing.T) {
 
 func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 	began := time.Now()
-	keys, permits, perKey := *keysFlag, 2, 6
+	keys, permits, perKey := *keysFlag, cmp.Or(n.permits, 2), 6
 	if n.inject == nil {
 		// A SIGKILLed holder keeps its permit for a TTL: more permits, so that
 		// the kills leave some free.
@@ -321,6 +329,11 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 			time.Sleep(100 * time.Millisecond) // no more kills: the trials are done
 		}
 	} else {
+		done := make(chan struct{})
+		var operator sync.WaitGroup
+		if n.operator != nil {
+			operator.Go(func() { n.operator(c, rand.New(rand.NewPCG(seed, 2)), done) })
+		}
 		for more() {
 			f := n.inject(c, rng)
 			c.addFault(f)
@@ -329,6 +342,8 @@ func runNemesis(t *testing.T, n nemesis, seed uint64) figures {
 				time.Sleep(ttl/2 + upTo(rng, ttl/2)) // about one TTL of peace
 			}
 		}
+		close(done)
+		operator.Wait()
 		fig.faults = len(c.faults)
 		var down time.Duration
 		for _, f := range c.faults {

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -132,6 +133,9 @@ func slotsTold(k kid, permits func(key string) int) string {
 	case k.slot != k.slots[0]:
 		return fmt.Sprintf("SEMRUN_SLOT %d is not the first of SEMRUN_SLOTS %v", k.slot, k.slots)
 	}
+	if why := namesTold(k); why != "" {
+		return why
+	}
 	if !k.keySlotsSet {
 		return ""
 	}
@@ -144,6 +148,24 @@ func slotsTold(k kid, permits func(key string) int) string {
 	}
 	if first := k.keySlots[0].slots; permits(keys[0]) <= maxSlots && !slices.Equal(first, k.slots) {
 		return fmt.Sprintf("SEMRUN_KEY_SLOTS gives %q slots %v, SEMRUN_SLOTS %v", keys[0], first, k.slots)
+	}
+	return ""
+}
+
+// namesTold says what is wrong with the names of its slots a child was
+// told, "" when nothing: none, or SEMRUN_SLOT_NAMES, a name per slot of
+// SEMRUN_SLOTS, and SEMRUN_SLOT_NAME, the first of them. Which names,
+// capacityFaults judges.
+func namesTold(k kid) string {
+	switch {
+	case !k.slotNameSet && !k.slotNamesSet:
+		return ""
+	case k.slotNameSet != k.slotNamesSet:
+		return fmt.Sprintf("SEMRUN_SLOT_NAME set %v (%q), SEMRUN_SLOT_NAMES set %v (%q): want both or neither", k.slotNameSet, k.slotName, k.slotNamesSet, k.slotNames)
+	case len(k.slotNames) != len(k.slots):
+		return fmt.Sprintf("SEMRUN_SLOT_NAMES %q for SEMRUN_SLOTS %v: want a name per slot", k.slotNames, k.slots)
+	case k.slotName != k.slotNames[0]:
+		return fmt.Sprintf("SEMRUN_SLOT_NAME %q is not the first of SEMRUN_SLOT_NAMES %q", k.slotName, k.slotNames)
 	}
 	return ""
 }
@@ -1012,10 +1034,11 @@ func TestChecks(t *testing.T) {
 		dir := t.TempDir()
 		rec := newRecorder(t, filepath.Join(dir, "kids"))
 		for _, lines := range []string{
-			"S 10 9 1000 12 a 31\nL \"1\" \"1,2\" -\nE 2000 done 0\n",
-			fmt.Sprintf("S 10 9 1000 12 a 32\nL - %s %s\n", strconv.Quote("3"), strconv.Quote("a=3\nb=0,1")),
-			"S 10 9 1000 12 a 33\nL \"x\" - -\n", // not a slot
-			"S 10 9 1000 12 a 34\nL \"1\" -\n",   // two fields
+			"S 10 9 1000 12 a 31\nL \"1\" \"1,2\" - - -\nE 2000 done 0\n",
+			fmt.Sprintf("S 10 9 1000 12 a 32\nL - %s %s - -\n", strconv.Quote("3"), strconv.Quote("a=3\nb=0,1")),
+			"S 10 9 1000 12 a 33\nL \"x\" - - - -\n", // not a slot
+			"S 10 9 1000 12 a 34\nL \"1\" - -\n",     // three fields
+			fmt.Sprintf("S 10 9 1000 12 a 35\nL \"1\" \"1,2\" - %s %s\n", strconv.Quote("gpu é1"), strconv.Quote("gpu é1,b=\"2\"")),
 		} {
 			conn, err := net.Dial("unix", filepath.Join(dir, "kids"))
 			if err != nil {
@@ -1025,12 +1048,12 @@ func TestChecks(t *testing.T) {
 			_ = conn.Close()
 		}
 		for deadline := time.Now().Add(hangBound); ; time.Sleep(5 * time.Millisecond) {
-			_, ok := rec.get(34)
+			_, ok := rec.get(35)
 			if rec.quiet(0) == 0 && ok {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the recorder read no child 34 within %v", hangBound)
+				t.Fatalf("the recorder read no child 35 within %v", hangBound)
 			}
 		}
 		if k, _ := rec.get(31); !k.slotted || !k.slotSet || k.slot != 1 || !slices.Equal(k.slots, []int{1, 2}) || k.keySlotsSet {
@@ -1038,6 +1061,12 @@ func TestChecks(t *testing.T) {
 		}
 		if k, _ := rec.get(32); !k.slotted || k.slotSet || !slices.Equal(k.slots, []int{3}) || !k.keySlotsSet || len(k.keySlots) != 2 || !slices.Equal(k.keySlots[1].slots, []int{0, 1}) {
 			t.Errorf("recorder, child 32: got %+v, want no SEMRUN_SLOT, slots 3, and a's and b's", k)
+		}
+		if k, _ := rec.get(31); k.slotNameSet || k.slotNamesSet {
+			t.Errorf("recorder, child 31: got %+v, want no names", k)
+		}
+		if k, _ := rec.get(35); !k.slotNameSet || k.slotName != "gpu é1" || !k.slotNamesSet || !slices.Equal(k.slotNames, []string{"gpu é1", `b="2"`}) {
+			t.Errorf("recorder, child 35: got %+v, want names gpu é1 and b=\"2\"", k)
 		}
 		if _, bad := rec.snapshot(); len(bad) != 2 {
 			t.Errorf("recorder: lines it could not read %q, want 33's and 34's", bad)
@@ -1048,6 +1077,12 @@ func TestChecks(t *testing.T) {
 		permits := func(key string) int { return map[string]int{"a": 3, "b": 2, "big": 2000}[key] }
 		told := func(key string, slot int, slots ...int) kid {
 			return kid{key: key, slotted: true, slot: slot, slotSet: slot >= 0, slots: slots}
+		}
+		// named: k told the name SEMRUN_SLOT_NAME ("" unset) and names
+		// SEMRUN_SLOT_NAMES (none: unset).
+		named := func(k kid, name string, names ...string) kid {
+			k.slotName, k.slotNameSet, k.slotNames, k.slotNamesSet = name, name != "", names, names != nil
+			return k
 		}
 		// several: a child of keys (its SEMRUN_FENCING_TOKENS), told ks.
 		several := func(k kid, keys string, ks ...keySlots) kid {
@@ -1076,6 +1111,11 @@ func TestChecks(t *testing.T) {
 			{several(told("a", 1, 1, 2), "a,b"), false},                                                      // no SEMRUN_KEY_SLOTS
 			{several(kid{key: "big", slotted: true}, "big,b", keySlots{"b", []int{1}}), true},
 			{several(kid{key: "big", slotted: true}, "big,b", keySlots{"big", nil}, keySlots{"b", []int{1}}), false}, // big numbers none
+			{named(told("a", 0, 0, 2), "x", "x", "z"), true},
+			{named(told("a", 0, 0, 2), "z", "x", "z"), false}, // SEMRUN_SLOT_NAME not the first
+			{named(told("a", 0, 0, 2), "x", "x"), false},      // a name short
+			{named(told("a", 0, 0, 2), "x"), false},           // no SEMRUN_SLOT_NAMES
+			{named(told("a", 0, 0, 2), "", "x", "z"), false},  // no SEMRUN_SLOT_NAME
 		} {
 			if got := slotsTold(c.k, permits); (got == "") != c.ok {
 				t.Errorf("slotsTold(%+v) = %q, want ok %v", c.k, got, c.ok)
@@ -1169,6 +1209,97 @@ func TestChecks(t *testing.T) {
 		}
 		if got := holders(nil, []*hold{{id: 3, key: "a", handle: "h3", slots: []int{1}, acquire: &run{exited: ms(10)}, until: ms(20)}}, nil); len(got) != 1 || !got[0].slotted || !slices.Equal(got[0].slots, []int{1}) {
 			t.Errorf("holders: got %+v, want a hold of slot 1", got)
+		}
+	})
+	t.Run("capacity", func(t *testing.T) {
+		// key-capacity's operator on a, of N=4: lowered to 2, named, unset,
+		// lowered to 3 (failed: unknown until the next act), named anew.
+		// Times in ms; the wall clock (µs, as tokens count) runs apart.
+		wall := func(at int64) int64 { return 1e12 + at*1000 }
+		act := func(state string, start, end int64, status int) capacityChange {
+			ch := capacityChange{key: "a", state: state, start: ms(start), end: ms(end), startWall: wall(start), endWall: wall(end), status: status}
+			switch state {
+			case "lowered":
+				ch.lowered = 2 + int(start/4000)
+			case "named":
+				for s := range 4 {
+					ch.names = append(ch.names, fmt.Sprintf("gpu é%d.%d", start/1000, s))
+				}
+			}
+			return ch
+		}
+		changes := []capacityChange{
+			act("named", 5000, 5100, 0), // given out of order: sorted by start
+			act("lowered", 1000, 1100, 0), act("named", 2000, 2100, 0), act("unset", 3000, 3100, 0), act("lowered", 4000, 4100, 125),
+		}
+		ws := capWindows(changes, ms(0), wall(0))
+		var got []string
+		for _, w := range ws {
+			got = append(got, fmt.Sprintf("%s %d %d..%d", w.state, w.lowered, (w.from-1e12)/1000, min(w.to, wall(9999))/1000-1e9))
+		}
+		if want := []string{"unset 0 0..1000", "lowered 2 1100..2000", "named 0 2100..3000", "unset 0 3100..4000", " 3 4100..5000", "named 0 5100..9999"}; !slices.Equal(got, want) {
+			t.Fatalf("capWindows: got %q, want %q", got, want)
+		}
+		if ws[2].names[3] != "gpu é2.3" || ws[5].names[0] != "gpu é5.0" || ws[5].toMono != math.MaxInt64 {
+			t.Fatalf("capWindows: got %+v, want the names of each act, the last window for ever", ws)
+		}
+		// k: a child of a granted at token, started at start, told slots
+		// and names (nil: none).
+		k := func(token, start int64, slots []int, names ...string) kid {
+			runs++
+			c := kid{run: runs, key: "a", token: wall(token), start: ms(start), end: ms(start + 100), how: "done", slotted: true, slotSet: true, slot: slots[0], slots: slots, weight: len(slots)}
+			if names != nil {
+				c.slotName, c.slotNameSet, c.slotNames, c.slotNamesSet = names[0], true, names, true
+			}
+			return c
+		}
+		n2, n5 := ws[2].names, ws[5].names
+		for _, c := range []struct {
+			k  kid
+			ok bool
+		}{
+			{k(900, 950, []int{3}), true},           // before the first act, nothing kept
+			{k(900, 950, []int{3}, n2[3]), false},   // ...and named
+			{k(1200, 1250, []int{1}), true},         // lowered to 2
+			{k(1200, 1250, []int{0, 1}), true},      // both
+			{k(1200, 1250, []int{2}), false},        // past it
+			{k(1200, 1250, []int{1, 2}), false},     // one past it
+			{k(1200, 1250, []int{1}, n2[1]), false}, // told a name
+			{k(1050, 1250, []int{3}), true},         // granted as the act ran: the boundary is not judged
+			{k(1900, 2050, []int{3}), true},         // started as the next act ran: not judged
+			{k(1900, 1950, []int{3}), false},        // started before it
+			{k(2200, 2250, []int{2}, n2[2]), true},  // named
+			{k(2200, 2250, []int{1, 3}, n2[1], n2[3]), true},
+			{k(2200, 2250, []int{2}, n2[1]), false},    // another slot's name
+			{k(2200, 2250, []int{1, 3}, n2[1]), false}, // a name short
+			{k(2200, 2250, []int{2}), false},           // no name
+			{k(3200, 3250, []int{3}), true},            // unset
+			{k(3200, 3250, []int{3}, n2[3]), false},    // the names unset were told
+			{k(4200, 4250, []int{3}, n2[3]), true},     // after a failed act: unknown
+			{k(6000, 6050, []int{0}, n5[0]), true},     // named anew
+			{k(6000, 6050, []int{0}, n2[0]), false},    // the old names
+			{kid{run: 99, key: "b", token: wall(1200), start: ms(1250), slotted: true, slots: []int{3}}, true}, // another key
+		} {
+			if past, misnamed := capacityFaults([]kid{c.k}, ws); (len(past)+len(misnamed) == 0) != c.ok {
+				t.Errorf("capacityFaults(%+v) = %+v, %+v; want ok %v", c.k, past, misnamed, c.ok)
+			}
+		}
+
+		// At most 2 at once of those granted while lowered to 2, holders
+		// from before it left out.
+		span := func(c kid, end int64) kid { c.end = ms(end); return c }
+		kids := []kid{span(k(900, 950, []int{3}), 1800), span(k(1200, 1250, []int{0}), 1600), span(k(1300, 1350, []int{1}), 1700)}
+		if got := loweredOverlaps(kids, ws); len(got) != 0 {
+			t.Errorf("loweredOverlaps: got %+v, want none", got)
+		}
+		if got := loweredOverlaps(append(slices.Clone(kids), span(k(1400, 1450, []int{0}), 1500)), ws); len(got) != 1 || got[0].at != ms(1450) || len(got[0].running) != 3 {
+			t.Errorf("loweredOverlaps with a third at 1450ms: got %+v, want one", got)
+		}
+		if got := loweredOverlaps(append(slices.Clone(kids), span(k(1050, 1450, []int{0}), 1500)), ws); len(got) != 0 {
+			t.Errorf("loweredOverlaps with a third granted as the act ran: got %+v, want none", got)
+		}
+		if got := loweredOverlaps(append(slices.Clone(kids), span(k(1650, 1650, []int{0, 1}), 1750)), ws); len(got) != 1 {
+			t.Errorf("loweredOverlaps with two permits beside one: got %+v, want one", got)
 		}
 	})
 	t.Run("lag", func(t *testing.T) {

@@ -28,7 +28,7 @@
 // run holds each child 100ms to 1s instead, so that its grants cost a
 // machine that runs other work too less. Six nemeses run at once unless
 // -parallel is given: with -parallel 1 they run one after another, each
-// with the whole machine; with -parallel 18, all at once. The harness
+// with the whole machine; with -parallel 23, all at once. The harness
 // builds semrun and the child (chaos/child) without -race whatever the
 // test is built with: a child costs a few milliseconds of CPU to start,
 // not the tens the race detector adds. -chaos.keys=K gives each nemesis K keys
@@ -43,18 +43,20 @@
 //
 // Each nemesis is a subtest with its own redis-server, its own keys and, for
 // the network faults, its own TCP proxy between semrun and Redis. Six
-// workers per key (N=2; kill9: four keys of N=3, four workers each) run,
-// again and again,
+// workers per key (N=2; key-capacity: N=4; kill9: four keys of N=3, four
+// workers each) run, again and again,
 //
 //	semrun -k KEY -n N [--weight 2] --ttl 2s --kill-after 500ms --connect-timeout 2s -- CHILD RUN HOLD CODE
 //
 // where CHILD is the child (chaos/child), told its run. Under kill9,
-// redis-restart-empty, drop-replies and key-revoke, the first worker of
-// each key asks for two permits (--weight 2), and so two slots. The child
+// redis-restart-empty, drop-replies, key-revoke and key-capacity, the
+// first worker of each key asks for two permits (--weight 2), and so two
+// slots. The child
 // notes its start on CLOCK_MONOTONIC first, tells the harness over a unix
 // socket its start, its fencing token and its key (SEMRUN_FENCING_TOKEN,
 // SEMRUN_HELD_KEY), every key's token (SEMRUN_FENCING_TOKENS), and its
-// slots (SEMRUN_SLOT, SEMRUN_SLOTS, SEMRUN_KEY_SLOTS), holds for HOLD, notes
+// slots (SEMRUN_SLOT, SEMRUN_SLOTS, SEMRUN_KEY_SLOTS) and their names
+// (SEMRUN_SLOT_NAME, SEMRUN_SLOT_NAMES), holds for HOLD, notes
 // its end and the status it exits with, tells that too, and exits with
 // CODE. On SIGTERM it tells its end and exits 143 at once. A child killed by SIGKILL says nothing: its end is
 // the moment the harness reads the end of its connection, later than its
@@ -107,6 +109,13 @@
 //	key-pause             semrun key pause, drain or pause --for D of the key, its workers
 //	                      waiting in line, for 0.5 to 1.5 TTLs; the line read with semrun
 //	                      status --json while paused; then semrun key resume, or the pause's end
+//	key-capacity          callers of N=4 under a fault every TTL or so (Redis SIGSTOPped,
+//	                      or, through the proxy, nothing forwarded, a quarter of the
+//	                      replies dropped or every reply late, for 0.5 to 1.5 TTLs), and
+//	                      beside them an operator who, every 0.5 to 1.5 TTLs, keeps a
+//	                      capacity below N (semrun key set --permits 2 or 3), names the
+//	                      slots (key set --slots, N names: the capacity is N again), or
+//	                      forgets both (key unset), another each time, the first lowered
 //	min-hold-kill9        once per window (--min-hold 7.5 to 8.5s, children of 0.2 to 1.2s):
 //	                      SIGKILL of the semrun whose child just started, then no caller of
 //	                      the key at all for 5s (lease, push-back, a second) and a little,
@@ -280,7 +289,8 @@
 //     a larger key, none of them (a key numbers at most 1024). Each step of
 //     a hold is told the same slots (acquire's, when it prints them). In
 //     key-revoke, status --json shows the victim's holder holding the slot
-//     its child was told.
+//     its child was told. Names told are SEMRUN_SLOT_NAMES, a name per slot
+//     of SEMRUN_SLOTS, and SEMRUN_SLOT_NAME, the first, or neither.
 //   - No fencing token of a key is handed out twice, and tokens follow the
 //     order of the grants: a child was granted before every child with a
 //     larger token, so it held its permit at least from the earliest start
@@ -325,6 +335,22 @@
 //     their tokens), and that line is the order of arrival (no later
 //     place launched more than 1s, and the machine's allowance, before an
 //     earlier one). The line is then served within 2 TTLs (the heal).
+//   - key-capacity: each act of the operator exits 0 while Redis answers
+//     (else the key's setting is unknown until the next act). A child is
+//     judged by the setting kept when it was granted, if its grant lies
+//     wholly inside a window between two acts: its token (Redis's clock at
+//     the grant) after the end of one act, and its token and its start
+//     before the start of the next (what a child is told, it is told
+//     between its grant and its start, however late a lost reply makes
+//     the start). Granted while a capacity M below N was kept, it holds
+//     only slots below M (whoever held a slot past M when it was lowered
+//     runs on, judged as every run), and the children granted inside that
+//     window hold at most M permits at once among themselves (each was
+//     granted while fewer than M were held, them included). Granted while
+//     the slots were named, it was told the names of exactly its slots
+//     (name i for slot i, the names of that act); otherwise, none. With
+//     the stored capacity ignored, or each slot given the next one's name,
+//     these fail.
 //   - min-hold-kill9: no more than N grants of a key within its min hold
 //     (and of a slot, one: a cooling permit keeps its slot): the Nth grant
 //     after another, by their tokens (Redis's clock at the grant), comes
@@ -441,5 +467,10 @@
 // the revokes by kind (and by slot, and the slot's other holders that
 // exited 113), how the revoked ended (113, 112, their child first),
 // how soon their child stopped and their permit was free; for key-pause, the
-// pauses by kind, grants while paused, lines read and served out of order.
+// pauses by kind, grants while paused, lines read and served out of order;
+// for key-capacity, the acts by kind (and how many lowered the capacity
+// below a slot held then, and failed), the children judged per kind of
+// window, those holding a slot past a lowered capacity or told wrong
+// names (in the slot faults column too), and the overlaps of a lowered
+// capacity (in the overlaps column too).
 package chaos

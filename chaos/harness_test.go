@@ -68,6 +68,13 @@ type kid struct {
 	keySlots    []keySlots
 	keySlotsSet bool
 	slotted     bool
+	// slotName and slotNames are its first key's slots' names, as
+	// SEMRUN_SLOT_NAME and SEMRUN_SLOT_NAMES (split at its commas) gave
+	// them (set: they were set): an operator named the key's slots.
+	slotName     string
+	slotNameSet  bool
+	slotNames    []string
+	slotNamesSet bool
 	// weight is how many permits of key it asked for (--weight; 0: one).
 	// The checks set it.
 	weight int
@@ -124,15 +131,15 @@ func keySlotList(s string) ([]keySlots, error) {
 	return out, nil
 }
 
-// readSlots reads the child's L line into k: "L slot slots keyslots",
-// each quoted, or - when semrun did not set it.
+// readSlots reads the child's L line into k: "L slot slots keyslots
+// name names", each quoted, or - when semrun did not set it.
 func readSlots(k *kid, line string) error {
 	rest := strings.TrimSuffix(strings.TrimPrefix(line, "L"), "\n")
-	var vals [3]string
-	var set [3]bool
+	var vals [5]string
+	var set [5]bool
 	for i := range vals {
 		if !strings.HasPrefix(rest, " ") {
-			return errors.New("want three fields")
+			return errors.New("want five fields")
 		}
 		rest = rest[1:]
 		if after, ok := strings.CutPrefix(rest, "-"); ok {
@@ -148,7 +155,7 @@ func readSlots(k *kid, line string) error {
 		set[i] = true
 	}
 	if rest != "" {
-		return fmt.Errorf("%q after the three fields", rest)
+		return fmt.Errorf("%q after the five fields", rest)
 	}
 	k.slotted = true
 	var errs [3]error
@@ -165,6 +172,12 @@ func readSlots(k *kid, line string) error {
 	}
 	if k.keySlotsSet = set[2]; set[2] {
 		k.keySlots, errs[2] = keySlotList(vals[2])
+	}
+	// Names are data: whether they are the slots', slotsTold and
+	// capacityFaults judge.
+	k.slotName, k.slotNameSet = vals[3], set[3]
+	if k.slotNamesSet = set[4]; set[4] {
+		k.slotNames = strings.Split(vals[4], ",")
 	}
 	return errors.Join(errs[:]...)
 }
@@ -456,6 +469,8 @@ type cluster struct {
 	// and the watches of revoked holders' permits.
 	revokes []*revocation
 	pauses  []*keyPause
+	// The acts of key-capacity's operator, in the order they began.
+	capacities []*capacityChange
 	// The acts of hold-drain and hold-frozen-keeper (holdops_test.go).
 	drains   []*drainAct
 	thaws    []*thaw

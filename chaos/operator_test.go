@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -738,4 +740,283 @@ func (c *cluster) checkPauses(fig *figures) {
 	}
 	fig.faultNote = fmt.Sprintf("%s: %d grants while paused, %d children running after a drain; %d lines read (%d waiters), %d served out of order",
 		strings.Join(parts, ", "), whilePaused, drainedRunning, lines, inLine, unordered)
+}
+
+// capacityStates: what key-capacity's operator keeps for a key, in turn:
+// a capacity below the callers' N (key set --permits M), the slots named
+// (key set --slots, N names: the capacity is N again), or nothing (key
+// unset).
+var capacityStates = []string{"lowered", "named", "unset"}
+
+// capacityChange is one act of key-capacity's operator.
+type capacityChange struct {
+	key   string
+	state string // see capacityStates
+	// lowered is the capacity stored when lowered, 2 to N-1 (the
+	// weighted worker's 2 fits); names are the names stored when named,
+	// N of them.
+	lowered int
+	names   []string
+	// The command's: when it ran (mono(); the wall clock in µs, as tokens
+	// count, taken before it started and after it ended), and its status.
+	start, end         int64
+	startWall, endWall int64
+	status             int
+	stderr             string
+}
+
+// capacityKinds: the faults of key-capacity, beside its operator.
+var capacityKinds = []string{"SIGSTOP", "blackhole", "drop replies", "late replies"}
+
+// capacityFault is key-capacity's fault, for 0.5 to 1.5 TTLs: Redis
+// SIGSTOPped, or, through the proxy, nothing forwarded, a quarter of the
+// replies dropped, or every reply late, by a throw.
+func capacityFault(c *cluster, rng *rand.Rand) fault {
+	d := opFaultTime(rng)
+	f := fault{start: mono()}
+	switch capacityKinds[rng.IntN(len(capacityKinds))] {
+	case "SIGSTOP":
+		return pauseRedis(c, rng, d)
+	case "blackhole":
+		return blackhole(c, rng, d)
+	case "drop replies":
+		f.what = fmt.Sprintf("drop 1/4 of replies for %v", d.Round(time.Millisecond))
+		c.proxy.DropReplies(0.25)
+	default:
+		late := ttl/2 + upTo(rng, ttl)
+		f.what = fmt.Sprintf("every reply %v late for %v", late.Round(time.Millisecond), d.Round(time.Millisecond))
+		c.proxy.Delay(late)
+	}
+	time.Sleep(d)
+	c.proxy.Heal()
+	f.heal = mono()
+	return f
+}
+
+// changeCapacities is key-capacity's operator: on each key, every 0.5 to
+// 1.5 TTLs, whatever the faults, it keeps another of capacityStates, the
+// first a lowered one; until done.
+func changeCapacities(c *cluster, rng *rand.Rand, done <-chan struct{}) {
+	var wg sync.WaitGroup
+	for _, key := range c.keys {
+		r := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+		wg.Go(func() { c.changeCapacity(key, r, done) })
+	}
+	wg.Wait()
+}
+
+func (c *cluster) changeCapacity(key string, rng *rand.Rand, done <-chan struct{}) {
+	state := "unset"
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			return
+		case <-time.After(opFaultTime(rng)):
+		}
+		ch := &capacityChange{key: key, state: "lowered"}
+		if i > 0 {
+			others := slices.DeleteFunc(slices.Clone(capacityStates), func(s string) bool { return s == state })
+			ch.state = others[rng.IntN(len(others))]
+		}
+		args := []string{"key", "unset", key}
+		switch ch.state {
+		case "lowered":
+			ch.lowered = 2 + rng.IntN(c.permits-2)
+			args = []string{"key", "set", key, "--permits", strconv.Itoa(ch.lowered)}
+		case "named":
+			// Names are data: a space, a letter beyond ASCII, and the
+			// act's number, so that names left from an earlier act show.
+			for s := range c.permits {
+				ch.names = append(ch.names, fmt.Sprintf("gpu é%d.%d", i, s))
+			}
+			args = []string{"key", "set", key, "--slots", strings.Join(ch.names, ",")}
+		}
+		ch.startWall = time.Now().UnixMicro()
+		res := c.operate(opBound, opConnect, args...)
+		ch.endWall = time.Now().UnixMicro()
+		ch.start, ch.end, ch.status, ch.stderr = res.start, res.end, res.status, res.stderr
+		c.mu.Lock()
+		c.capacities = append(c.capacities, ch)
+		c.mu.Unlock()
+		state = ch.state // had it failed, the next act is another all the same
+	}
+}
+
+// capWindow is a span over which key-capacity's operator kept a key's
+// setting: from the end of one act (or the cluster's start) until the
+// start of the next (or for ever).
+type capWindow struct {
+	key string
+	// state is what was kept (capacityStates), "" when unknown: the act
+	// before failed, and may have been done or not.
+	state   string
+	lowered int
+	names   []string
+	// from and to are on the wall clock in µs, as tokens count; toMono
+	// is to as mono(), fromMono from.
+	from, to         int64
+	fromMono, toMono int64
+}
+
+// capWindows turns each key's acts into the windows between them, the
+// first from the cluster's start (mono() t0, wall clock t0Wall, µs) with
+// nothing kept.
+func capWindows(changes []capacityChange, t0, t0Wall int64) []capWindow {
+	byKey := map[string][]capacityChange{}
+	for _, ch := range changes {
+		byKey[ch.key] = append(byKey[ch.key], ch)
+	}
+	var out []capWindow
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		chs := byKey[key]
+		slices.SortFunc(chs, func(a, b capacityChange) int { return cmp.Compare(a.start, b.start) })
+		w := capWindow{key: key, state: "unset", from: t0Wall, fromMono: t0}
+		for _, ch := range chs {
+			w.to, w.toMono = ch.startWall, ch.start
+			out = append(out, w)
+			w = capWindow{key: key, lowered: ch.lowered, names: ch.names, from: ch.endWall, fromMono: ch.end}
+			if ch.status == 0 {
+				w.state = ch.state
+			}
+		}
+		w.to, w.toMono = math.MaxInt64, math.MaxInt64
+		out = append(out, w)
+	}
+	return out
+}
+
+// grantedIn returns the children of w's key granted wholly inside w: their
+// token (Redis's clock at the grant) after its start, and their token and
+// their start before its end. A child starts a moment after its grant, or
+// later when the grant's reply was lost and semrun asked again; what it
+// was told, it was told between the two.
+func grantedIn(kids []kid, w capWindow) []kid {
+	var out []kid
+	for _, k := range kids {
+		if k.key == w.key && k.token > w.from && k.token < w.to && k.start < w.toMono {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// capacityFaults checks the children granted wholly inside a window
+// (grantedIn) of a known setting: while a capacity M below N was kept,
+// they hold only slots below M (slots); while the slots were named, they
+// were told the names of exactly their slots, name i for slot i;
+// otherwise, no name (names).
+func capacityFaults(kids []kid, ws []capWindow) (slots, names []slotFault) {
+	for _, w := range ws {
+		if w.state == "" {
+			continue
+		}
+		for _, k := range grantedIn(kids, w) {
+			if i := slices.IndexFunc(k.slots, func(s int) bool { return s >= w.lowered }); w.state == "lowered" && i >= 0 {
+				slots = append(slots, slotFault{k, fmt.Sprintf("granted while the capacity kept was %d, holds slot %d (slots %v): want slots below %d", w.lowered, k.slots[i], k.slots, w.lowered)})
+			}
+			if w.state != "named" {
+				if k.slotNameSet || k.slotNamesSet {
+					names = append(names, slotFault{k, fmt.Sprintf("granted while its key's slots had no names (%s), told SEMRUN_SLOT_NAME %q, SEMRUN_SLOT_NAMES %q", w.state, k.slotName, k.slotNames)})
+				}
+				continue
+			}
+			var want []string
+			for _, s := range k.slots {
+				if s < len(w.names) {
+					want = append(want, w.names[s])
+				}
+			}
+			if len(want) == 0 || len(want) != len(k.slots) || !slices.Equal(k.slotNames, want) || k.slotName != want[0] || !k.slotNameSet || !k.slotNamesSet {
+				names = append(names, slotFault{k, fmt.Sprintf("granted while its key's slots were named %q, holds slots %v, told SEMRUN_SLOT_NAME %q (set %v), SEMRUN_SLOT_NAMES %q (set %v): want %q",
+					w.names, k.slots, k.slotName, k.slotNameSet, k.slotNames, k.slotNamesSet, want)})
+			}
+		}
+	}
+	return slots, names
+}
+
+// loweredOverlaps returns each instant at which the children granted
+// wholly inside a window of a lowered capacity M (grantedIn) held more
+// than M permits at once, counted among themselves: whoever held before
+// it runs on (semantics, section 10), but each of them was granted only
+// while fewer than M were held, them included.
+func loweredOverlaps(kids []kid, ws []capWindow) []overlap {
+	var out []overlap
+	for _, w := range ws {
+		if w.state == "lowered" {
+			out = append(out, overlaps(grantedIn(kids, w), w.lowered)...)
+		}
+	}
+	return out
+}
+
+// checkCapacities checks key-capacity: every act of its operator done
+// while Redis answered; the children granted inside each window, by
+// capacityFaults and loweredOverlaps.
+func (c *cluster) checkCapacities(fig *figures) {
+	t := c.t
+	kids, _ := c.rec.snapshot()
+	for i := range kids {
+		kids[i].weight = c.weightOf(kids[i].run, kids[i].key)
+	}
+	c.mu.Lock()
+	changes := make([]capacityChange, 0, len(c.capacities))
+	for _, ch := range c.capacities {
+		changes = append(changes, *ch)
+	}
+	faults := slices.Clone(c.faults)
+	c.mu.Unlock()
+	acts, failed := map[string]int{}, 0
+	for _, ch := range changes {
+		acts[ch.state]++
+		if ch.status == 0 {
+			continue
+		}
+		failed++
+		if !underFault(faults, ch.start, ch.end) && !starved(ch.status, ch.start, ch.end) {
+			t.Errorf("key-capacity's operator, %s %q from %s to %s, Redis answering: status %d: %q", ch.state, ch.key, c.rel(ch.start), c.rel(ch.end), ch.status, ch.stderr)
+		}
+	}
+	ws := capWindows(changes, c.t0, c.wall(c.t0)/int64(time.Microsecond))
+	judged, below := map[string]int{}, 0
+	for _, w := range ws {
+		judged[w.state] += len(grantedIn(kids, w))
+		if w.state != "lowered" {
+			continue
+		}
+		// The capacity lowered below a slot held then: its holder is left
+		// alone (judge), and new grants take slots below it.
+		if slices.ContainsFunc(runningAt(kids, w.key, w.fromMono), func(k kid) bool {
+			return slices.ContainsFunc(k.slots, func(s int) bool { return s >= w.lowered })
+		}) {
+			below++
+		}
+	}
+	past, misnamed := capacityFaults(kids, ws)
+	fig.slotFaults += len(past) + len(misnamed)
+	for _, bad := range [][]slotFault{past, misnamed} {
+		for i, f := range bad {
+			if i == 5 {
+				t.Errorf("... and %d more such children", len(bad)-5)
+				break
+			}
+			t.Errorf("key-capacity: %s of key %q: %s; faults near: %s", c.describe(f.k), f.k.key, f.why, c.faultsNear(f.k.start))
+		}
+	}
+	ovs := loweredOverlaps(kids, ws)
+	fig.overlaps += len(ovs)
+	for i, o := range ovs {
+		if i == 5 {
+			t.Errorf("... and %d more overlaps of a lowered capacity", len(ovs)-5)
+			break
+		}
+		var who []string
+		for _, k := range o.running {
+			who = append(who, c.describe(k))
+		}
+		t.Errorf("key-capacity: %d children of key %q granted while its capacity was lowered held more than it at %s: %s; faults near: %s",
+			len(o.running), o.key, c.rel(o.at), strings.Join(who, ", "), c.faultsNear(o.at))
+	}
+	fig.faultNote = fmt.Sprintf("%s; %d lowered (%d below a slot held), %d named, %d unset, %d failed; granted inside a window: %d lowered, %d named, %d unset, %d unknown; %d holding a slot past a lowered capacity, %d told wrong names, %d overlaps of a lowered capacity",
+		fig.faultNote, acts["lowered"], below, acts["named"], acts["unset"], failed, judged["lowered"], judged["named"], judged["unset"], judged[""], len(past), len(misnamed), len(ovs))
 }

@@ -4,8 +4,9 @@
 // HOLD_MS CODE. It tells the harness "S pid ppid start token key run" when
 // it starts; then "T tokens", SEMRUN_FENCING_TOKENS (every key's token,
 // KEY=TOKEN a line) quoted as Go does, when semrun gave it; then "L slot
-// slots keyslots", SEMRUN_SLOT, SEMRUN_SLOTS and SEMRUN_KEY_SLOTS (KEY=SLOTS
-// a line), each quoted or "-" when unset, when semrun gave any of them;
+// slots keyslots name names", SEMRUN_SLOT, SEMRUN_SLOTS, SEMRUN_KEY_SLOTS
+// (KEY=SLOTS a line), SEMRUN_SLOT_NAME and SEMRUN_SLOT_NAMES, each quoted
+// or "-" when unset, when semrun gave any of them;
 // and "E end how code" when it ends, how being done (it held for HOLD_MS,
 // or until the file $CHAOS_UNTIL appeared if sooner, and exits with CODE)
 // or term (SIGTERM: it exits 143 at once). Its start is the first thing
@@ -89,7 +90,7 @@ func child(began int64, args []string) int {
 // than 1024 permits numbers none.
 func slotsLine() (string, bool) {
 	line, any := "L", false
-	for _, name := range []string{"SEMRUN_SLOT", "SEMRUN_SLOTS", "SEMRUN_KEY_SLOTS"} {
+	for _, name := range []string{"SEMRUN_SLOT", "SEMRUN_SLOTS", "SEMRUN_KEY_SLOTS", "SEMRUN_SLOT_NAME", "SEMRUN_SLOT_NAMES"} {
 		v, ok := os.LookupEnv(name)
 		if !ok {
 			line += " -"
