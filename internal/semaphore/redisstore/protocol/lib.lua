@@ -196,9 +196,10 @@ end
 -- used is how many permits the holders take (kept in "#used": counting
 -- them would walk every holder). A key without holders takes none, which
 -- heals a count that went wrong; a count that is not one is counted anew
--- from the holders, once.
+-- from the holders, once. The second value is true for a key without
+-- holders (takeSlots).
 local function used()
-  if redis.call('ZCARD', holdersKey) == 0 then return 0 end
+  if redis.call('ZCARD', holdersKey) == 0 then return 0, true end
   local n = num(redis.call('HGET', infoKey, '#used'), 0, MAXINT)
   if n then return n end
   n = 0
@@ -579,18 +580,31 @@ end
 -- slot whose holder is gone but still named (a release by a version
 -- before slots, or someone else's write) is free.
 
+-- holdsSlot tells whether o, whom '#slot <n>' names, holds slot n: it is
+-- among the holders and its record lists n, as removeHolder frees it (a
+-- name left by a grant of the same id that lapsed with the holders' set
+-- is none). lists keeps each holder's slots, read once.
+local function holdsSlot(o, n, lists)
+  if not lists[o] then
+    local h = redis.call('ZSCORE', holdersKey, o) and readHolder(redis.call('HGET', infoKey, o))
+    lists[o] = {}
+    for _, s in ipairs(h and h.slots and slotList(h.slots) or {}) do lists[o][s] = true end
+  end
+  return lists[o][n] == true
+end
+
 -- freeSlots are the lowest weight slots below c that '#slot' names no
 -- holder of, fewer when there are not so many; with sure, a slot whose
--- holder is not among the holders is free too.
+-- named holder does not hold it (holdsSlot) is free too.
 local function freeSlots(c, weight, sure)
-  local free, from = {}, 0
+  local free, from, lists = {}, 0, {}
   while from < c and #free < weight do
     local names = {}
     for n = from, math.min(from + 63, c - 1) do names[#names + 1] = '#slot ' .. n end
     local owners = redis.call('HMGET', infoKey, unpack(names))
     for i = 1, #names do
       local o = owners[i]
-      if not o or (sure and not redis.call('ZSCORE', holdersKey, o)) then
+      if not o or (sure and not holdsSlot(o, from + i - 1, lists)) then
         free[#free + 1] = from + i - 1
         if #free == weight then break end
       end
@@ -601,15 +615,23 @@ local function freeSlots(c, weight, sure)
 end
 
 -- takeSlots chooses the slots of a grant of weight permits, admitted
--- against a capacity of c: their numbers, "0,3", or nil when the key
--- numbers none (more than MAXSLOTS permits). The first look trusts the
--- names; only when it finds too few does it look whether each holder
--- named is one. Too few even then (a count of holders gone wrong) is
--- none, rather than a slot another holds.
-local function takeSlots(c, weight)
+-- against a capacity of c (nobody: the key has no holders): their
+-- numbers, "0,3", or nil when the key numbers none (more than MAXSLOTS
+-- permits). The first look trusts the names; only when it finds too few
+-- does it look whether each holder named holds the slot. Too few even
+-- then (a count of holders gone wrong) is none, rather than a slot
+-- another holds.
+local function takeSlots(c, weight, nobody)
   if c > MAXSLOTS then return nil end
-  local free = freeSlots(c, weight, false)
-  if #free < weight then free = freeSlots(c, weight, true) end
+  local free = {}
+  if nobody then
+    -- Without holders every slot is free, whatever names the info hash
+    -- kept (it may outlive the holders' set): no look at all.
+    for n = 0, weight - 1 do free[#free + 1] = n end
+  else
+    free = freeSlots(c, weight, false)
+    if #free < weight then free = freeSlots(c, weight, true) end
+  end
   if #free < weight then return nil end
   for i, n in ipairs(free) do free[i] = string.format('%d', n) end
   return table.concat(free, ',')
@@ -635,9 +657,11 @@ local function grant(id, n, weight, ttl, expiry, meta, hard, minEnd)
   redis.call('SET', tokenKey, string.format('%d', token))
   -- Counted before the holder is added, as a count counted anew would
   -- include it.
-  local u = used()
+  local u, nobody = used()
+  -- Before id is among the holders: a '#slot' name its dropped record left
+  -- (acquire.lua) is then no holder's, and frees its slot for it.
+  local slots = takeSlots(capacity(n), weight, nobody)
   redis.call('ZADD', holdersKey, expiry, id)
-  local slots = takeSlots(capacity(n), weight)
   local fields = {id, holderRecord{permits = n, token = token, since = now, weight = weight, slots = slots, meta = meta},
     '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0), '#used', u + weight}
   for slot in string.gmatch(slots or '', '%d+') do
