@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/semrun/semrun/internal/semaphore"
 )
 
@@ -534,6 +536,135 @@ func TestSlotsAttackStaleNamesOfAHolder(t *testing.T) {
 			for i, id := range []string{"B", "C"} {
 				if got := slotsOf(t, runCall(t, b.c, key, id, call{n: 4, ttl: time.Minute}), id); !slices.Equal(got, []int{2 + i}) {
 					t.Errorf("%s beside W's slots 0 and 1: got slots %v, want [%d]", id, got, 2+i)
+				}
+			}
+		})
+	}
+}
+
+// TestSlotsAttackGarbage: '#slot' names, holder records, a policy and a
+// count anyone may have written make no script fail, no decoder panic,
+// and no grant take a slot a holder holds.
+func TestSlotsAttackGarbage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	huge := strings.Repeat("9", 100_000)
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "atkgarbage"
+			keys, _ := scriptKeys(key)
+			policy := NewKeys(testPrefix, key).Policy
+			slotsOf(t, runCall(t, b.c, key, "A", call{n: 4, ttl: time.Minute}), "A")
+			// Names beside A's: garbage, beyond any capacity, of a holder
+			// that holds no such slot.
+			if err := b.c.HSet(ctx, keys[1], "#slot 1", huge, "#slot 99999", Member("A"), "#slot -1", "x", "#slot 2", Member("A")).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Holder records whose slots are not slots.
+			for i, slots := range []string{"", "0,0", "-0", "00", "5000", huge, strings.Repeat("1,", 2000) + "1", "0,1,2,3,4"} {
+				rec := fmt.Sprintf("4 %d 1 1 s%s {}", 10+i, slots)
+				if err := b.c.ZAdd(ctx, keys[0], redis.Z{Score: float64(b.nowMicros(t)/1000 + 60_000), Member: fmt.Sprintf("g%d", i)}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.c.HSet(ctx, keys[1], fmt.Sprintf("g%d", i), rec).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The policy: names of absurd counts and values.
+			if err := b.c.HSet(ctx, policy, "slots", huge, "name 0", huge).Err(); err != nil {
+				t.Fatal(err)
+			}
+			st := runStatus(t, b.c, key)
+			for _, h := range st.Holders {
+				if len(h.Slots.Numbers) > 0 && !slices.Equal(h.Slots.Numbers, []int{0}) {
+					t.Errorf("status: a holder with slots %v: want only A's [0], the others' records being garbage", h.Slots.Numbers)
+				}
+			}
+			if err := b.c.HSet(ctx, keys[1], "#used", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Counted wrong: B is let in beside 9 holders of 4, and takes
+			// no slot rather than one another holds.
+			r := runCall(t, b.c, key, "B", call{n: 12, ttl: time.Minute})
+			if !r.Granted || slices.Contains(r.Slots.Numbers, 0) {
+				t.Errorf("B beside A's slot 0: got %+v, want granted, not slot 0", r)
+			}
+			// Each holder that is garbage goes without freeing A's.
+			for i := range 8 {
+				keyOp(t, b.c, key, KeyArgs{Op: "revoke", Holder: shortHash(fmt.Sprintf("g%d", i))[:10], Force: true})
+			}
+			if owner, err := b.c.HGet(ctx, keys[1], "#slot 0").Result(); err != nil || owner != Member("A") {
+				t.Errorf("'#slot 0' after the garbage went: got (%q, %v), want A's", owner, err)
+			}
+			// A policy that is no hash names nothing, and is replaced.
+			if err := b.c.Del(ctx, policy).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.c.Set(ctx, policy, "x", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r := runCall(t, b.c, key, "C", call{n: 12, ttl: time.Minute}); !r.Granted || r.Slots.Names != nil {
+				t.Errorf("C with a policy that is no hash: got %+v, want granted, unnamed", r)
+			}
+			runStatus(t, b.c, key)
+			if r := keyOp(t, b.c, key, KeyArgs{Op: "slots", Names: []string{"a", "b"}}); r.Stored != 2 {
+				t.Errorf("key slots over a policy that is no hash: got %+v, want stored 2", r)
+			}
+			// Names written by anyone: a comma, a control character, too
+			// many bytes: unnamed rather than misnamed, in the reply and
+			// in status.
+			keyOp(t, b.c, key, KeyArgs{Op: "set", Cap: 20})
+			for _, name := range []string{"a,b", "a\x1b[31m", strings.Repeat("é", 201), "ok"} {
+				fields := []any{"slots", 20}
+				for n := range 20 {
+					fields = append(fields, fmt.Sprintf("name %d", n), name+strconv.Itoa(n))
+				}
+				if err := b.c.HSet(ctx, policy, fields...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				id := "N" + strconv.Itoa(len(name))
+				r := runCall(t, b.c, key, id, call{n: 20, ttl: time.Minute})
+				runRelease(t, b.c, key, id)
+				want := []string(nil)
+				if name == "ok" {
+					want = []string{"ok" + strconv.Itoa(r.Slots.Numbers[0])}
+				}
+				if !r.Granted || !slices.Equal(r.Slots.Names, want) {
+					t.Errorf("name %q: got %+v, want granted, names %q", name, r, want)
+				}
+				if st := runStatus(t, b.c, key); (name == "ok") != (st.SlotNames != nil) {
+					t.Errorf("name %q: status names %q", name, st.SlotNames)
+				}
+			}
+		})
+	}
+}
+
+// TestSlotsAttackHoldRecord: a hold's record whose slots are not its
+// weight's (anyone may have written it) gives a step under the handle no
+// slots, as a holder record's would, rather than slots it never held.
+func TestSlotsAttackHoldRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const key = "atkhold"
+			k := NewKeys(testPrefix, key)
+			slotsOf(t, runCall(t, b.c, key, "A", call{n: 4, ttl: time.Minute}), "A")
+			r, err := DecodeHold(runScript(t, b.c, k, HoldArgs{Op: "begin", ID: "A", TTL: time.Minute, Meta: []byte("{}")}))
+			if err != nil || r.State != "held" || !slices.Equal(r.Slots.Numbers, []int{0}) {
+				t.Fatalf("hold begin: got (%+v, %v), want held, slot 0", r, err)
+			}
+			for _, slots := range []string{"0,1,2", "1", "x"} {
+				if err := b.c.HSet(ctx, k.HoldRecord("A"), "slots", slots).Err(); err != nil {
+					t.Fatal(err)
+				}
+				r, err = DecodeHold(runScript(t, b.c, k, HoldArgs{Op: "renew", ID: "A", Share: "s"}))
+				if err != nil || r.State != "held" {
+					t.Fatalf("hold renew: got (%+v, %v), want held", r, err)
+				}
+				if want := []int{1}; slots == "1" && !slices.Equal(r.Slots.Numbers, want) || slots != "1" && r.Slots.Numbers != nil {
+					t.Errorf("hold renew, the record's slots %q, weight 1: got slots %v, want those of weight 1 only", slots, r.Slots.Numbers)
 				}
 			}
 		})
