@@ -422,7 +422,7 @@ func TestSlotsAttackAtRandom(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
-			steps, seeds := 1500, 3
+			steps, seeds := 2500, 3
 			lease := func(r *rand.Rand) time.Duration { return time.Duration(1+r.IntN(8)) * time.Second }
 			advance := func(r *rand.Rand) time.Duration { return time.Duration(r.IntN(3000)) * time.Millisecond }
 			if b.name != "miniredis" {
