@@ -58,6 +58,11 @@ type lease struct {
 func (s *Store) newLease(req semaphore.Request, k protocol.Keys, id string, token int64, slots semaphore.Slots, deadline clock.Instant, sent clock.Instant, since, now int64) *lease {
 	l := &lease{s: s, minReplicas: req.MinReplicas, key: req.Key, keys: k, id: id, ttl: req.TTL, fence: req.RestartFence, token: token, slots: slots,
 		deadline: deadline, asked: asked(req), minHold: req.MinHold, coolAfter: req.MinHoldAfter}
+	if len(slots.Numbers) != req.Takes() {
+		// A reply, or a turn, is anyone's: slots that are not its weight's
+		// are none, as a holder record's (protocol's readHolder).
+		l.slots = semaphore.Slots{}
+	}
 	if l.asked > 0 {
 		// sent is no later than now, here: the bound is no later than
 		// the store's. A permit is granted by the call (since = now), or

@@ -401,7 +401,11 @@ func DecodeHold(res any) (HoldReply, error) {
 		"left": &r.Left, "hard": &r.Hard, "fresh": &fresh, "slots": &slots, "names": &names,
 	})
 	r.Now, r.Released, r.Fresh = now == 1, released == 1, fresh == 1
-	r.Slots = readSlots(slots, names)
+	// The record is anyone's: slots that are not its weight's are none, as
+	// a holder record's (readHolder).
+	if r.Slots = readSlots(slots, names); int64(len(r.Slots.Numbers)) != r.Weight {
+		r.Slots = semaphore.Slots{}
+	}
 	return r, err
 }
 

@@ -109,6 +109,9 @@ elseif op == 'revoke' then
       local h
       if a.force == '1' then
         h = removeHolder(id)
+        -- A turn its waiter has not read yet goes too, as the sweep's does:
+        -- read later, it would start a command on a permit, and slot, given on.
+        redis.call('DEL', wakekey(wake, id))
       else
         h = readHolder(redis.call('HGET', infoKey, id))
       end

@@ -197,9 +197,10 @@ end
 -- used is how many permits the holders take (kept in "#used": counting
 -- them would walk every holder). A key without holders takes none, which
 -- heals a count that went wrong; a count that is not one is counted anew
--- from the holders, once.
+-- from the holders, once. The second value is true for a key without
+-- holders (takeSlots).
 local function used()
-  if redis.call('ZCARD', holdersKey) == 0 then return 0 end
+  if redis.call('ZCARD', holdersKey) == 0 then return 0, true end
   local n = num(redis.call('HGET', infoKey, '#used'), 0, MAXINT)
   if n then return n end
   n = 0
@@ -584,18 +585,32 @@ end
 -- slot whose holder is gone but still named (a release by a version
 -- before slots, or someone else's write) is free.
 
+-- holdsSlot tells whether o, whom '#slot <n>' names, holds slot n: it is
+-- among the holders and its record lists n, as removeHolder frees it (a
+-- name left by a grant of the same id that lapsed with the holders' set
+-- is none). lists keeps each holder's slots, read once.
+local function holdsSlot(o, n, lists)
+  if not lists[o] then
+    local h = redis.call('ZSCORE', holdersKey, o) and readHolder(redis.call('HGET', infoKey, o))
+    lists[o] = {}
+    for _, s in ipairs(h and h.slots and slotList(h.slots) or {}) do lists[o][s] = true end
+  end
+  return lists[o][n] == true
+end
+
 -- freeSlots are the lowest weight slots from from up, below c, that
 -- '#slot' names no holder of, fewer when there are not so many; with
--- sure, a slot whose holder is not among the holders is free too.
+-- sure, a slot whose named holder does not hold it (holdsSlot) is free
+-- too.
 local function freeSlots(c, weight, sure, from)
-  local free = {}
+  local free, lists = {}, {}
   while from < c and #free < weight do
     local names = {}
     for n = from, math.min(from + 63, c - 1) do names[#names + 1] = '#slot ' .. n end
     local owners = redis.call('HMGET', infoKey, unpack(names))
     for i = 1, #names do
       local o = owners[i]
-      if not o or (sure and not redis.call('ZSCORE', holdersKey, o)) then
+      if not o or (sure and not holdsSlot(o, from + i - 1, lists)) then
         free[#free + 1] = from + i - 1
         if #free == weight then break end
       end
@@ -606,23 +621,30 @@ local function freeSlots(c, weight, sure, from)
 end
 
 -- takeSlots chooses the slots of a grant of weight permits, admitted
--- against a capacity of c: their numbers, "0,3", or nil when the key
--- numbers none (more than MAXSLOTS permits); and the slot the next grant
--- may look from. '#slotlow' is that slot: every slot below it was held
--- when it was written, and a release lowers it to the lowest it frees,
--- so that a grant need not read the holders of the slots below it (a key
--- of 1,024 permits whose first 1,023 are held reads one). It is only
--- where to start: the first look trusts it and the names; only when it
--- finds too few does it look from 0, then whether each holder named is
--- one. Too few even then (a count of holders gone wrong) is none, rather
--- than a slot another holds.
-local function takeSlots(c, weight)
+-- against a capacity of c (nobody: the key has no holders): their
+-- numbers, "0,3", or nil when the key numbers none (more than MAXSLOTS
+-- permits); and the slot the next grant may look from. '#slotlow' is that
+-- slot: every slot below it was held when it was written, and a release
+-- lowers it to the lowest it frees, so that a grant need not read the
+-- holders of the slots below it (a key of 1,024 permits whose first 1,023
+-- are held reads one). It is only where to start: the first look trusts
+-- it and the names; only when it finds too few does it look from 0, then
+-- whether each holder named holds the slot. Too few even then (a count
+-- of holders gone wrong) is none, rather than a slot another holds.
+local function takeSlots(c, weight, nobody)
   if c > MAXSLOTS then return nil end
-  local low = field('#slotlow', 0, MAXSLOTS) or 0
-  if low >= c then low = 0 end
-  local free = freeSlots(c, weight, false, low)
-  if #free < weight and low > 0 then free = freeSlots(c, weight, false, 0) end
-  if #free < weight then free = freeSlots(c, weight, true, 0) end
+  local free = {}
+  if nobody then
+    -- Without holders every slot is free, whatever names the info hash
+    -- kept (it may outlive the holders' set): no look at all.
+    for n = 0, weight - 1 do free[#free + 1] = n end
+  else
+    local low = field('#slotlow', 0, MAXSLOTS) or 0
+    if low >= c then low = 0 end
+    free = freeSlots(c, weight, false, low)
+    if #free < weight and low > 0 then free = freeSlots(c, weight, false, 0) end
+    if #free < weight then free = freeSlots(c, weight, true, 0) end
+  end
   if #free < weight then return nil end
   local after = free[#free] + 1
   for i, n in ipairs(free) do free[i] = string.format('%d', n) end
@@ -649,9 +671,11 @@ local function grant(id, n, weight, ttl, expiry, meta, hard, minEnd)
   redis.call('SET', tokenKey, string.format('%d', token))
   -- Counted before the holder is added, as a count counted anew would
   -- include it.
-  local u = used()
+  local u, nobody = used()
+  -- Before id is among the holders: a '#slot' name its dropped record left
+  -- (acquire.lua) is then no holder's, and frees its slot for it.
+  local slots, low = takeSlots(capacity(n), weight, nobody)
   redis.call('ZADD', holdersKey, expiry, id)
-  local slots, low = takeSlots(capacity(n), weight)
   local fields = {id, holderRecord{permits = n, token = token, since = now, weight = weight, slots = slots, meta = meta},
     '#clock', now, '#ttl', math.max(ttl, field('#ttl', 0, MAXTTL) or 0), '#used', u + weight}
   if low then fields[#fields + 1], fields[#fields + 2] = '#slotlow', low end
