@@ -91,6 +91,19 @@ func helperIn(t *testing.T, dir string) string {
 	if err := dst.Close(); err != nil {
 		t.Fatalf("copy the test binary: %v", err)
 	}
+	// A process another test forked while dst was open for writing keeps
+	// a copy of it until it execs, and exec refuses the file meanwhile
+	// (ETXTBSY): wait, bounded, until it runs.
+	for try := 0; ; try++ {
+		err := exec.Command(bin, "-test.run=^$").Run()
+		if !errors.Is(err, syscall.ETXTBSY) {
+			break
+		}
+		if try == 100 {
+			t.Fatalf("run the copy of the test binary: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	return bin
 }
 
