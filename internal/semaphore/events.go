@@ -74,6 +74,12 @@ const (
 	// EventCapacity: an operator stored the capacity Capacity, or unset it
 	// (0).
 	EventCapacity EventKind = "capacity"
+	// EventSupersede: a waiter that asked to supersede left the line, sent
+	// away by a newer one, By, after Waited (Request.Supersede).
+	EventSupersede EventKind = "supersede"
+	// EventPriorityAge: an operator stored the priority age Until (0:
+	// unset; Operator.SetPriorityAge).
+	EventPriorityAge EventKind = "priority-age"
 )
 
 // Event is one thing that happened to a key. It holds no secret: the
@@ -114,6 +120,8 @@ type Event struct {
 	Forced bool `json:"forced,omitempty"`
 	// Slots are the permits of a grant, release, loss or revoke.
 	Slots
+	// By is the newer caller of an EventSupersede.
+	By *HolderInfo `json:"by,omitempty"`
 }
 
 // Counts are a key's counters, kept in the store as the events happen

@@ -22,6 +22,9 @@ type Operator interface {
 	// names). Grants then carry their slots' names (Slots.Names). names
 	// must pass CheckSlotNames.
 	SetSlots(ctx context.Context, key string, names []string) error
+	// SetPriorityAge keeps d as key's priority age (Request.PriorityAge),
+	// which wins over each caller's; 0 unsets it.
+	SetPriorityAge(ctx context.Context, key string, d time.Duration) error
 	// Pause stops every grant of key until Resume, or for d when d is
 	// positive; holders run on, waiters keep their places. reason is
 	// shown to waiters and to callers found busy.

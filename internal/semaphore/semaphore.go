@@ -87,6 +87,19 @@ type Request struct {
 	// MinHoldAfter says after which of its command's ends the permit
 	// cools; the zero value is CoolAfterAny.
 	MinHoldAfter CoolAfter
+	// Priority orders the line: a waiter of higher priority is served
+	// before every waiter of lower priority, equal ones in arrival order
+	// (MinPriority to MaxPriority; 0 is everyone's). It never pre-empts a
+	// holder.
+	Priority int
+	// PriorityAge raises a waiter's priority by one for every PriorityAge
+	// it has waited, so that nothing starves; 0: none. A key's stored one
+	// (Operator.SetPriorityAge) wins.
+	PriorityAge time.Duration
+	// Supersede: joining the line sends away every waiter of the key that
+	// also asked to supersede, with a *SupersededError (a deploy queue
+	// where only the newest waits). Holders are untouched.
+	Supersede bool
 }
 
 // CoolAfter says after which ends of its command a permit with a
@@ -306,6 +319,9 @@ type KeyStatus struct {
 	// StoredCapacity is the capacity an operator set (Operator), which
 	// wins over each caller's; 0: none.
 	StoredCapacity int `json:"stored_capacity,omitempty"`
+	// PriorityAge is the priority age an operator stored
+	// (Operator.SetPriorityAge); 0: none.
+	PriorityAge time.Duration `json:"priority_age_ns,omitempty"`
 	// SlotNames are the names an operator gave the key's slots
 	// (Operator.SetSlots), slot 0's first; nil: none.
 	SlotNames []string `json:"slot_names,omitempty"`
@@ -328,6 +344,9 @@ type Waiter struct {
 	// Position is its place in line, 1 for the first; 0 when unknown.
 	Position int           `json:"position"`
 	Waited   time.Duration `json:"waited_ns"`
+	// Priority is its priority as the line counts it now: the one it
+	// asked, raised by its waiting (Request.PriorityAge).
+	Priority int `json:"priority"`
 }
 
 // Holder describes one live permit; permit ids are never shown.
@@ -423,6 +442,8 @@ func (r Request) Validate() error {
 		return &SettingError{Setting: MinHoldSetting, Value: r.MinHold, Err: fmt.Errorf("must be from 0 to %v", MaxMinHold)}
 	case checkCoolAfter(r.MinHoldAfter) != nil:
 		return &SettingError{Setting: MinHoldAfterSetting, Value: quoteShort(string(r.MinHoldAfter)), Err: checkCoolAfter(r.MinHoldAfter)}
+	case checkOrder(r) != nil:
+		return checkOrder(r)
 	case CheckLabel(r.Holder.Label) != nil:
 		return &SettingError{Setting: LabelSetting, Value: quoteShort(r.Holder.Label), Err: CheckLabel(r.Holder.Label)}
 	case len(r.Holder.With) > MaxKeys-1:

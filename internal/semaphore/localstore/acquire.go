@@ -23,7 +23,7 @@ import (
 // or released; the waiters behind it sleep in the kernel on the queue
 // lock.
 func (s *Store) Acquire(ctx context.Context, req semaphore.Request) (semaphore.Lease, error) {
-	if err := req.Validate(); err != nil {
+	if err := errors.Join(req.Validate(), noOrder(req)); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -589,4 +589,23 @@ func (a *attempt) close() {
 	if a.grant != nil {
 		a.grant.Close()
 	}
+}
+
+// errNoLine says why a lock directory refuses to order its line: its
+// waiters are served as the kernel wakes them, first in line the one
+// that holds the queue lock, with no order it could keep by priority.
+var errNoLine = errors.New("the lock directory keeps no strict line to order (use Redis)")
+
+// noOrder refuses what a lock directory cannot honour: a priority other
+// than 0, an age, a supersede.
+func noOrder(req semaphore.Request) error {
+	switch {
+	case req.Priority != 0:
+		return &semaphore.SettingError{Setting: semaphore.PrioritySetting, Value: req.Priority, Err: errNoLine}
+	case req.PriorityAge != 0:
+		return &semaphore.SettingError{Setting: semaphore.PriorityAgeSetting, Value: req.PriorityAge, Err: errNoLine}
+	case req.Supersede:
+		return &semaphore.SettingError{Setting: semaphore.SupersedeSetting, Value: true, Err: errNoLine}
+	}
+	return nil
 }

@@ -25,7 +25,7 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []semaphore.Request) (semap
 		return nil, fmt.Errorf("%d keys: %w", len(reqs), semaphore.ErrNotAtOnce)
 	}
 	for _, req := range reqs {
-		if err := req.Validate(); err != nil {
+		if err := errors.Join(req.Validate(), noOrder(req)); err != nil {
 			return nil, err
 		}
 	}

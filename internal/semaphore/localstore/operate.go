@@ -292,3 +292,11 @@ func clipBytes(s string, max int) string {
 	}
 	return s[:cut]
 }
+
+// SetPriorityAge is refused: a lock directory keeps no strict line.
+func (s *Store) SetPriorityAge(_ context.Context, _ string, d time.Duration) error {
+	if err := semaphore.CheckPriorityAge(d); err != nil {
+		return err
+	}
+	return &semaphore.SettingError{Setting: semaphore.PriorityAgeSetting, Value: d, Err: errNoLine}
+}

@@ -83,3 +83,12 @@ func (s *Store) SetSlots(ctx context.Context, key string, names []string) error 
 	_, err := s.operate(ctx, key, "name the slots", protocol.KeyArgs{Op: "slots", Names: names})
 	return err
 }
+
+// SetPriorityAge keeps d as key's priority age; 0 unsets it.
+func (s *Store) SetPriorityAge(ctx context.Context, key string, d time.Duration) error {
+	if err := semaphore.CheckPriorityAge(d); err != nil {
+		return err
+	}
+	_, err := s.operate(ctx, key, "set the priority age", protocol.KeyArgs{Op: "age", For: d})
+	return err
+}
