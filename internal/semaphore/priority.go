@@ -27,6 +27,10 @@ func checkOrder(r Request) error {
 		return &SettingError{Setting: PrioritySetting, Value: r.Priority, Err: fmt.Errorf("must be from %d to %d", MinPriority, MaxPriority)}
 	case r.PriorityAge < 0 || r.PriorityAge > MaxPriorityAge || r.PriorityAge%time.Millisecond != 0:
 		return &SettingError{Setting: PriorityAgeSetting, Value: r.PriorityAge, Err: fmt.Errorf("must be whole milliseconds from 0 (none) to %v", MaxPriorityAge)}
+	case r.Supersede && len(r.Holder.With) > 0:
+		// Sent away from one key's line, a caller of several would have to
+		// leave every other's at once: not kept.
+		return &SettingError{Setting: SupersedeSetting, Value: true, Err: fmt.Errorf("takes one key, not %d", len(r.Holder.With)+1)}
 	}
 	return nil
 }

@@ -163,6 +163,11 @@ type WaitState struct {
 	// RecentHold is how long the key's recent holds lasted
 	// (Counts.RecentHold), for an estimate of the wait; 0 when unknown.
 	RecentHold time.Duration
+	// Priority is the caller's priority as the line counts it now
+	// (Request.Priority raised by its age); PriorityAge the key's age in
+	// effect for it, 0 for none.
+	Priority    int
+	PriorityAge time.Duration
 }
 
 // Takes is how many permits the holder takes: Weight, or 1 when it is 0.
