@@ -38,8 +38,10 @@ const (
 // holding 200ms. While it drains, Redis's CPU (INFO cpu) and the commands
 // semruns send (INFO commandstats) are counted per grant; and the children
 // say their place and fencing token, which must rise in the order they
-// arrived. With -compare, semrun B's line of each size drains after this
-// tree's, in the same run.
+// arrived. The same line drains again with mixed priorities (this tree's
+// semrun only): the children then say their priority too, and tokens must
+// rise by priority, then arrival. With -compare, semrun B's line of each
+// size drains after this tree's, in the same run.
 func (b *bench) line() ([]*table, error) {
 	if b.redis == nil {
 		fmt.Fprintln(os.Stderr, "bench: line: skipped, without redis-server")
@@ -55,9 +57,14 @@ func (b *bench) line() ([]*table, error) {
 	if err != nil {
 		return []*table{t}, err
 	}
+	// This tree's semrun, then the same with mixed priorities (semrun B,
+	// an older build, may not know --priority), then semrun B.
 	var names []string
 	for _, l := range b.lockers(linePermits, false) {
-		if l.name == "semrun (Redis)" || l.name == "semrun B (Redis)" {
+		switch l.name {
+		case "semrun (Redis)":
+			names = append(names, l.name, lineMixed)
+		case "semrun B (Redis)":
 			names = append(names, l.name)
 		}
 	}
@@ -85,7 +92,7 @@ func (b *bench) line() ([]*table, error) {
 				x := float64(r.cpu) / float64(alone)
 				targets = append(targets, fmt.Sprintf("≤ %.0f× uncontended (%.2f×): %s", lineAloneRatio, x, verdict(x <= lineAloneRatio)))
 			}
-			if name != names[0] {
+			if strings.HasPrefix(name, "semrun B") {
 				targets = nil
 			}
 			t.add(strings.TrimSuffix(name, " (Redis)"), strconv.Itoa(n), fmt.Sprintf("%.3f ms", float64(r.cpu)/float64(time.Millisecond)), fmt.Sprintf("%.2f", x),
@@ -93,6 +100,7 @@ func (b *bench) line() ([]*table, error) {
 		}
 	}
 	t.note("Uncontended: %d runs of the same semrun one after another on a key of %d permits, nothing waiting, the child `true`: %.3f ms of Redis CPU a grant, counted alike.", lineAloneSize, linePermits, float64(alone)/float64(time.Millisecond))
+	t.note("%s: the same line, the waiter joining i-th asking --priority %s; in order means granted by priority, then arrival (every waiter is in line before the first grant, and nobody asks --priority-age, so that is the whole order).", strings.TrimSuffix(lineMixed, " (Redis)"), "((i*37) mod 201) - 100")
 	t.note("Each waiter keeps its place with a lease of 120ms a waiter (from the TTL, at most 10s, to 20m); a permit handed over is claimed for 2s until its waiter takes it. CPU is used_cpu_user + used_cpu_sys of the server while the line drains, over the grants; commands are those semrun sends (EVALSHA, BLPOP...), not those its scripts run. The server's own timers count too: with a longer line, each grant waits on more clients.")
 	return []*table{t, lineCommandTable(names, longest, b.o.lineSizes[len(b.o.lineSizes)-1])}, nil
 }
@@ -162,10 +170,23 @@ type lineResult struct {
 	calls, usec map[string]int64
 }
 
+// lineMixed is the side of the line part whose waiters ask mixed
+// priorities (linePriority), of this tree's semrun with Redis.
+const lineMixed = "semrun, mixed priorities (Redis)"
+
+// linePriority is the priority of the waiter that joins the line i-th on
+// the mixed side: spread over -100..100, every value as often, ties among
+// the 2,000, the same in every run.
+func linePriority(i int) int { return i*37%201 - 100 }
+
 // lineRound drains a line of n waiters, of the locker named name.
 func (b *bench) lineRound(c *redis.Client, name string, n int) (lineResult, error) {
 	var r lineResult
 	key, log := b.key("line")
+	mixed := name == lineMixed
+	if mixed {
+		name = "semrun (Redis)"
+	}
 	l := find(b.lockers(linePermits, false), name)
 	gate := filepath.Join(b.dir, key+".gate")
 	order := filepath.Join(b.dir, key+".order")
@@ -182,9 +203,18 @@ func (b *bench) lineRound(c *redis.Client, name string, n int) (lineResult, erro
 	}
 	waiters := semKey(key, "waiters")
 	for i := range n {
-		child := []string{"sh", "-c", `echo "$0 $SEMRUN_FENCING_TOKEN" >> "$1"; exec "$2" "$3" "$4"`,
-			strconv.Itoa(i), order, b.child, log, strconv.FormatFloat(lineHold.Seconds(), 'f', -1, 64)}
-		if _, err := g.start(l.argv(key, linePermits, child), false); err != nil {
+		// Each child says its place, its priority and its token.
+		prio := 0
+		if mixed {
+			prio = linePriority(i)
+		}
+		child := []string{"sh", "-c", `echo "$0 $5 $SEMRUN_FENCING_TOKEN" >> "$1"; exec "$2" "$3" "$4"`,
+			strconv.Itoa(i), order, b.child, log, strconv.FormatFloat(lineHold.Seconds(), 'f', -1, 64), strconv.Itoa(prio)}
+		argv := l.argv(key, linePermits, child)
+		if mixed {
+			argv = withPriority(argv, prio)
+		}
+		if _, err := g.start(argv, false); err != nil {
 			return r, err
 		}
 		// Each takes its place before the next comes: their order is known.
@@ -240,6 +270,13 @@ func (b *bench) lineRound(c *redis.Client, name string, n int) (lineResult, erro
 	return r, err
 }
 
+// withPriority is semrun's argv asking priority p: --priority before the
+// command's "--".
+func withPriority(argv []string, p int) []string {
+	i := slices.Index(argv, "--")
+	return slices.Concat(argv[:i], []string{"--priority", strconv.Itoa(p)}, argv[i:])
+}
+
 // semKey is a Redis key of semaphore key, as the store names it with the
 // default prefix.
 func semKey(key, name string) string { return "semrun:{" + key + "}:" + name }
@@ -264,34 +301,40 @@ func serverCPU(c *redis.Client) (time.Duration, error) {
 	return time.Duration(sum * float64(time.Second)), nil
 }
 
-// inOrder says whether the n waiters' tokens rise in the order they
-// joined the line, or how many came out of order.
+// inOrder says whether the n waiters, all in line before the first
+// grant, were granted in the line's order: by priority, higher first,
+// then in the order they joined (their place); or how many were granted
+// out of place. Each child said its place, its priority and its token,
+// and tokens rise with the grants.
 func inOrder(path string, n int) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
-	type got struct{ place, token int64 }
+	type got struct{ place, prio, token int64 }
 	var all []got
 	for l := range strings.Lines(string(data)) {
 		f := strings.Fields(l)
-		if len(f) != 2 {
+		if len(f) != 3 {
 			return "", fmt.Errorf("order: line %q", l)
 		}
-		p, err1 := strconv.ParseInt(f[0], 10, 64)
-		tok, err2 := strconv.ParseInt(f[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			return "", fmt.Errorf("order: line %q", l)
+		var v [3]int64
+		for i := range v {
+			if v[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+				return "", fmt.Errorf("order: line %q", l)
+			}
 		}
-		all = append(all, got{p, tok})
+		all = append(all, got{v[0], v[1], v[2]})
 	}
 	if len(all) != n {
 		return "", fmt.Errorf("order: %d children ran, want %d", len(all), n)
 	}
-	slices.SortFunc(all, func(a, b got) int { return int(a.token - b.token) })
+	want := slices.Clone(all)
+	slices.SortFunc(want, func(a, b got) int { return cmp.Or(cmp.Compare(b.prio, a.prio), cmp.Compare(a.place, b.place)) })
+	slices.SortFunc(all, func(a, b got) int { return cmp.Compare(a.token, b.token) })
 	late := 0
 	for i, x := range all {
-		if x.place != int64(i) {
+		if x.place != want[i].place {
 			late++
 		}
 	}

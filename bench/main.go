@@ -20,7 +20,8 @@
 //     against the same jobs run in 3 lanes with no lock.
 //   - rss: resident memory of a waiting and of a holding semrun.
 //   - line: Redis's CPU and semrun's commands per grant, and the order of
-//     grants, with 50, 500 and 2,000 waiters on one key of 10 permits.
+//     grants, with 50, 500 and 2,000 waiters on one key of 10 permits, all
+//     of priority 0, and again with mixed priorities (-100..100).
 //   - cost: what a run costs Redis, a process a run, beside the minimal
 //     Redis semaphore (bench/minimal), and what each command of a run costs.
 //
