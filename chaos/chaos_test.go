@@ -107,6 +107,8 @@ var nemeses = []nemesis{
 	}},
 	{name: "partition", replicated: true, excuses: true, inject: partition},
 	{name: "several-keys", own: runSeveral},
+	{name: "priorities", own: runPriorities},
+	{name: "priorities", own: runPriorities},
 	{name: "crowd", own: runCrowd},
 	{name: "hold-kill9", holds: true, inject: killKeepers},
 	{name: "hold-redis", holds: true, excuses: true, inject: pauseOrRestart},

@@ -1302,6 +1302,93 @@ func TestChecks(t *testing.T) {
 			t.Errorf("loweredOverlaps with two permits beside one: got %+v, want one", got)
 		}
 	})
+	t.Run("priorities", func(t *testing.T) {
+		none := func(from, to int64) time.Duration { return 0 }
+		// p is a run of priority prio (age: --priority-age 1s) launched at
+		// launch ms, exiting with status at exit; with a child from start
+		// (0: none) holding token.
+		id := 0
+		p := func(prio int, age bool, launch, start, token, exit int64, status int) prioRun {
+			id++
+			x := prioRun{r: run{id: id, launched: ms(launch), exited: ms(exit), status: status, timeout: severalWait, mayBeBusy: true}, prio: prio}
+			if age {
+				x.age = time.Second
+			}
+			if start > 0 {
+				x.k = &kid{run: id, token: token, start: ms(start), end: ms(start + 200), how: "done"}
+			}
+			return x
+		}
+		// Lost: no child, exited past --timeout and healFailure; or never.
+		runs := []prioRun{
+			p(0, false, 0, 0, 0, 10_000, statusBusy),      // gave up at its --timeout
+			p(0, false, 0, 500, 1, 700, 0),                // ran
+			p(0, false, 0, 0, 0, 16_500, statusBusy),      // 16.5s: lost
+			p(0, false, 20_000, 0, 0, 0, 0),               // never exited: lost
+			p(0, false, 30_000, 0, 0, 45_000, statusBusy), // waited through a fault of 3s: 10+4+3 = 17s
+		}
+		faults := []fault{{what: "pause", start: ms(31_000), heal: ms(34_000)}}
+		if got := lostFromLine(runs, faults, none); len(got) != 2 || !strings.Contains(got[0], "run 3 ") || !strings.Contains(got[1], "run 4 ") {
+			t.Errorf("lostFromLine: got %q, want runs 3 and 4", got)
+		}
+		runs[2].r.killed = true
+		runs[3].r.interrupted = true
+		if got := lostFromLine(runs, faults, none); len(got) != 0 {
+			t.Errorf("lostFromLine with the lost killed and SIGTERMed: got %q, want none", got)
+		}
+		if got := lostFromLine(runs, nil, none); len(got) != 1 || !strings.Contains(got[0], "run 5 ") {
+			t.Errorf("lostFromLine without the fault: got %q, want run 5", got)
+		}
+		if got := lostFromLine(runs, nil, func(from, to int64) time.Duration { return 2 * time.Second }); len(got) != 0 {
+			t.Errorf("lostFromLine on a loaded machine: got %q, want none", got)
+		}
+
+		// The top caller: served within healFailure, never gives up, away
+		// from faults; others are not judged.
+		id = 0
+		runs = []prioRun{
+			p(100, false, 1000, 1300, 1, 1500, 0),           // 300ms
+			p(100, false, 2000, 7000, 2, 7200, 0),           // 5s: late
+			p(100, false, 8000, 0, 0, 18_000, statusBusy),   // gave up
+			p(100, false, 20_000, 0, 0, 30_000, statusBusy), // gave up, by a fault
+			p(50, false, 31_000, 40_000, 3, 40_200, 0),      // not the top
+			p(100, true, 31_000, 40_000, 4, 40_200, 0),      // aged: not judged
+			p(100, false, 500, 4000, 5, 4200, 0),            // before the first child
+		}
+		faults = []fault{{what: "kill", start: ms(25_000), heal: ms(26_000)}}
+		waits, late := topWaits(runs, ms(1000), ms(60_000), faults, none)
+		if len(waits) != 1 || waits[0] != 300*time.Millisecond || len(late) != 2 || !strings.Contains(late[0], "run 2 ") || !strings.Contains(late[1], "run 3 ") {
+			t.Errorf("topWaits: got %v, %q; want [300ms], runs 2 and 3", waits, late)
+		}
+		if _, late := topWaits(runs, ms(1000), ms(60_000), faults, func(from, to int64) time.Duration { return 2 * time.Second }); len(late) != 1 {
+			t.Errorf("topWaits on a loaded machine: got %q, want run 3 alone", late)
+		}
+
+		// Order: b (higher, no age) launched well before a's child
+		// started and granted after it.
+		id = 0
+		runs = []prioRun{
+			p(-100, false, 0, 5000, 10, 5200, 0),       // 1: a, granted at 5s
+			p(50, false, 1000, 6000, 11, 6200, 0),      // 2: waited since 1s, granted after: wrong
+			p(50, false, 1000, 5500, 9, 5700, 0),       // 3: granted before a, started after: right
+			p(50, false, 2500, 6000, 12, 6200, 0),      // 4: launched 2.5s before: not judged
+			p(80, true, 0, 6000, 13, 6200, 0),          // 5: aged: not judged
+			p(50, false, 0, 0, 0, 10_000, statusBusy),  // 6: waited until 10s: wrong
+			p(50, false, 0, 0, 0, 10_000, statusBusy),  // 7: interrupted: not judged
+			p(-100, false, 0, 0, 0, 5_500, statusBusy), // 8: equal to a: not judged
+		}
+		runs[6].r.interrupted = true
+		judged, wrong := outOfOrder(runs, nil, none)
+		if judged != 3 || len(wrong) != 2 || !strings.Contains(wrong[0], "while run 2 ") || !strings.Contains(wrong[1], "while run 6 ") {
+			t.Errorf("outOfOrder: got %d judged, %q; want 3, a granted while runs 2 and 6 waited", judged, wrong)
+		}
+		if judged, wrong := outOfOrder(runs, []fault{{what: "SIGSTOP", start: ms(100), heal: ms(200)}}, none); judged != 0 || len(wrong) != 0 {
+			t.Errorf("outOfOrder with a fault near: got %d judged, %q; want none", judged, wrong)
+		}
+		if judged, _ := outOfOrder(runs, nil, func(from, to int64) time.Duration { return 3 * time.Second }); judged != 0 {
+			t.Errorf("outOfOrder on a loaded machine: got %d judged, want none", judged)
+		}
+	})
 	t.Run("lag", func(t *testing.T) {
 		// Probes of 50ms every 250ms, one of 3s launched at 10s; one under
 		// way since 20s.

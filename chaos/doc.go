@@ -28,7 +28,7 @@
 // run holds each child 100ms to 1s instead, so that its grants cost a
 // machine that runs other work too less. Six nemeses run at once unless
 // -parallel is given: with -parallel 1 they run one after another, each
-// with the whole machine; with -parallel 23, all at once. The harness
+// with the whole machine; with -parallel 24, all at once. The harness
 // builds semrun and the child (chaos/child) without -race whatever the
 // test is built with: a child costs a few milliseconds of CPU to start,
 // not the tens the race detector adds. -chaos.keys=K gives each nemesis K keys
@@ -86,6 +86,9 @@
 //	                      of a waiter holding some of its keys and of a holder with its child's
 //	                      group; late, blackholed or dropped replies through the proxy; Redis
 //	                      restarted empty, or with its data
+//	priorities            callers of one key of two permits asking mixed priorities (100, 50,
+//	                      0, -100; and 7, 0, -30, -100 with --priority-age 1s), under
+//	                      several-keys' faults, one at a time
 //	crowd                 every other waiter of a line of 200 SIGKILLed at once, then the
 //	                      holders go: the dead must cost the live seconds in all
 //	hold-kill9            the hold workload (below); SIGKILL of the keeper of a hold under way
@@ -403,6 +406,23 @@
 //     fence starts at the first call that may grant it, and a caller asks
 //     its next key only once it holds the ones before, so the heal may
 //     take a fence (a TTL and a second) more per key past the first.
+//   - priorities (semantics, section 14): its eight workers, one per
+//     priority, call as several-keys' do (--timeout 10s, a group of their
+//     own, a fault at a time), and its checks are several-keys' but per
+//     caller. Nobody is lost from the line: a semrun neither killed nor
+//     SIGTERMed whose child never started exited within its --timeout,
+//     2 TTLs, the machine's allowance and as long as the faults it waited
+//     through. The caller of priority 100 with no age, ahead of every
+//     other in line, away from faults, starts its child within 2 TTLs and
+//     the machine's allowance and never gives up. No caller of a lower
+//     priority is granted while one of a higher priority waits, judged
+//     between callers with no age (a higher priority then comes first
+//     whatever the arrivals), away from faults, when the higher was
+//     launched at least 3s (a handed permit's claim, a second, and the
+//     allowance) before the lower's child started and still waited then
+//     (its child started later, or its --timeout ran out a second and the
+//     allowance later): out of order when its token is larger, or it gave
+//     up. And no span of 2 TTLs with no child running, away from faults.
 //   - After each fault heals, the next child starts within 2 TTLs and the
 //     machine's allowance. The target is TTL + TTL/3, reported as a figure
 //     and not failed on, since machines are noisy.
@@ -463,7 +483,9 @@
 // frozen keepers and how their releases ended; for several-keys, its
 // faults by kind, each key's holders, the runs that ran and gave up by
 // order of keys, the silences at which Redis's holders were read and what
-// was not given back, and the stalls; for key-revoke,
+// was not given back, and the stalls; for priorities, the runs that ran and
+// gave up by priority, the waits of priority 100, the pairs judged for
+// order and those out of order; for key-revoke,
 // the revokes by kind (and by slot, and the slot's other holders that
 // exited 113), how the revoked ended (113, 112, their child first),
 // how soon their child stopped and their permit was free; for key-pause, the

@@ -58,12 +58,17 @@ const (
 // until when (mono()).
 type frozen struct{ from, to int64 }
 
-// several is the several-keys nemesis's run: its cluster, its callers'
-// orders of keys, and what it did.
+// several is the several-keys nemesis's run (and the priorities
+// nemesis's): its cluster, its callers' orders of keys, and what it did.
 type several struct {
 	c      *cluster
 	prefix string // of the keys' names, for the figures
 	orders [][]string
+	// flags, when set, are more flags for the semruns of the worker of
+	// orders[i] (priorities_test.go).
+	flags func(i int) []string
+	// worker is the worker (its index in orders) of each run, by id.
+	worker map[int]int
 	mu     sync.Mutex
 	kills  []time.Duration // from a kill until the child's connection ended
 	// Counts of what it did, by kind.
@@ -79,15 +84,26 @@ type several struct {
 // a caller per order of keys, a fault at a time, then the checks of every
 // nemesis, per key, and its own.
 func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
+	return runLines(t, n, seed, severalKeys, keyOrders, nil, (*several).check)
+}
+
+// runLines runs callers of keys (by the end of their name, and their
+// capacities), a worker per order of keys orders gives, each asking flags
+// of its own (nil: none), under several-keys' faults, a fault at a time;
+// then the checks of every nemesis, per key, and check.
+func runLines(t *testing.T, n nemesis, seed uint64, keys []struct {
+	name    string
+	permits int
+}, orders func([]string) [][]string, flags func(i int) []string, check func(s *several, fig *figures, stopped int64)) figures {
 	began := time.Now()
-	c := newCluster(t, nemesis{name: n.name, proxied: true}, len(severalKeys), 1, seed)
+	c := newCluster(t, nemesis{name: n.name, proxied: true}, len(keys), 1, seed)
 	c.keys, c.capacity, c.woke = nil, map[string]int{}, map[int]frozen{}
-	for _, k := range severalKeys {
+	for _, k := range keys {
 		key := n.name + "-" + k.name
 		c.keys = append(c.keys, key)
 		c.capacity[key] = k.permits
 	}
-	s := &several{c: c, prefix: n.name + "-", orders: keyOrders(c.keys), did: map[string]int{}}
+	s := &several{c: c, prefix: n.name + "-", orders: orders(c.keys), flags: flags, worker: map[int]int{}, did: map[string]int{}}
 	s.start(seed)
 	sampled := c.watchHolders()
 	// A fresh server grants nothing for a TTL (the restart fence); the
@@ -116,7 +132,7 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 			// after another (a Cluster), a caller's keys' fences could run one
 			// after another; on one Redis one call starts them all, and this
 			// allowance is then more than needed.
-			slack = time.Duration(len(severalKeys)-1) * (ttl + time.Second)
+			slack = time.Duration(max(len(keys)-1, 1)) * (ttl + time.Second)
 		}
 		fig.healMore = append(fig.healMore, slack)
 		if more() {
@@ -139,7 +155,7 @@ func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
 	}
 	fig.overbookedCheck(t, sampled)
 	c.check(&fig, nemesis{name: n.name, excuses: true})
-	s.check(&fig, stopped)
+	check(s, &fig, stopped)
 	fig.wall = time.Since(began)
 	t.Logf("%s: %d semruns, %d children, %d faults, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits (all free %v after the last semrun), "+
 		"heal max %v (target %v), %d lost (112), %d unreachable (125), %d of them on a starved machine, %d bad statuses; %s; machine lag max %v, wall %v",
@@ -189,7 +205,7 @@ func (s *several) start(seed uint64) {
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
-				s.call(order, rng)
+				s.call(i, order, rng)
 				c.leave(severalTurns)
 				select {
 				case <-ctx.Done():
@@ -204,14 +220,18 @@ func (s *several) start(seed uint64) {
 	})
 }
 
-// call runs one semrun on keys, -n and --weight once per key.
-func (s *several) call(keys []string, rng *rand.Rand) {
+// call runs one semrun of worker i on keys, -n and --weight once per
+// key.
+func (s *several) call(i int, keys []string, rng *rand.Rand) {
 	c := s.c
 	lo, hi := holdMin.Milliseconds(), max(min(holdMax.Milliseconds(), severalHoldMax.Milliseconds()), holdMin.Milliseconds())
 	r := c.newRun(keys[0], int(lo+rng.Int64N(hi-lo+1)), rng.IntN(101))
 	c.mu.Lock()
 	r.keys, r.mayBeBusy, r.group, r.timeout = keys, true, true, severalWait
 	c.mu.Unlock()
+	s.mu.Lock()
+	s.worker[r.id] = i
+	s.mu.Unlock()
 	// Half the calls ask for two permits of the key of three, so that
 	// SEMRUN_KEY_SLOTS lists several slots of a key.
 	heavy := rng.IntN(2) == 0
@@ -228,6 +248,9 @@ func (s *several) call(keys []string, rng *rand.Rand) {
 	c.mu.Lock()
 	r.weights = weights
 	c.mu.Unlock()
+	if s.flags != nil {
+		args = append(args, s.flags(i)...)
+	}
 	args = append(args, "--ttl", ttl.String(), "--timeout", severalWait.String(), "--kill-after", killAfter.String(),
 		"--connect-timeout", c.connect.String(), "--")
 	wait, err := c.spawn(r, append(args, c.childArgs(r)...))

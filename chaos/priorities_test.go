@@ -1,0 +1,309 @@
+//go:build linux
+
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The order of the line (semantics, section 14): the priorities nemesis
+// and its checks. Callers of one key of two permits ask mixed priorities,
+// some with --priority-age 1s, under several-keys' faults (runLines); the
+// checks read the children's lines and the semruns' statuses: nobody is
+// lost from the line, the caller of the highest priority is served as a
+// head of the line is, and no caller of a lower priority is granted while
+// one of a higher priority waits.
+
+// prioCallers are the workers of the priorities nemesis: each asks its
+// priority and, when age is set, --priority-age. The first alone asks the
+// highest priority with no age: its place is ahead of every other's, ever
+// (an age stands for 2^33 ms without one), so it waits only for a permit
+// to free. The others may wait until their --timeout: a low priority is
+// served after every higher one, and callers keep coming.
+var prioCallers = []struct {
+	prio int
+	age  time.Duration
+}{
+	{100, 0}, {50, 0}, {0, 0}, {-100, 0},
+	{0, time.Second}, {7, time.Second}, {-30, time.Second}, {-100, time.Second},
+}
+
+// prioClaim is how long a permit handed to a waiter is kept for it until
+// it claims it (the store's claim): a waiter of higher priority that
+// joined meanwhile comes after it.
+const prioClaim = 2 * time.Second
+
+// runPriorities is the priorities nemesis.
+func runPriorities(t *testing.T, n nemesis, seed uint64) figures {
+	keys := []struct {
+		name    string
+		permits int
+	}{{"k", 2}}
+	orders := func(keys []string) [][]string {
+		out := make([][]string, len(prioCallers))
+		for i := range out {
+			out[i] = keys
+		}
+		return out
+	}
+	flags := func(i int) []string {
+		f := []string{"--priority", strconv.Itoa(prioCallers[i].prio)}
+		if prioCallers[i].age > 0 {
+			f = append(f, "--priority-age", prioCallers[i].age.String())
+		}
+		return f
+	}
+	return runLines(t, n, seed, keys, orders, flags, (*several).checkPriorities)
+}
+
+// prioRun is what the checks of the order know of one semrun: its run,
+// its child (nil: none said it started), its priority and age.
+type prioRun struct {
+	r    run
+	k    *kid
+	prio int
+	age  time.Duration
+}
+
+// checkPriorities runs the priorities nemesis's own checks (the checks of
+// every nemesis ran before): no span with no child running away from
+// faults (a line that did not move); every semrun ended within its
+// --timeout and the faults' (lost); the top caller's waits; the order.
+func (s *several) checkPriorities(fig *figures, stopped int64) {
+	c := s.c
+	kids, _ := c.rec.snapshot()
+	byRun := map[int]*kid{}
+	first := int64(0)
+	for i, k := range kids {
+		byRun[k.run] = &kids[i]
+		if first == 0 || k.start < first {
+			first = k.start
+		}
+	}
+	c.mu.Lock()
+	faults := slices.Clone(c.faults)
+	var runs []prioRun
+	for _, r := range c.runs {
+		if r.proc == nil {
+			continue
+		}
+		s.mu.Lock()
+		w, ok := s.worker[r.id]
+		s.mu.Unlock()
+		if ok {
+			runs = append(runs, prioRun{r: *r, k: byRun[r.id], prio: prioCallers[w].prio, age: prioCallers[w].age})
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(runs, func(a, b prioRun) int { return a.r.id - b.r.id })
+	// A heal may take longer after some faults (runLines): so may a wait.
+	for i := range faults {
+		if i < len(fig.healMore) {
+			faults[i].heal += int64(fig.healMore[i])
+		}
+	}
+	allowance := func(from, to int64) time.Duration { return machine.allowance(from, to) }
+
+	gaps := stalls(kids, first, stopped, faults, func(from, to int64) time.Duration { return healFailure + allowance(from, to) })
+	for _, g := range gaps {
+		fig.bad++
+		c.t.Errorf("priorities: no child ran from %s to %s (%v), with callers waiting and no fault within %v before: a line that did not move; faults near: %s",
+			c.rel(g[0]), c.rel(g[1]), time.Duration(g[1]-g[0]).Round(time.Millisecond), healFailure, c.faultsNear(g[0]))
+	}
+	report := func(what string, bad []string) {
+		for i, b := range bad {
+			if i == 10 {
+				c.t.Errorf("... and %d more", len(bad)-10)
+				break
+			}
+			c.t.Errorf("priorities: %s: %s", what, b)
+		}
+	}
+	lost := lostFromLine(runs, faults, allowance)
+	fig.bad += len(lost)
+	report("lost from the line", lost)
+	waits, late := topWaits(runs, first, stopped, faults, allowance)
+	fig.bad += len(late)
+	report("the top caller not served as the head of the line", late)
+	judged, wrong := outOfOrder(runs, faults, allowance)
+	fig.bad += len(wrong)
+	report("granted out of order", wrong)
+
+	// Figures: by priority, the runs that ran and those that gave up (75).
+	type count struct{ ran, gaveUp int }
+	by := map[string]*count{}
+	for _, p := range runs {
+		name := fmt.Sprintf("%d", p.prio)
+		if p.age > 0 {
+			name += "/" + p.age.String()
+		}
+		if by[name] == nil {
+			by[name] = &count{}
+		}
+		switch {
+		case p.k != nil:
+			by[name].ran++
+		case p.r.status == statusBusy:
+			by[name].gaveUp++
+		}
+	}
+	var per []string
+	for _, name := range slices.SortedFunc(maps.Keys(by), func(a, b string) int {
+		pa, _ := strconv.Atoi(strings.Split(a, "/")[0])
+		pb, _ := strconv.Atoi(strings.Split(b, "/")[0])
+		return cmp.Or(cmp.Compare(pb, pa), cmp.Compare(a, b))
+	}) {
+		per = append(per, fmt.Sprintf("%s %d/%d", name, by[name].ran, by[name].gaveUp))
+	}
+	if by["100"] == nil || by["100"].ran == 0 {
+		fig.bad++
+		c.t.Errorf("priorities: the caller of priority 100 never ran its command")
+	}
+	s.mu.Lock()
+	fig.kills = slices.Clone(s.kills)
+	var did []string
+	for _, what := range slices.Sorted(maps.Keys(s.did)) {
+		did = append(did, fmt.Sprintf("%d %s", s.did[what], what))
+	}
+	givenBack, notGivenBack := s.givenBack, s.notGivenBack
+	s.mu.Unlock()
+	fig.faults = len(faults)
+	fig.faultNote = fmt.Sprintf("%s; ran/gave up (75) by priority[/age]: %s; priority 100's waits away from faults: %d, p50 %v, max %v; %d lost from the line; %d pairs judged for order, %d out of order; holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
+		strings.Join(did, ", "), strings.Join(per, ", "), len(waits), quantile(waits, 0.5).Round(time.Millisecond), maxDur(waits).Round(time.Millisecond),
+		len(lost), judged, len(wrong), givenBack, notGivenBack, len(gaps))
+}
+
+// nearFault tells whether a fault (or the healFailure after its heal, as
+// a heal may take) touches from..to.
+func nearFault(faults []fault, from, to int64) bool {
+	return slices.ContainsFunc(faults, func(f fault) bool { return f.start <= to && f.heal+int64(healFailure) >= from })
+}
+
+// lostFromLine says which semruns were lost from the line: a semrun that
+// was neither killed nor SIGTERMed, and whose child never started, must
+// have exited within its --timeout of its launch, and healFailure and the
+// machine's allowance more, and as long again as every fault it waited
+// through lasted (a frozen semrun's clock runs on, yet it looks only
+// when it wakes). One that waited on, or never exited, was lost.
+func lostFromLine(runs []prioRun, faults []fault, allowance func(from, to int64) time.Duration) []string {
+	var out []string
+	for _, p := range runs {
+		r := p.r
+		if r.killed || r.interrupted || p.k != nil || r.timeout == 0 {
+			continue
+		}
+		bound := r.timeout + healFailure
+		for _, f := range faults {
+			if f.start <= r.exited && f.heal >= r.launched {
+				bound += time.Duration(f.heal - f.start)
+			}
+		}
+		if r.exited == 0 || time.Duration(r.exited-r.launched) > bound+allowance(r.launched, r.exited) {
+			how := "never exited"
+			if r.exited != 0 {
+				how = fmt.Sprintf("exited %d after %v", r.status, time.Duration(r.exited-r.launched).Round(time.Millisecond))
+			}
+			out = append(out, fmt.Sprintf("run %d (priority %d) with --timeout %v ran no child and %s, more than %v and the machine's allowance",
+				r.id, p.prio, r.timeout, how, bound))
+		}
+	}
+	return out
+}
+
+// topWaits are the waits (launch to its child's start) of the semruns of
+// the highest priority with no age, launched from first (the first
+// child: a fresh server's fence is over) until stopped, away from faults;
+// and what is wrong with them. Its place is ahead of every other's, and
+// one such semrun waits at a time: it waits only for a permit to free,
+// which a holder's child of at most severalHoldMax does. It must start
+// its child within healFailure and the machine's allowance, and never
+// give up waiting.
+func topWaits(runs []prioRun, first, stopped int64, faults []fault, allowance func(from, to int64) time.Duration) ([]time.Duration, []string) {
+	top := slices.MaxFunc(runs, func(a, b prioRun) int { return cmp.Compare(a.prio, b.prio) })
+	var waits []time.Duration
+	var bad []string
+	for _, p := range runs {
+		r := p.r
+		if p.prio != top.prio || p.age != 0 || r.killed || r.interrupted || r.launched < first || r.launched > stopped {
+			continue
+		}
+		end := r.exited
+		if p.k != nil {
+			end = p.k.start
+		}
+		if end == 0 || nearFault(faults, r.launched, end) {
+			continue
+		}
+		wait := time.Duration(end - r.launched)
+		switch {
+		case p.k == nil && r.status == statusBusy:
+			bad = append(bad, fmt.Sprintf("run %d (priority %d) gave up waiting after %v, with no fault near", r.id, p.prio, wait.Round(time.Millisecond)))
+		case p.k == nil:
+			continue // judge says what is wrong with its status
+		case wait > healFailure+allowance(r.launched, end):
+			bad = append(bad, fmt.Sprintf("run %d (priority %d) waited %v for its child, more than %v and the machine's allowance, with no fault near",
+				r.id, p.prio, wait.Round(time.Millisecond), healFailure))
+		default:
+			waits = append(waits, wait)
+		}
+	}
+	return waits, bad
+}
+
+// outOfOrder counts the pairs of semruns it can judge, and says which were
+// granted out of order: a (of lower priority) granted while b (of higher
+// priority) waited. Only semruns with no age are judged: between them a
+// higher priority comes first whatever their arrivals, even when one left
+// the line and came back. A pair is judged when b was launched well
+// before (prioClaim, a permit handed to a before b joined, a second to
+// join and start a child, and the machine's allowance) a's child started,
+// and still waited then: its child started later, or its --timeout ran
+// out a second and the allowance later (it gave up, 75); and no fault
+// touched them from b's launch until a's child started. Then b surely
+// waited at a's grant, and a is out of order when b was granted after it
+// (b's token larger), or never.
+func outOfOrder(runs []prioRun, faults []fault, allowance func(from, to int64) time.Duration) (int, []string) {
+	judged := 0
+	var bad []string
+	for _, a := range runs {
+		if a.age != 0 || a.k == nil || a.r.killed {
+			continue
+		}
+		for _, b := range runs {
+			if b.age != 0 || b.prio <= a.prio || b.r.killed || b.r.interrupted {
+				continue
+			}
+			if b.r.launched > a.k.start-int64(prioClaim+time.Second+allowance(b.r.launched, a.k.start)) {
+				continue
+			}
+			if nearFault(faults, b.r.launched, a.k.start) {
+				continue
+			}
+			// b still waited when a's child started: its child started
+			// after, or its --timeout ran out well after.
+			margin := int64(time.Second + allowance(a.k.start, b.r.exited))
+			var after bool
+			switch {
+			case b.k != nil && b.k.start > a.k.start:
+				after = b.k.token > a.k.token
+			case b.k == nil && b.r.status == statusBusy && b.r.timeout > 0 && b.r.launched+int64(b.r.timeout) > a.k.start+margin:
+				after = true
+			default:
+				continue
+			}
+			judged++
+			if after {
+				bad = append(bad, fmt.Sprintf("run %d (priority %d) was granted (token %d, its child started %v after run %d's launch) while run %d (priority %d) waited",
+					a.r.id, a.prio, a.k.token, time.Duration(a.k.start-b.r.launched).Round(time.Millisecond), b.r.id, b.r.id, b.prio))
+			}
+		}
+	}
+	return judged, bad
+}
