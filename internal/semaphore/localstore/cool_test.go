@@ -293,6 +293,15 @@ func TestLocalCoolingKeepsItsPermits(t *testing.T) {
 	a := acquire(t, st, cooled)
 	b := acquire(t, st, req)
 	abandon(a)
+	// A process another parallel test forked keeps a copy of a's files
+	// until it execs, and with it a's lock: a cools once the last copy
+	// is closed.
+	for deadline := time.Now().Add(10 * time.Second); len(statusOf(t, st, key).Cooling) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's permit not cooling 10s after its files were closed")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	c := acquire(t, st, req)
 	if l, err := acquireFor(t, st, 5*time.Second, req); !errors.Is(err, semaphore.ErrBusy) {
 		t.Fatalf("no-wait Acquire with 2 of 3 permits held and 1 cooling: got (%v, %v), want ErrBusy", l, err)

@@ -92,6 +92,9 @@ func (a *asker) await(ctx context.Context, deadline clock.Instant) (semaphore.Le
 			return nil, nil // time to ask again
 		case t.Handed:
 			return a.take(ctx, t)
+		case t.Superseded != nil:
+			// The script that sent it away took it out of the line.
+			return nil, &semaphore.SupersededError{Key: a.req.Key, By: *t.Superseded}
 		case t.Look > 0:
 			// A permit handed to the waiter before this one may lapse
 			// unclaimed then: whoever asks first takes it back.
@@ -246,6 +249,7 @@ func (s *Store) newAsker(req semaphore.Request) (*asker, error) {
 	a.args = protocol.AcquireArgs{
 		ID: a.id, Permits: req.Permits, TTL: req.TTL, Meta: meta, Weight: req.Takes(),
 		Fence: req.RestartFence, Line: s.maxLine, Bound: asked(req), Cool: req.MinHold, Quiet: s.noEvents,
+		Priority: req.Priority, PriorityAge: req.PriorityAge, Supersede: req.Supersede,
 	}
 	if !req.NoWait {
 		a.args.Wait = min(req.TTL, WaiterLease)
@@ -280,6 +284,11 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 		s.abandon(ctx, a.keys, a.id)
 		return nil, 0, fmt.Errorf("key %q: %w", req.Key, err)
 	}
+	if r.Superseded != "" {
+		// Sent away from the line while it looked elsewhere: it holds
+		// nothing, and is in no line.
+		return nil, 0, &semaphore.SupersededError{Key: req.Key, By: protocol.ReadMeta(r.Superseded)}
+	}
 	if !r.Over {
 		// A caller refused for its weight hears that alone, in one line.
 		a.warn(r)
@@ -312,6 +321,7 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 	}
 	st, delay := a.inLineAt(r, sent, recv)
 	a.tell(st)
+	a.args.WasInLine = true
 	return nil, delay, nil
 }
 
@@ -321,8 +331,10 @@ func (a *asker) ask(ctx context.Context) (semaphore.Lease, time.Duration, error)
 func (a *asker) inLineAt(r protocol.AcquireReply, sent, recv clock.Instant) (semaphore.WaitState, time.Duration) {
 	a.inLine.sent, a.inLine.recv, a.inLine.now = sent, recv, r.Now
 	// The fence is shown to the second, so that the line is not redrawn for less.
+	age := time.Duration(r.Age) * time.Millisecond
 	st := semaphore.WaitState{Held: int(r.Held), Capacity: capacityOf(a.req, r.Policy), Position: int(r.Position), Waiting: int(r.Waiting),
-		Fenced: protocol.Span(r.Fenced).Round(time.Second), RecentHold: protocol.Elapsed(r.Recent)}
+		Fenced: protocol.Span(r.Fenced).Round(time.Second), RecentHold: protocol.Elapsed(r.Recent),
+		Priority: semaphore.Effective(a.req.Priority, age, sent.Sub(a.began)), PriorityAge: age}
 	if p := r.Policy.Pause(); p != nil {
 		st.Paused, st.Pause = true, semaphore.Pause{Reason: p.Reason, EndsIn: p.EndsIn.Round(time.Second)}
 	}
@@ -357,6 +369,9 @@ func (a *asker) warn(r protocol.AcquireReply) {
 		a.s.warnf("key %q: its stored capacity of %d wins over the %s this call asks for (semrun key)", a.req.Key, r.Stored, semaphore.Count(a.req.Permits, "permit"))
 	case r.Stored == 0 && r.Previous != int64(a.req.Permits):
 		a.s.warnf("key %q: this call asks for %s, the previous caller asked for %d", a.req.Key, semaphore.Count(a.req.Permits, "permit"), r.Previous)
+	case a.req.PriorityAge > 0 && r.Age != a.req.PriorityAge.Milliseconds():
+		a.s.warnf("key %q: its stored priority age of %v wins over the %v this call asks for (semrun key)", a.req.Key,
+			time.Duration(r.Age)*time.Millisecond, a.req.PriorityAge)
 	}
 	a.told = true
 	switch moved := protocol.Span(r.Moved); {

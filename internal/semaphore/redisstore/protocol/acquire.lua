@@ -28,6 +28,16 @@
 --   fencewait  ms of a restart fence a caller that does not wait waits
 --            out before it asks again: a longer fence is its busy answer
 --   quiet    1: no event is logged (counted still; see event in lib.lua)
+--   prio     its priority (0: everyone's), and
+--   age      its age, ms (0: none; the key's stored one wins): see place
+--            in lib.lua
+--   super    1: it supersedes: joining the line it sends away the waiter
+--            that asked so before it ('#super' in the waiters' hash), who
+--            finds "s <meta>" in its wake list, and meta in its mark (the
+--            wake prefix and ":s" named as its wake list); and it is sent
+--            away so
+--   was      1: the caller was in this line before: one that supersedes
+--            looks whether it was sent away meanwhile
 -- Reply (AcquireReply in args.go):
 --   granted   1 when the caller holds a permit
 --   token     its fencing token (0 when not granted)
@@ -55,6 +65,9 @@
 --             or when none was counted)
 --   fresh     1 when the key's counters were renewed: the caller lists
 --             the key in the index (see count in lib.lua)
+--   age       the age the line counts the caller's place with, ms (0: none)
+--   superseded  the record of the newer caller that sent it away (it is
+--             not in line)
 --   slots     the slots granted, "0,3" (none on a key of more than
 --             MAXSLOTS permits; see takeSlots in lib.lua), and
 --   names     their names, "a,d", when an operator named them
@@ -71,9 +84,12 @@ local weight, wlease = num(a.weight, 1, MAXPERMITS), num(a.wait, 0, MAXTTL)
 local fence, line = num(a.fence, 0, MAXTTL), num(a.line, 1, MAXLINE)
 local asked, coolFor = num(a.bound or '0', 0, MAXBOUND), num(a.cool or '0', 0, MAXCOOL)
 local waited, fenceWait = num(a.waited or '0', 0, MAXINT), num(a.fencewait or '0', 0, MAXINT)
-if not (id and wake and n and ttl and weight and wlease and fence and line and asked and coolFor and waited and fenceWait) then
+local prio, age = num(a.prio or '0', -MAXPRIO, MAXPRIO), num(a.age or '0', 0, MAXAGE)
+if not (id and wake and n and ttl and weight and wlease and fence and line and asked and coolFor and waited and fenceWait
+  and prio and age) then
   return redis.error_reply('ERR semrun: acquire.lua: bad arguments')
 end
+age = policy().age or age
 
 local prev = field('#cap', 1, MAXPERMITS) or n
 if wlease > 0 then
@@ -90,7 +106,8 @@ end
 -- record keeps the caller's place in line with a fresh waiter lease.
 local function record(since)
   redis.call('ZADD', leasesKey, now + wlease, id)
-  redis.call('HSET', waitersKey, id, waiterRecord{expiry = now + wlease, permits = n, weight = weight, since = since, ttl = ttl, meta = meta})
+  redis.call('HSET', waitersKey, id, waiterRecord{expiry = now + wlease, permits = n, weight = weight, since = since, ttl = ttl,
+    prio = prio, age = age, meta = meta})
 end
 
 local moved = rebase()
@@ -113,7 +130,7 @@ if changed or inline or (busy < n and waiting() > 0) then
   busy = busy + given
 end
 
-local function answer(granted, token, left, position, lapse, full, since, over, slots)
+local function answer(granted, token, left, position, lapse, full, since, over, slots, superseded)
   local p = policy()
   local recent = 0
   if position > 0 then
@@ -127,7 +144,18 @@ local function answer(granted, token, left, position, lapse, full, since, over, 
     wait = position > 0 and wlease or 0, since = since or 0, stored = p.cap or 0,
     paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
     pausedfor = p.paused and p.paused.left or 0, over = over or 0, recent = recent, fresh = fresh,
-    slots = slots or '', names = slotNames(slots) or ''}
+    slots = slots or '', names = slotNames(slots) or '', age = age, superseded = superseded or ''}
+end
+
+if a.super == '1' and a.was == '1' and not inline then
+  -- Sent away while it was not looking: its mark says by whom.
+  local mark = wakekey(wake .. ':s', id)
+  local by = redis.call('GET', mark)
+  if by then
+    redis.call('DEL', mark, wakekey(wake, id))
+    keepalive(longest)
+    return answer(0, 0, 0, 0, wakeIn(), 0, 0, 0, nil, by)
+  end
 end
 
 local expiry = num(redis.call('ZSCORE', holdersKey, id), 0, MAXINT)
@@ -213,12 +241,33 @@ if not inline then
     return redis.error_reply('COUNTERLIMIT the line\'s ticket counter ' .. string.format('%q', string.sub(last, 1, 40)) .. ' cannot be raised')
   end
   redis.call('HSET', waitersKey, '#seq', seq + 1)
-  redis.call('ZADD', queueKey, seq + 1, id)
-  inLine = nil
   -- Its wait counts from when its call began.
-  record(math.max(now - waited, 0))
+  local since = math.max(now - waited, 0)
+  redis.call('ZADD', queueKey, place(since, prio, age, seq + 1), id)
+  inLine = nil
+  record(since)
   -- A permit handed over before, which lapsed unused, left its turn there.
   redis.call('DEL', wakekey(wake, id))
+  if a.super == '1' then
+    -- The waiter that superseded before it leaves, told by whom.
+    local prev = redis.call('HGET', waitersKey, '#super')
+    if prev and prev ~= id and redis.call('ZSCORE', queueKey, prev) then
+      local w = readWaiter(redis.call('HGET', waitersKey, prev))
+      dropWaiter(prev)
+      -- Told in its wake list, if it waits on it, and by a mark of its
+      -- own (a string beside the lists), if it asks again first: both
+      -- last as long as its place could have.
+      local k, life = wakekey(wake, prev), math.max(WAKELIFE, (w and w.expiry or now) - now + WAKELIFE)
+      redis.call('RPUSH', k, 's ' .. metaOf(meta))
+      redis.call('PEXPIRE', k, life)
+      redis.call('SET', wakekey(wake .. ':s', prev), metaOf(meta), 'PX', life)
+      if w then
+        event({e = 'supersede', m = metaOf(w.meta), n = w.permits, w = w.weight, wait = math.max(now - w.since, 0),
+          by = metaOf(meta)})
+      end
+    end
+    redis.call('HSET', waitersKey, '#super', id)
+  end
 end
 keepalive(math.max(ttl, wlease, longest))
 return answer(0, 0, 0, redis.call('ZRANK', queueKey, id) + 1, wakeIn())

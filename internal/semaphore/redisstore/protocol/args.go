@@ -47,6 +47,12 @@ type AcquireArgs struct {
 	FenceWait time.Duration
 	// Quiet: no event is logged; it is still counted (Options.NoEvents).
 	Quiet bool
+	// Priority, PriorityAge and Supersede are the request's; WasInLine
+	// says the caller was in the line before (a superseding caller then
+	// learns whether it was sent away meanwhile).
+	Priority             int
+	PriorityAge          time.Duration
+	Supersede, WasInLine bool
 }
 
 // flag is a bool as the scripts read it.
@@ -87,7 +93,8 @@ func (a AcquireArgs) argv(k Keys) []any {
 		"id", a.ID, "permits", a.Permits, "ttl", a.TTL.Milliseconds(), "meta", a.Meta,
 		"weight", a.Weight, "wait", a.Wait.Milliseconds(), "wake", k.Wake, "fence", max(a.Fence, 0).Milliseconds(), "line", a.Line,
 	}, "bound", max(a.Bound, 0).Milliseconds(), "cool", max(a.Cool, 0).Milliseconds(),
-		"waited", max(a.Waited, 0).Milliseconds(), "fencewait", max(a.FenceWait, 0).Milliseconds(), "quiet", flag(a.Quiet))
+		"waited", max(a.Waited, 0).Milliseconds(), "fencewait", max(a.FenceWait, 0).Milliseconds(), "quiet", flag(a.Quiet),
+		"prio", a.Priority, "age", max(a.PriorityAge, 0).Milliseconds(), "super", flag(a.Supersede), "was", flag(a.WasInLine))
 }
 
 // AcquireReply is acquire.lua's reply. Times are ms: spans, or readings
@@ -121,6 +128,12 @@ type AcquireReply struct {
 	Fresh bool
 	// Slots are the slots granted.
 	Slots semaphore.Slots
+	// Age is the age the line counts the caller's place with, ms (0:
+	// none): the key's stored one, or its own.
+	Age int64
+	// Superseded is the record of the newer caller that sent this one
+	// away from the line ("" when none did).
+	Superseded string
 }
 
 // Policy is what an operator set on a key, as a script answers it.
@@ -169,8 +182,10 @@ func DecodeAcquire(res any) (AcquireReply, error) {
 		"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
 		"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
 		"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh, "slots": &slots, "names": &names,
+		"age": &r.Age, "superseded": &r.Superseded,
 	})
 	err := decodeReply(acquireScript.name, res, fields)
+	r.Age = min(max(r.Age, 0), semaphore.MaxPriorityAge.Milliseconds())
 	r.Granted, r.Full, r.Over, r.Fresh = granted == 1, full == 1, over == 1, fresh == 1
 	r.Slots = readSlots(slots, names)
 	r.Policy.set(paused)
@@ -199,7 +214,8 @@ func (a ManyArgs) argv(Keys) []any {
 		"id", first.ID, "ttl", first.TTL.Milliseconds(), "wait", first.Wait.Milliseconds(),
 		"fence", max(first.Fence, 0).Milliseconds(), "line", first.Line,
 	}, "bound", max(first.Bound, 0).Milliseconds(), "cool", max(first.Cool, 0).Milliseconds(),
-		"waited", max(first.Waited, 0).Milliseconds(), "fencewait", max(first.FenceWait, 0).Milliseconds(), "quiet", flag(first.Quiet))
+		"waited", max(first.Waited, 0).Milliseconds(), "fencewait", max(first.FenceWait, 0).Milliseconds(), "quiet", flag(first.Quiet),
+		"prio", first.Priority, "age", max(first.PriorityAge, 0).Milliseconds())
 	for i, e := range a.Each {
 		n := strconv.Itoa(i + 1)
 		argv = append(argv, "permits"+n, e.Permits, "weight"+n, e.Weight, "meta"+n, e.Meta, "wake"+n, a.Keys[i].Wake)
@@ -225,6 +241,7 @@ func DecodeMany(res any, keys int) ([]AcquireReply, []bool, error) {
 			"lapse": &r.Lapse, "position": &r.Position, "waiting": &r.Waiting, "now": &r.Now,
 			"left": &r.Left, "fenced": &r.Fenced, "moved": &r.Moved, "full": &full, "bad": &r.Bad, "handed": &r.Handed, "wait": &r.Wait,
 			"since": &r.Since, "over": &over, "recent": &r.Recent, "fresh": &fresh, "fits": &fit, "slots": &slots, "names": &names,
+			"age": &r.Age,
 		})
 		if err := decodeReply(manyScript.name, one, fields); err != nil {
 			return nil, nil, err

@@ -65,7 +65,8 @@ var eventKinds = map[string]semaphore.EventKind{}
 
 func init() {
 	for _, k := range []semaphore.EventKind{semaphore.EventGrant, semaphore.EventRelease, semaphore.EventBusy, semaphore.EventTimeout,
-		semaphore.EventLeave, semaphore.EventLost, semaphore.EventRevoke, semaphore.EventPause, semaphore.EventResume, semaphore.EventCapacity} {
+		semaphore.EventLeave, semaphore.EventLost, semaphore.EventRevoke, semaphore.EventPause, semaphore.EventResume, semaphore.EventCapacity,
+		semaphore.EventSupersede, semaphore.EventPriorityAge} {
 		eventKinds[string(k)] = k
 	}
 }
@@ -121,6 +122,10 @@ func DecodeEvent(key string, m redis.XMessage) (e semaphore.Event, ok bool) {
 	e.Forced = text("f") == "1"
 	if slots, err := semaphore.ParseSlotNumbers(text("s")); err == nil && len(slots) == e.Weight {
 		e.Slots.Numbers = slots
+	}
+	if by := text("by"); by != "" {
+		info := ReadMeta(by)
+		e.By = &info
 	}
 	return e, true
 }

@@ -7,6 +7,8 @@
 --            their number is stored as the capacity (see slotNames in
 --            lib.lua); set and unset drop them
 --   unset    back to each caller's own
+--   age      for: the priority age the line orders waiters by, ms (0:
+--            unset; see place in lib.lua)
 --   pause    reason; for, ms (0: until resumed)
 --   resume
 --   revoke   holder, a holder's public id (publicID); reason; force: 1
@@ -72,6 +74,15 @@ elseif op == 'slots' then
   for i, name in ipairs(names) do fields[#fields + 1], fields[#fields + 2] = 'name ' .. (i - 1), name end
   redis.call('HSET', policyKey, unpack(fields))
   event({e = 'capacity', cap = #names, why = string.sub(a.names, 1, MAXREASON)})
+elseif op == 'age' then
+  local d = num(a['for'] or '0', 0, MAXAGE)
+  if not d then return redis.error_reply('ERR semrun: key.lua: bad arguments') end
+  if d > 0 then
+    redis.call('HSET', policyKey, 'age', d)
+  else
+    redis.call('HDEL', policyKey, 'age')
+  end
+  event({e = 'priority-age', ['until'] = d})
 elseif op == 'unset' then
   unname()
   redis.call('HDEL', policyKey, 'cap')

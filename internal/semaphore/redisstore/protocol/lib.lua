@@ -112,7 +112,7 @@ end
 -- were not records: the caller names them (once: they are gone).
 local bad = {}
 local function dropped(kind, rec)
-  if #bad < 8 then bad[#bad + 1] = kind .. ' ' .. string.sub(rec or '(none)', 1, 100) end
+  if #bad < 8 then bad[#bad + 1] = kind .. ' ' .. string.sub(rec or '(none)', 1, BADTEXT) end
 end
 
 -- A holder record: "<permits> <token> <granted ms> <weight> [s<slots> ]<meta>",
@@ -153,26 +153,44 @@ local function readHolder(rec)
   return {permits = permits, token = token, since = since, weight = weight, slots = slots, meta = meta}
 end
 
--- A waiter record: "<lease expiry ms> <permits> <weight> <since ms> <ttl ms> <meta>".
--- The lease expiry that counts is the leases set's; the record keeps one
--- for status.
+-- A waiter record: "<lease expiry ms> <permits> <weight> <since ms> <ttl ms>
+-- [q<priority>,<age ms> ]<meta>", the priority and the age its place was
+-- counted with (place) when either is not 0. The lease expiry that counts
+-- is the leases set's; the record keeps one for status.
 local function waiterRecord(w)
-  return string.format('%d %d %d %d %d ', w.expiry, w.permits, w.weight, w.since, w.ttl) .. w.meta
+  local order = ''
+  if (w.prio or 0) ~= 0 or (w.age or 0) ~= 0 then order = string.format('q%d,%d ', w.prio or 0, w.age or 0) end
+  return string.format('%d %d %d %d %d ', w.expiry, w.permits, w.weight, w.since, w.ttl) .. order .. w.meta
 end
 
--- readWaiter reads a waiter record; nil for one that is not.
+-- readWaiter reads a waiter record; nil for one that is not. An order
+-- that is not one is none.
 local function readWaiter(rec)
   local expiry, permits, weight, since, ttl, meta = string.match(rec or '', '^(%d+) (%d+) (%d+) (%d+) (%d+) (.*)$')
   if not expiry then return nil end
   permits, weight, ttl = num(permits, 1, MAXPERMITS), num(weight, 1, MAXPERMITS), num(ttl, 0, MAXTTL)
   expiry, since = num(expiry, 0, MAXINT), num(since, 0, MAXINT)
   if not (permits and weight and ttl and expiry and since) or weight > permits then return nil end
-  return {expiry = expiry, permits = permits, weight = weight, since = since, ttl = ttl, meta = meta}
+  local prio, age, rest = string.match(meta, '^q(%-?%d+),(%d+) (.*)$')
+  if prio then meta = rest end
+  return {expiry = expiry, permits = permits, weight = weight, since = since, ttl = ttl, meta = meta,
+    prio = num(prio, -MAXPRIO, MAXPRIO) or 0, age = num(age, 0, MAXAGE) or 0}
+end
+
+-- place is a waiter's score in the line (lowest first): its arrival,
+-- since, less its priority times the age (NOAGE without one), so that
+-- with one age the order never changes while waiters wait; times TIES,
+-- with its ticket's last ten bits, so that equal ones keep their order
+-- of arrival. Exact in a double for any clock of this century.
+local function place(since, prio, age, ticket)
+  if age <= 0 then age = NOAGE end
+  return (since - prio * age) * TIES + ticket % TIES
 end
 
 -- A turn record, pushed to a waiter's wake list: "g <token> <lease expiry
 -- ms>[ <slots>[ <slot names>]]" gives it its permit; "c <ms>" (watch.lua) asks it to look again
--- then (a permit handed to a waiter before it may lapse unclaimed).
+-- then (a permit handed to a waiter before it may lapse unclaimed); "s
+-- <meta>" tells it that the newer caller of meta superseded it (supersede).
 local function turnRecord(token, expiry, slots, names)
   local rec = string.format('g %d %d', token, expiry)
   if slots then rec = rec .. ' ' .. slots end
@@ -331,7 +349,8 @@ local function record(e, hist, ms)
   -- capacity it asked; w, its weight; t, its token; x, a release's exit
   -- status; held, wait and cool, ms; cap, a capacity stored (0: unset);
   -- why, a reason; until, a pause's length, ms (0: until resumed); f, 1
-  -- for a forced revoke; s, the holder's slots ("0,3"). DecodeEvent
+  -- for a forced revoke; s, the holder's slots ("0,3"); by, the record
+  -- of the newer caller that superseded a waiter. DecodeEvent
   -- (events.go) reads them. NOMKSTREAM
   -- tells a new log, which the count below gives its life; a Redis before
   -- 6.2 refuses it, and then a log with no life yet is a new one (PTTL),
@@ -339,7 +358,7 @@ local function record(e, hist, ms)
   if not quiet then
     local argv = {'e', e.e, 'id', e.id or '', 'm', e.m or '', 'n', e.n or '', 'w', e.w or '', 't', e.t or '',
       'x', e.x or '', 'held', e.held or '', 'wait', e.wait or '', 'cool', e.cool or '', 'cap', e.cap or '',
-      'why', e.why or '', 'until', e['until'] or '', 'f', e.f or '', 's', e.s or ''}
+      'why', e.why or '', 'until', e['until'] or '', 'f', e.f or '', 's', e.s or '', 'by', e.by or ''}
     local ok, added = pcall(redis.call, 'XADD', eventsKey, 'NOMKSTREAM', 'MAXLEN', '~', MAXEVENTS, '*', unpack(argv))
     if not (ok and added) then
       if not ok and wrongType(added) then
@@ -536,7 +555,7 @@ local policyRead = nil
 local function policy()
   if not policyRead then
     -- A policy that is no hash (someone else wrote it) holds no settings.
-    local ok, f = pcall(redis.call, 'HMGET', policyKey, 'cap', 'paused', 'until', 'reason', 'slots')
+    local ok, f = pcall(redis.call, 'HMGET', policyKey, 'cap', 'paused', 'until', 'reason', 'slots', 'age')
     if not ok then
       dropped('policy', 'not a hash')
       f = {}
@@ -544,6 +563,8 @@ local function policy()
     policyRead = {cap = num(f[1], 1, MAXPERMITS)}
     -- Names of the slots, as many as the stored capacity (slotNames).
     if policyRead.cap and num(f[5], 1, MAXSLOTS) == policyRead.cap then policyRead.named = true end
+    -- The age the line orders its waiters by, when an operator set one.
+    policyRead.age = num(f[6], 1, MAXAGE)
     local untilMs = num(f[3] or '0', 0, MAXINT)
     if f[2] == '1' and untilMs and (untilMs == 0 or untilMs > now) then
       policyRead.paused = {reason = string.sub(f[4] or '', 1, MAXREASON), left = untilMs > 0 and untilMs - now or 0}

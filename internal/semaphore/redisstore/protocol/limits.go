@@ -92,6 +92,17 @@ const (
 	// an event keeps, and that a reader decodes: a host name and a label
 	// of MaxLabel bytes fit, each byte escaped in JSON as six (\u003c).
 	MaxMeta = 4096
+	// NoAge is the age a line without one orders its waiters by: a
+	// waiter's place is its arrival less its priority times the age, so
+	// that with it a priority wins over any wait shorter (about three
+	// months) and a place stays exact in a double (see place in lib.lua).
+	NoAge = (1 << 33) * time.Millisecond
+	// Ties is how many callers that join a line at one place keep their
+	// order of arrival: a place's last ten bits are their ticket's (place
+	// in lib.lua).
+	Ties = 1024
+	// BadText bounds the text of a record a script dropped, in its reply.
+	BadText = 100
 	// MaxIndexed is the most keys Store.Keys reads from the index: a set
 	// that anyone who can write the keys may have filled.
 	MaxIndexed = 100_000
@@ -132,6 +143,11 @@ var limits = []limit{
 	{"MAXMETA", MaxMeta},
 	{"MAXKEYS", semaphore.MaxKeys},
 	{"MAXSLOTS", semaphore.MaxSlots},
+	{"MAXPRIO", semaphore.MaxPriority},
+	{"MAXAGE", semaphore.MaxPriorityAge.Milliseconds()},
+	{"NOAGE", NoAge.Milliseconds()},
+	{"TIES", Ties},
+	{"BADTEXT", BadText},
 	{"MAXSLOTNAME", semaphore.MaxSlotName * utf8.UTFMax},
 }
 

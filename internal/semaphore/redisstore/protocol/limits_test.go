@@ -31,6 +31,7 @@ func TestLimitsAreTheGoConstants(t *testing.T) {
 		"MAXBOUND": (31*24 + 24) * 3600_000, "MAXCOOL": 31 * 24 * 3600_000, "MAXREASON": 200, "MAXPAUSE": 31 * 24 * 3600_000,
 		"MAXEVENTS": semaphore.MaxEvents, "EVENTLIFE": 8 * 24 * 3600_000, "EVENTREFRESH": 3600_000, "MAXMETA": 4096,
 		"MAXKEYS": 8, "MAXSLOTS": 1024, "MAXSLOTNAME": 800,
+		"MAXPRIO": 100, "MAXAGE": 86_400_000, "NOAGE": 1 << 33, "TIES": 1024, "BADTEXT": 100,
 	}
 	if len(limits) != len(want) {
 		t.Errorf("limits: got %d, want %d", len(limits), len(want))

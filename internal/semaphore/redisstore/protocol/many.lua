@@ -12,12 +12,15 @@
 -- past the last of every line it joins (the largest '#seq', plus one), so
 -- that every line orders any two callers alike: the first of them all in
 -- line is first in each of its lines, and no two callers wait for each
--- other. A place lost in one line (its lease lapsed) is given up in all,
--- and taken anew in all.
+-- other. With a priority or an age, its place is counted from that
+-- ticket, its own priority and its own age (not a key's stored one), the
+-- same in every line (place in lib.lua), which keeps that so. A place
+-- lost in one line (its lease lapsed) is given up in all, and taken anew
+-- in all.
 --
 -- KEYS: lib.lua's six for each key, one key after another. ARGV (ManyArgs
 -- in args.go): acquire.lua's id, ttl, wait, fence, line, bound, cool,
--- waited, fencewait and quiet, for every key; and the i-th key's permits,
+-- waited, fencewait, quiet, prio and age, for every key; and the i-th key's permits,
 -- weight, meta and wake, named permits<i>, weight<i>, meta<i>, wake<i>.
 -- Reply: one reply a key, in their order, each as acquire.lua's, and fits,
 -- 1 when that key would grant the caller now.
@@ -27,8 +30,9 @@ local ttl, wait0 = num(a.ttl, MINTTL, MAXTTL), num(a.wait, 0, MAXTTL)
 local fenceArg, line = num(a.fence, 0, MAXTTL), num(a.line, 1, MAXLINE)
 local asked, coolFor = num(a.bound or '0', 0, MAXBOUND), num(a.cool or '0', 0, MAXCOOL)
 local waited, fenceWait = num(a.waited or '0', 0, MAXINT), num(a.fencewait or '0', 0, MAXINT)
+local prio, age = num(a.prio or '0', -MAXPRIO, MAXPRIO), num(a.age or '0', 0, MAXAGE)
 local count = #KEYS / 6
-if not (id and ttl and wait0 and fenceArg and line and asked and coolFor and waited and fenceWait)
+if not (id and ttl and wait0 and fenceArg and line and asked and coolFor and waited and fenceWait and prio and age)
   or count < 2 or count > MAXKEYS or count ~= math.floor(count) then
   return redis.error_reply('ERR semrun: many.lua: bad arguments')
 end
@@ -56,7 +60,8 @@ end
 -- record keeps the caller's place in k's line with a fresh waiter lease.
 local function record(k, since)
   redis.call('ZADD', leasesKey, now + k.wlease, id)
-  redis.call('HSET', waitersKey, id, waiterRecord{expiry = now + k.wlease, permits = k.n, weight = k.weight, since = since, ttl = ttl, meta = k.meta})
+  redis.call('HSET', waitersKey, id, waiterRecord{expiry = now + k.wlease, permits = k.n, weight = k.weight, since = since, ttl = ttl,
+    prio = prio, age = age, meta = k.meta})
 end
 
 -- First, each key as acquire.lua finds it, without granting anything.
@@ -131,7 +136,7 @@ local function answer(k, granted, token, left, position, lapse, full, since, ove
     wait = position > 0 and k.wlease or 0, since = since or 0, stored = p.cap or 0,
     paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '',
     pausedfor = p.paused and p.paused.left or 0, over = over or 0, recent = recent, fresh = fresh,
-    fits = k.fits and 1 or 0, slots = slots or '', names = slotNames(slots) or ''}
+    fits = k.fits and 1 or 0, slots = slots or '', names = slotNames(slots) or '', age = age}
 end
 
 local all, cooling, over = true, false, false
@@ -253,14 +258,15 @@ if not inAll then
     end
     return out
   end
+  -- Its wait counts from when its call began.
+  local since = math.max(now - waited, 0)
   for i = 1, count do
     bind(i)
     local k = keys[i]
     redis.call('HSET', waitersKey, '#seq', ticket, '#many ' .. id, 1)
-    redis.call('ZADD', queueKey, ticket, id)
+    redis.call('ZADD', queueKey, place(since, prio, age, ticket), id)
     inLine = nil
-    -- Its wait counts from when its call began.
-    record(k, math.max(now - waited, 0))
+    record(k, since)
     redis.call('DEL', wakekey(k.wake, id))
   end
 end

@@ -19,6 +19,9 @@ type Turn struct {
 	Token, Expiry int64
 	// Slots are the slots of a permit handed over.
 	Slots semaphore.Slots
+	// Superseded, when not nil, is the newer caller that sent the waiter
+	// away from the line ("s <meta>").
+	Superseded *semaphore.HolderInfo
 	// Look, when not handed, is the server time at which the waiter is to
 	// ask again: a permit handed to the waiter before it may lapse
 	// unclaimed then. 0 for an element that is neither: garbage.
@@ -49,10 +52,26 @@ func ReadTurn(elem string) Turn {
 			return t
 		}
 	}
+	if meta, ok := strings.CutPrefix(elem, "s "); ok {
+		by := ReadMeta(meta)
+		t.Superseded = &by
+		return t
+	}
 	if n, err := fmt.Sscanf(elem, "c %d", &t.Look); err != nil || n != 1 || t.Look <= 0 {
 		t.Look = 0
 	}
 	return t
+}
+
+// ReadMeta reads a caller's record as a script hands it on (a newer
+// caller's, that superseded a waiter): what status would show of it,
+// bounded; nothing of one that is not one.
+func ReadMeta(meta string) semaphore.HolderInfo {
+	var info semaphore.HolderInfo
+	if len(meta) > MaxMeta || json.Unmarshal([]byte(meta), &info) != nil {
+		return semaphore.HolderInfo{}
+	}
+	return boundInfo(info)
 }
 
 // readSlots reads slots, and their names, as the scripts write them: slots
@@ -88,9 +107,12 @@ func readHolder(rec string, now int64) (semaphore.Holder, error) {
 
 // readWaiter reads a waiter record (lib.lua's waiterRecord), now being the
 // server's clock in ms.
+// Its priority and age, when not 0, come before the JSON: "q5,60000
+// {...}"; its Priority is the one the line counts now.
 func readWaiter(rec string, now int64) (semaphore.Waiter, error) {
 	var w semaphore.Waiter
-	n, err := readRecord(rec, 5, &w.HolderInfo, nil)
+	var order string
+	n, err := readRecord(rec, 5, &w.HolderInfo, &order)
 	if err != nil {
 		return w, err
 	}
@@ -98,6 +120,14 @@ func readWaiter(rec string, now int64) (semaphore.Waiter, error) {
 		return w, fmt.Errorf("malformed record %.200q", rec)
 	}
 	w.Permits, w.Weight, w.Waited = int(n[1]), int(n[2]), span(now-n[3])
+	if p, a, ok := strings.Cut(order, ","); ok {
+		prio, err1 := strconv.Atoi(p)
+		age, err2 := strconv.ParseInt(a, 10, 64)
+		if err1 == nil && err2 == nil && prio >= semaphore.MinPriority && prio <= semaphore.MaxPriority &&
+			age >= 0 && age <= semaphore.MaxPriorityAge.Milliseconds() {
+			w.Priority = semaphore.Effective(prio, time.Duration(age)*time.Millisecond, w.Waited)
+		}
+	}
 	return w, nil
 }
 
@@ -109,8 +139,9 @@ func span(ms int64) time.Duration { return within(ms, 100*365*24*time.Hour) }
 func Elapsed(ms int64) time.Duration { return span(ms) }
 
 // readRecord reads count integers, then the holder JSON, from a record;
-// with slots, the slots "s<slots> " before the JSON into it.
-func readRecord(rec string, count int, info *semaphore.HolderInfo, slots *string) ([]int64, error) {
+// with more, what comes before the JSON, after a letter ("s<slots> " of a
+// holder, "q<priority>,<age> " of a waiter), into it.
+func readRecord(rec string, count int, info *semaphore.HolderInfo, more *string) ([]int64, error) {
 	f := strings.SplitN(rec, " ", count+1)
 	if len(f) != count+1 {
 		return nil, fmt.Errorf("malformed record %.200q", rec)
@@ -123,8 +154,8 @@ func readRecord(rec string, count int, info *semaphore.HolderInfo, slots *string
 		}
 		nums[i] = n
 	}
-	if rest, ok := strings.CutPrefix(f[count], "s"); ok && slots != nil {
-		*slots, f[count], _ = strings.Cut(rest, " ")
+	if more != nil && f[count] != "" && f[count][0] >= 'a' && f[count][0] <= 'z' {
+		*more, f[count], _ = strings.Cut(f[count][1:], " ")
 	}
 	if f[count] != "" {
 		if err := json.Unmarshal([]byte(f[count]), info); err != nil {

@@ -443,8 +443,10 @@ func TestScriptsAgreeOnBothBackends(t *testing.T) {
 			if seq, err := b.c.HGet(ctx, keys[4], "#seq").Result(); err != nil || seq != "1" {
 				t.Errorf("#seq: got (%q, %v), want \"1\"", seq, err)
 			}
-			if ticket, err := b.c.ZScore(ctx, keys[3], Member("WAITER0SHAPES")).Result(); err != nil || ticket != 1 {
-				t.Errorf("waiter's ticket: got (%v, %v), want 1", ticket, err)
+			// Its place: its arrival less its priority (0) times NOAGE, times
+			// 1024, plus its ticket, 1 (place in lib.lua).
+			if score, err := b.c.ZScore(ctx, keys[3], Member("WAITER0SHAPES")).Result(); err != nil || score != float64(since*1024+1) {
+				t.Errorf("waiter's place: got (%v, %v), want %d", score, err, since*1024+1)
 			}
 
 			st := runStatus(t, b.c, key)

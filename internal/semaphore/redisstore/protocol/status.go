@@ -27,6 +27,7 @@ func (a StatusArgs) argv(Keys) []any {
 // statusReply is status.lua's reply, as it comes.
 type statusReply struct {
 	now, capacity, held, holding, waiting, fenced int64
+	age                                           int64
 	holders, waiters, counts, slotNames           []any
 	Policy
 }
@@ -40,7 +41,7 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	maps.Copy(fields, map[string]any{
 		"now": &r.now, "capacity": &r.capacity, "held": &r.held, "holding": &r.holding, "waiting": &r.waiting,
 		"holders": &r.holders, "waiters": &r.waiters, "fenced": &r.fenced, "counts": &r.counts,
-		"slotnames": &r.slotNames,
+		"slotnames": &r.slotNames, "age": &r.age,
 	})
 	err := decodeReply(statusScript.name, res, fields)
 	r.Policy.set(paused)
@@ -52,7 +53,8 @@ func DecodeStatus(key string, res any) (semaphore.KeyStatus, error) {
 	}
 	st := semaphore.KeyStatus{Key: key, Capacity: int(max(r.capacity, 0)), Held: int(max(r.held, 0)),
 		Holders: []semaphore.Holder{}, Waiters: []semaphore.Waiter{}, Cooling: []semaphore.Cooling{}, Fenced: within(r.fenced, MaxTTL),
-		StoredCapacity: int(r.Stored), Paused: r.Policy.Pause(), Counts: readCounts(r.counts), SlotNames: readNames(r.slotNames)}
+		StoredCapacity: int(r.Stored), Paused: r.Policy.Pause(), Counts: readCounts(r.counts), SlotNames: readNames(r.slotNames),
+		PriorityAge: time.Duration(min(max(r.age, 0), semaphore.MaxPriorityAge.Milliseconds())) * time.Millisecond}
 	for _, e := range r.holders {
 		entry, _ := e.([]any)
 		if len(entry) != 4 {

@@ -29,6 +29,7 @@
 --             those it has, values of at most 20 bytes
 --   slotnames the names of the key's slots, slot 0's first, when an
 --             operator named them (see slotNames in lib.lua)
+--   age       the priority age an operator stored, ms (0: none)
 local a = args()
 local list = num(a.list, 0, MAXLIST)
 if not list then return redis.error_reply('ERR semrun: status.lua: bad arguments') end
@@ -112,4 +113,4 @@ return reply{now = now, capacity = field('#cap', 1, MAXPERMITS) or (capOK and nu
   holding = holding, waiting = redis.call('ZCARD', queueKey),
   holders = holders, waiters = waiters, fenced = fencePeek(), stored = p.cap or 0,
   paused = p.paused and 1 or 0, reason = p.paused and p.paused.reason or '', pausedfor = p.paused and p.paused.left or 0,
-  counts = counts, slotnames = slotnames}
+  counts = counts, slotnames = slotnames, age = p.age or 0}
