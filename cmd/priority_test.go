@@ -17,7 +17,7 @@ import (
 func TestEveryKeyAsksTheSameOrder(t *testing.T) {
 	t.Parallel()
 	o := &waitOptions{
-		commonOptions: &commonOptions{f: testFactory(t), src: sources{}},
+		commonOptions: &commonOptions{f: &Factory{Streams: &IOStreams{}}, src: sources{}},
 		key:           "a", keys: []string{"a", "b", "c"}, permits: 1, weight: 1, ttl: 30 * time.Second,
 		priority: -7, priorityAge: 1500 * time.Millisecond, busyExitCode: defaultBusyExitCode,
 	}
