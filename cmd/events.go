@@ -152,6 +152,21 @@ func printEvent(w io.Writer, e semaphore.Event) error {
 		if e.Forced {
 			add("forced")
 		}
+	case semaphore.EventSupersede:
+		if e.By != nil {
+			add("by %s:%d", printable.String(e.By.Host), e.By.PID)
+			if e.By.Label != "" {
+				add("label %s", strconv.Quote(e.By.Label))
+			}
+		}
+		add("after %s waiting", short(e.Waited))
+	case semaphore.EventPriorityAge:
+		// The age is kept in Until.
+		if e.Until > 0 {
+			add("stored priority age %s", short(e.Until))
+		} else {
+			add("stored priority age unset")
+		}
 	}
 	if e.Reason != "" {
 		add("reason %s", strconv.Quote(e.Reason))

@@ -16,7 +16,7 @@ import (
 // handleFixed are the flags of what a caller asks for and how it waits,
 // which a hold has decided already: refused with --handle on the command
 // line (from a variable or a config file they are meant for other runs).
-var handleFixed = []string{"permits", "weight", "ttl", "timeout", "no-wait", "busy-exit-code", "restart-fence", "min-replicas", "min-hold", "min-hold-after", "label"}
+var handleFixed = []string{"permits", "weight", "ttl", "timeout", "no-wait", "busy-exit-code", "restart-fence", "min-replicas", "min-hold", "min-hold-after", "label", "priority", "priority-age", "supersede"}
 
 // validateHandle checks a run under a hold's handle (--handle): the handle,
 // which names its key, and the run's own flags.

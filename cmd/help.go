@@ -23,6 +23,7 @@ var flagGroups = []struct {
 	{"TLS and passwords", []string{"tls-ca", "tls-cert", "tls-key", "tls-server-name", "tls-insecure", "redis-password-file"}, true},
 	{"Leases and lost permits", []string{"ttl", "restart-fence", "min-replicas", "on-lost", "lost-exit-code", "revoked-exit-code", "kill-after"}, false},
 	{"How long, and holds", []string{"max-runtime", "warn-after", "min-hold", "min-hold-after", "handle"}, false},
+	{"The order of the line", []string{"priority", "priority-age", "supersede"}, false},
 }
 
 // outputFlags are the flags of the first group that status and doctor

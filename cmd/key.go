@@ -27,9 +27,10 @@ func newCmdKey(common *commonOptions) *cobra.Command {
 	o := &keyOptions{commonOptions: common}
 	cmd := &cobra.Command{
 		Use:   "key",
-		Short: "An operator's hand on a key: stored capacity, pause, drain, revoke",
+		Short: "An operator's hand on a key: stored capacity and priority age, pause, drain, revoke",
 		Long: `semrun key changes how a key serves every caller, from one place: a capacity
-kept in the store, which wins over each caller's --permits; a pause, during
+kept in the store, which wins over each caller's --permits (a priority age
+too, over each caller's --priority-age); a pause, during
 which nobody is granted the key; a drain, which pauses and waits until nobody
 holds it; and a revoke, which stops one holder's command. Its settings last
 until unset. Each prints one line, or --json.`,
@@ -52,25 +53,47 @@ func (o *keyOptions) newCmdShow() *cobra.Command {
 func (o *keyOptions) newCmdSet() *cobra.Command {
 	var permits int
 	var slots string
-	set := o.sub("set KEY --permits N | --slots NAME,NAME...", "Keep a capacity for KEY in the store, which every caller is admitted against",
+	var age time.Duration
+	set := o.sub("set KEY --permits N | --slots NAME,NAME... | --priority-age D", "Keep a capacity or a priority age for KEY in the store, which wins over every caller's",
 		func(ctx context.Context, store semaphore.Store, key string) error {
-			if slots != "" {
+			var said []string
+			// The age first: a store that keeps none (--local) refuses it
+			// before anything is set.
+			if o.src.origin("priority-age") == fromFlag {
+				if err := store.SetPriorityAge(ctx, key, age); err != nil {
+					return err
+				}
+				said = append(said, priorityAgeText(age))
+			}
+			switch {
+			case slots != "":
 				names := strings.Split(slots, ",")
 				if err := store.SetSlots(ctx, key, names); err != nil {
 					return err
 				}
-				return o.say(ctx, store, key, fmt.Sprintf("key %q: capacity %d, kept in the store, slots named %s: every caller is admitted against it",
-					key, len(names), printable.String(strings.Join(names, ", "))))
+				said = slices.Insert(said, 0, fmt.Sprintf("capacity %d, kept in the store, slots named %s: every caller is admitted against it",
+					len(names), printable.String(strings.Join(names, ", "))))
+			case o.src.origin("permits") == fromFlag:
+				if err := store.SetCapacity(ctx, key, permits); err != nil {
+					return err
+				}
+				said = slices.Insert(said, 0, fmt.Sprintf("capacity %d, kept in the store: every caller is admitted against it", permits))
 			}
-			if err := store.SetCapacity(ctx, key, permits); err != nil {
-				return err
-			}
-			return o.say(ctx, store, key, fmt.Sprintf("key %q: capacity %d, kept in the store: every caller is admitted against it", key, permits))
+			return o.say(ctx, store, key, fmt.Sprintf("key %q: %s", key, strings.Join(said, "; ")))
 		})
 	set.Flags().Var(newInt(&permits, 0), "permits", "the capacity: at most N holders of KEY, whatever each caller asks")
 	set.Flags().StringVar(&slots, "slots", "", "name KEY's slots, slot 0's first (a GPU's, a database's): the capacity is their number, and a holder's command gets its slots' names in SEMRUN_SLOT_NAME(S)")
+	set.Flags().Var(newDuration(&age, 0), "priority-age", fmt.Sprintf("raise every waiter's priority by one for each such span it waits, whatever each caller asks (at most %v; 0 unsets it); alone or with --permits or --slots", semaphore.MaxPriorityAge))
 	set.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		named := cmd.Flags().Changed("slots")
+		// SEMRUN_PRIORITY_AGE and a config file's priority-age are the
+		// runs', as SEMRUN_PERMITS is.
+		aged := o.src.origin("priority-age") == fromFlag
+		if aged {
+			if err := semaphore.CheckPriorityAge(age); err != nil {
+				return o.refused(err)
+			}
+		}
 		switch {
 		case named && o.src.origin("permits") == fromFlag:
 			return usageErrorf("--permits and --slots: give one (the capacity of named slots is their number)")
@@ -79,10 +102,12 @@ func (o *keyOptions) newCmdSet() *cobra.Command {
 				return usageErrorf("--slots %s: %v", printable.String(strconv.Quote(semaphore.Clip(slots, 60))), errors.Unwrap(err))
 			}
 			return nil
+		case o.src.origin("permits") != fromFlag && aged:
+			return nil
 		case o.src.origin("permits") != fromFlag:
 			// SEMRUN_PERMITS and a config file's permits are the runs':
 			// a capacity every caller is held to is named where it is set.
-			return usageErrorf("--permits or --slots is required: the capacity to keep, from 1 to %d, or the names of its slots", semaphore.MaxPermits)
+			return usageErrorf("--permits, --slots or --priority-age is required: the capacity to keep, from 1 to %d, the names of its slots, or the priority age", semaphore.MaxPermits)
 		}
 		if permits < 1 || permits > semaphore.MaxPermits {
 			return usageErrorf("%s: must be from 1 to %d", o.src.show("permits", permits), semaphore.MaxPermits)
@@ -90,6 +115,14 @@ func (o *keyOptions) newCmdSet() *cobra.Command {
 		return nil
 	}
 	return set
+}
+
+// priorityAgeText says what a stored priority age does: d, or 0 for none.
+func priorityAgeText(d time.Duration) string {
+	if d == 0 {
+		return "no stored priority age: each caller's --priority-age counts"
+	}
+	return fmt.Sprintf("priority age %v, kept in the store: every waiter's priority rises by one for each %v it waits", d, d)
 }
 
 func (o *keyOptions) newCmdUnset() *cobra.Command {
@@ -324,6 +357,9 @@ func printKeyShow(w io.Writer, k semaphore.KeyStatus) error {
 			named[i] = fmt.Sprintf("%d (%s)", i, printable.String(name))
 		}
 		line += ", slots " + strings.Join(named, ", ")
+	}
+	if k.PriorityAge > 0 {
+		line += fmt.Sprintf(", priority age %v (kept in the store)", k.PriorityAge)
 	}
 	if k.Paused != nil {
 		line += "; " + pausedText(k.Paused)

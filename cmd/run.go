@@ -135,5 +135,8 @@ func (o *waitOptions) addWaitFlags(f *pflag.FlagSet) {
 	f.Var(newInt(&o.busyExitCode, defaultBusyExitCode), "busy-exit-code", "exit status when no permit was obtained (0: skip quietly)")
 	f.Var(newDuration(&o.restartFence, 0), "restart-fence", "grant nothing while Redis has been up for less than this, so that holders from before a restart that lost its data have stopped (default: the --ttl; 0: none)")
 	f.Var(newInt(&o.minReplicas, 0), "min-replicas", "a grant or renewal counts only once this many Redis replicas have it (WAIT)")
+	f.Var(newInt(&o.priority, 0), "priority", fmt.Sprintf("serve this caller before every waiter of lower priority, from %d to %d (Redis; it never stops a holder)", semaphore.MinPriority, semaphore.MaxPriority))
+	f.Var(newDuration(&o.priorityAge, 0), "priority-age", fmt.Sprintf("raise this caller's priority by one for each such span it waits, so that nothing starves; at most %v (0: none; a key's stored age wins)", semaphore.MaxPriorityAge))
+	f.BoolVar(&o.supersede, "supersede", false, "send away every waiter of the key that also gave --supersede: only the newest waits (holders are untouched)")
 	f.StringVar(&o.labelText, "label", "", fmt.Sprintf("what status shows of this caller, at most %d bytes, never a secret ('' for none; default: the CI job's address when the environment names one)", semaphore.MaxLabel))
 }

@@ -40,6 +40,7 @@ func (o *waitOptions) validateWait() error {
 	o.req = semaphore.Request{
 		Key: o.key, Permits: o.permits, Weight: o.weight, TTL: o.ttl, NoWait: o.noWait,
 		RestartFence: o.restartFence, MinReplicas: o.minReplicas,
+		Priority: o.priority, PriorityAge: o.priorityAge, Supersede: o.supersede,
 		Holder: semaphore.HolderInfo{Label: o.label()}, // the rest once it asks
 	}
 	if err := o.req.Validate(); err != nil {

@@ -208,7 +208,7 @@ func printStatus(w io.Writer, keys []semaphore.KeyStatus) error {
 		for _, c := range k.Cooling {
 			fmt.Fprintf(tw, "  %s\n", coolingText(c, time.Now()))
 		}
-		printWaiters(tw, k.Waiters)
+		printWaiters(tw, k)
 	}
 	return tw.Flush()
 }
@@ -229,6 +229,9 @@ func printKeyLine(w io.Writer, k semaphore.KeyStatus) {
 	}
 	if k.Unlisted > 0 {
 		fmt.Fprintf(w, ", %d more not listed", k.Unlisted)
+	}
+	if k.PriorityAge > 0 {
+		fmt.Fprintf(w, ", priority age %v (kept in the store)", k.PriorityAge)
 	}
 	if k.Fenced > 0 {
 		fmt.Fprintf(w, "; Redis started or failed over less than the restart fence ago: no grant for %v more", k.Fenced.Round(time.Second))
@@ -301,16 +304,22 @@ func printHolders(w io.Writer, holders []semaphore.Holder) {
 	}
 }
 
-// printWaiters prints the table of a key's line, with a LABEL column
+// printWaiters prints the table of k's line, with a PRIORITY column
+// where some waiter's is not 0 or the key has an age, and a LABEL column
 // where some waiter has one. Its columns are not the holders': tw is
 // flushed first.
-func printWaiters(tw *tabwriter.Writer, waiters []semaphore.Waiter) {
+func printWaiters(tw *tabwriter.Writer, k semaphore.KeyStatus) {
+	waiters := k.Waiters
 	if len(waiters) == 0 {
 		return
 	}
 	_ = tw.Flush()
 	labels := slices.ContainsFunc(waiters, func(w semaphore.Waiter) bool { return w.Label != "" })
+	priorities := k.PriorityAge > 0 || slices.ContainsFunc(waiters, func(w semaphore.Waiter) bool { return w.Priority != 0 })
 	header := "  IN LINE\tHOST\tPID\tCOMMAND\tWANTS\tOF N\tWAITED"
+	if priorities {
+		header += "\tPRIORITY"
+	}
 	with := withAny(waiters, func(w semaphore.Waiter) semaphore.HolderInfo { return w.HolderInfo })
 	if with {
 		header += "\tWITH"
@@ -325,6 +334,9 @@ func printWaiters(tw *tabwriter.Writer, waiters []semaphore.Waiter) {
 			place = fmt.Sprint(q.Position)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%d\t%v", place, printable.String(q.Host), q.PID, printable.String(q.Command), q.Weight, q.Permits, q.Waited.Round(time.Millisecond))
+		if priorities {
+			fmt.Fprintf(tw, "\t%d", q.Priority)
+		}
 		if with {
 			fmt.Fprintf(tw, "\t%s", withColumn(q.HolderInfo))
 		}

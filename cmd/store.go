@@ -30,6 +30,9 @@ var settingFlags = map[semaphore.Setting]string{
 	semaphore.ReasonSetting:          "reason",
 	semaphore.PauseSetting:           "for",
 	semaphore.LabelSetting:           "label",
+	semaphore.PrioritySetting:        "priority",
+	semaphore.PriorityAgeSetting:     "priority-age",
+	semaphore.SupersedeSetting:       "supersede",
 	localstore.DirSetting:            "lock-dir",
 	redisstore.URLSetting:            "redis",
 	redisstore.PrefixSetting:         "prefix",
@@ -115,6 +118,10 @@ func (c *commonOptions) refused(err error) error {
 	case !ok:
 		return &usageError{err}
 	case se.Value == nil:
+		return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.src.name(flag), se.Err), se}}
+	}
+	if _, ok := se.Value.(bool); ok && c.src.origin(flag) == fromFlag {
+		// --supersede, as given: a flag that takes no value.
 		return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.src.name(flag), se.Err), se}}
 	}
 	return &usageError{&shownSetting{fmt.Sprintf("%s: %v", c.src.show(flag, se.Value), se.Err), se}}

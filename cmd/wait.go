@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,11 @@ type waitOptions struct {
 	minReplicas             int
 	// labelText is --label's, as given (see label).
 	labelText string
+	// priority, priorityAge and supersede order the caller in its keys'
+	// lines: the same in each of them.
+	priority    int
+	priorityAge time.Duration
+	supersede   bool
 	// maxRuntime is --max-runtime: how long a run's command, or a hold,
 	// may last (0: no bound; each has its own default). A waiter's status
 	// shows it.
@@ -172,12 +178,16 @@ func (o *waitOptions) acquired(ctx context.Context, store semaphore.Store, lease
 		paused  *semaphore.PausedError
 		setting *semaphore.SettingError
 		taken   *semaphore.BusyError
+		gone    *semaphore.SupersededError
 	)
 	switch {
 	case err == nil:
 		return lease, nil
 	case errors.As(err, &setting):
 		return nil, o.refused(err) // a weight over the key's stored capacity
+	case errors.As(err, &gone):
+		// Before ErrBusy, which it wraps: a wait ended by a newer caller.
+		return nil, o.busy(log, supersededText(o.key, gone.By))
 	case errors.As(err, &paused):
 		return nil, o.busy(log, fmt.Sprintf("key %q: %s (semrun key resume; --no-wait)", o.key, pausedText(&paused.Pause)))
 	case errors.As(err, &fence):
@@ -205,6 +215,16 @@ func (o *waitOptions) acquired(ctx context.Context, store semaphore.Store, lease
 		return nil, o.busy(log, why)
 	}
 	return nil, err
+}
+
+// supersededText says who sent a waiter away (--supersede): the newer
+// caller, as the store read it, escaped.
+func supersededText(key string, by semaphore.HolderInfo) string {
+	s := fmt.Sprintf("key %q: superseded by a newer caller on %s, pid %d", key, printable.String(by.Host), by.PID)
+	if by.Label != "" {
+		s += ", label " + printable.String(strconv.Quote(by.Label))
+	}
+	return s + " (--supersede)"
 }
 
 // busy is the outcome of a run that got no permit. With --busy-exit-code 0

@@ -99,7 +99,8 @@ func (l *waitLine) clear() {
 }
 
 // waitText says what a waiter waits for: `waiting for key "pdf": 3/3 permits
-// held, 2nd of 5 in line, 12s`; without the time when waited is negative.
+// held, 2nd of 5 in line, priority 5, 12s`, the priority when not 0;
+// without the time when waited is negative.
 func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 	if st.Key != "" {
 		key = st.Key // of several, the one that holds the caller back
@@ -116,6 +117,10 @@ func waitText(key string, st semaphore.WaitState, waited time.Duration) string {
 		s += fmt.Sprintf(", %s of %d in line", ordinal(st.Position), st.Waiting)
 	case st.Position > 0:
 		s += fmt.Sprintf(", %s in line", ordinal(st.Position))
+	}
+	if st.Priority != 0 {
+		// As the line counts it now: raised by the wait, with an age.
+		s += fmt.Sprintf(", priority %d", st.Priority)
 	}
 	if waited < 0 {
 		return s

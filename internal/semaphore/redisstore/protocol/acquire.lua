@@ -235,39 +235,43 @@ if not inline then
     refused('line full')
     return answer(0, 0, 0, 0, wakeIn(), 1)
   end
+  -- Its wait counts from when its call began.
+  local since = math.max(now - waited, 0)
+  if a.super == '1' then
+    -- The waiter that superseded before it leaves, told by whom; unless
+    -- it came later (this caller's place lapsed while it was stopped, and
+    -- it asks again): then this one, the older, goes.
+    local prev = redis.call('HGET', waitersKey, '#super')
+    local w = prev and prev ~= id and redis.call('ZSCORE', queueKey, prev) and readWaiter(redis.call('HGET', waitersKey, prev))
+    if w and w.since > since then
+      keepalive(longest)
+      event({e = 'supersede', m = metaOf(meta), n = n, w = weight, wait = waited, by = metaOf(w.meta)})
+      return answer(0, 0, 0, 0, wakeIn(), 0, 0, 0, nil, metaOf(w.meta))
+    elseif w then
+      dropWaiter(prev)
+      -- Told in its wake list, if it waits on it, and by a mark of its
+      -- own (a string beside the lists), if it asks again first: both
+      -- last as long as its place could have.
+      local k, life = wakekey(wake, prev), math.max(WAKELIFE, w.expiry - now + WAKELIFE)
+      redis.call('RPUSH', k, 's ' .. metaOf(meta))
+      redis.call('PEXPIRE', k, life)
+      redis.call('SET', wakekey(wake .. ':s', prev), metaOf(meta), 'PX', life)
+      event({e = 'supersede', m = metaOf(w.meta), n = w.permits, w = w.weight, wait = math.max(now - w.since, 0),
+        by = metaOf(meta)})
+    end
+  end
   local last = redis.call('HGET', waitersKey, '#seq')
   local seq = num(last or '0', 0, MAXINT - 1)
   if not seq then
     return redis.error_reply('COUNTERLIMIT the line\'s ticket counter ' .. string.format('%q', string.sub(last, 1, 40)) .. ' cannot be raised')
   end
   redis.call('HSET', waitersKey, '#seq', seq + 1)
-  -- Its wait counts from when its call began.
-  local since = math.max(now - waited, 0)
   redis.call('ZADD', queueKey, place(since, prio, age, seq + 1), id)
   inLine = nil
   record(since)
   -- A permit handed over before, which lapsed unused, left its turn there.
   redis.call('DEL', wakekey(wake, id))
-  if a.super == '1' then
-    -- The waiter that superseded before it leaves, told by whom.
-    local prev = redis.call('HGET', waitersKey, '#super')
-    if prev and prev ~= id and redis.call('ZSCORE', queueKey, prev) then
-      local w = readWaiter(redis.call('HGET', waitersKey, prev))
-      dropWaiter(prev)
-      -- Told in its wake list, if it waits on it, and by a mark of its
-      -- own (a string beside the lists), if it asks again first: both
-      -- last as long as its place could have.
-      local k, life = wakekey(wake, prev), math.max(WAKELIFE, (w and w.expiry or now) - now + WAKELIFE)
-      redis.call('RPUSH', k, 's ' .. metaOf(meta))
-      redis.call('PEXPIRE', k, life)
-      redis.call('SET', wakekey(wake .. ':s', prev), metaOf(meta), 'PX', life)
-      if w then
-        event({e = 'supersede', m = metaOf(w.meta), n = w.permits, w = w.weight, wait = math.max(now - w.since, 0),
-          by = metaOf(meta)})
-      end
-    end
-    redis.call('HSET', waitersKey, '#super', id)
-  end
+  if a.super == '1' then redis.call('HSET', waitersKey, '#super', id) end
 end
 keepalive(math.max(ttl, wlease, longest))
 return answer(0, 0, 0, redis.call('ZRANK', queueKey, id) + 1, wakeIn())

@@ -131,6 +131,16 @@ func TestScriptsSupersede(t *testing.T) {
 			if st := runStatus(t, b.c, key); len(st.Holders) != 1 {
 				t.Errorf("holders: got %d, want the holder untouched", len(st.Holders))
 			}
+			// One that came before S2 and asks only now (its place lapsed
+			// while it was stopped) is the one sent away, not S2.
+			r = runAcquireArgs(t, b.c, NewKeys(testPrefix, key), AcquireArgs{ID: "STALE", Permits: 1, TTL: 10 * time.Second,
+				Wait: 10 * time.Second, Supersede: true, Waited: time.Hour})
+			if r.Superseded == "" || ReadMeta(r.Superseded).Host != "h-S2" || r.Position != 0 {
+				t.Errorf("an older caller that supersedes, asking after S2: got %+v, want sent away, by h-S2", r)
+			}
+			if got := order(t, b, key); !slices.Equal(got, []string{Member("PLAIN"), Member("S2")}) {
+				t.Errorf("line after the older one asked: got %q, want PLAIN S2", got)
+			}
 		})
 	}
 }
