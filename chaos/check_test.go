@@ -1364,29 +1364,42 @@ func TestChecks(t *testing.T) {
 			t.Errorf("topWaits on a loaded machine: got %q, want run 3 alone", late)
 		}
 
-		// Order: b (higher, no age) launched well before a's child
-		// started and granted after it.
+		// Order: b (higher, no age) seen waiting in line, granted after a
+		// (whose grant came after the read), or never.
 		id = 0
+		tok := func(ms int64) int64 { return ms * 1000 } // Redis's clock, µs
 		runs = []prioRun{
-			p(-100, false, 0, 5000, 10, 5200, 0),       // 1: a, granted at 5s
-			p(50, false, 1000, 6000, 11, 6200, 0),      // 2: waited since 1s, granted after: wrong
-			p(50, false, 1000, 5500, 9, 5700, 0),       // 3: granted before a, started after: right
-			p(50, false, 2500, 6000, 12, 6200, 0),      // 4: launched 2.5s before: not judged
-			p(80, true, 0, 6000, 13, 6200, 0),          // 5: aged: not judged
-			p(50, false, 0, 0, 0, 10_000, statusBusy),  // 6: waited until 10s: wrong
-			p(50, false, 0, 0, 0, 10_000, statusBusy),  // 7: interrupted: not judged
-			p(-100, false, 0, 0, 0, 5_500, statusBusy), // 8: equal to a: not judged
+			p(-100, false, 0, 5000, tok(2000), 5200, 0),  // 1: a, granted at 2s
+			p(50, false, 500, 6000, tok(3000), 6200, 0),  // 2: granted after a: wrong
+			p(50, false, 500, 1800, tok(1500), 2000, 0),  // 3: granted before a: right
+			p(80, true, 500, 6000, tok(3100), 6200, 0),   // 4: aged: not judged
+			p(50, false, 0, 0, 0, 10_000, statusBusy),    // 5: waited until 10s: wrong
+			p(50, false, 0, 0, 0, 2500, 143),             // 6: SIGTERMed: not judged
+			p(50, false, 0, 0, 0, 1600, statusBusy),      // 7: its --timeout (1.5s) ran out before a's grant
+			p(-100, false, 0, 0, 0, 10_000, statusBusy),  // 8: equal to a: not judged
+			p(-100, false, 0, 1100, tok(1050), 1300, 0),  // 9: granted during the read: not judged
+			p(50, false, 3000, 0, 0, 13_000, statusBusy), // 10: pid 2 again, launched after the read
 		}
-		runs[6].r.interrupted = true
-		judged, wrong := outOfOrder(runs, nil, none)
-		if judged != 3 || len(wrong) != 2 || !strings.Contains(wrong[0], "while run 2 ") || !strings.Contains(wrong[1], "while run 6 ") {
-			t.Errorf("outOfOrder: got %d judged, %q; want 3, a granted while runs 2 and 6 waited", judged, wrong)
+		for i := range runs {
+			runs[i].pid = runs[i].r.id
 		}
-		if judged, wrong := outOfOrder(runs, []fault{{what: "SIGSTOP", start: ms(100), heal: ms(200)}}, none); judged != 0 || len(wrong) != 0 {
+		runs[5].r.interrupted = true
+		runs[6].r.timeout = 1500 * time.Millisecond
+		runs[9].pid = 2
+		seen := []seenLine{{from: ms(1000), to: ms(1100), waiters: []seenWaiter{{2, 50}, {3, 50}, {4, 80}, {5, 50}, {6, 50}, {7, 50}, {8, -100}, {99, 100}}}}
+		never := func(from, to int64) bool { return false }
+		judged, wrong := outOfOrder(runs, seen, 0, nil, never)
+		if judged != 3 || len(wrong) != 2 || !strings.Contains(wrong[0], "while run 2 ") || !strings.Contains(wrong[1], "while run 5 ") {
+			t.Errorf("outOfOrder: got %d judged, %q; want 3, a granted while runs 2 and 5 waited", judged, wrong)
+		}
+		if judged, wrong := outOfOrder(runs, seen, int64(time.Second), nil, never); judged != 0 || len(wrong) != 0 {
+			t.Errorf("outOfOrder with a's grant a second earlier, during the read: got %d judged, %q; want none", judged, wrong)
+		}
+		if judged, wrong := outOfOrder(runs, seen, 0, []fault{{what: "SIGSTOP", start: ms(1500), heal: ms(1600)}}, never); judged != 0 || len(wrong) != 0 {
 			t.Errorf("outOfOrder with a fault near: got %d judged, %q; want none", judged, wrong)
 		}
-		if judged, _ := outOfOrder(runs, nil, func(from, to int64) time.Duration { return 3 * time.Second }); judged != 0 {
-			t.Errorf("outOfOrder on a loaded machine: got %d judged, want none", judged)
+		if judged, _ := outOfOrder(runs, seen, 0, nil, func(from, to int64) bool { return true }); judged != 0 {
+			t.Errorf("outOfOrder on a starved machine: got %d judged, want none", judged)
 		}
 	})
 	t.Run("lag", func(t *testing.T) {

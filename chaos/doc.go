@@ -415,14 +415,17 @@
 //     through. The caller of priority 100 with no age, ahead of every
 //     other in line, away from faults, starts its child within 2 TTLs and
 //     the machine's allowance and never gives up. No caller of a lower
-//     priority is granted while one of a higher priority waits, judged
-//     between callers with no age (a higher priority then comes first
-//     whatever the arrivals), away from faults, when the higher was
-//     launched at least 3s (a handed permit's claim, a second, and the
-//     allowance) before the lower's child started and still waited then
-//     (its child started later, or its --timeout ran out a second and the
-//     allowance later): out of order when its token is larger, or it gave
-//     up. And no span of 2 TTLs with no child running, away from faults.
+//     priority is granted while one of a higher priority waits: the line
+//     is read with semrun status --json every 200ms, and, between callers
+//     with no age (a higher priority then comes first whatever the
+//     arrivals), away from faults and on a machine not starved, a caller
+//     seen waiting must be granted (its token, Redis's clock when a permit
+//     is handed to the head of the line) before any caller of a lower
+//     priority granted after the read; one that gave up (75) with its
+//     --timeout running out after such a grant was passed over. And no
+//     span of 2 TTLs with no child running, away from faults. Every other
+//     fault (the first included) is followed by 4 to 6 TTLs of peace, so
+//     that these checks have stretches to judge.
 //   - After each fault heals, the next child starts within 2 TTLs and the
 //     machine's allowance. The target is TTL + TTL/3, reported as a figure
 //     and not failed on, since machines are noisy.
@@ -485,7 +488,7 @@
 // order of keys, the silences at which Redis's holders were read and what
 // was not given back, and the stalls; for priorities, the runs that ran and
 // gave up by priority, the waits of priority 100, the pairs judged for
-// order and those out of order; for key-revoke,
+// order and those out of order, and the lines read; for key-revoke,
 // the revokes by kind (and by slot, and the slot's other holders that
 // exited 113), how the revoked ended (113, 112, their child first),
 // how soon their child stopped and their permit was free; for key-pause, the

@@ -4,13 +4,18 @@ package chaos
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/semrun/semrun/internal/semaphore"
 )
 
 // The order of the line (semantics, section 14): the priorities nemesis
@@ -35,11 +40,6 @@ var prioCallers = []struct {
 	{0, time.Second}, {7, time.Second}, {-30, time.Second}, {-100, time.Second},
 }
 
-// prioClaim is how long a permit handed to a waiter is kept for it until
-// it claims it (the store's claim): a waiter of higher priority that
-// joined meanwhile comes after it.
-const prioClaim = 2 * time.Second
-
 // runPriorities is the priorities nemesis.
 func runPriorities(t *testing.T, n nemesis, seed uint64) figures {
 	keys := []struct {
@@ -60,13 +60,85 @@ func runPriorities(t *testing.T, n nemesis, seed uint64) figures {
 		}
 		return f
 	}
-	return runLines(t, n, seed, keys, orders, flags, (*several).checkPriorities)
+	seen := &seenLines{}
+	check := func(s *several, fig *figures, stopped int64) { s.checkPriorities(fig, stopped, seen.all()) }
+	return runLines(t, n, seed, lines{keys: keys, orders: orders, flags: flags, peace: prioPeace, watch: seen.watch, check: check})
+}
+
+// seenLine is the line of a key as semrun status --json showed it, read
+// from from until to (mono()): the pid and priority of each waiter, in
+// its order. Each was in line at some instant between.
+type seenLine struct {
+	from, to int64
+	waiters  []seenWaiter
+}
+
+type seenWaiter struct{ pid, prio int }
+
+// seenLines are the lines read while the priorities nemesis ran.
+type seenLines struct {
+	mu    sync.Mutex
+	lines []seenLine
+	reads int // and the reads that failed
+	fails int
+}
+
+func (l *seenLines) all() []seenLine {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
+// watch reads the line with semrun status --json, as an operator does,
+// every 200ms until done is closed.
+func (l *seenLines) watch(s *several, done <-chan struct{}) {
+	c := s.c
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		from := mono()
+		res := c.operate(opBound, opConnect, append([]string{"status", "--json"}, c.keys...)...)
+		to := mono()
+		var st []semaphore.KeyStatus
+		ok := res.status == 0 && json.Unmarshal([]byte(res.stdout), &st) == nil
+		l.mu.Lock()
+		l.reads++
+		if !ok {
+			l.fails++ // under a fault of Redis: nothing to judge
+		}
+		for _, k := range st {
+			line := seenLine{from: from, to: to}
+			for _, w := range k.Waiters {
+				line.waiters = append(line.waiters, seenWaiter{pid: w.PID, prio: w.Priority})
+			}
+			if len(line.waiters) > 1 {
+				l.lines = append(l.lines, line)
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// prioPeace is the peace after the ith fault: after every other one (the
+// first included), 4 to 6 TTLs, so that the checks of the order, which
+// judge only what no fault touched (and 2 TTLs after each heal), have
+// stretches of a few seconds to judge; else about one TTL, as in
+// several-keys.
+func prioPeace(i int, rng *rand.Rand) time.Duration {
+	if i%2 == 0 {
+		return 4*ttl + upTo(rng, 2*ttl)
+	}
+	return onePeace(i, rng)
 }
 
 // prioRun is what the checks of the order know of one semrun: its run,
 // its child (nil: none said it started), its priority and age.
 type prioRun struct {
 	r    run
+	pid  int
 	k    *kid
 	prio int
 	age  time.Duration
@@ -76,7 +148,7 @@ type prioRun struct {
 // every nemesis ran before): no span with no child running away from
 // faults (a line that did not move); every semrun ended within its
 // --timeout and the faults' (lost); the top caller's waits; the order.
-func (s *several) checkPriorities(fig *figures, stopped int64) {
+func (s *several) checkPriorities(fig *figures, stopped int64, seen []seenLine) {
 	c := s.c
 	kids, _ := c.rec.snapshot()
 	byRun := map[int]*kid{}
@@ -98,7 +170,7 @@ func (s *several) checkPriorities(fig *figures, stopped int64) {
 		w, ok := s.worker[r.id]
 		s.mu.Unlock()
 		if ok {
-			runs = append(runs, prioRun{r: *r, k: byRun[r.id], prio: prioCallers[w].prio, age: prioCallers[w].age})
+			runs = append(runs, prioRun{r: *r, pid: r.proc.Pid, k: byRun[r.id], prio: prioCallers[w].prio, age: prioCallers[w].age})
 		}
 	}
 	c.mu.Unlock()
@@ -132,7 +204,7 @@ func (s *several) checkPriorities(fig *figures, stopped int64) {
 	waits, late := topWaits(runs, first, stopped, faults, allowance)
 	fig.bad += len(late)
 	report("the top caller not served as the head of the line", late)
-	judged, wrong := outOfOrder(runs, faults, allowance)
+	judged, wrong := outOfOrder(runs, seen, c.wallOff, faults, func(from, to int64) bool { return machine.lag(from, to) >= starvedLag })
 	fig.bad += len(wrong)
 	report("granted out of order", wrong)
 
@@ -175,9 +247,9 @@ func (s *several) checkPriorities(fig *figures, stopped int64) {
 	givenBack, notGivenBack := s.givenBack, s.notGivenBack
 	s.mu.Unlock()
 	fig.faults = len(faults)
-	fig.faultNote = fmt.Sprintf("%s; ran/gave up (75) by priority[/age]: %s; priority 100's waits away from faults: %d, p50 %v, max %v; %d lost from the line; %d pairs judged for order, %d out of order; holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
+	fig.faultNote = fmt.Sprintf("%s; ran/gave up (75) by priority[/age]: %s; priority 100's waits away from faults: %d, p50 %v, max %v; %d lost from the line; lines read %d times, %d pairs judged for order, %d out of order; holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
 		strings.Join(did, ", "), strings.Join(per, ", "), len(waits), quantile(waits, 0.5).Round(time.Millisecond), maxDur(waits).Round(time.Millisecond),
-		len(lost), judged, len(wrong), givenBack, notGivenBack, len(gaps))
+		len(lost), len(seen), judged, len(wrong), givenBack, notGivenBack, len(gaps))
 }
 
 // nearFault tells whether a fault (or the healFailure after its heal, as
@@ -261,49 +333,56 @@ func topWaits(runs []prioRun, first, stopped int64, faults []fault, allowance fu
 // granted out of order: a (of lower priority) granted while b (of higher
 // priority) waited. Only semruns with no age are judged: between them a
 // higher priority comes first whatever their arrivals, even when one left
-// the line and came back. A pair is judged when b was launched well
-// before (prioClaim, a permit handed to a before b joined, a second to
-// join and start a child, and the machine's allowance) a's child started,
-// and still waited then: its child started later, or its --timeout ran
-// out a second and the allowance later (it gave up, 75); and no fault
-// touched them from b's launch until a's child started. Then b surely
-// waited at a's grant, and a is out of order when b was granted after it
-// (b's token larger), or never.
-func outOfOrder(runs []prioRun, faults []fault, allowance func(from, to int64) time.Duration) (int, []string) {
-	judged := 0
+// the line and came back. A pair is judged when a line read (seen) shows
+// b waiting, a's token (Redis's clock at its grant, in µs, which wallOff
+// turns into mono()) comes after the read, and b still waited then: its
+// child started later, or its --timeout, counted from its launch, ran out
+// later (it gave up, 75); and no fault touched them, nor was the machine
+// starved (starved), from the read until a's grant. Then b surely waited
+// at a's grant, and a is out of order when b was granted after it (b's
+// token larger), or never. The token is taken when a permit is handed to
+// the head of the line, not when its waiter claims it.
+func outOfOrder(runs []prioRun, seen []seenLine, wallOff int64, faults []fault, starved func(from, to int64) bool) (int, []string) {
+	type pair struct{ a, b int }
+	judged := map[pair]bool{}
 	var bad []string
-	for _, a := range runs {
-		if a.age != 0 || a.k == nil || a.r.killed {
-			continue
-		}
-		for _, b := range runs {
-			if b.age != 0 || b.prio <= a.prio || b.r.killed || b.r.interrupted {
+	for _, l := range seen {
+		for _, w := range l.waiters {
+			// b: the semrun of that pid under way during the read.
+			i := slices.IndexFunc(runs, func(p prioRun) bool {
+				return p.pid == w.pid && p.r.launched <= l.to && (p.r.exited == 0 || p.r.exited >= l.from)
+			})
+			if i < 0 {
 				continue
 			}
-			if b.r.launched > a.k.start-int64(prioClaim+time.Second+allowance(b.r.launched, a.k.start)) {
+			b := runs[i]
+			if b.age != 0 || b.r.killed || b.r.interrupted {
 				continue
 			}
-			if nearFault(faults, b.r.launched, a.k.start) {
-				continue
-			}
-			// b still waited when a's child started: its child started
-			// after, or its --timeout ran out well after.
-			margin := int64(time.Second + allowance(a.k.start, b.r.exited))
-			var after bool
-			switch {
-			case b.k != nil && b.k.start > a.k.start:
-				after = b.k.token > a.k.token
-			case b.k == nil && b.r.status == statusBusy && b.r.timeout > 0 && b.r.launched+int64(b.r.timeout) > a.k.start+margin:
-				after = true
-			default:
-				continue
-			}
-			judged++
-			if after {
-				bad = append(bad, fmt.Sprintf("run %d (priority %d) was granted (token %d, its child started %v after run %d's launch) while run %d (priority %d) waited",
-					a.r.id, a.prio, a.k.token, time.Duration(a.k.start-b.r.launched).Round(time.Millisecond), b.r.id, b.r.id, b.prio))
+			for _, a := range runs {
+				if a.age != 0 || a.k == nil || a.prio >= b.prio || judged[pair{a.r.id, b.r.id}] {
+					continue
+				}
+				grant := a.k.token*int64(time.Microsecond) - wallOff
+				if grant <= l.to || nearFault(faults, l.from, grant) || starved(l.from, grant) {
+					continue
+				}
+				var after bool
+				switch {
+				case b.k != nil:
+					after = b.k.token > a.k.token
+				case b.r.status == statusBusy && b.r.timeout > 0 && b.r.launched+int64(b.r.timeout) > grant:
+					after = true
+				default:
+					continue
+				}
+				judged[pair{a.r.id, b.r.id}] = true
+				if after {
+					bad = append(bad, fmt.Sprintf("run %d (priority %d) was granted (token %d) while run %d (priority %d), seen waiting in line %v before, waited",
+						a.r.id, a.prio, a.k.token, b.r.id, b.prio, time.Duration(grant-l.to).Round(time.Millisecond)))
+				}
 			}
 		}
 	}
-	return judged, bad
+	return len(judged), bad
 }

@@ -84,17 +84,37 @@ type several struct {
 // a caller per order of keys, a fault at a time, then the checks of every
 // nemesis, per key, and its own.
 func runSeveral(t *testing.T, n nemesis, seed uint64) figures {
-	return runLines(t, n, seed, severalKeys, keyOrders, nil, (*several).check)
+	return runLines(t, n, seed, lines{keys: severalKeys, orders: keyOrders, peace: onePeace, check: (*several).check})
 }
 
-// runLines runs callers of keys (by the end of their name, and their
-// capacities), a worker per order of keys orders gives, each asking flags
-// of its own (nil: none), under several-keys' faults, a fault at a time;
-// then the checks of every nemesis, per key, and check.
-func runLines(t *testing.T, n nemesis, seed uint64, keys []struct {
-	name    string
-	permits int
-}, orders func([]string) [][]string, flags func(i int) []string, check func(s *several, fig *figures, stopped int64)) figures {
+// lines says what runLines runs and checks.
+type lines struct {
+	// keys are the keys, by the end of their name, and their capacities.
+	keys []struct {
+		name    string
+		permits int
+	}
+	// orders are the workers' lists of keys, a worker per list.
+	orders func(keys []string) [][]string
+	// flags, when set, are more flags of the ith worker's semruns.
+	flags func(i int) []string
+	// peace is how long the callers call in peace after the ith fault.
+	peace func(i int, rng *rand.Rand) time.Duration
+	// watch, when set, watches from the first child until done is
+	// closed, as the faults come and go, and returns then.
+	watch func(s *several, done <-chan struct{})
+	// check runs the nemesis's own checks, after every nemesis's.
+	check func(s *several, fig *figures, stopped int64)
+}
+
+// onePeace is about one TTL of peace after each fault.
+func onePeace(_ int, rng *rand.Rand) time.Duration { return ttl/2 + upTo(rng, ttl/2) }
+
+// runLines runs callers of l's keys, a worker per order of keys, under
+// several-keys' faults, a fault at a time; then the checks of every
+// nemesis, per key, and l's.
+func runLines(t *testing.T, n nemesis, seed uint64, l lines) figures {
+	keys, peace := l.keys, l.peace
 	began := time.Now()
 	c := newCluster(t, nemesis{name: n.name, proxied: true}, len(keys), 1, seed)
 	c.keys, c.capacity, c.woke = nil, map[string]int{}, map[int]frozen{}
@@ -103,13 +123,17 @@ func runLines(t *testing.T, n nemesis, seed uint64, keys []struct {
 		c.keys = append(c.keys, key)
 		c.capacity[key] = k.permits
 	}
-	s := &several{c: c, prefix: n.name + "-", orders: orders(c.keys), flags: flags, worker: map[int]int{}, did: map[string]int{}}
+	s := &several{c: c, prefix: n.name + "-", orders: l.orders(c.keys), flags: l.flags, worker: map[int]int{}, did: map[string]int{}}
 	s.start(seed)
 	sampled := c.watchHolders()
 	// A fresh server grants nothing for a TTL (the restart fence); the
 	// bound only catches a hang.
 	if c.startedAfter(c.t0, hangBound) < 0 {
 		t.Fatalf("no child started within %v of the start", hangBound)
+	}
+	watched, watching := make(chan struct{}), sync.WaitGroup{}
+	if l.watch != nil {
+		watching.Go(func() { l.watch(s, watched) })
 	}
 	time.Sleep(ttl / 2)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -136,10 +160,12 @@ func runLines(t *testing.T, n nemesis, seed uint64, keys []struct {
 		}
 		fig.healMore = append(fig.healMore, slack)
 		if more() {
-			time.Sleep(ttl/2 + upTo(rng, ttl/2)) // about one TTL of peace
+			time.Sleep(peace(i, rng))
 		}
 	}
 	s.checks.Wait()
+	close(watched)
+	watching.Wait()
 	stopped := mono()
 	// The callers stop, and those still waiting are SIGTERMed, so that the
 	// run ends within a hold rather than a --timeout: what they took must
@@ -155,7 +181,7 @@ func runLines(t *testing.T, n nemesis, seed uint64, keys []struct {
 	}
 	fig.overbookedCheck(t, sampled)
 	c.check(&fig, nemesis{name: n.name, excuses: true})
-	check(s, &fig, stopped)
+	l.check(s, &fig, stopped)
 	fig.wall = time.Since(began)
 	t.Logf("%s: %d semruns, %d children, %d faults, %d overlaps, %d by token order, %d tokens reused, %s, %d leaked permits (all free %v after the last semrun), "+
 		"heal max %v (target %v), %d lost (112), %d unreachable (125), %d of them on a starved machine, %d bad statuses; %s; machine lag max %v, wall %v",
