@@ -1360,6 +1360,9 @@ func TestChecks(t *testing.T) {
 		if len(waits) != 1 || waits[0] != 300*time.Millisecond || len(late) != 2 || !strings.Contains(late[0], "run 2 ") || !strings.Contains(late[1], "run 3 ") {
 			t.Errorf("topWaits: got %v, %q; want [300ms], runs 2 and 3", waits, late)
 		}
+		if waits, late := topWaits(nil, 0, ms(60_000), nil, none); waits != nil || late != nil {
+			t.Errorf("topWaits of no runs: got %v, %q", waits, late)
+		}
 		if _, late := topWaits(runs, ms(1000), ms(60_000), faults, func(from, to int64) time.Duration { return 2 * time.Second }); len(late) != 1 {
 			t.Errorf("topWaits on a loaded machine: got %q, want run 3 alone", late)
 		}

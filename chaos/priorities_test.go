@@ -298,9 +298,12 @@ func lostFromLine(runs []prioRun, faults []fault, allowance func(from, to int64)
 // its child within healFailure and the machine's allowance, and never
 // give up waiting.
 func topWaits(runs []prioRun, first, stopped int64, faults []fault, allowance func(from, to int64) time.Duration) ([]time.Duration, []string) {
-	top := slices.MaxFunc(runs, func(a, b prioRun) int { return cmp.Compare(a.prio, b.prio) })
 	var waits []time.Duration
 	var bad []string
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	top := slices.MaxFunc(runs, func(a, b prioRun) int { return cmp.Compare(a.prio, b.prio) })
 	for _, p := range runs {
 		r := p.r
 		if p.prio != top.prio || p.age != 0 || r.killed || r.interrupted || r.launched < first || r.launched > stopped {
