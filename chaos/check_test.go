@@ -1390,6 +1390,14 @@ func TestChecks(t *testing.T) {
 		runs[6].r.timeout = 1500 * time.Millisecond
 		runs[9].pid = 2
 		seen := []seenLine{{from: ms(1000), to: ms(1100), waiters: []seenWaiter{{2, 50}, {3, 50}, {4, 80}, {5, 50}, {6, 50}, {7, 50}, {8, -100}, {99, 100}}}}
+		if got := shownPriorities(runs, seen); len(got) != 0 {
+			t.Errorf("shownPriorities: got %q, want none", got)
+		}
+		wrongly := slices.Clone(seen)
+		wrongly[0].waiters = []seenWaiter{{2, 49}, {4, 79}, {4, 90}, {5, 50}, {99, 1}}
+		if got := shownPriorities(runs, wrongly); len(got) != 2 || !strings.Contains(got[0], "run 2 ") || !strings.Contains(got[1], "run 4 ") {
+			t.Errorf("shownPriorities: got %q, want run 2 (shown 49 for 50) and run 4 (aged, shown 79 for 80)", got)
+		}
 		never := func(from, to int64) bool { return false }
 		judged, wrong := outOfOrder(runs, seen, 0, nil, never)
 		if judged != 3 || len(wrong) != 2 || !strings.Contains(wrong[0], "while run 2 ") || !strings.Contains(wrong[1], "while run 5 ") {

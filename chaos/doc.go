@@ -422,10 +422,12 @@
 //     seen waiting must be granted (its token, Redis's clock when a permit
 //     is handed to the head of the line) before any caller of a lower
 //     priority granted after the read; one that gave up (75) with its
-//     --timeout running out after such a grant was passed over. And no
-//     span of 2 TTLs with no child running, away from faults. Every other
-//     fault (the first included) is followed by 4 to 6 TTLs of peace, so
-//     that these checks have stretches to judge.
+//     --timeout running out after such a grant was passed over. Status
+//     shows each waiter's priority: the one it asked, with no age; at
+//     least that, with one. And no span of 2 TTLs with no child running,
+//     away from faults. Every other fault (the first included) is
+//     followed by 4 to 6 TTLs of peace, so that these checks have
+//     stretches to judge.
 //   - After each fault heals, the next child starts within 2 TTLs and the
 //     machine's allowance. The target is TTL + TTL/3, reported as a figure
 //     and not failed on, since machines are noisy.

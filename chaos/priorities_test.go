@@ -61,7 +61,10 @@ func runPriorities(t *testing.T, n nemesis, seed uint64) figures {
 		return f
 	}
 	seen := &seenLines{}
-	check := func(s *several, fig *figures, stopped int64) { s.checkPriorities(fig, stopped, seen.all()) }
+	check := func(s *several, fig *figures, stopped int64) {
+		lines, reads, fails := seen.all()
+		s.checkPriorities(fig, stopped, lines, reads, fails)
+	}
 	return runLines(t, n, seed, lines{keys: keys, orders: orders, flags: flags, peace: prioPeace, watch: seen.watch, check: check})
 }
 
@@ -79,14 +82,17 @@ type seenWaiter struct{ pid, prio int }
 type seenLines struct {
 	mu    sync.Mutex
 	lines []seenLine
-	reads int // and the reads that failed
-	fails int
+	// reads counts the reads, and fails those that failed (under a fault
+	// of Redis).
+	reads, fails int
 }
 
-func (l *seenLines) all() []seenLine {
+// all returns the lines read, how many reads were made and how many
+// failed.
+func (l *seenLines) all() ([]seenLine, int, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return slices.Clone(l.lines)
+	return slices.Clone(l.lines), l.reads, l.fails
 }
 
 // watch reads the line with semrun status --json, as an operator does,
@@ -148,7 +154,7 @@ type prioRun struct {
 // every nemesis ran before): no span with no child running away from
 // faults (a line that did not move); every semrun ended within its
 // --timeout and the faults' (lost); the top caller's waits; the order.
-func (s *several) checkPriorities(fig *figures, stopped int64, seen []seenLine) {
+func (s *several) checkPriorities(fig *figures, stopped int64, seen []seenLine, reads, fails int) {
 	c := s.c
 	kids, _ := c.rec.snapshot()
 	byRun := map[int]*kid{}
@@ -204,6 +210,9 @@ func (s *several) checkPriorities(fig *figures, stopped int64, seen []seenLine) 
 	waits, late := topWaits(runs, first, stopped, faults, allowance)
 	fig.bad += len(late)
 	report("the top caller not served as the head of the line", late)
+	shown := shownPriorities(runs, seen)
+	fig.bad += len(shown)
+	report("status shows a wrong priority", shown)
 	judged, wrong := outOfOrder(runs, seen, c.wallOff, faults, func(from, to int64) bool { return machine.lag(from, to) >= starvedLag })
 	fig.bad += len(wrong)
 	report("granted out of order", wrong)
@@ -247,9 +256,9 @@ func (s *several) checkPriorities(fig *figures, stopped int64, seen []seenLine) 
 	givenBack, notGivenBack := s.givenBack, s.notGivenBack
 	s.mu.Unlock()
 	fig.faults = len(faults)
-	fig.faultNote = fmt.Sprintf("%s; ran/gave up (75) by priority[/age]: %s; priority 100's waits away from faults: %d, p50 %v, max %v; %d lost from the line; lines read %d times, %d pairs judged for order, %d out of order; holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
+	fig.faultNote = fmt.Sprintf("%s; ran/gave up (75) by priority[/age]: %s; priority 100's waits away from faults: %d, p50 %v, max %v; %d lost from the line; lines of several waiters read %d times (%d of %d reads failed), %d pairs judged for order, %d out of order; holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
 		strings.Join(did, ", "), strings.Join(per, ", "), len(waits), quantile(waits, 0.5).Round(time.Millisecond), maxDur(waits).Round(time.Millisecond),
-		len(lost), len(seen), judged, len(wrong), givenBack, notGivenBack, len(gaps))
+		len(lost), len(seen), fails, reads, judged, len(wrong), givenBack, notGivenBack, len(gaps))
 }
 
 // nearFault tells whether a fault (or the healFailure after its heal, as
@@ -332,6 +341,34 @@ func topWaits(runs []prioRun, first, stopped int64, faults []fault, allowance fu
 	return waits, bad
 }
 
+// matchRun is the index in runs of the semrun of pid under way while l
+// was read, -1 for none.
+func matchRun(runs []prioRun, pid int, l seenLine) int {
+	return slices.IndexFunc(runs, func(p prioRun) bool {
+		return p.pid == pid && p.r.launched <= l.to && (p.r.exited == 0 || p.r.exited >= l.from)
+	})
+}
+
+// shownPriorities says where status showed a waiter's priority wrong: with
+// no age, the one it asked; with an age, at least that (it rises as the
+// waiter waits).
+func shownPriorities(runs []prioRun, seen []seenLine) []string {
+	var bad []string
+	for _, l := range seen {
+		for _, w := range l.waiters {
+			i := matchRun(runs, w.pid, l)
+			if i < 0 {
+				continue
+			}
+			p := runs[i]
+			if p.age == 0 && w.prio != p.prio || p.age > 0 && w.prio < p.prio {
+				bad = append(bad, fmt.Sprintf("run %d asked --priority %d (age %v), and status showed it waiting with priority %d", p.r.id, p.prio, p.age, w.prio))
+			}
+		}
+	}
+	return bad
+}
+
 // outOfOrder counts the pairs of semruns it can judge, and says which were
 // granted out of order: a (of lower priority) granted while b (of higher
 // priority) waited. Only semruns with no age are judged: between them a
@@ -352,9 +389,7 @@ func outOfOrder(runs []prioRun, seen []seenLine, wallOff int64, faults []fault, 
 	for _, l := range seen {
 		for _, w := range l.waiters {
 			// b: the semrun of that pid under way during the read.
-			i := slices.IndexFunc(runs, func(p prioRun) bool {
-				return p.pid == w.pid && p.r.launched <= l.to && (p.r.exited == 0 || p.r.exited >= l.from)
-			})
+			i := matchRun(runs, w.pid, l)
 			if i < 0 {
 				continue
 			}
