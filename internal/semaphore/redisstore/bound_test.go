@@ -136,10 +136,13 @@ func TestBoundFollowsAStepOfTheServersClock(t *testing.T) {
 	before := l.Bound()
 	const step = 3 * time.Second
 	c.advance(step)
-	renewed := clock.Now()
 	if err := l.Renew(ctxTimeout(t, 5*time.Second)); err != nil {
 		t.Fatalf("renewal after a step of %v: %v", step, err)
 	}
+	// The renewal was sent before it returned, and its bound counts from
+	// when it was sent: at the latest, from now. (Taken before the call,
+	// a loaded machine's delay until the send made it late.)
+	renewed := clock.Now()
 	// The store's bound, here: the grant's, less the step (this server's
 	// clock moves only with the test's steps).
 	want := renewed.Add(req.MaxRuntime + semaphore.Overrun(req.KillAfter, req.TTL) - step)
