@@ -143,18 +143,18 @@ func ParseSlotNames(text string) []string {
 
 // Named are numbers, slots of the key, with the names the key's slots
 // have (SlotNames), when it has as many as a number needs.
-func (k KeyStatus) Named(numbers []int) Slots {
-	s := Slots{Numbers: numbers}
-	if len(numbers) == 0 || len(k.SlotNames) == 0 {
-		return s
-	}
-	names := make([]string, len(numbers))
+func (k KeyStatus) Named(numbers []int) Slots { return NameSlots(numbers, k.SlotNames) }
+
+// NameSlots are numbers, slots of a key, with their names from names, the
+// key's slots' names, slot 0's first: named when every number has one,
+// and they pass the checks of names read back (NamedSlots).
+func NameSlots(numbers []int, names []string) Slots {
+	named := make([]string, len(numbers))
 	for i, n := range numbers {
-		if n >= len(k.SlotNames) {
-			return s
+		if n >= len(names) {
+			return Slots{Numbers: numbers}
 		}
-		names[i] = k.SlotNames[n]
+		named[i] = names[n]
 	}
-	s.Names = names
-	return s
+	return NamedSlots(numbers, named)
 }

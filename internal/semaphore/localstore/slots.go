@@ -38,13 +38,10 @@ func slotsOf(spans []span, permits int, names []string) semaphore.Slots {
 			numbers = append(numbers, int(i))
 		}
 	}
-	var named []string
-	if len(names) >= permits {
-		for _, n := range numbers {
-			named = append(named, names[n])
-		}
+	if len(names) < permits {
+		names = nil // not the key's names: unnamed rather than misnamed
 	}
-	return semaphore.NamedSlots(numbers, named)
+	return semaphore.NameSlots(numbers, names)
 }
 
 // checkedSlots are the slots numbers, named names, that a record read
