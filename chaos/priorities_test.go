@@ -156,15 +156,7 @@ type prioRun struct {
 // --timeout and the faults' (lost); the top caller's waits; the order.
 func (s *several) checkPriorities(fig *figures, stopped int64, seen []seenLine, reads, fails int) {
 	c := s.c
-	kids, _ := c.rec.snapshot()
-	byRun := map[int]*kid{}
-	first := int64(0)
-	for i, k := range kids {
-		byRun[k.run] = &kids[i]
-		if first == 0 || k.start < first {
-			first = k.start
-		}
-	}
+	kids, byRun, first := kidsByRun(c.rec)
 	c.mu.Lock()
 	faults := slices.Clone(c.faults)
 	var runs []prioRun

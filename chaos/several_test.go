@@ -680,15 +680,7 @@ func childPIDs(pid int) []int {
 // nemesis (overlaps, tokens, per key) ran before.
 func (s *several) check(fig *figures, stopped int64) {
 	c := s.c
-	kids, _ := c.rec.snapshot()
-	byRun := map[int]*kid{}
-	first := int64(0)
-	for i, k := range kids {
-		byRun[k.run] = &kids[i]
-		if first == 0 || k.start < first {
-			first = k.start
-		}
-	}
+	kids, byRun, first := kidsByRun(c.rec)
 	c.mu.Lock()
 	runs := make([]run, 0, len(c.runs))
 	for _, r := range c.runs {
@@ -934,4 +926,19 @@ func severalVerdict(r run, k *kid) string {
 		return fmt.Sprintf("status 75, and no line of its stderr names a key of its own it gave up waiting for: %q", r.stderr)
 	}
 	return ""
+}
+
+// kidsByRun are the children rec recorded, those by the run that started
+// each, and the earliest start among them (0: none).
+func kidsByRun(rec *recorder) ([]kid, map[int]*kid, int64) {
+	kids, _ := rec.snapshot()
+	byRun := map[int]*kid{}
+	first := int64(0)
+	for i, k := range kids {
+		byRun[k.run] = &kids[i]
+		if first == 0 || k.start < first {
+			first = k.start
+		}
+	}
+	return kids, byRun, first
 }
