@@ -1,0 +1,131 @@
+'use strict';
+// The runner's side of a step: inputs, masks, annotations, and the files
+// through which a step hands variables, outputs, state and PATH to later
+// steps. They are written here directly, as the runner documents them,
+// rather than with the Actions toolkit (@actions/core): the formats are a
+// few lines, and the action then has no dependency to install, audit or
+// keep up to date.
+
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+
+// input is the value of a `with:` input, trimmed, as the runner passes it:
+// INPUT_ and its name in capitals, spaces as underscores, dashes kept.
+function input(name) {
+  return (process.env[`INPUT_${name.replace(/ /g, '_').toUpperCase()}`] || '').trim();
+}
+
+// booleanInput reads true or false as YAML 1.2 writes them; an empty input
+// is false.
+function booleanInput(name) {
+  const v = input(name);
+  if (v === '' || ['false', 'False', 'FALSE'].includes(v)) return false;
+  if (['true', 'True', 'TRUE'].includes(v)) return true;
+  throw new InputError(`input ${name}: ${JSON.stringify(v)} is not true or false`);
+}
+
+// listInput is a multi-line input's lines, each trimmed, empty ones left out.
+function listInput(name) {
+  return input(name).split(/\r?\n/).map((s) => s.trim()).filter((s) => s !== '');
+}
+
+// InputError is a mistake in the step's inputs: the step fails with its
+// message, before anything is held.
+class InputError extends Error {}
+
+// Data and properties of a workflow command are escaped so that no value
+// can end the command or start another.
+function escapeData(s) {
+  return String(s).replace(/%/g, '%25').replace(/\r/g, '%0D').replace(/\n/g, '%0A');
+}
+
+function escapeProperty(s) {
+  return escapeData(s).replace(/:/g, '%3A').replace(/,/g, '%2C');
+}
+
+// issue writes a workflow command on stdout, at once: a mask must reach the
+// runner before anything that could show what it hides.
+function issue(name, properties, message) {
+  const props = Object.entries(properties)
+    .filter(([, v]) => v !== undefined && v !== '')
+    .map(([k, v]) => `${k}=${escapeProperty(v)}`)
+    .join(',');
+  writeOut(`::${name}${props ? ' ' + props : ''}::${escapeData(message)}\n`);
+}
+
+function writeOut(s) {
+  try {
+    fs.writeSync(1, s);
+  } catch {
+    // A closed stdout loses the line, nothing else.
+  }
+}
+
+function info(message) {
+  writeOut(`${message}\n`);
+}
+
+function mask(secret) {
+  if (secret) issue('add-mask', {}, secret);
+}
+
+function warning(message, title) {
+  issue('warning', { title }, message);
+}
+
+function error(message, title) {
+  issue('error', { title }, message);
+}
+
+// appendFileCommand adds NAME=VALUE to the runner's file for kind (ENV,
+// OUTPUT, STATE) in its multi-line form, which holds any value: a
+// delimiter no value contains ends it.
+function appendFileCommand(kind, name, value) {
+  const file = process.env[`GITHUB_${kind}`];
+  if (!file) throw new Error(`GITHUB_${kind} is not set: not a step of GitHub Actions`);
+  const delimiter = `ghadelimiter_${crypto.randomUUID()}`;
+  value = String(value);
+  if (name.includes(delimiter) || value.includes(delimiter)) {
+    throw new Error(`${name}: its value holds the delimiter ${delimiter}`);
+  }
+  fs.appendFileSync(file, `${name}<<${delimiter}\n${value}\n${delimiter}\n`, { encoding: 'utf8' });
+}
+
+function exportVariable(name, value) {
+  appendFileCommand('ENV', name, value);
+}
+
+function setOutput(name, value) {
+  appendFileCommand('OUTPUT', name, value);
+}
+
+function saveState(name, value) {
+  appendFileCommand('STATE', name, value);
+}
+
+// state is what the main step saved for the post step: STATE_ and its name.
+function state(name) {
+  return process.env[`STATE_${name}`] || '';
+}
+
+function addPath(dir) {
+  const file = process.env.GITHUB_PATH;
+  if (!file) throw new Error('GITHUB_PATH is not set: not a step of GitHub Actions');
+  fs.appendFileSync(file, `${dir}\n`, { encoding: 'utf8' });
+}
+
+module.exports = {
+  InputError,
+  addPath,
+  booleanInput,
+  error,
+  exportVariable,
+  info,
+  input,
+  listInput,
+  mask,
+  saveState,
+  setOutput,
+  state,
+  warning,
+};
