@@ -386,7 +386,10 @@ func (j *job) semrun(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, j.bin, args...)
-	cmd.Env = append(os.Environ(), "SEMRUN_REDIS_URL="+j.redis, "GORACE=atexit_sleep_ms=0")
+	cmd.Env = []string{"HOME=" + j.env["HOME"], "GORACE=atexit_sleep_ms=0", "SEMRUN_REDIS_URL=" + j.redis}
+	if j.redis == "" {
+		cmd.Env = []string{"HOME=" + j.env["HOME"], "GORACE=atexit_sleep_ms=0", "SEMRUN_LOCAL=true", "SEMRUN_LOCK_DIR=" + j.env["SEMRUN_LOCK_DIR"]}
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -618,6 +621,31 @@ func TestBadInputsHoldNothing(t *testing.T) {
 	j := newJob(t, srv.URL(), true)
 	if st := j.status("bad"); st.Held != 0 || len(st.Waiters) != 0 {
 		t.Errorf("status after bad inputs: want nothing held: %+v", st)
+	}
+}
+
+// TestLocalHold: with local, the permit is a lock on the runner's host,
+// and the later steps and the post step use the same store.
+func TestLocalHold(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, "", true)
+	lockDir := filepath.Join(j.dir, "locks")
+	j.env["SEMRUN_LOCK_DIR"] = lockDir
+	j.stopKeepers("gpu")
+	inputs := map[string]string{"key": "gpu", "permits": "2", "local": "true"}
+	main := j.action("main.js", inputs, nil, nil)
+	if main.code != 0 || main.env["SEMRUN_LOCAL"] != "true" || main.env["SEMRUN_REDIS_URL"] != "" {
+		t.Fatalf("main with local: want SEMRUN_LOCAL exported: %v\nenv %v", main, main.env)
+	}
+	step := j.run(`semrun --handle @SEMRUN_HANDLE -- sh -c 'echo "$SEMRUN_SLOT"' && semrun status --json gpu`, nil)
+	if step.code != 0 || !strings.HasPrefix(step.stdout, "0\n") || !strings.Contains(step.stdout, `"hold": true`) {
+		t.Errorf("a step under a local hold: %v", step)
+	}
+	if post := j.action("post.js", inputs, nil, main.state); post.code != 0 || !strings.Contains(post.stdout, "gave the permit") || len(post.annotations("warning")) != 0 {
+		t.Errorf("post of a local hold: %v", post)
+	}
+	if st := j.status("gpu"); st.Held != 0 {
+		t.Errorf("status after post: want nothing held: %+v", st)
 	}
 }
 

@@ -7,7 +7,7 @@ const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 const { execFile } = require('node:child_process');
-const { InputError, addPath, info, input } = require('./workflow');
+const { InputError, addPath, info, input, warning } = require('./workflow');
 
 const defaultReleaseURL = 'https://github.com/semrun/semrun/releases';
 // Bounds on what is downloaded: a release archive is a few megabytes.
@@ -63,6 +63,9 @@ function releaseURL() {
   }
   if (u.protocol !== 'https:' && u.protocol !== 'http:') {
     throw new InputError(`input release-url: ${JSON.stringify(text)} is not an http or https URL`);
+  }
+  if (u.protocol === 'http:' && !['127.0.0.1', '[::1]', 'localhost'].includes(u.hostname)) {
+    warning(`input release-url: ${u.origin} is plain http: whoever is on the way can change semrun and its checksums alike`);
   }
   return text.replace(/\/+$/, '');
 }
@@ -134,8 +137,16 @@ async function install(base, version, dir) {
     if (!st.isFile()) throw new Error(`${archive}: ${exe} is not a regular file`);
     fs.mkdirSync(dir, { recursive: true });
     const bin = path.join(dir, exe);
-    fs.copyFileSync(unpacked, bin);
-    fs.chmodSync(bin, 0o755);
+    // Renamed into place, so that a job beside this one on the runner
+    // never runs a semrun half copied.
+    const part = `${bin}.${crypto.randomUUID()}`;
+    try {
+      fs.copyFileSync(unpacked, part);
+      fs.chmodSync(part, 0o755);
+      fs.renameSync(part, bin);
+    } finally {
+      fs.rmSync(part, { force: true });
+    }
     const v = await versionOf(bin);
     if (v !== version) {
       throw new Error(`${archive}: its semrun says it is version ${JSON.stringify(v)}, not ${version}`);
