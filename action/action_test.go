@@ -724,10 +724,10 @@ func TestCancelWhileWaiting(t *testing.T) {
 type release struct {
 	*httptest.Server
 	archives atomic.Int32 // archive downloads
-	badSum   bool
+	badSum   bool         // list a checksum that is not the archive's
 }
 
-func newRelease(t *testing.T) *release {
+func newRelease(t *testing.T, badSum bool) *release {
 	t.Helper()
 	bin, err := os.ReadFile(filepath.Join(semrunDir(t), "semrun"))
 	if err != nil {
@@ -755,7 +755,7 @@ func newRelease(t *testing.T) *release {
 	}
 	archive := fmt.Sprintf("semrun_%s_%s_%s.tar.gz", version, runtime.GOOS, runtime.GOARCH)
 	sum := sha256.Sum256(tgz.Bytes())
-	r := &release{}
+	r := &release{badSum: badSum}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /releases/latest", func(w http.ResponseWriter, req *http.Request) {
 		http.Redirect(w, req, "/releases/tag/v"+version, http.StatusFound)
@@ -783,7 +783,7 @@ func newRelease(t *testing.T) *release {
 func TestInstallFromARelease(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
-	rel := newRelease(t)
+	rel := newRelease(t, false)
 	j := newJob(t, srv.URL(), false)
 	j.stopKeepers("install")
 	inputs := map[string]string{"key": "install", "redis-url": srv.URL(), "release-url": rel.URL + "/releases"}
@@ -821,8 +821,7 @@ func TestInstallFromARelease(t *testing.T) {
 func TestInstallRefusesABadChecksum(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
-	rel := newRelease(t)
-	rel.badSum = true
+	rel := newRelease(t, true)
 	j := newJob(t, srv.URL(), false)
 	main := j.action("main.js", map[string]string{"key": "sum", "redis-url": srv.URL(), "release-url": rel.URL + "/releases", "version": version}, nil, nil)
 	errs := main.annotations("error")
