@@ -524,6 +524,51 @@ func TestHoldForTheJob(t *testing.T) {
 	}
 }
 
+// TestSeveralKeysAndNamedSlots: keys one a line, permits paired with
+// them, held at once; the first key's named slot in the outputs and
+// variables; the post step gives every key back.
+func TestSeveralKeysAndNamedSlots(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	j := newJob(t, srv.URL(), true)
+	j.stopKeepers("gpu")
+	j.stopKeepers("host-7")
+	if _, err := j.semrun("key", "set", "gpu", "--slots", "gpu-a,gpu-b"); err != nil {
+		t.Fatal(err)
+	}
+	inputs := map[string]string{"key": "gpu\n  host-7\n", "permits": "2\n1", "weight": "2, 1", "redis-url": srv.URL()}
+	main := j.action("main.js", inputs, nil, nil)
+	if main.code != 0 {
+		t.Fatalf("main: %v", main)
+	}
+	want := map[string]string{"slot": "0", "slots": "0,1", "slot-name": "gpu-a", "slot-names": "gpu-a,gpu-b"}
+	for k, v := range want {
+		if main.outputs[k] != v {
+			t.Errorf("output %s=%q, want %q", k, main.outputs[k], v)
+		}
+	}
+	if main.env["SEMRUN_SLOT_NAME"] != "gpu-a" || main.env["SEMRUN_SLOTS"] != "0,1" || main.env["SEMRUN_HELD_KEY"] != "gpu" {
+		t.Errorf("GITHUB_ENV %v: want the first key's slots and names", main.env)
+	}
+	for _, key := range []string{"gpu", "host-7"} {
+		if st := j.status(key); len(st.Holders) != 1 || !st.Holders[0].Hold {
+			t.Errorf("status %s after main: want the hold: %+v", key, st)
+		}
+	}
+	step := j.run(`semrun --handle @SEMRUN_HANDLE -- sh -c 'echo "$SEMRUN_KEY_SLOTS"'`, nil)
+	if step.code != 0 || step.stdout != "gpu=0,1\nhost-7=0\n" {
+		t.Errorf("a step under the hold of both keys: %v", step)
+	}
+	if post := j.action("post.js", inputs, nil, main.state); post.code != 0 || len(post.annotations("warning")) != 0 {
+		t.Errorf("post: %v", post)
+	}
+	for _, key := range []string{"gpu", "host-7"} {
+		if st := j.status(key); st.Held != 0 {
+			t.Errorf("status %s after post: want nothing held: %+v", key, st)
+		}
+	}
+}
+
 // holdThenEnd takes a hold in a job with a lease of 2s, lets end end it,
 // and runs the post step.
 func holdThenEnd(t *testing.T, key string, inputs map[string]string, end func(j *job, st keyStatus)) stepResult {
