@@ -121,7 +121,10 @@ function run(bin, args, env, { capture = false } = {}) {
       const lines = errTail.split(/\r?\n/).filter((s) => s.trim() !== '');
       // semrun's last line says why; the annotation's title names semrun.
       let lastLine = lines.length > 0 ? lines[lines.length - 1].replace(/^semrun: /, '') : '';
-      if (spawnError) lastLine = `${bin}: ${spawnError.message}`;
+      if (spawnError) {
+        lastLine = spawnError.message;
+        code = null;
+      }
       resolve({ code, signal, stdout: Buffer.concat(out).toString('utf8'), lastLine, overflow });
     });
   });
