@@ -20,7 +20,10 @@ type actionYAML struct {
 		Default     *string
 	} `yaml:"inputs"`
 	Outputs map[string]struct{ Description string } `yaml:"outputs"`
-	Runs    struct{ Using, Main, Post string }      `yaml:"runs"`
+	Runs    struct {
+		Using, Main, Post string
+		PostIf            string `yaml:"post-if"`
+	} `yaml:"runs"`
 }
 
 func readActionYAML(t *testing.T) actionYAML {
@@ -51,8 +54,8 @@ func recipes(t *testing.T) string {
 func TestActionYAMLIsWhatTheDocsSay(t *testing.T) {
 	t.Parallel()
 	a := readActionYAML(t)
-	if a.Runs.Using != "node20" || a.Runs.Main != "action/main.js" || a.Runs.Post != "action/post.js" {
-		t.Errorf("action.yml runs %+v, want node20 with action/main.js and action/post.js", a.Runs)
+	if a.Runs.Using != "node20" || a.Runs.Main != "action/main.js" || a.Runs.Post != "action/post.js" || a.Runs.PostIf != "always()" {
+		t.Errorf("action.yml runs %+v, want node20 with action/main.js, and action/post.js always", a.Runs)
 	}
 	doc := recipes(t)
 	var documented []string
