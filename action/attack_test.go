@@ -1,0 +1,221 @@
+//go:build unix
+
+// The action under attack: text it does not control (a key, a reason an
+// operator or whoever can write to Redis gave, what semrun prints) as the
+// runner reads the step's output, secrets in the processes it leaves, and
+// the runner's ways of ending a step.
+package action_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// command is a workflow command the runner acted on.
+type command struct {
+	name  string
+	props map[string]string
+	data  string
+}
+
+// runnerCommands are the commands the runner knows (ActionCommandManager's
+// extensions); a line naming any other is output.
+var runnerCommands = map[string]bool{
+	"add-mask": true, "warning": true, "error": true, "notice": true, "debug": true,
+	"group": true, "endgroup": true, "echo": true, "set-output": true, "save-state": true,
+	"set-env": true, "add-path": true, "add-matcher": true, "remove-matcher": true,
+	"stop-commands": true,
+}
+
+// runnerLog reads a step's output as the runner does (actions/runner,
+// ActionCommand.TryParseV2 and TryParse, ActionCommandManager): a line is
+// a command when, leading spaces trimmed, it is ::NAME PROPS::DATA, or
+// when it holds ##[NAME PROPS]DATA anywhere; stop-commands::TOKEN makes
+// every line output until ::TOKEN::. It returns the commands acted on and
+// the lines the log shows, each masked with the masks added before it.
+func runnerLog(out string) (cmds []command, shown []string) {
+	var masks []string
+	stopToken := ""
+	show := func(line string) {
+		for _, m := range masks {
+			line = strings.ReplaceAll(line, m, "***")
+		}
+		shown = append(shown, line)
+	}
+	for _, line := range strings.FieldsFunc(out, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		c, ok := parseCommand(line, stopToken)
+		if !ok {
+			show(line)
+			continue
+		}
+		if stopToken != "" {
+			if strings.EqualFold(c.name, stopToken) {
+				stopToken = ""
+			} else {
+				show(line)
+			}
+			continue
+		}
+		switch c.name {
+		case "stop-commands":
+			stopToken = c.data
+			show(line)
+		case "add-mask":
+			if strings.TrimSpace(c.data) != "" {
+				masks = append(masks, c.data)
+			}
+		}
+		cmds = append(cmds, c)
+	}
+	return cmds, shown
+}
+
+func parseCommand(line, stopToken string) (command, bool) {
+	known := func(name string) bool {
+		return runnerCommands[strings.ToLower(name)] || stopToken != "" && strings.EqualFold(name, stopToken)
+	}
+	// v2: ::NAME k=v,k=v::DATA, after leading spaces.
+	if s := strings.TrimLeft(line, " \t"); strings.HasPrefix(s, "::") {
+		if end := strings.Index(s[2:], "::"); end >= 0 {
+			info := s[2 : 2+end]
+			name, props, _ := strings.Cut(info, " ")
+			if known(name) {
+				c := command{name: name, props: map[string]string{}, data: unescapeData(s[2+end+2:])}
+				for _, p := range strings.Split(props, ",") {
+					if k, v, ok := strings.Cut(p, "="); ok && k != "" && v != "" {
+						c.props[k] = unescape(v)
+					}
+				}
+				return c, true
+			}
+		}
+	}
+	// v1: ##[NAME k=v;k=v]DATA, anywhere in the line.
+	if i := strings.Index(line, "##["); i >= 0 {
+		if end := strings.Index(line[i:], "]"); end >= 0 {
+			info := line[i+3 : i+end]
+			name, _, _ := strings.Cut(info, " ")
+			if known(name) {
+				return command{name: name, props: map[string]string{}, data: line[i+end+1:]}, true
+			}
+		}
+	}
+	return command{}, false
+}
+
+func unescapeData(s string) string {
+	return strings.NewReplacer("%0D", "\r", "%0A", "\n", "%25", "%").Replace(s)
+}
+
+// annotations are the warning and error commands acted on, as KIND: TITLE: MESSAGE.
+func annotationsOf(cmds []command) []string {
+	var got []string
+	for _, c := range cmds {
+		if c.name == "warning" || c.name == "error" || c.name == "notice" {
+			got = append(got, c.name+": "+c.props["title"]+": "+c.data)
+		}
+	}
+	return got
+}
+
+// merged runs the action's script as a step whose stdout and stderr are
+// one stream, in the order they were written, as the runner would read
+// them were it to read both at once.
+func (j *job) merged(script string, inputs, stepEnv, state map[string]string) (stepResult, string) {
+	j.t.Helper()
+	env := map[string]string{}
+	for k, v := range stepEnv {
+		env[k] = v
+	}
+	for k, v := range inputs {
+		env["INPUT_"+strings.ToUpper(strings.ReplaceAll(k, " ", "_"))] = v
+	}
+	for k, v := range state {
+		env["STATE_"+k] = v
+	}
+	path, err := filepath.Abs(script)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", path)
+	res, files := j.prepare(cmd, env)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		j.t.Fatalf("step %s still ran after %v:\n%s", script, patience, &out)
+	}
+	res.code = exitCode(j.t, err)
+	res.stdout = out.String()
+	j.finish(&res, files)
+	return res, out.String()
+}
+
+// TestKeyCannotStopTheHandlesMask: semrun names the key in what it says
+// while it waits (here, a restart fence it waits out), which the action
+// copies to the log before it masks the handle. The runner reads a ##[
+// command anywhere in a line: a key holding ##[stop-commands]TOKEN turns
+// the mask that follows into plain output, and the handle is in the log.
+func TestKeyCannotStopTheHandlesMask(t *testing.T) {
+	t.Parallel()
+	semrunDir(t) // built before Redis starts, so that its fence is short
+	srv := startRedis(t)
+	j := newJob(t, srv.URL(), true)
+	key := "deploy ##[stop-commands]gotcha"
+	j.stopKeepers(key)
+	inputs := map[string]string{"key": key, "redis-url": srv.URL()}
+	main, out := j.merged("main.js", inputs, map[string]string{"SEMRUN_RESTART_FENCE": "3s"}, nil)
+	if main.code != 0 {
+		t.Fatalf("main: %v", main)
+	}
+	handle := main.state["handle"]
+	if handle == "" {
+		t.Fatalf("main saved no handle: %v", main)
+	}
+	if !strings.Contains(out, "restart fence") {
+		t.Fatalf("semrun said nothing of the restart fence, so this test shows nothing:\n%s", out)
+	}
+	cmds, shown := runnerLog(out)
+	for _, line := range shown {
+		if strings.Contains(line, handle) {
+			t.Errorf("the log shows the handle: %q\noutput:\n%s", line, out)
+		}
+	}
+	masked := false
+	for _, c := range cmds {
+		masked = masked || c.name == "add-mask" && c.data == handle
+	}
+	if !masked {
+		t.Errorf("the runner never acted on the handle's mask; commands %+v", cmds)
+	}
+	if post := j.action("post.js", inputs, nil, main.state); post.code != 0 {
+		t.Errorf("post: %v", post)
+	}
+}
+
+// TestReasonCannotForgeAnAnnotation: the reason of a revoke is whatever
+// the operator (or whoever can write to Redis) wrote; semrun release says
+// it, and the post step copies that to the log. It must not become a
+// command of its own: here an error annotation, and a stop that would
+// swallow the post step's warning.
+func TestReasonCannotForgeAnAnnotation(t *testing.T) {
+	t.Parallel()
+	for _, reason := range []string{"##[error title=semrun]the deploy failed: forged", "upkeep ##[stop-commands]quiet"} {
+		post := holdThenEnd(t, "forged", map[string]string{}, func(j *job, st keyStatus) {
+			if _, err := j.semrun("key", "revoke", "forged", "--holder", st.Holders[0].ID, "--reason", reason); err != nil {
+				t.Fatal(err)
+			}
+		})
+		cmds, _ := runnerLog(post.stdout + post.stderr)
+		got := annotationsOf(cmds)
+		if len(got) != 1 || !strings.HasPrefix(got[0], `warning: semrun: an operator revoked the permit of key "forged": `) {
+			t.Errorf("reason %q: the runner would annotate %q, want only the post step's warning\nstdout:\n%s\nstderr:\n%s", reason, got, post.stdout, post.stderr)
+		}
+	}
+}
