@@ -9,8 +9,10 @@ package action_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -217,5 +219,50 @@ func TestReasonCannotForgeAnAnnotation(t *testing.T) {
 		if len(got) != 1 || !strings.HasPrefix(got[0], `warning: semrun: an operator revoked the permit of key "forged": `) {
 			t.Errorf("reason %q: the runner would annotate %q, want only the post step's warning\nstdout:\n%s\nstderr:\n%s", reason, got, post.stdout, post.stderr)
 		}
+	}
+}
+
+// TestKeeperHasNoRunnerToken: the runner gives a node action, and no run
+// step, the token of the Actions runtime (caches, artifacts). The keeper
+// that acquire leaves lives on through the job's later steps, whose
+// processes may read its environment: it must not carry that token, nor
+// the OIDC request token, neither of which semrun uses.
+func TestKeeperHasNoRunnerToken(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no /proc to read a process's environment from")
+	}
+	srv := startRedis(t)
+	j := newJob(t, srv.URL(), true)
+	j.stopKeepers("tokens")
+	runner := map[string]string{
+		"ACTIONS_RUNTIME_URL":            "https://pipelines.example/",
+		"ACTIONS_RUNTIME_TOKEN":          "runtime-token-secret",
+		"ACTIONS_CACHE_URL":              "https://cache.example/",
+		"ACTIONS_RESULTS_URL":            "https://results.example/",
+		"ACTIONS_ID_TOKEN_REQUEST_URL":   "https://oidc.example/",
+		"ACTIONS_ID_TOKEN_REQUEST_TOKEN": "id-token-secret",
+	}
+	inputs := map[string]string{"key": "tokens", "redis-url": srv.URL()}
+	main := j.action("main.js", inputs, runner, nil)
+	if main.code != 0 {
+		t.Fatalf("main: %v", main)
+	}
+	st := j.status("tokens")
+	if len(st.Holders) != 1 || st.Holders[0].PID <= 0 {
+		t.Fatalf("status: want one hold with its keeper's pid: %+v", st)
+	}
+	environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(st.Holders[0].PID), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Split(string(environ), "\x00") {
+		if strings.Contains(kv, "token-secret") {
+			name, _, _ := strings.Cut(kv, "=")
+			t.Errorf("the keeper's environment has the runner's %s", name)
+		}
+	}
+	if post := j.action("post.js", inputs, runner, main.state); post.code != 0 {
+		t.Errorf("post: %v", post)
 	}
 }

@@ -58,13 +58,27 @@ function acquireArgs() {
   return args;
 }
 
+// runnerOnly are the runner's tokens, and where they are used: the Actions
+// runtime's (caches, artifacts), which it gives a node action and no run
+// step, and the OIDC request's. semrun uses neither, and the keeper that
+// acquire leaves lives on through the job's later steps, whose processes
+// can read its environment.
+const runnerOnly = new Set([
+  'ACTIONS_RUNTIME_URL',
+  'ACTIONS_RUNTIME_TOKEN',
+  'ACTIONS_CACHE_URL',
+  'ACTIONS_RESULTS_URL',
+  'ACTIONS_ID_TOKEN_REQUEST_URL',
+  'ACTIONS_ID_TOKEN_REQUEST_TOKEN',
+]);
+
 // environment is the action's environment for semrun, less what the runner
-// gave the action alone (its inputs, the Redis URL among them, and the
-// post step's state), plus the store's variables.
+// gave the action alone (its inputs, the Redis URL among them, the post
+// step's state, and the runner's tokens), plus the store's variables.
 function environment(extra) {
   const env = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (!k.startsWith('INPUT_') && !k.startsWith('STATE_')) env[k] = v;
+    if (!k.startsWith('INPUT_') && !k.startsWith('STATE_') && !runnerOnly.has(k)) env[k] = v;
   }
   return Object.assign(env, extra);
 }
