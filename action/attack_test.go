@@ -266,3 +266,32 @@ func TestKeeperHasNoRunnerToken(t *testing.T) {
 		t.Errorf("post: %v", post)
 	}
 }
+
+// TestAHungSemrunOnPathIsBounded: with a version asked for, main asks the
+// semrun on PATH its version. One that never answers, ignores SIGTERM and
+// leaves a process holding its output (a stale wrapper script, say) must
+// not hold the step until the job's timeout.
+func TestAHungSemrunOnPathIsBounded(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	rel := newRelease(t)
+	j := newJob(t, srv.URL(), false)
+	j.stopKeepers("hung")
+	stale := filepath.Join(j.dir, "stale")
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\ntrap '' TERM\nsleep 300\n"
+	if err := os.WriteFile(filepath.Join(stale, "semrun"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	j.path = append(j.path, stale)
+	inputs := map[string]string{"key": "hung", "redis-url": srv.URL(), "release-url": rel.URL + "/releases", "version": version}
+	main := j.action("main.js", inputs, nil, nil)
+	if main.code != 0 || main.state["semrun"] != filepath.Join(j.env["RUNNER_TOOL_CACHE"], "semrun", version, nodeArch(), "semrun") {
+		t.Fatalf("main with a semrun on PATH that never says its version: want the release installed and used: %v\nstate %v", main, main.state)
+	}
+	if post := j.action("post.js", inputs, nil, main.state); post.code != 0 || !strings.Contains(post.stdout, "gave the permit") {
+		t.Errorf("post: %v", post)
+	}
+}
