@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // command is a workflow command the runner acted on.
@@ -294,4 +296,155 @@ func TestAHungSemrunOnPathIsBounded(t *testing.T) {
 	if post := j.action("post.js", inputs, nil, main.state); post.code != 0 || !strings.Contains(post.stdout, "gave the permit") {
 		t.Errorf("post: %v", post)
 	}
+}
+
+// TestTwoUsesInOneJob: the docs say two uses of the action in one job
+// hold two keys, each post step giving back its own, the later post first.
+func TestTwoUsesInOneJob(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	j := newJob(t, srv.URL(), true)
+	j.stopKeepers("first")
+	j.stopKeepers("second")
+	in1 := map[string]string{"key": "first", "redis-url": srv.URL()}
+	in2 := map[string]string{"key": "second", "redis-url": srv.URL()}
+	m1 := j.action("main.js", in1, nil, nil)
+	if m1.code != 0 {
+		t.Fatalf("first main: %v", m1)
+	}
+	m2 := j.action("main.js", in2, nil, nil)
+	if m2.code != 0 {
+		t.Fatalf("second main: %v", m2)
+	}
+	step := j.run(`semrun --handle @SEMRUN_HANDLE -- sh -c 'echo "$SEMRUN_HELD_KEY"'`, nil)
+	if step.code != 0 || strings.TrimSpace(step.stdout) != "second" {
+		t.Errorf("a step under the later hold: %v", step)
+	}
+	for _, p := range []struct {
+		inputs, state map[string]string
+		key           string
+	}{{in2, m2.state, "second"}, {in1, m1.state, "first"}} {
+		post := j.action("post.js", p.inputs, nil, p.state)
+		if post.code != 0 || !strings.Contains(post.stdout, `gave the permit of key "`+p.key+`" back`) || len(post.annotations("warning")) != 0 {
+			t.Errorf("post of %s: %v", p.key, post)
+		}
+		if st := j.status(p.key); st.Held != 0 {
+			t.Errorf("status of %s after its post: %+v", p.key, st)
+		}
+	}
+}
+
+// TestCancelAroundTheGrant: the runner's SIGINT reaches main at moments
+// around its grant, which comes as the holder before it lets go (its post
+// step started that long before). Whatever the moment, either main saved the handle and
+// its post step gives the permit back, or nothing is held and nobody
+// waits: no permit is left with no one to give it back.
+func TestCancelAroundTheGrant(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	inputs := map[string]string{"key": "grant", "redis-url": srv.URL()}
+	script, _ := filepath.Abs("main.js")
+	outcomes := map[string]int{}
+	for _, delay := range []time.Duration{150, 300, 350, 400, 450, 600} {
+		delay *= time.Millisecond
+		holder := newJob(t, srv.URL(), true)
+		holder.stopKeepers("grant")
+		held := holder.action("main.js", inputs, nil, nil)
+		if held.code != 0 {
+			t.Fatalf("main of the holder: %v", held)
+		}
+		j := newJob(t, srv.URL(), true)
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		cmd := exec.CommandContext(ctx, "node", script)
+		_, files := j.prepare(cmd, map[string]string{"INPUT_KEY": "grant", "INPUT_REDIS-URL": srv.URL()})
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		j.waitFor("main waits", func() bool { return len(j.status("grant").Waiters) == 1 })
+		// The holder lets go meanwhile.
+		var post stepResult
+		released := make(chan struct{})
+		go func() {
+			defer close(released) // even when the step fails the test
+			post = holder.action("post.js", inputs, nil, held.state)
+		}()
+		time.Sleep(delay)
+		cmd.Process.Signal(syscall.SIGINT)
+		<-released
+		if post.code != 0 {
+			t.Errorf("post of the holder: %v", post)
+		}
+		err := cmd.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("main still ran %v after SIGINT:\n%s", patience, &out)
+		}
+		cancel()
+		var res stepResult
+		j.finish(&res, files)
+		if h := res.state["handle"]; h != "" {
+			outcomes["saved"]++
+			if post := j.action("post.js", inputs, nil, res.state); post.code != 0 || !strings.Contains(post.stdout, "gave the permit") {
+				t.Errorf("SIGINT %v after the grant: main saved the handle, but post: %v", delay, post)
+			}
+		} else {
+			outcomes["none"]++
+			if err == nil {
+				t.Errorf("SIGINT %v after the grant: main exited 0 and saved nothing:\n%s", delay, &out)
+			}
+		}
+		j.waitFor("nothing held, nobody waits", func() bool {
+			st := j.status("grant")
+			return st.Held == 0 && len(st.Waiters) == 0
+		})
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
+
+// TestKilledMainLeavesNoHold: on Linux and macOS the runner ends a step
+// that outlived SIGINT and SIGTERM with SIGKILL to node alone, not its
+// children. The semrun acquire main started then waits on, orphaned; once
+// granted, it has nobody to print the handle to, and must leave nothing
+// held.
+func TestKilledMainLeavesNoHold(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	holder := newJob(t, srv.URL(), true)
+	holder.stopKeepers("orphan")
+	inputs := map[string]string{"key": "orphan", "redis-url": srv.URL()}
+	held := holder.action("main.js", inputs, nil, nil)
+	if held.code != 0 {
+		t.Fatalf("main of the holder: %v", held)
+	}
+	j := newJob(t, srv.URL(), true)
+	script, _ := filepath.Abs("main.js")
+	cmd := exec.Command("node", script)
+	_, files := j.prepare(cmd, map[string]string{"INPUT_KEY": "orphan", "INPUT_REDIS-URL": srv.URL()})
+	// Not its own group: the orphan must stay out of reach of the test's
+	// cleanup until the test has seen what it does.
+	cmd.SysProcAttr = nil
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	j.waitFor("main waits", func() bool { return len(j.status("orphan").Waiters) == 1 })
+	orphan := j.status("orphan").Waiters[0].PID
+	t.Cleanup(func() { syscall.Kill(orphan, syscall.SIGKILL) })
+	cmd.Process.Kill()
+	cmd.Wait()
+	var res stepResult
+	j.finish(&res, files)
+	if len(res.state) != 0 {
+		t.Fatalf("main killed while waiting saved state %v", res.state)
+	}
+	if post := holder.action("post.js", inputs, nil, held.state); post.code != 0 {
+		t.Fatalf("post of the holder: %v", post)
+	}
+	j.waitFor("the orphan ends, holding nothing", func() bool {
+		st := j.status("orphan")
+		return st.Held == 0 && len(st.Waiters) == 0 && syscall.Kill(orphan, 0) != nil
+	})
+	t.Logf("after the holder let go: %+v", j.status("orphan"))
 }
