@@ -6,7 +6,7 @@ const crypto = require('node:crypto');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
-const { execFile } = require('node:child_process');
+const { execFile, spawn } = require('node:child_process');
 const { InputError, addPath, info, input, warning } = require('./workflow');
 
 const defaultReleaseURL = 'https://github.com/semrun/semrun/releases';
@@ -14,6 +14,8 @@ const defaultReleaseURL = 'https://github.com/semrun/semrun/releases';
 const maxArchive = 256 << 20;
 const maxChecksums = 1 << 20;
 const downloadTimeout = 5 * 60 * 1000;
+// `semrun version` answers at once; a semrun that does not is not one to run.
+const versionTimeout = 10 * 1000;
 const attempts = 3;
 const versionPattern = /^[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
 
@@ -88,12 +90,44 @@ function onPath() {
 }
 
 // versionOf is the version `semrun version` prints ("semrun 1.2.3 commit
-// ..."), or '' when it prints none or does not run.
+// ..."), or '' when it prints none or does not run. A semrun that does not
+// answer in time is killed with whatever it started (a wrapper script's
+// children, which would keep its output open), and not waited for.
 function versionOf(bin) {
   return new Promise((resolve) => {
-    execFile(bin, ['version'], { timeout: 30000, maxBuffer: 64 << 10, windowsHide: true }, (err, stdout) => {
-      const m = err ? null : /^semrun v?(\S+)/.exec(String(stdout));
-      resolve(m ? m[1] : '');
+    const unix = process.platform !== 'win32';
+    let child;
+    try {
+      child = spawn(bin, ['version'], { stdio: ['ignore', 'pipe', 'ignore'], windowsHide: true, detached: unix });
+    } catch {
+      resolve('');
+      return;
+    }
+    let out = '';
+    let done = false;
+    const finish = (v) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve(v);
+    };
+    const timer = setTimeout(() => {
+      try {
+        if (unix) process.kill(-child.pid, 'SIGKILL');
+        else child.kill();
+      } catch {
+        // Ended already.
+      }
+      child.stdout.destroy();
+      finish('');
+    }, versionTimeout);
+    child.stdout.on('data', (b) => {
+      if (out.length < 64 << 10) out += b.toString('utf8');
+    });
+    child.on('error', () => finish(''));
+    child.on('close', (code) => {
+      const m = code === 0 ? /^semrun v?(\S+)/.exec(out) : null;
+      finish(m ? m[1] : '');
     });
   });
 }

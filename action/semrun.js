@@ -3,7 +3,7 @@
 // of semrun itself, whose lines reach the step's log as semrun writes them.
 
 const { spawn } = require('node:child_process');
-const { InputError, booleanInput, input, listInput } = require('./workflow');
+const { InputError, booleanInput, input, listInput, stopCommands, writeOut } = require('./workflow');
 
 // Longest output of semrun the action reads: a hold's JSON is a few
 // hundred bytes, a thousand slots' a few kilobytes.
@@ -58,19 +58,33 @@ function acquireArgs() {
   return args;
 }
 
+// runnerOnly are the runner's tokens, and where they are used: the Actions
+// runtime's (caches, artifacts), which it gives a node action and no run
+// step, and the OIDC request's. semrun uses neither, and the keeper that
+// acquire leaves lives on through the job's later steps, whose processes
+// can read its environment.
+const runnerOnly = new Set([
+  'ACTIONS_RUNTIME_URL',
+  'ACTIONS_RUNTIME_TOKEN',
+  'ACTIONS_CACHE_URL',
+  'ACTIONS_RESULTS_URL',
+  'ACTIONS_ID_TOKEN_REQUEST_URL',
+  'ACTIONS_ID_TOKEN_REQUEST_TOKEN',
+]);
+
 // environment is the action's environment for semrun, less what the runner
-// gave the action alone (its inputs, the Redis URL among them, and the
-// post step's state), plus the store's variables.
+// gave the action alone (its inputs, the Redis URL among them, the post
+// step's state, and the runner's tokens), plus the store's variables.
 function environment(extra) {
   const env = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (!k.startsWith('INPUT_') && !k.startsWith('STATE_')) env[k] = v;
+    if (!k.startsWith('INPUT_') && !k.startsWith('STATE_') && !runnerOnly.has(k)) env[k] = v;
   }
   return Object.assign(env, extra);
 }
 
 // run runs semrun with args: its stderr is copied to the step's log as it
-// comes, and kept, so that its last line can name what went wrong; its
+// comes (as plain text), and kept, so that its last line can name what went wrong; its
 // stdout is kept (up to maxOutput) when capture is set, else copied too.
 // A terminating signal to the action reaches semrun, which then stops
 // waiting and holds nothing; the action waits for it to end.
@@ -87,9 +101,20 @@ function run(bin, args, env, { capture = false } = {}) {
     let outLen = 0;
     let overflow = false;
     let errTail = '';
+    // What semrun says names keys and repeats reasons read back from
+    // Redis: the runner reads it as plain text (stopCommands), all of it
+    // on stdout, so that no line of it passes the end of the window.
+    let resume;
+    let lineEnded = true;
+    const copy = (b) => {
+      if (b.length === 0) return;
+      if (!resume) resume = stopCommands();
+      writeOut(b);
+      lineEnded = b[b.length - 1] === 0x0a;
+    };
     child.stdout.on('data', (b) => {
       if (!capture) {
-        process.stdout.write(b);
+        copy(b);
         return;
       }
       if (outLen + b.length > maxOutput) {
@@ -100,7 +125,7 @@ function run(bin, args, env, { capture = false } = {}) {
       outLen += b.length;
     });
     child.stderr.on('data', (b) => {
-      process.stderr.write(b);
+      copy(b);
       errTail = (errTail + b.toString('utf8')).slice(-8192);
     });
     const forward = (sig) => {
@@ -118,6 +143,10 @@ function run(bin, args, env, { capture = false } = {}) {
     });
     child.on('close', (code, signal) => {
       for (const sig of signals) process.removeListener(sig, forward);
+      if (resume) {
+        if (!lineEnded) writeOut('\n');
+        resume();
+      }
       const lines = errTail.split(/\r?\n/).filter((s) => s.trim() !== '');
       // semrun's last line says why; the annotation's title names semrun.
       let lastLine = lines.length > 0 ? lines[lines.length - 1].replace(/^semrun: /, '') : '';

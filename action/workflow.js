@@ -61,8 +61,31 @@ function writeOut(s) {
   }
 }
 
+// The runner reads a command from a line that starts with ::NAME:: (after
+// spaces), and from ##[NAME] anywhere in a line. Text the action does not
+// control (a key, what semrun says, a reason read back from Redis) could
+// so end a mask before it is made, or forge an annotation: it is written
+// between stop-commands and its token, which nobody can guess.
+function mayBeCommand(text) {
+  return /##\[|(?:^|[\r\n])[ \t]*::/.test(text);
+}
+
+// stopCommands makes the runner read what follows as plain text; the
+// function it returns lets it read commands again, on a line of its own.
+function stopCommands() {
+  const token = `semrun-${crypto.randomUUID()}`;
+  writeOut(`::stop-commands::${token}\n`);
+  return () => writeOut(`::${token}::\n`);
+}
+
 function info(message) {
+  if (!mayBeCommand(message)) {
+    writeOut(`${message}\n`);
+    return;
+  }
+  const resume = stopCommands();
   writeOut(`${message}\n`);
+  resume();
 }
 
 function mask(secret) {
@@ -127,5 +150,7 @@ module.exports = {
   saveState,
   setOutput,
   state,
+  stopCommands,
   warning,
+  writeOut,
 };
