@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -449,4 +450,45 @@ func TestKilledMainLeavesNoHold(t *testing.T) {
 		return st.Held == 0 && len(st.Waiters) == 0 && syscall.Kill(orphan, 0) != nil
 	})
 	t.Logf("after the holder let go: %+v", j.status("orphan"))
+}
+
+// TestAHoldPrintedBadlyIsStillGivenBack: a semrun acquire that holds the
+// permit but prints a hold the action cannot use (another version's
+// output, say) fails the step; when the handle could be read, it is saved,
+// masked, and the post step gives the permit back.
+func TestAHoldPrintedBadlyIsStillGivenBack(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	j := newJob(t, srv.URL(), true)
+	j.stopKeepers("garbled")
+	wrapper := filepath.Join(j.dir, "wrapper")
+	if err := os.Mkdir(wrapper, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A semrun whose acquire prints its hold without the fencing token.
+	script := "#!/bin/sh\nif [ \"$1\" = acquire ]; then\n  " + j.bin + " \"$@\" | sed 's/\"token\"/\"t\"/'\n  exit 0\nfi\nexec " + j.bin + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(wrapper, "semrun"), []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	j.env["PATH"] = wrapper + ":" + j.env["PATH"]
+	inputs := map[string]string{"key": "garbled", "redis-url": srv.URL()}
+	main := j.action("main.js", inputs, nil, nil)
+	errs := main.annotations("error")
+	if main.code == 0 || len(errs) != 1 || !strings.Contains(errs[0], "the post step gives it back") {
+		t.Fatalf("main with a hold printed without its token: want a failure saying the post step gives it back, got %q\n%v", errs, main)
+	}
+	handle := main.state["handle"]
+	if handle == "" || !slices.Contains(main.masks(), handle) {
+		t.Fatalf("main: want the handle saved and masked: state %v, masks %q", main.state, main.masks())
+	}
+	if st := j.status("garbled"); len(st.Holders) != 1 {
+		t.Fatalf("status after main: want the hold: %+v", st)
+	}
+	post := j.action("post.js", inputs, nil, main.state)
+	if post.code != 0 || !strings.Contains(post.stdout, "gave the permit of key (unknown) back") {
+		t.Errorf("post: %v", post)
+	}
+	if st := j.status("garbled"); st.Held != 0 {
+		t.Errorf("status after post: want nothing held: %+v", st)
+	}
 }

@@ -165,7 +165,7 @@ async function install(base, version, dir) {
     fs.writeFileSync(file, data, { mode: 0o600 });
     // tar on the runners reads both: GNU tar on Linux, bsdtar (zip
     // included) on macOS and Windows. Only semrun's own file is unpacked.
-    await execFileP('tar', [ext === 'zip' ? '-xf' : '-xzf', file, '-C', tmp, exe]);
+    await execFileP(tar(), [ext === 'zip' ? '-xf' : '-xzf', file, '-C', tmp, exe]);
     const unpacked = path.join(tmp, exe);
     const st = fs.lstatSync(unpacked);
     if (!st.isFile()) throw new Error(`${archive}: ${exe} is not a regular file`);
@@ -191,6 +191,14 @@ async function install(base, version, dir) {
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
+}
+
+// tar is the tar that reads the release's archives: on Windows the
+// system's own bsdtar, which reads zip, not a GNU tar (Git's) that may
+// come first on PATH.
+function tar() {
+  if (process.platform !== 'win32') return 'tar';
+  return path.join(process.env.SystemRoot || 'C:\\Windows', 'System32', 'tar.exe');
 }
 
 // checksumOf finds name's SHA-256 in a checksums file ("HEX  NAME" lines).

@@ -22,21 +22,22 @@ async function main() {
     const why = res.lastLine ? `: ${res.lastLine}` : '';
     throw new Error(`semrun acquire ${semrun.outcome(res)}${why}`);
   }
+  // acquire holds the permit now: its handle, once read, is saved first,
+  // so that the post step gives the permit back even when what follows
+  // fails. Masked before that: GitHub shows the variables a step gets at
+  // the top of its log, and whoever has the handle can run under the
+  // permit and give it back.
   let hold;
   try {
-    hold = parseHold(res.stdout, res.overflow);
+    const printed = readPrinted(res.stdout, res.overflow);
+    wf.mask(printed.handle);
+    wf.saveState('handle', printed.handle);
+    wf.saveState('semrun', bin);
+    hold = checkHold(printed);
   } catch (err) {
     throw new Error(`semrun acquire: ${err.message}`);
   }
-  // Masked before it is written anywhere: GitHub shows the variables a
-  // step gets at the top of its log, and whoever has the handle can run
-  // under the permit and give it back.
-  wf.mask(hold.handle);
-  // Saved first, so that the post step gives the permit back even when
-  // what follows fails.
-  wf.saveState('handle', hold.handle);
   wf.saveState('key', hold.key);
-  wf.saveState('semrun', bin);
 
   const vars = {
     SEMRUN_HANDLE: hold.handle,
@@ -61,25 +62,33 @@ async function main() {
   wf.info(`semrun: holding a permit of key ${JSON.stringify(hold.key)}${others}, fencing token ${hold.token}${slot}, until the job ends`);
 }
 
-// parseHold checks what semrun acquire --json printed: whatever is read
-// back is checked before it is used.
-function parseHold(text, overflow) {
-  if (overflow) throw new Error('printed more than a hold');
+const str = (s, max) => typeof s === 'string' && s !== '' && s.length <= max && !/[\u0000-\u001f\u007f]/.test(s);
+const int = (n) => Number.isSafeInteger(n) && n >= 0;
+
+// readPrinted reads what semrun acquire --json printed, as far as its
+// handle: whatever is read back is checked before it is used.
+function readPrinted(text, overflow) {
   let v;
   try {
-    v = JSON.parse(text);
-  } catch (err) {
-    throw new Error(`printed no hold: ${err.message}`);
+    v = overflow ? null : JSON.parse(text);
+  } catch {
+    // Said below.
   }
-  const str = (s, max) => typeof s === 'string' && s !== '' && s.length <= max && !/[\u0000-\u001f\u007f]/.test(s);
-  const int = (n) => Number.isSafeInteger(n) && n >= 0;
-  if (!v || typeof v !== 'object' || !str(v.handle, maxHandle) || !str(v.key, 4096) || !int(v.permits) || !int(v.token)) {
-    throw new Error('printed a hold without its handle, key, permits or fencing token');
+  if (!v || typeof v !== 'object' || !str(v.handle, maxHandle)) {
+    throw new Error('printed no handle: the permit stays held until its keeper ends, at max-runtime or with the job');
+  }
+  return v;
+}
+
+// checkHold checks the rest of the hold that acquire printed.
+function checkHold(v) {
+  if (!str(v.key, 4096) || !int(v.permits) || !int(v.token)) {
+    throw new Error('printed a hold without its key, permits or fencing token; the post step gives it back');
   }
   const slots = v.slots === undefined ? [] : v.slots;
   const slotNames = v.slot_names === undefined ? [] : v.slot_names;
   if (!Array.isArray(slots) || !slots.every(int) || !Array.isArray(slotNames) || !slotNames.every((s) => str(s, 1024))) {
-    throw new Error('printed a hold with malformed slots');
+    throw new Error('printed a hold with malformed slots; the post step gives it back');
   }
   const keys = Array.isArray(v.keys) ? v.keys.filter((k) => k && str(k.key, 4096)).map((k) => k.key) : [v.key];
   return { handle: v.handle, key: v.key, permits: v.permits, token: v.token, slots, slotNames, keys };

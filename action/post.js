@@ -17,7 +17,9 @@ async function post() {
     wf.info('semrun: no permit was taken; nothing to give back');
     return;
   }
-  const key = JSON.stringify(wf.state('key'));
+  // Saved after the handle: a main step that failed between the two
+  // saved no key.
+  const key = wf.state('key') ? JSON.stringify(wf.state('key')) : '(unknown)';
   let store = {};
   try {
     store = semrun.storeSettings();

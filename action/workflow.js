@@ -50,15 +50,27 @@ function issue(name, properties, message) {
     .filter(([, v]) => v !== undefined && v !== '')
     .map(([k, v]) => `${k}=${escapeProperty(v)}`)
     .join(',');
-  writeOut(`::${name}${props ? ' ' + props : ''}::${escapeData(message)}\n`);
+  return writeOut(`::${name}${props ? ' ' + props : ''}::${escapeData(message)}\n`);
 }
 
+const pause = new Int32Array(new SharedArrayBuffer(4));
+
+// writeOut writes s on stdout, whole, before it returns. The runner's pipe
+// may be non-blocking (node makes it so once process.stdout is used): a
+// full pipe is waited for, a while. A closed stdout loses the line, and
+// false says so.
 function writeOut(s) {
-  try {
-    fs.writeSync(1, s);
-  } catch {
-    // A closed stdout loses the line, nothing else.
+  let b = Buffer.isBuffer(s) ? s : Buffer.from(String(s), 'utf8');
+  const deadline = Date.now() + 30000;
+  while (b.length > 0) {
+    try {
+      b = b.subarray(fs.writeSync(1, b));
+    } catch (err) {
+      if (err.code !== 'EAGAIN' || Date.now() > deadline) return false;
+      Atomics.wait(pause, 0, 0, 10);
+    }
   }
+  return true;
 }
 
 // The runner reads a command from a line that starts with ::NAME:: (after
@@ -88,8 +100,12 @@ function info(message) {
   resume();
 }
 
+// mask hides secret in the log from now on; when the runner cannot be told,
+// nothing that would show the secret may follow.
 function mask(secret) {
-  if (secret) issue('add-mask', {}, secret);
+  if (secret && !issue('add-mask', {}, secret)) {
+    throw new Error('stdout is closed: a secret could not be masked');
+  }
 }
 
 function warning(message, title) {
