@@ -751,10 +751,17 @@ func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
 	})
 }
 
-// readPid reads the pid a script's child wrote to file.
+// readPid reads the pid a script's child wrote to file: a shell's
+// `echo $$ > file` makes the file before it writes, so an empty or partly
+// written one is read again.
 func readPid(ts *testscript.TestScript, file string) int {
-	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(file)))
-	ts.Check(err)
+	var pid int
+	waitFor(ts, 10*time.Second, fmt.Sprintf("readPid: %s holds a pid", file), func() (bool, string) {
+		text := ts.ReadFile(file)
+		var err error
+		pid, err = strconv.Atoi(strings.TrimSpace(text))
+		return err == nil && strings.HasSuffix(text, "\n"), fmt.Sprintf("%q", text)
+	})
 	return pid
 }
 
