@@ -925,11 +925,14 @@ func TestChecks(t *testing.T) {
 
 		// Frozen whole from 1000 to 4000ms: b's holder stopped as it woke,
 		// c's ran on; newcomers took b and c (N=1) while they were frozen.
-		woke := map[int]frozen{201: {ms(1000), ms(4000)}, 202: {ms(1000), ms(4000)}, 204: {ms(1000), ms(4000)}}
+		// e's child was frozen before it said it started: it says so on
+		// waking, and is stopped then.
+		woke := map[int]frozen{201: {ms(1000), ms(4000)}, 202: {ms(1000), ms(4000)}, 204: {ms(1000), ms(4000)}, 206: {ms(1000), ms(4000)}}
 		frozenKids := []kid{
 			k("b", 1, 500, 4050), k("c", 1, 600, 6000), k("b", 2, 3500, 3600),
 			k("d", 1, 700, 900), // ended before the freeze
 			k("c", 2, 3500, 3600),
+			k("e", 1, 4001, 4040), k("e", 2, 3000, 4100),
 		}
 		for i := range frozenKids {
 			frozenKids[i].run = 201 + i
@@ -939,11 +942,14 @@ func TestChecks(t *testing.T) {
 		if clipped[0].end != ms(1000) || clipped[1].end != ms(6000) || clipped[3].end != ms(900) {
 			t.Errorf("clipWoken: ends %v, %v, %v; want 1000ms (stopped as it woke), 6000ms (ran on), 900ms", clipped[0].end, clipped[1].end, clipped[3].end)
 		}
+		if len(clipped) != len(frozenKids)-1 || clipped[5].token != 2 {
+			t.Errorf("clipWoken: %+v; want e's first child, which said it started only on waking, left out", clipped)
+		}
 		if got := overlaps(clipped, 1); len(got) != 1 || got[0].key != "c" || got[0].at != ms(3500) {
 			t.Errorf("overlaps once clipped: got %+v, want one on c, whose holder ran on, at 3500ms", got)
 		}
-		if got := overlaps(frozenKids, 1); len(got) != 2 {
-			t.Errorf("overlaps unclipped: got %d, want 2 (b and c at 3500ms)", len(got))
+		if got := overlaps(frozenKids, 1); len(got) != 3 {
+			t.Errorf("overlaps unclipped: got %d, want 3 (b and c at 3500ms, e at 4001ms)", len(got))
 		}
 		if got := clipWoken(frozenKids, woke, func(int64, int64) time.Duration { return 2 * time.Second }); got[1].end != ms(1000) {
 			t.Errorf("clipWoken with 2s of the machine's allowance: ran on until %v, want clipped", got[1].end)

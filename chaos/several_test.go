@@ -787,20 +787,24 @@ func perKey(kids []kid) []kid {
 // child runs for a moment on waking beside whoever its permit lapsed to
 // meanwhile, which no semrun can help (a paused VM: docs/how-it-works.md,
 // "Known limits"), and its token fences it. One that ran on longer held
-// throughout, and its overlaps count.
+// throughout, and its overlaps count. A child whose process was frozen
+// before it said it started (its group was stopped with its semrun's)
+// says so only on waking: stopped as it woke, it held nothing after the
+// freeze, and is left out.
 func clipWoken(kids []kid, woke map[int]frozen, allowance func(from, to int64) time.Duration) []kid {
 	if len(woke) == 0 {
 		return kids
 	}
-	out := slices.Clone(kids)
-	for i, k := range out {
+	out := make([]kid, 0, len(kids))
+	for _, k := range kids {
 		f, ok := woke[k.run]
-		if !ok || k.start >= f.from || k.end == 0 || k.end <= f.from {
-			continue
+		if ok && k.end != 0 && k.end > f.from && k.end <= f.to+int64(killAfter+100*time.Millisecond+allowance(f.to, k.end)) {
+			if k.start >= f.from {
+				continue
+			}
+			k.end = f.from
 		}
-		if k.end <= f.to+int64(killAfter+100*time.Millisecond+allowance(f.to, k.end)) {
-			out[i].end = f.from
-		}
+		out = append(out, k)
 	}
 	return out
 }
