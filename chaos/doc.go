@@ -386,7 +386,9 @@
 //     the thaw), holds until the freeze: it runs a moment on waking beside
 //     whoever its permit lapsed to, which no semrun can help (a paused VM,
 //     docs/how-it-works.md), and its token fences it; one that ran on
-//     longer holds throughout. Each child's SEMRUN_FENCING_TOKENS names its
+//     longer holds throughout. One frozen before it said it started (its
+//     group stopped with its semrun's) says so only on waking, and, stopped
+//     then, is left out. Each child's SEMRUN_FENCING_TOKENS names its
 //     run's keys in the order given, the first being SEMRUN_HELD_KEY with
 //     SEMRUN_FENCING_TOKEN; a 112 names a key of the run in its "permit
 //     lost" line, and a 75 in its --timeout line. At each silence, and
