@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -168,15 +169,25 @@ func newJob(t *testing.T, redis string, withSemrun bool) *job {
 type stepResult struct {
 	code           int
 	stdout, stderr string
-	env, outputs   map[string]string
-	state          map[string]string
-	path           []string
+	// merged is stdout and stderr as one stream, in the order they were
+	// written: what the runner reads.
+	merged       string
+	env, outputs map[string]string
+	state        map[string]string
+	path         []string
 }
 
 // action runs the action's script (main.js or post.js) as a step with
 // these inputs, step env and state, and applies what it exported to the
 // job, as the runner does.
 func (j *job) action(script string, inputs, stepEnv, state map[string]string) stepResult {
+	j.t.Helper()
+	return j.startAction(script, inputs, stepEnv, state, true).wait()
+}
+
+// startAction starts the action's script as a step, as action runs it,
+// and lets the test act while it runs; ownGroup as for start.
+func (j *job) startAction(script string, inputs, stepEnv, state map[string]string, ownGroup bool) *started {
 	j.t.Helper()
 	env := map[string]string{}
 	for k, v := range stepEnv {
@@ -188,40 +199,55 @@ func (j *job) action(script string, inputs, stepEnv, state map[string]string) st
 	for k, v := range state {
 		env["STATE_"+k] = v
 	}
-	script, err := filepath.Abs(filepath.Join(".", script))
+	path, err := filepath.Abs(script)
 	if err != nil {
 		j.t.Fatal(err)
 	}
-	return j.step(env, func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "node", script) })
+	return j.start(env, ownGroup, "node", path)
 }
 
 // run runs a shell step.
 func (j *job) run(script string, stepEnv map[string]string) stepResult {
 	j.t.Helper()
-	return j.step(stepEnv, func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "sh", "-c", script) })
+	return j.start(stepEnv, true, "sh", "-c", script).wait()
 }
 
-func (j *job) step(stepEnv map[string]string, command func(context.Context) *exec.Cmd) stepResult {
-	j.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	cmd := command(ctx)
-	res, files := j.prepare(cmd, stepEnv)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		j.t.Fatalf("step %v still ran after %v\nstdout:\n%s\nstderr:\n%s", cmd.Args, patience, &stdout, &stderr)
-	}
-	res.code = exitCode(j.t, err)
-	res.stdout, res.stderr = stdout.String(), stderr.String()
-	j.finish(&res, files)
-	return res
+// started is a step under way.
+type started struct {
+	j              *job
+	cmd            *exec.Cmd
+	ctx            context.Context
+	cancel         context.CancelFunc
+	files          map[string]string
+	stdout, stderr bytes.Buffer
+	merged         lockedBuffer
 }
 
-// prepare gives cmd the job's environment, the step's, and fresh runner
-// files.
-func (j *job) prepare(cmd *exec.Cmd, stepEnv map[string]string) (stepResult, map[string]string) {
+// lockedBuffer is one buffer that a step's stdout and stderr, copied by
+// goroutines of their own, both write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// start starts a step: the job's environment, the step's, and fresh runner
+// files. With ownGroup, the step has a process group of its own, which
+// the test ends after it: a semrun the step left running would be a
+// defect, not a process to leave behind (a keeper leaves the group as it
+// starts).
+func (j *job) start(stepEnv map[string]string, ownGroup bool, name string, args ...string) *started {
 	j.t.Helper()
 	env := map[string]string{}
 	for k, v := range j.env {
@@ -233,31 +259,72 @@ func (j *job) prepare(cmd *exec.Cmd, stepEnv map[string]string) (stepResult, map
 	for k, v := range stepEnv {
 		env[k] = v
 	}
-	files := map[string]string{}
+	s := &started{j: j, files: map[string]string{}}
 	for _, kind := range []string{"ENV", "OUTPUT", "STATE", "PATH"} {
 		f, err := os.CreateTemp(j.dir, strings.ToLower(kind)+"-")
 		if err != nil {
 			j.t.Fatal(err)
 		}
 		f.Close()
-		files[kind] = f.Name()
+		s.files[kind] = f.Name()
 		env["GITHUB_"+kind] = f.Name()
 	}
-	cmd.Env = nil
+	s.ctx, s.cancel = context.WithTimeout(context.Background(), patience)
+	j.t.Cleanup(s.cancel)
+	cmd := exec.CommandContext(s.ctx, name, args...)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Dir = filepath.Join(j.dir, "work")
-	// A group of its own, which the test ends after the step: a semrun
-	// the step left running would be a defect, not a process to leave
-	// behind. A keeper leaves the group as it starts.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	j.t.Cleanup(func() {
-		if cmd.Process != nil {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	cmd.Stdout = io.MultiWriter(&s.stdout, &s.merged)
+	cmd.Stderr = io.MultiWriter(&s.stderr, &s.merged)
+	if ownGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	if err := cmd.Start(); err != nil {
+		j.t.Fatal(err)
+	}
+	if ownGroup {
+		j.t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	}
+	s.cmd = cmd
+	return s
+}
+
+// wait waits for the step, at most patience, reads the runner's files
+// after it and applies them to the job.
+func (s *started) wait() stepResult {
+	s.j.t.Helper()
+	err := s.cmd.Wait()
+	if s.ctx.Err() != nil {
+		s.j.t.Fatalf("step %v still ran after %v\noutput:\n%s", s.cmd.Args, patience, s.merged.String())
+	}
+	s.cancel()
+	res := stepResult{code: exitCode(s.j.t, err), stdout: s.stdout.String(), stderr: s.stderr.String(), merged: s.merged.String()}
+	s.j.finish(&res, s.files)
+	return res
+}
+
+// hold runs the main step, which must take the permit; the test ends any
+// keeper it leaves.
+func (j *job) hold(inputs, stepEnv map[string]string) stepResult {
+	j.t.Helper()
+	for _, key := range strings.Split(inputs["key"], "\n") {
+		if key = strings.TrimSpace(key); key != "" {
+			j.stopKeepers(key)
 		}
-	})
-	return stepResult{}, files
+	}
+	main := j.action("main.js", inputs, stepEnv, nil)
+	if main.code != 0 {
+		j.t.Fatalf("main: %v", main)
+	}
+	return main
+}
+
+// waitsInLine waits until one caller waits for key.
+func (j *job) waitsInLine(key string) {
+	j.t.Helper()
+	j.waitFor("main waits", func() bool { return len(j.status(key).Waiters) == 1 })
 }
 
 // finish reads the runner's files after a step and applies them to the job.
@@ -333,31 +400,40 @@ func exitCode(t *testing.T, err error) int {
 	return -1
 }
 
-// masks are the values the step's ::add-mask:: commands hide.
+// masks are the values the step's ::add-mask:: commands hide, as the
+// runner acts on them.
 func (r stepResult) masks() []string {
+	cmds, _ := runnerLog(r.merged)
 	var got []string
-	for _, line := range strings.Split(r.stdout, "\n") {
-		if v, ok := strings.CutPrefix(line, "::add-mask::"); ok {
-			got = append(got, unescape(v))
+	for _, c := range cmds {
+		if c.name == "add-mask" {
+			got = append(got, c.data)
 		}
 	}
 	return got
 }
 
-// annotations are the step's ::KIND ...:: commands, as KIND title: message.
+// annotations are the step's KIND commands (warning, error, notice) that
+// the runner acts on, as TITLE: MESSAGE.
 func (r stepResult) annotations(kind string) []string {
+	cmds, _ := runnerLog(r.merged)
 	var got []string
-	re := regexp.MustCompile(`^::` + kind + `(?: title=([^:]*))?::(.*)$`)
-	for _, line := range strings.Split(r.stdout, "\n") {
-		if m := re.FindStringSubmatch(line); m != nil {
-			got = append(got, unescape(m[1])+": "+unescape(m[2]))
+	for _, c := range cmds {
+		if c.name == kind {
+			got = append(got, c.props["title"]+": "+c.data)
 		}
 	}
 	return got
 }
 
+// unescape and unescapeData undo the escaping of a workflow command's
+// properties and data, as the runner does.
 func unescape(s string) string {
 	return strings.NewReplacer("%25", "%", "%0D", "\r", "%0A", "\n", "%3A", ":", "%2C", ",").Replace(s)
+}
+
+func unescapeData(s string) string {
+	return strings.NewReplacer("%0D", "\r", "%0A", "\n", "%25", "%").Replace(s)
 }
 
 func (r stepResult) String() string {
@@ -452,12 +528,8 @@ func TestHoldForTheJob(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	j := newJob(t, srv.URL(), true)
-	j.stopKeepers("staging")
 	inputs := map[string]string{"key": "staging", "permits": "1", "redis-url": srv.URL(), "max-runtime": "10m"}
-	main := j.action("main.js", inputs, nil, nil)
-	if main.code != 0 {
-		t.Fatalf("main: %v", main)
-	}
+	main := j.hold(inputs, nil)
 	handle := main.state["handle"]
 	if !strings.HasPrefix(handle, "semrun1.") {
 		t.Fatalf("main saved no handle in its state: %q\n%v", main.state, main)
@@ -531,16 +603,11 @@ func TestSeveralKeysAndNamedSlots(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	j := newJob(t, srv.URL(), true)
-	j.stopKeepers("gpu")
-	j.stopKeepers("host-7")
 	if _, err := j.semrun("key", "set", "gpu", "--slots", "gpu-a,gpu-b"); err != nil {
 		t.Fatal(err)
 	}
 	inputs := map[string]string{"key": "gpu\n  host-7\n", "permits": "2\n1", "weight": "2, 1", "redis-url": srv.URL()}
-	main := j.action("main.js", inputs, nil, nil)
-	if main.code != 0 {
-		t.Fatalf("main: %v", main)
-	}
+	main := j.hold(inputs, nil)
 	want := map[string]string{"slot": "0", "slots": "0,1", "slot-name": "gpu-a", "slot-names": "gpu-a,gpu-b"}
 	for k, v := range want {
 		if main.outputs[k] != v {
@@ -574,13 +641,9 @@ func TestSeveralKeysAndNamedSlots(t *testing.T) {
 func holdThenEnd(t *testing.T, key string, inputs map[string]string, end func(j *job, st keyStatus)) stepResult {
 	srv := startRedis(t)
 	j := newJob(t, srv.URL(), true)
-	j.stopKeepers(key)
 	inputs["key"], inputs["redis-url"] = key, srv.URL()
 	ttl := map[string]string{"SEMRUN_TTL": "2s"}
-	main := j.action("main.js", inputs, ttl, nil)
-	if main.code != 0 {
-		t.Fatalf("main: %v", main)
-	}
+	main := j.hold(inputs, ttl)
 	st := j.status(key)
 	// A hold with a max-runtime may have run out already, on a busy host.
 	if (len(st.Holders) != 1 || !st.Holders[0].Hold) && inputs["max-runtime"] == "" {
@@ -677,10 +740,9 @@ func TestLocalHold(t *testing.T) {
 	j := newJob(t, "", true)
 	lockDir := filepath.Join(j.dir, "locks")
 	j.env["SEMRUN_LOCK_DIR"] = lockDir
-	j.stopKeepers("gpu")
 	inputs := map[string]string{"key": "gpu", "permits": "2", "local": "true"}
-	main := j.action("main.js", inputs, nil, nil)
-	if main.code != 0 || main.env["SEMRUN_LOCAL"] != "true" || main.env["SEMRUN_REDIS_URL"] != "" {
+	main := j.hold(inputs, nil)
+	if main.env["SEMRUN_LOCAL"] != "true" || main.env["SEMRUN_REDIS_URL"] != "" {
 		t.Fatalf("main with local: want SEMRUN_LOCAL exported: %v\nenv %v", main, main.env)
 	}
 	step := j.run(`semrun --handle @SEMRUN_HANDLE -- sh -c 'echo "$SEMRUN_SLOT"' && semrun status --json gpu`, nil)
@@ -721,36 +783,18 @@ func TestCancelWhileWaiting(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	first := newJob(t, srv.URL(), true)
-	first.stopKeepers("line")
 	inputs := map[string]string{"key": "line", "redis-url": srv.URL()}
-	held := first.action("main.js", inputs, nil, nil)
-	if held.code != 0 {
-		t.Fatalf("main of the first job: %v", held)
-	}
+	held := first.hold(inputs, nil)
 	j := newJob(t, srv.URL(), true)
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	script, _ := filepath.Abs("main.js")
-	cmd := exec.CommandContext(ctx, "node", script)
-	_, files := j.prepare(cmd, map[string]string{"INPUT_KEY": "line", "INPUT_REDIS-URL": srv.URL()})
-	var stdout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stdout
-	if err := cmd.Start(); err != nil {
+	waiting := j.startAction("main.js", inputs, nil, nil, true)
+	j.waitsInLine("line")
+	if err := waiting.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	j.waitFor("the second job waits", func() bool { return len(j.status("line").Waiters) == 1 })
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
+	res := waiting.wait()
+	if res.code == 0 {
+		t.Errorf("main cancelled while waiting exited 0:\n%s", res.merged)
 	}
-	err := cmd.Wait()
-	if ctx.Err() != nil {
-		t.Fatalf("main still ran %v after SIGINT: %s", patience, &stdout)
-	}
-	if err == nil {
-		t.Errorf("main cancelled while waiting exited 0:\n%s", &stdout)
-	}
-	var res stepResult
-	j.finish(&res, files)
 	if len(res.state) != 0 {
 		t.Errorf("main cancelled while waiting saved state %v", res.state)
 	}
@@ -831,12 +875,8 @@ func TestInstallFromARelease(t *testing.T) {
 	srv := startRedis(t)
 	rel := newRelease(t, false)
 	j := newJob(t, srv.URL(), false)
-	j.stopKeepers("install")
 	inputs := map[string]string{"key": "install", "redis-url": srv.URL(), "release-url": rel.URL + "/releases"}
-	main := j.action("main.js", inputs, nil, nil)
-	if main.code != 0 {
-		t.Fatalf("main: %v", main)
-	}
+	main := j.hold(inputs, nil)
 	dir := filepath.Join(j.env["RUNNER_TOOL_CACHE"], "semrun", version, nodeArch())
 	if len(main.path) != 1 || main.path[0] != dir || main.state["semrun"] != filepath.Join(dir, "semrun") {
 		t.Errorf("main: GITHUB_PATH %q and state %q, want semrun installed in %s", main.path, main.state, dir)

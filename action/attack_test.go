@@ -7,11 +7,8 @@
 package action_test
 
 import (
-	"bytes"
-	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -113,56 +110,6 @@ func parseCommand(line, stopToken string) (command, bool) {
 	return command{}, false
 }
 
-func unescapeData(s string) string {
-	return strings.NewReplacer("%0D", "\r", "%0A", "\n", "%25", "%").Replace(s)
-}
-
-// annotations are the warning and error commands acted on, as KIND: TITLE: MESSAGE.
-func annotationsOf(cmds []command) []string {
-	var got []string
-	for _, c := range cmds {
-		if c.name == "warning" || c.name == "error" || c.name == "notice" {
-			got = append(got, c.name+": "+c.props["title"]+": "+c.data)
-		}
-	}
-	return got
-}
-
-// merged runs the action's script as a step whose stdout and stderr are
-// one stream, in the order they were written, as the runner would read
-// them were it to read both at once.
-func (j *job) merged(script string, inputs, stepEnv, state map[string]string) (stepResult, string) {
-	j.t.Helper()
-	env := map[string]string{}
-	for k, v := range stepEnv {
-		env[k] = v
-	}
-	for k, v := range inputs {
-		env["INPUT_"+strings.ToUpper(strings.ReplaceAll(k, " ", "_"))] = v
-	}
-	for k, v := range state {
-		env["STATE_"+k] = v
-	}
-	path, err := filepath.Abs(script)
-	if err != nil {
-		j.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", path)
-	res, files := j.prepare(cmd, env)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		j.t.Fatalf("step %s still ran after %v:\n%s", script, patience, &out)
-	}
-	res.code = exitCode(j.t, err)
-	res.stdout = out.String()
-	j.finish(&res, files)
-	return res, out.String()
-}
-
 // TestKeyCannotStopTheHandlesMask: semrun names the key in what it says
 // before the grant (here, that the key's stored capacity wins over the
 // one asked), which the action copies to the log before it masks the
@@ -174,15 +121,12 @@ func TestKeyCannotStopTheHandlesMask(t *testing.T) {
 	srv := startRedis(t)
 	j := newJob(t, srv.URL(), true)
 	key := "deploy ##[stop-commands]gotcha"
-	j.stopKeepers(key)
 	if _, err := j.semrun("key", "set", key, "--permits", "2"); err != nil {
 		t.Fatal(err)
 	}
 	inputs := map[string]string{"key": key, "permits": "1", "redis-url": srv.URL()}
-	main, out := j.merged("main.js", inputs, nil, nil)
-	if main.code != 0 {
-		t.Fatalf("main: %v", main)
-	}
+	main := j.hold(inputs, nil)
+	out := main.merged
 	handle := main.state["handle"]
 	if handle == "" {
 		t.Fatalf("main saved no handle: %v", main)
@@ -221,10 +165,9 @@ func TestReasonCannotForgeAnAnnotation(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		cmds, _ := runnerLog(post.stdout + post.stderr)
-		got := annotationsOf(cmds)
-		if len(got) != 1 || !strings.HasPrefix(got[0], `warning: semrun: an operator revoked the permit of key "forged": `) {
-			t.Errorf("reason %q: the runner would annotate %q, want only the post step's warning\nstdout:\n%s\nstderr:\n%s", reason, got, post.stdout, post.stderr)
+		warnings, others := post.annotations("warning"), append(post.annotations("error"), post.annotations("notice")...)
+		if len(warnings) != 1 || !strings.HasPrefix(warnings[0], `semrun: an operator revoked the permit of key "forged": `) || len(others) != 0 {
+			t.Errorf("reason %q: the runner would annotate warnings %q and %q, want only the post step's warning\noutput:\n%s", reason, warnings, others, post.merged)
 		}
 	}
 }
@@ -241,7 +184,6 @@ func TestKeeperHasNoRunnerToken(t *testing.T) {
 	}
 	srv := startRedis(t)
 	j := newJob(t, srv.URL(), true)
-	j.stopKeepers("tokens")
 	runner := map[string]string{
 		"ACTIONS_RUNTIME_URL":            "https://pipelines.example/",
 		"ACTIONS_RUNTIME_TOKEN":          "runtime-token-secret",
@@ -251,10 +193,7 @@ func TestKeeperHasNoRunnerToken(t *testing.T) {
 		"ACTIONS_ID_TOKEN_REQUEST_TOKEN": "id-token-secret",
 	}
 	inputs := map[string]string{"key": "tokens", "redis-url": srv.URL()}
-	main := j.action("main.js", inputs, runner, nil)
-	if main.code != 0 {
-		t.Fatalf("main: %v", main)
-	}
+	main := j.hold(inputs, runner)
 	st := j.status("tokens")
 	if len(st.Holders) != 1 || st.Holders[0].PID <= 0 {
 		t.Fatalf("status: want one hold with its keeper's pid: %+v", st)
@@ -310,18 +249,10 @@ func TestTwoUsesInOneJob(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	j := newJob(t, srv.URL(), true)
-	j.stopKeepers("first")
-	j.stopKeepers("second")
 	in1 := map[string]string{"key": "first", "redis-url": srv.URL()}
 	in2 := map[string]string{"key": "second", "redis-url": srv.URL()}
-	m1 := j.action("main.js", in1, nil, nil)
-	if m1.code != 0 {
-		t.Fatalf("first main: %v", m1)
-	}
-	m2 := j.action("main.js", in2, nil, nil)
-	if m2.code != 0 {
-		t.Fatalf("second main: %v", m2)
-	}
+	m1 := j.hold(in1, nil)
+	m2 := j.hold(in2, nil)
 	step := j.run(`semrun --handle @SEMRUN_HANDLE -- sh -c 'echo "$SEMRUN_HELD_KEY"'`, nil)
 	if step.code != 0 || strings.TrimSpace(step.stdout) != "second" {
 		t.Errorf("a step under the later hold: %v", step)
@@ -349,26 +280,14 @@ func TestCancelAroundTheGrant(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	inputs := map[string]string{"key": "grant", "redis-url": srv.URL()}
-	script, _ := filepath.Abs("main.js")
 	outcomes := map[string]int{}
 	for _, delay := range []time.Duration{150, 300, 350, 400, 450, 600} {
 		delay *= time.Millisecond
 		holder := newJob(t, srv.URL(), true)
-		holder.stopKeepers("grant")
-		held := holder.action("main.js", inputs, nil, nil)
-		if held.code != 0 {
-			t.Fatalf("main of the holder: %v", held)
-		}
+		held := holder.hold(inputs, nil)
 		j := newJob(t, srv.URL(), true)
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
-		cmd := exec.CommandContext(ctx, "node", script)
-		_, files := j.prepare(cmd, map[string]string{"INPUT_KEY": "grant", "INPUT_REDIS-URL": srv.URL()})
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		j.waitFor("main waits", func() bool { return len(j.status("grant").Waiters) == 1 })
+		waiting := j.startAction("main.js", inputs, nil, nil, true)
+		j.waitsInLine("grant")
 		// The holder lets go meanwhile.
 		var post stepResult
 		released := make(chan struct{})
@@ -377,18 +296,12 @@ func TestCancelAroundTheGrant(t *testing.T) {
 			post = holder.action("post.js", inputs, nil, held.state)
 		}()
 		time.Sleep(delay)
-		cmd.Process.Signal(syscall.SIGINT)
+		waiting.cmd.Process.Signal(syscall.SIGINT)
 		<-released
 		if post.code != 0 {
 			t.Errorf("post of the holder: %v", post)
 		}
-		err := cmd.Wait()
-		if ctx.Err() != nil {
-			t.Fatalf("main still ran %v after SIGINT:\n%s", patience, &out)
-		}
-		cancel()
-		var res stepResult
-		j.finish(&res, files)
+		res := waiting.wait()
 		if h := res.state["handle"]; h != "" {
 			outcomes["saved"]++
 			if post := j.action("post.js", inputs, nil, res.state); post.code != 0 || !strings.Contains(post.stdout, "gave the permit") {
@@ -396,8 +309,8 @@ func TestCancelAroundTheGrant(t *testing.T) {
 			}
 		} else {
 			outcomes["none"]++
-			if err == nil {
-				t.Errorf("SIGINT %v after the grant: main exited 0 and saved nothing:\n%s", delay, &out)
+			if res.code == 0 {
+				t.Errorf("SIGINT %v after the grant: main exited 0 and saved nothing:\n%s", delay, res.merged)
 			}
 		}
 		j.waitFor("nothing held, nobody waits", func() bool {
@@ -417,31 +330,17 @@ func TestKilledMainLeavesNoHold(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	holder := newJob(t, srv.URL(), true)
-	holder.stopKeepers("orphan")
 	inputs := map[string]string{"key": "orphan", "redis-url": srv.URL()}
-	held := holder.action("main.js", inputs, nil, nil)
-	if held.code != 0 {
-		t.Fatalf("main of the holder: %v", held)
-	}
+	held := holder.hold(inputs, nil)
 	j := newJob(t, srv.URL(), true)
-	script, _ := filepath.Abs("main.js")
-	cmd := exec.Command("node", script)
-	_, files := j.prepare(cmd, map[string]string{"INPUT_KEY": "orphan", "INPUT_REDIS-URL": srv.URL()})
 	// Not its own group: the orphan must stay out of reach of the test's
 	// cleanup until the test has seen what it does.
-	cmd.SysProcAttr = nil
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	j.waitFor("main waits", func() bool { return len(j.status("orphan").Waiters) == 1 })
+	waiting := j.startAction("main.js", inputs, nil, nil, false)
+	j.waitsInLine("orphan")
 	orphan := j.status("orphan").Waiters[0].PID
 	t.Cleanup(func() { syscall.Kill(orphan, syscall.SIGKILL) })
-	cmd.Process.Kill()
-	cmd.Wait()
-	var res stepResult
-	j.finish(&res, files)
+	waiting.cmd.Process.Kill()
+	res := waiting.wait()
 	if len(res.state) != 0 {
 		t.Fatalf("main killed while waiting saved state %v", res.state)
 	}
