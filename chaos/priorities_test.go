@@ -239,17 +239,9 @@ func (s *several) checkPriorities(fig *figures, stopped int64, seen []seenLine, 
 		fig.bad++
 		c.t.Errorf("priorities: the caller of priority 100 never ran its command")
 	}
-	s.mu.Lock()
-	fig.kills = slices.Clone(s.kills)
-	var did []string
-	for _, what := range slices.Sorted(maps.Keys(s.did)) {
-		did = append(did, fmt.Sprintf("%d %s", s.did[what], what))
-	}
-	givenBack, notGivenBack := s.givenBack, s.notGivenBack
-	s.mu.Unlock()
-	fig.faults = len(faults)
+	did, givenBack, notGivenBack := s.tally(fig, len(faults))
 	fig.faultNote = fmt.Sprintf("%s; ran/gave up (75) by priority[/age]: %s; priority 100's waits away from faults: %d, p50 %v, max %v; %d lost from the line; lines of several waiters read %d times (%d of %d reads failed), %d pairs judged for order, %d out of order; holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
-		strings.Join(did, ", "), strings.Join(per, ", "), len(waits), quantile(waits, 0.5).Round(time.Millisecond), maxDur(waits).Round(time.Millisecond),
+		did, strings.Join(per, ", "), len(waits), quantile(waits, 0.5).Round(time.Millisecond), maxDur(waits).Round(time.Millisecond),
 		len(lost), len(seen), fails, reads, judged, len(wrong), givenBack, notGivenBack, len(gaps))
 }
 

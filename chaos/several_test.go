@@ -744,17 +744,24 @@ func (s *several) check(fig *figures, stopped int64) {
 	for _, key := range c.keys {
 		intervals = append(intervals, fmt.Sprintf("%s (N=%d) %d", strings.TrimPrefix(key, s.prefix), c.permitsOf(key), held[key]))
 	}
-	s.mu.Lock()
-	fig.kills = slices.Clone(s.kills)
-	var did []string
-	for _, what := range slices.Sorted(maps.Keys(s.did)) {
-		did = append(did, fmt.Sprintf("%d %s", s.did[what], what))
-	}
-	givenBack, notGivenBack := s.givenBack, s.notGivenBack
-	s.mu.Unlock()
-	fig.faults = len(faults)
+	did, givenBack, notGivenBack := s.tally(fig, len(faults))
 	fig.faultNote = fmt.Sprintf("%s; holders per key: %s; ran/gave up (75) by order: %s (%d/%d in all, %d given up with no fault near); holders read %d times once every semrun but the killed had exited, %d not given back; %d stalls",
-		strings.Join(did, ", "), strings.Join(intervals, ", "), strings.Join(byOrder, ", "), ran, gaveUp, clear, givenBack, notGivenBack, len(gaps))
+		did, strings.Join(intervals, ", "), strings.Join(byOrder, ", "), ran, gaveUp, clear, givenBack, notGivenBack, len(gaps))
+}
+
+// tally gives fig the nemesis's kills and its count of faults, and says
+// what it did ("N what, ...") and how many holders it found given back
+// or not.
+func (s *several) tally(fig *figures, faults int) (did string, givenBack, notGivenBack int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fig.kills = slices.Clone(s.kills)
+	fig.faults = faults
+	var each []string
+	for _, what := range slices.Sorted(maps.Keys(s.did)) {
+		each = append(each, fmt.Sprintf("%d %s", s.did[what], what))
+	}
+	return strings.Join(each, ", "), s.givenBack, s.notGivenBack
 }
 
 // perKey returns the children with each child of several keys (it said
