@@ -84,8 +84,9 @@ function environment(extra) {
 }
 
 // run runs semrun with args: its stderr is copied to the step's log as it
-// comes (as plain text), and kept, so that its last line can name what went wrong; its
-// stdout is kept (up to maxOutput) when capture is set, else copied too.
+// comes (as plain text), and kept, so that its last line can name what
+// went wrong; its stdout is kept (up to maxOutput) when capture is set,
+// else copied too.
 // A terminating signal to the action reaches semrun, which then stops
 // waiting and holds nothing; the action waits for it to end.
 function run(bin, args, env, { capture = false } = {}) {
